@@ -1,0 +1,82 @@
+// dlfs: command-line front end. It parses options and dispatches; the work
+// is done by the library (see commands.cc).
+#include <CLI/CLI.hpp>
+
+#include "commands.h"
+
+int main(int argc, char** argv) {
+  using namespace dlfs::cli;
+  CLI::App app{
+      "dlfs: pack many small training samples into one volume and read them back fast.\n"
+      "Exit codes: 0 ok, 1 damaged samples found (verify), 2 error or bad input."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "dlfs 0.1.0");
+  int rc = kExitOk;
+
+  PackArgs pack;
+  auto* p = app.add_subcommand(
+      "pack", "Pack a data set (ImageFolder tree, IDX files, tar shards) into a volume");
+  p->add_option("source", pack.source, "Data set to pack: a directory or a tar shard")->required();
+  p->add_option("-o,--output", pack.output, "Volume file to create")->required();
+  p->add_option("--from", pack.from, "Importer: auto, imagefolder, idx or tar")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "imagefolder", "idx", "tar"}));
+  p->add_option("--align", pack.align,
+                "Start every sample at a multiple of this many bytes (power of two, <= 1 MiB)")
+      ->capture_default_str();
+  p->add_flag("-f,--force", pack.force, "Replace the output if it exists");
+  p->add_flag("--skip-unreadable", pack.skip_unreadable,
+              "Skip (and count) source files that cannot be read instead of stopping");
+  p->add_option("--class-names", pack.class_names,
+                "Names of labels 0, 1, ...: \"a,b,c\" or @FILE with one name per line");
+  p->add_flag("-q,--quiet", pack.quiet, "No progress output");
+  p->callback([&] { rc = RunPack(pack); });
+
+  InfoArgs info;
+  auto* i = app.add_subcommand("info", "Show a volume's summary: samples, bytes, classes, format");
+  i->add_option("volume", info.volume, "Volume file")->required();
+  i->add_flag("--json", info.json, "One JSON object instead of text");
+  i->callback([&] { rc = RunInfo(info); });
+
+  LsArgs ls;
+  auto* l = app.add_subcommand("ls", "List a directory of a volume");
+  l->add_option("volume", ls.volume, "Volume file")->required();
+  l->add_option("dir", ls.dir, "Directory inside the volume (default: the root)");
+  l->add_flag("-r,--recursive", ls.recursive, "List every sample below DIR instead");
+  l->add_flag("--json", ls.json,
+              "JSON lines: samples as {path,index,size,label,class}, directories as {path,type}");
+  l->callback([&] { rc = RunLs(ls); });
+
+  CatArgs cat;
+  auto* c = app.add_subcommand("cat", "Write one sample's exact bytes to stdout");
+  c->add_option("volume", cat.volume, "Volume file")->required();
+  auto* path_opt = c->add_option("path", cat.path, "Sample path inside the volume");
+  auto* index_opt = c->add_option("--index", cat.index, "Sample index instead of a path");
+  path_opt->excludes(index_opt);
+  c->add_flag("--no-verify", cat.no_verify, "Do not check the sample's checksum");
+  c->callback([&] {
+    if (cat.path.empty() && !cat.index) throw CLI::ValidationError("give a PATH or --index N");
+    rc = RunCat(cat);
+  });
+
+  VerifyArgs verify;
+  auto* v = app.add_subcommand(
+      "verify", "Read every sample and check every checksum; exit 1 naming each bad sample");
+  v->add_option("volume", verify.volume, "Volume file")->required();
+  v->add_flag("-q,--quiet", verify.quiet, "No progress output");
+  v->callback([&] { rc = RunVerify(verify); });
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitError;
+  }
+  return rc;
+}

@@ -1,0 +1,85 @@
+// VolumeBuilder: writes a new dlfs volume, sample by sample.
+//
+// Samples stream to a temporary file next to the destination
+// ("<path>.tmp.<pid>.<n>") while only their directory entries (32 bytes plus
+// the name) stay in memory. Finish() writes the directory region and both
+// superblocks, fsyncs, then renames the temporary file into place, so a
+// crash or an error at any point leaves no file that opens as a volume. The
+// destination is never replaced unless Options::overwrite is set.
+//
+// Paths are relative, '/'-separated ("cat/001.jpg"); intermediate directories
+// are created implicitly. A path may hold one sample; a name cannot be both a
+// sample and a directory. Sample order in the volume is canonical (see
+// docs/format.md §4), not insertion order.
+//
+// Thread safety: none; use one builder from one thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dlfs/directory.h"
+#include "dlfs/status.h"
+
+namespace dlfs {
+
+class VolumeBuilder {
+ public:
+  struct Options {
+    // Every sample starts at a multiple of this (a power of two, at most
+    // 1 MiB). 1 packs samples back to back; 4096 lets O_DIRECT readers read
+    // each sample without touching a neighbour, at the cost of padding.
+    uint32_t align = 1;
+    // Replace an existing file at the destination (atomically, on Finish).
+    bool overwrite = false;
+  };
+
+  // Creates the temporary file. AlreadyExists if `path` exists and
+  // !options.overwrite; InvalidArgument for a bad alignment.
+  static Result<std::unique_ptr<VolumeBuilder>> Create(const std::string& path, Options options);
+  static Result<std::unique_ptr<VolumeBuilder>> Create(const std::string& path) {
+    return Create(path, Options{});
+  }
+
+  // Removes the temporary file unless Finish() succeeded.
+  ~VolumeBuilder();
+
+  // Names of label ids 0..n-1. Labels at or beyond n get their decimal
+  // number as name.
+  void SetClassNames(std::vector<std::string> names);
+
+  // Adds one sample with all its bytes.
+  Status Add(std::string_view path, std::span<const std::byte> data, uint32_t label = kNoLabel);
+
+  // Adds one sample in pieces: BeginSample, any number of Append, then
+  // EndSample — or AbortSample to drop it (e.g. its source failed mid-read).
+  Status BeginSample(std::string_view path, uint32_t label = kNoLabel);
+  Status Append(std::span<const std::byte> data);
+  Status EndSample();
+  void AbortSample();
+
+  // Writes the directory and superblocks, syncs and publishes the volume.
+  // InvalidArgument if two samples share a path or a sample's path is also
+  // a directory. The builder is unusable afterwards, whatever the result.
+  Status Finish();
+
+  uint64_t sample_count() const;
+  uint64_t data_bytes() const;  // sample bytes added so far
+  // Classes the volume will have: max(class names set, largest label + 1).
+  uint64_t class_count() const;
+  const std::string& path() const;
+  const std::string& temp_path() const;
+
+  class Impl;
+
+ private:
+  explicit VolumeBuilder(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dlfs

@@ -1,0 +1,126 @@
+// SampleDirectory: the in-memory tree of a volume's samples.
+//
+// It is the only metadata dlfs keeps. It is a read-only view over the
+// directory region exactly as stored on disk (docs/format.md §4): opening
+// validates the region once, then every query reads the arrays in place.
+//
+//   by index:  O(1)                 sample(i), name(i), Path(i)
+//   by path:   O(depth * log n)     Lookup("train/00042")
+//   listing:   O(entries)           dir(d).first_child ... / samples
+//
+// Memory is 32 bytes per sample, 32 per directory, 8 per class, plus names.
+//
+// Thread safety: immutable after construction; any number of threads may
+// query one SampleDirectory concurrently. Copies share the same bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "dlfs/status.h"
+
+namespace dlfs {
+
+namespace format {
+struct DirectoryHeader;
+struct SampleEntry;
+struct DirEntry;
+struct ClassEntry;
+}  // namespace format
+
+// Label of a sample that has none (e.g. a file at the root of an ImageFolder).
+inline constexpr uint32_t kNoLabel = 0xFFFFFFFFu;
+// Parent of the root directory.
+inline constexpr uint32_t kNoParent = 0xFFFFFFFFu;
+
+struct SampleInfo {
+  uint64_t offset;  // byte offset in its target
+  uint32_t length;  // bytes
+  uint32_t crc32c;
+  uint32_t label;   // or kNoLabel
+  uint32_t parent;  // directory index
+  uint16_t target;
+};
+
+struct DirInfo {
+  uint32_t parent;  // kNoParent for the root (index 0)
+  uint32_t first_child;
+  uint32_t child_count;
+  uint32_t first_sample;  // samples [first_sample, first_sample + sample_count)
+  uint32_t sample_count;
+};
+
+// What a path names: a sample or a directory.
+struct PathEntry {
+  bool is_dir;
+  uint64_t index;  // sample index, or directory index when is_dir
+};
+
+class SampleDirectory {
+ public:
+  // Validates `region` (the directory region of `volume_path`, `size` bytes)
+  // against the counts in the superblock and builds a view over it. Takes
+  // shared ownership of the bytes; they must stay unmodified. Every structural
+  // rule of docs/format.md §4 is checked (bounds, ordering, coverage), so a
+  // region that passes cannot make a later query read out of range.
+  // `data_end` bounds sample extents in target 0; `target_count` bounds
+  // target ids. Returns Corruption naming `volume_path` otherwise.
+  static Result<SampleDirectory> Create(std::shared_ptr<const std::byte> region, uint64_t size,
+                                        uint64_t sample_count, uint64_t dir_count,
+                                        uint64_t class_count, uint64_t data_begin,
+                                        uint64_t data_end, uint32_t target_count,
+                                        const std::string& volume_path);
+
+  SampleDirectory() = default;
+
+  uint64_t size() const { return sample_count_; }  // number of samples
+  uint64_t dir_count() const { return dir_count_; }
+  uint64_t class_count() const { return class_count_; }
+
+  // REQUIRES: i < size().
+  SampleInfo sample(uint64_t i) const;
+  std::string_view name(uint64_t i) const;  // the last path component
+  uint32_t label(uint64_t i) const;
+  // "train/00042": the directory names from the root, joined by '/'.
+  std::string Path(uint64_t i) const;
+
+  // REQUIRES: d < dir_count(). The root is directory 0 and has an empty name.
+  DirInfo dir(uint64_t d) const;
+  std::string_view dir_name(uint64_t d) const;
+  std::string DirPath(uint64_t d) const;
+
+  // REQUIRES: c < class_count().
+  std::string_view class_name(uint64_t c) const;
+
+  // Resolves a '/'-separated path relative to the root ("" or "/" is the
+  // root; leading, trailing and repeated slashes are ignored). NotFound when
+  // nothing has that path.
+  Result<PathEntry> Resolve(std::string_view path) const;
+  // Like Resolve, but the path must name a sample.
+  Result<uint64_t> Lookup(std::string_view path) const;
+
+  // Total bytes of the region the view reads (what the directory costs in memory).
+  uint64_t memory_bytes() const { return region_size_; }
+
+ private:
+  std::string_view String(uint32_t offset, uint32_t length) const;
+  // Binary search among children [first, first + count) of a directory.
+  bool FindChildDir(const DirInfo& d, std::string_view name, uint64_t* out) const;
+  bool FindSample(const DirInfo& d, std::string_view name, uint64_t* out) const;
+
+  std::shared_ptr<const std::byte> region_;
+  uint64_t region_size_ = 0;
+  uint64_t sample_count_ = 0;
+  uint64_t dir_count_ = 0;
+  uint64_t class_count_ = 0;
+  const format::SampleEntry* samples_ = nullptr;
+  const format::DirEntry* dirs_ = nullptr;
+  const format::ClassEntry* classes_ = nullptr;
+  const char* strings_ = nullptr;
+  uint64_t string_bytes_ = 0;
+};
+
+}  // namespace dlfs

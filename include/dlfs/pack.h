@@ -1,0 +1,83 @@
+// Pack: turn an existing data set into a dlfs volume (`dlfs pack`).
+//
+// Importers (the `from` option):
+//   imagefolder  a class-per-directory tree, as torchvision's ImageFolder
+//                reads it: label = index of the top-level directory in
+//                sorted (byte-wise) order; every regular file below it is a
+//                sample stored under its relative path; files directly at
+//                the root get no label.
+//   idx          MNIST / Fashion-MNIST IDX files (optionally .gz) in a
+//                directory: each "<split>-images-idx3-ubyte" with its
+//                "<split>-labels-idx1-ubyte"; each image's raw bytes become
+//                sample "<split>/<index>" (zero-padded, "t10k" named "test").
+//   tar          WebDataset-style tar shards (a .tar file, or a directory of
+//                them, optionally compressed): members grouped by key (path
+//                up to the first '.' of the file name); every member except
+//                a ".cls" one is a sample under its member path, labelled
+//                with the integer in its key's ".cls" member, if any.
+//
+// Packing streams: memory holds one sample (or one tar key group) plus the
+// directory entries, whatever the data set's size. The volume is written
+// atomically by VolumeBuilder.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "dlfs/status.h"
+
+namespace dlfs {
+
+enum class SourceKind { kAuto, kImageFolder, kIdx, kTar };
+
+// "auto", "imagefolder", "idx", "tar".
+std::string_view SourceKindName(SourceKind kind);
+Result<SourceKind> ParseSourceKind(std::string_view name);
+
+// Picks the importer for `source`: a directory holding *-idx?-ubyte[.gz]
+// files is idx; a .tar* file or a directory holding only tar files is tar;
+// any other directory is imagefolder.
+Result<SourceKind> DetectSourceKind(const std::string& source);
+
+struct PackProgress {
+  uint64_t samples = 0;
+  uint64_t bytes = 0;
+  uint64_t skipped = 0;
+  uint64_t total_samples = 0;  // 0 when unknown in advance
+  double seconds = 0;
+};
+
+struct PackOptions {
+  SourceKind from = SourceKind::kAuto;
+  uint32_t align = 1;            // see VolumeBuilder::Options::align
+  bool overwrite = false;        // replace an existing volume
+  bool skip_unreadable = false;  // count and skip sources that fail to read
+  // Class names for label ids 0..n-1, overriding what the importer knows
+  // (idx and tar sources carry only numbers).
+  std::vector<std::string> class_names;
+  // Called about every 100 ms from the packing thread.
+  std::function<void(const PackProgress&)> on_progress;
+  // When set to true from another thread or a signal handler, packing stops
+  // with Cancelled and leaves nothing behind.
+  const std::atomic<bool>* cancel = nullptr;
+};
+
+struct PackStats {
+  SourceKind from = SourceKind::kAuto;  // the importer used
+  uint64_t samples = 0;
+  uint64_t bytes = 0;
+  uint64_t classes = 0;
+  uint64_t skipped = 0;
+  std::vector<std::string> skipped_examples;  // "path: reason", the first few
+  double seconds = 0;
+};
+
+// Packs `source` into a new volume at `volume_path`. Errors name the source
+// file at fault; on any error no volume is left at `volume_path`.
+Result<PackStats> Pack(const std::string& source, const std::string& volume_path,
+                       const PackOptions& options);
+
+}  // namespace dlfs

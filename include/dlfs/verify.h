@@ -1,0 +1,37 @@
+// VerifyVolume: read every sample of a volume and check its CRC32C
+// (`dlfs verify`).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "dlfs/status.h"
+#include "dlfs/volume.h"
+
+namespace dlfs {
+
+struct VerifyReport {
+  uint64_t samples_checked = 0;
+  uint64_t bytes_checked = 0;
+  uint64_t bad_samples = 0;
+  Status backup_superblock;  // CheckBackupSuperblock()'s verdict
+  double seconds = 0;
+};
+
+struct VerifyOptions {
+  // Called for each sample whose bytes do not match their checksum (or
+  // cannot be read), with a message naming the volume, index and path.
+  std::function<void(uint64_t index, const Status& problem)> on_bad_sample;
+  // Called about every 100 ms with the samples checked so far.
+  std::function<void(const VerifyReport& so_far)> on_progress;
+};
+
+// Reads the data region in large sequential windows (in offset order) and
+// checks every sample. Returns an error only when verification itself could
+// not run; corrupt samples are counted in the report and passed to
+// on_bad_sample, and a damaged superblock copy is reported in
+// report->backup_superblock.
+Status VerifyVolume(const Volume& volume, const VerifyOptions& options, VerifyReport* report);
+
+}  // namespace dlfs

@@ -1,0 +1,152 @@
+// On-disk layout of a dlfs volume, format version 1.
+//
+// docs/format.md is the specification; this header only mirrors it as the
+// constants and packed structs shared by the reader and the writer. Change
+// both in the same commit. All integers are little-endian; the structs are
+// read and written in place, so the library refuses to build on big-endian
+// hosts rather than silently misread volumes.
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+
+namespace dlfs::format {
+
+static_assert(std::endian::native == std::endian::little,
+              "dlfs volumes are little-endian and read in place");
+
+// First 8 bytes of every superblock. The high-bit first byte and the CR LF /
+// SUB tail (as in PNG) catch 7-bit and text-mode transfer damage.
+inline constexpr unsigned char kSuperblockMagic[8] = {0x89, 'D', 'L', 'F', 'S', '\r', '\n', 0x1a};
+inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr uint32_t kSuperblockSize = 4096;
+// Regions start on this boundary so O_DIRECT readers can read them whole.
+inline constexpr uint32_t kRegionAlignment = 4096;
+inline constexpr uint32_t kMaxRegions = 16;
+inline constexpr uint32_t kMaxTargets = 8;
+inline constexpr uint32_t kMaxTargetPath = 240;
+inline constexpr uint32_t kMaxDataAlignment = 1u << 20;
+
+// Feature flags. A reader refuses a volume with any incompat bit it does not
+// know; unknown compat bits are ignored. Version 1 defines none of either.
+inline constexpr uint32_t kKnownIncompatFlags = 0;
+
+inline constexpr uint32_t kNone = 0xFFFFFFFFu;  // "no parent", "no label"
+
+enum class RegionKind : uint32_t {
+  kInvalid = 0,  // reserved: an all-zero entry is never a region
+  kData = 1,
+  kDirectory = 2,
+};
+
+struct RegionEntry {
+  uint32_t kind;    // RegionKind
+  uint32_t target;  // index into the target table
+  uint64_t offset;  // byte offset in that target, a multiple of kRegionAlignment
+  uint64_t length;  // bytes
+  uint32_t crc32c;  // of the region's bytes; 0 for data (samples carry their own)
+  uint32_t reserved;
+};
+static_assert(sizeof(RegionEntry) == 32);
+
+struct TargetEntry {
+  uint64_t size;         // bytes of the target file or device used by the volume
+  uint32_t flags;        // reserved, 0
+  uint32_t path_length;  // 0: this target is the file the superblock was read from
+  char path[kMaxTargetPath];
+};
+static_assert(sizeof(TargetEntry) == 256);
+
+struct Superblock {
+  unsigned char magic[8];
+  uint32_t format_version;
+  uint32_t superblock_size;  // kSuperblockSize
+  uint8_t uuid[16];          // random, identical in every target of a volume
+  uint32_t incompat_flags;
+  uint32_t compat_flags;
+  uint64_t volume_size;  // bytes of this target file, both superblocks included
+  uint64_t created_unix_ns;
+  uint64_t sample_count;
+  uint64_t dir_count;
+  uint64_t class_count;
+  uint64_t data_bytes;      // sum of sample lengths (padding excluded)
+  uint32_t data_alignment;  // every sample offset is a multiple of it; power of two
+  uint32_t target_index;    // which target this file is
+  uint32_t target_count;
+  uint32_t region_count;
+  uint8_t reserved0[24];
+  RegionEntry regions[kMaxRegions];
+  TargetEntry targets[kMaxTargets];
+  uint8_t reserved1[1404];
+  uint32_t crc32c;  // of bytes [0, 4092), i.e. everything before this field
+};
+static_assert(sizeof(Superblock) == kSuperblockSize);
+static_assert(offsetof(Superblock, regions) == 128);
+static_assert(offsetof(Superblock, targets) == 640);
+static_assert(offsetof(Superblock, crc32c) == kSuperblockSize - 4);
+
+// ---- Directory region -------------------------------------------------------
+
+inline constexpr uint32_t kDirectoryMagic = 0x52444c44;  // "DLDR" read as bytes
+inline constexpr uint32_t kDirectoryHeaderSize = 128;
+
+struct DirectoryHeader {
+  uint32_t magic;        // kDirectoryMagic
+  uint32_t header_size;  // kDirectoryHeaderSize
+  uint64_t sample_count;
+  uint64_t dir_count;
+  uint64_t class_count;
+  uint64_t string_bytes;
+  // Byte offsets of the arrays from the start of the region, multiples of 8.
+  uint64_t samples_offset;
+  uint64_t dirs_offset;
+  uint64_t classes_offset;
+  uint64_t strings_offset;
+  uint32_t sample_entry_size;  // sizeof(SampleEntry)
+  uint32_t dir_entry_size;     // sizeof(DirEntry)
+  uint32_t class_entry_size;   // sizeof(ClassEntry)
+  uint32_t reserved0;
+  uint8_t reserved1[40];
+};
+static_assert(sizeof(DirectoryHeader) == kDirectoryHeaderSize);
+
+// One per sample; the array index is the sample index.
+struct SampleEntry {
+  uint64_t offset;       // byte offset of the sample in its target
+  uint32_t length;       // bytes
+  uint32_t crc32c;       // of the sample's bytes
+  uint32_t label;        // class id, or kNone
+  uint32_t parent;       // index of the directory holding the sample
+  uint32_t name_offset;  // into the string pool
+  uint16_t name_length;  // bytes, 1..65535, no '/' and no NUL
+  uint16_t target;       // index into the target table
+};
+static_assert(sizeof(SampleEntry) == 32);
+
+// One per directory, in breadth-first order: the root is 0, each directory's
+// children are contiguous and sorted by name, and its samples are contiguous
+// and sorted by name, so lookups are binary searches.
+struct DirEntry {
+  uint32_t parent;  // kNone for the root
+  uint32_t name_offset;
+  uint16_t name_length;  // 0 only for the root
+  uint16_t reserved0;
+  uint32_t first_child;
+  uint32_t child_count;
+  uint32_t first_sample;
+  uint32_t sample_count;
+  uint32_t reserved1;
+};
+static_assert(sizeof(DirEntry) == 32);
+
+// One per label id: the class's name.
+struct ClassEntry {
+  uint32_t name_offset;
+  uint32_t name_length;
+};
+static_assert(sizeof(ClassEntry) == 8);
+
+inline constexpr uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+}  // namespace dlfs::format

@@ -1,0 +1,74 @@
+#include "dlfs/verify.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <numeric>
+#include <vector>
+
+#include "common/crc32c.h"
+#include "common/file_util.h"
+
+namespace dlfs {
+
+namespace {
+constexpr uint64_t kWindow = 8u << 20;
+}
+
+Status VerifyVolume(const Volume& volume, const VerifyOptions& options, VerifyReport* report) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  auto last = start;
+  *report = VerifyReport{};
+  const SampleDirectory& dir = volume.directory();
+  std::vector<uint64_t> order(dir.size());
+  std::iota(order.begin(), order.end(), uint64_t{0});
+  std::sort(order.begin(), order.end(),
+            [&](uint64_t a, uint64_t b) { return dir.sample(a).offset < dir.sample(b).offset; });
+
+  std::vector<std::byte> window;
+  uint64_t win_begin = 0, win_end = 0;  // file range held in `window`
+  for (uint64_t i : order) {
+    const SampleInfo s = dir.sample(i);
+    if (s.offset < win_begin || s.offset + s.length > win_end) {
+      const uint64_t want = std::max<uint64_t>(kWindow, s.length);
+      const uint64_t n = std::min(want, volume.info().volume_size - s.offset);
+      window.resize(n);
+      Status st = PreadFull(volume.target_fd(s.target), window.data(), n, s.offset, volume.path());
+      if (!st.ok()) {
+        ++report->bad_samples;
+        if (options.on_bad_sample) options.on_bad_sample(i, st);
+        win_begin = win_end = 0;
+        continue;
+      }
+      win_begin = s.offset;
+      win_end = s.offset + n;
+    }
+    const uint32_t crc = crc32c::Value(window.data() + (s.offset - win_begin), s.length);
+    ++report->samples_checked;
+    report->bytes_checked += s.length;
+    if (crc != s.crc32c) {
+      ++report->bad_samples;
+      if (options.on_bad_sample) {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, " (stored 0x%08x, computed 0x%08x)", s.crc32c, crc);
+        options.on_bad_sample(
+            i, Status::Corruption(volume.path() + ": sample " + std::to_string(i) + " '" +
+                                  dir.Path(i) + "': checksum mismatch" + buf));
+      }
+    }
+    if (options.on_progress && (report->samples_checked & 1023) == 0) {
+      const auto now = Clock::now();
+      if (now - last >= std::chrono::milliseconds(100)) {
+        last = now;
+        report->seconds = std::chrono::duration<double>(now - start).count();
+        options.on_progress(*report);
+      }
+    }
+  }
+  report->backup_superblock = volume.CheckBackupSuperblock();
+  report->seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return Status::Ok();
+}
+
+}  // namespace dlfs

@@ -1,0 +1,157 @@
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "dlfs/pack.h"
+#include "pack/importer.h"
+
+namespace dlfs {
+
+namespace pack_internal {
+
+PackContext::PackContext(VolumeBuilder& builder, const PackOptions& options, PackStats& stats)
+    : builder_(builder),
+      options_(options),
+      stats_(stats),
+      start_(std::chrono::steady_clock::now()),
+      last_report_(start_) {}
+
+Status PackContext::Unreadable(const std::string& path, const Status& error) {
+  if (!options_.skip_unreadable) {
+    return Status(error.code(),
+                  error.message() + " (use --skip-unreadable to skip sources that fail)",
+                  error.sys_errno());
+  }
+  ++stats_.skipped;
+  if (stats_.skipped_examples.size() < 10) stats_.skipped_examples.push_back(error.message());
+  (void)path;
+  return Status::Ok();
+}
+
+Status PackContext::Tick() {
+  if (options_.cancel != nullptr && options_.cancel->load(std::memory_order_relaxed)) {
+    return Status::Cancelled("packing interrupted");
+  }
+  if (!options_.on_progress) return Status::Ok();
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_report_ < std::chrono::milliseconds(100)) return Status::Ok();
+  last_report_ = now;
+  progress_.samples = builder_.sample_count();
+  progress_.bytes = builder_.data_bytes();
+  progress_.skipped = stats_.skipped;
+  progress_.seconds = std::chrono::duration<double>(now - start_).count();
+  options_.on_progress(progress_);
+  return Status::Ok();
+}
+
+}  // namespace pack_internal
+
+namespace {
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+bool IsTarName(std::string_view name) {
+  for (std::string_view ext : {".tar", ".tar.gz", ".tgz", ".tar.xz", ".tar.zst", ".tar.bz2"}) {
+    if (EndsWith(name, ext)) return true;
+  }
+  return false;
+}
+
+bool IsIdxName(std::string_view name) { return name.find("-ubyte") != name.npos; }
+
+}  // namespace
+
+std::string_view SourceKindName(SourceKind kind) {
+  switch (kind) {
+    case SourceKind::kAuto:
+      return "auto";
+    case SourceKind::kImageFolder:
+      return "imagefolder";
+    case SourceKind::kIdx:
+      return "idx";
+    case SourceKind::kTar:
+      return "tar";
+  }
+  return "?";
+}
+
+Result<SourceKind> ParseSourceKind(std::string_view name) {
+  for (SourceKind k :
+       {SourceKind::kAuto, SourceKind::kImageFolder, SourceKind::kIdx, SourceKind::kTar}) {
+    if (name == SourceKindName(k)) return k;
+  }
+  return Status::InvalidArgument("unknown source kind '" + std::string(name) +
+                                 "' (expected auto, imagefolder, idx or tar)");
+}
+
+Result<SourceKind> DetectSourceKind(const std::string& source) {
+  struct stat st;
+  if (::stat(source.c_str(), &st) != 0) return Status::FromErrno(errno, source);
+  if (S_ISREG(st.st_mode)) {
+    if (IsTarName(source)) return SourceKind::kTar;
+    return Status::InvalidArgument(source +
+                                   ": a single file can only be a tar shard (.tar, .tar.gz, ...)");
+  }
+  if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(source + ": not a file or directory");
+  DIR* d = ::opendir(source.c_str());
+  if (d == nullptr) return Status::FromErrno(errno, source);
+  bool any_idx = false, any_tar = false, any_other = false;
+  while (dirent* e = ::readdir(d)) {
+    const std::string_view name = e->d_name;
+    if (name == "." || name == "..") continue;
+    if (IsIdxName(name)) {
+      any_idx = true;
+    } else if (IsTarName(name)) {
+      any_tar = true;
+    } else {
+      any_other = true;
+    }
+  }
+  ::closedir(d);
+  if (any_idx) return SourceKind::kIdx;
+  if (any_tar && !any_other) return SourceKind::kTar;
+  return SourceKind::kImageFolder;
+}
+
+Result<PackStats> Pack(const std::string& source, const std::string& volume_path,
+                       const PackOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  PackStats stats;
+  stats.from = options.from;
+  if (stats.from == SourceKind::kAuto) {
+    DLFS_ASSIGN_OR_RETURN(stats.from, DetectSourceKind(source));
+  }
+  DLFS_ASSIGN_OR_RETURN(
+      std::unique_ptr<VolumeBuilder> builder,
+      VolumeBuilder::Create(volume_path, {.align = options.align, .overwrite = options.overwrite}));
+  pack_internal::PackContext ctx(*builder, options, stats);
+  Status st;
+  switch (stats.from) {
+    case SourceKind::kImageFolder:
+      st = pack_internal::ImportImageFolder(source, ctx);
+      break;
+    case SourceKind::kIdx:
+      st = pack_internal::ImportIdx(source, ctx);
+      break;
+    case SourceKind::kTar:
+      st = pack_internal::ImportTar(source, ctx);
+      break;
+    case SourceKind::kAuto:
+      st = Status::InvalidArgument("no importer");
+      break;
+  }
+  DLFS_RETURN_IF_ERROR(st);
+  if (!options.class_names.empty()) builder->SetClassNames(options.class_names);
+  stats.samples = builder->sample_count();
+  stats.classes = builder->class_count();
+  stats.bytes = builder->data_bytes();
+  DLFS_RETURN_IF_ERROR(builder->Finish());
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return stats;
+}
+
+}  // namespace dlfs
