@@ -61,18 +61,26 @@ struct PathEntry {
 
 class SampleDirectory {
  public:
+  // What the superblock says the directory region must agree with.
+  struct Expected {
+    uint64_t sample_count = 0;
+    uint64_t dir_count = 0;
+    uint64_t class_count = 0;
+    uint64_t data_bytes = 0;  // sum of all sample lengths
+    uint64_t data_begin = 0;  // sample extents lie in [data_begin, data_end)
+    uint64_t data_end = 0;
+    uint32_t data_alignment = 1;  // every sample offset is a multiple of it
+    uint32_t target_count = 1;    // sample target ids are below it
+  };
+
   // Validates `region` (the directory region of `volume_path`, `size` bytes)
-  // against the counts in the superblock and builds a view over it. Takes
-  // shared ownership of the bytes; they must stay unmodified. Every structural
-  // rule of docs/format.md §4 is checked (bounds, ordering, coverage), so a
-  // region that passes cannot make a later query read out of range.
-  // `data_end` bounds sample extents in target 0; `target_count` bounds
-  // target ids. Returns Corruption naming `volume_path` otherwise.
+  // against `expected` and builds a view over it. Takes shared ownership of
+  // the bytes; they must stay unmodified. Every structural rule of
+  // docs/format.md §4 is checked (bounds, ordering, coverage), so a region
+  // that passes cannot make a later query read out of range. Returns
+  // Corruption naming `volume_path` otherwise.
   static Result<SampleDirectory> Create(std::shared_ptr<const std::byte> region, uint64_t size,
-                                        uint64_t sample_count, uint64_t dir_count,
-                                        uint64_t class_count, uint64_t data_begin,
-                                        uint64_t data_end, uint32_t target_count,
-                                        const std::string& volume_path);
+                                        const Expected& expected, const std::string& volume_path);
 
   SampleDirectory() = default;
 

@@ -144,6 +144,33 @@ class VolumeBuilder::Impl {
   }
 
   Status Finish();
+
+  // Moves the finished temporary file to path_, never replacing an existing
+  // file unless overwrite was asked for.
+  Status Publish() {
+    const auto exists = [&] {
+      return Status::AlreadyExists(path_ + ": already exists (use --force to replace it)");
+    };
+    if (options_.overwrite) {
+      if (::rename(temp_path_.c_str(), path_.c_str()) == 0) return Status::Ok();
+      return Status::FromErrno(errno, "rename " + temp_path_ + " to " + path_);
+    }
+    if (::renameat2(AT_FDCWD, temp_path_.c_str(), AT_FDCWD, path_.c_str(), RENAME_NOREPLACE) == 0) {
+      return Status::Ok();
+    }
+    if (errno == EEXIST) return exists();
+    if (errno != EINVAL && errno != ENOSYS) {
+      return Status::FromErrno(errno, "rename " + temp_path_ + " to " + path_);
+    }
+    // File systems without RENAME_NOREPLACE (some NFS and FUSE ones): link()
+    // also fails rather than replace an existing name.
+    if (::link(temp_path_.c_str(), path_.c_str()) != 0) {
+      if (errno == EEXIST) return exists();
+      return Status::FromErrno(errno, "link " + temp_path_ + " to " + path_);
+    }
+    ::unlink(temp_path_.c_str());
+    return Status::Ok();
+  }
 };
 
 VolumeBuilder::VolumeBuilder(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -438,22 +465,17 @@ Status VolumeBuilder::Impl::Finish() {
   sb.targets[0].size = volume_size;
   format::SealSuperblock(&sb);
 
-  // Drop anything an aborted sample left past the end, then write the copy
-  // at the end before the primary: until rename, the file is not visible.
+  // Drop anything an aborted sample left past the end and make everything
+  // else durable before the primary superblock: a file whose primary is
+  // valid then has all of its bytes on disk, even before the rename.
   if (::ftruncate(fd_, static_cast<off_t>(volume_size)) != 0) {
     return Status::FromErrno(errno, temp_path_ + ": ftruncate");
   }
   DLFS_RETURN_IF_ERROR(PwriteFull(fd_, &sb, sizeof sb, volume_size - sizeof sb, temp_path_));
+  if (::fdatasync(fd_) != 0) return Status::FromErrno(errno, temp_path_ + ": fdatasync");
   DLFS_RETURN_IF_ERROR(PwriteFull(fd_, &sb, sizeof sb, 0, temp_path_));
   if (::fsync(fd_) != 0) return Status::FromErrno(errno, temp_path_ + ": fsync");
-
-  const unsigned flags = options_.overwrite ? 0 : RENAME_NOREPLACE;
-  if (::renameat2(AT_FDCWD, temp_path_.c_str(), AT_FDCWD, path_.c_str(), flags) != 0) {
-    if (errno == EEXIST) {
-      return Status::AlreadyExists(path_ + ": already exists (use --force to replace it)");
-    }
-    return Status::FromErrno(errno, "rename " + temp_path_ + " to " + path_);
-  }
+  DLFS_RETURN_IF_ERROR(Publish());
   return SyncParentDirectory(path_);
 }
 

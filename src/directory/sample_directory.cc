@@ -24,11 +24,11 @@ int CompareNames(std::string_view a, std::string_view b) { return a.compare(b); 
 }  // namespace
 
 Result<SampleDirectory> SampleDirectory::Create(std::shared_ptr<const std::byte> region,
-                                                uint64_t size, uint64_t sample_count,
-                                                uint64_t dir_count, uint64_t class_count,
-                                                uint64_t data_begin, uint64_t data_end,
-                                                uint32_t target_count,
+                                                uint64_t size, const Expected& expected,
                                                 const std::string& volume_path) {
+  const uint64_t sample_count = expected.sample_count;
+  const uint64_t dir_count = expected.dir_count;
+  const uint64_t class_count = expected.class_count;
   auto bad = [&](const std::string& what) {
     return Status::Corruption(volume_path + ": directory region: " + what);
   };
@@ -48,6 +48,13 @@ Result<SampleDirectory> SampleDirectory::Create(std::shared_ptr<const std::byte>
   if (sample_count >= format::kNone || dir_count >= format::kNone || class_count >= format::kNone ||
       dir_count == 0) {
     return bad("entry counts out of range");
+  }
+  // The arrays follow the header in this order without overlapping.
+  if (h.samples_offset < sizeof(DirectoryHeader) ||
+      h.dirs_offset < h.samples_offset + sample_count * sizeof(SampleEntry) ||
+      h.classes_offset < h.dirs_offset + dir_count * sizeof(DirEntry) ||
+      h.strings_offset < h.classes_offset + class_count * sizeof(ClassEntry)) {
+    return bad("arrays overlap or are out of order");
   }
   if (!ArrayFits(h.samples_offset, sample_count, sizeof(SampleEntry), size) ||
       !ArrayFits(h.dirs_offset, dir_count, sizeof(DirEntry), size) ||
@@ -91,7 +98,9 @@ Result<SampleDirectory> SampleDirectory::Create(std::shared_ptr<const std::byte>
   for (uint64_t k = 0; k < dir_count; ++k) {
     const DirEntry& e = d.dirs_[k];
     if (k == 0) {
-      if (e.parent != format::kNone || e.name_length != 0) return bad("root entry is malformed");
+      if (e.parent != format::kNone || e.name_length != 0 || !name_ok(e.name_offset, 0)) {
+        return bad("root entry is malformed");
+      }
     } else if (e.parent >= k || !component_ok(e.name_offset, e.name_length)) {
       return bad("directory " + std::to_string(k) + " has a bad parent or name");
     }
@@ -119,6 +128,7 @@ Result<SampleDirectory> SampleDirectory::Create(std::shared_ptr<const std::byte>
   if (next_child != dir_count) return bad("some directories have no parent");
   if (next_sample != sample_count) return bad("some samples belong to no directory");
 
+  uint64_t data_bytes = 0;
   for (uint64_t k = 0; k < dir_count; ++k) {
     const DirEntry& e = d.dirs_[k];
     for (uint64_t i = e.first_sample; i < uint64_t{e.first_sample} + e.sample_count; ++i) {
@@ -133,16 +143,23 @@ Result<SampleDirectory> SampleDirectory::Create(std::shared_ptr<const std::byte>
         return bad(where() + " has label " + std::to_string(s.label) + " but there are only " +
                    std::to_string(class_count) + " classes");
       }
-      if (s.target >= target_count) return bad(where() + " names a missing target");
-      // Every target's data lies in the same extent as target 0's in
-      // version 1 (single-target volumes); see docs/format.md §3.
-      if (s.offset < data_begin || s.offset > data_end || s.length > data_end - s.offset) {
+      if (s.target >= expected.target_count) return bad(where() + " names a missing target");
+      // Version 1 volumes have one target holding the one data region.
+      if (s.offset < expected.data_begin || s.offset > expected.data_end ||
+          s.length > expected.data_end - s.offset) {
         return bad(where() + " lies outside the data region");
       }
+      if (s.offset % expected.data_alignment != 0) {
+        return bad(where() + " is not aligned to " + std::to_string(expected.data_alignment));
+      }
+      data_bytes += s.length;
     }
   }
-  // Class names and sample/dir names are also disjoint from clashes: a
-  // sample and a sub-directory with one name would make paths ambiguous.
+  if (data_bytes != expected.data_bytes) {
+    return bad("sample lengths add up to " + std::to_string(data_bytes) +
+               " bytes, the superblock says " + std::to_string(expected.data_bytes));
+  }
+  // A sample and a sub-directory with one name would make paths ambiguous.
   for (uint64_t k = 0; k < dir_count; ++k) {
     const DirInfo info = d.dir(k);
     for (uint64_t c = info.first_child; c < info.first_child + info.child_count; ++c) {

@@ -39,9 +39,12 @@ Status CheckSuperblock(const Superblock& sb, uint64_t file_size, const std::stri
   }
   if (sb.superblock_size != kSuperblockSize) return bad("unexpected superblock size");
   if ((sb.incompat_flags & ~kKnownIncompatFlags) != 0) {
-    return Status::NotSupported(path + ": volume uses unknown features (incompat flags 0x" +
-                                std::to_string(sb.incompat_flags) + ")");
+    char flags[16];
+    std::snprintf(flags, sizeof flags, "0x%x", sb.incompat_flags);
+    return Status::NotSupported(path + ": volume uses unknown features (incompat flags " + flags +
+                                ")");
   }
+  if (file_size < 2 * uint64_t{kSuperblockSize}) return bad("too small to hold two superblocks");
   if (sb.volume_size != file_size) {
     return bad(file_size < sb.volume_size
                    ? "truncated: file has " + std::to_string(file_size) + " bytes, volume needs " +
@@ -49,7 +52,6 @@ Status CheckSuperblock(const Superblock& sb, uint64_t file_size, const std::stri
                    : "file has " + std::to_string(file_size) + " bytes, volume has only " +
                          std::to_string(sb.volume_size));
   }
-  if (file_size < 2 * uint64_t{kSuperblockSize}) return bad("too small to hold two superblocks");
   if (sb.target_count == 0 || sb.target_count > kMaxTargets || sb.target_index >= sb.target_count) {
     return bad("bad target table");
   }
@@ -85,8 +87,10 @@ Status CheckSuperblock(const Superblock& sb, uint64_t file_size, const std::stri
   if (d->offset < m->offset + m->length && m->offset < d->offset + d->length) {
     return bad("data and directory regions overlap");
   }
-  for (uint32_t t = 0; t < sb.target_count; ++t) {
-    if (sb.targets[t].path_length > kMaxTargetPath) return bad("bad target path length");
+  // Version 1: the one target is the file itself.
+  const TargetEntry& self = sb.targets[0];
+  if (self.size != sb.volume_size || self.path_length != 0 || self.flags != 0) {
+    return bad("bad target table");
   }
   return Status::Ok();
 }

@@ -67,11 +67,17 @@ Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path) {
     return Status::Corruption(path + ": directory checksum mismatch (stored " + Hex32(dir->crc32c) +
                               ", computed " + Hex32(crc) + ")");
   }
-  DLFS_ASSIGN_OR_RETURN(
-      SampleDirectory directory,
-      SampleDirectory::Create(std::move(region), dir->length, sb.sample_count, sb.dir_count,
-                              sb.class_count, data->offset, data->offset + data->length,
-                              sb.target_count, path));
+  SampleDirectory::Expected expected;
+  expected.sample_count = sb.sample_count;
+  expected.dir_count = sb.dir_count;
+  expected.class_count = sb.class_count;
+  expected.data_bytes = sb.data_bytes;
+  expected.data_begin = data->offset;
+  expected.data_end = data->offset + data->length;
+  expected.data_alignment = sb.data_alignment;
+  expected.target_count = sb.target_count;
+  DLFS_ASSIGN_OR_RETURN(SampleDirectory directory,
+                        SampleDirectory::Create(std::move(region), dir->length, expected, path));
 
   std::shared_ptr<Volume> v(new Volume());
   v->path_ = path;

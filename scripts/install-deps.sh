@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what dlfs needs to build, test and run its demo on Debian 12.
+# Runs apt-get only when something is missing (needs root then).
+set -euo pipefail
+
+PACKAGES=(
+  # build
+  build-essential cmake ninja-build pkg-config git
+  # libraries
+  libisal-dev libarchive-dev zlib1g-dev libcli11-dev nlohmann-json3-dev
+  # tests and benchmarks
+  libgtest-dev libbenchmark-dev python3 python3-pytest python3-torchvision
+  # the built-in default data set
+  dataset-fashion-mnist
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+echo "installing: ${missing[*]}" >&2
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,198 @@
+"""The dlfs CLI as a user meets it: outputs, exit codes, error messages."""
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+VERBS = ["pack", "info", "ls", "cat", "verify"]
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_every_verb_has_help(run, verb):
+    proc = run(verb, "--help", check=0)
+    assert b"Usage" in proc.stdout or b"usage" in proc.stdout.lower()
+
+
+def test_usage_errors_exit_2(run):
+    assert run().returncode == 2
+    assert run("frobnicate").returncode == 2
+    assert run("info").returncode == 2  # missing VOL
+    assert run("pack", "x", "-o", "y", "--from", "zip").returncode == 2
+
+
+def test_info_json_fields(run, volume):
+    vol, files = volume
+    info = json.loads(run("info", vol, "--json", check=0).stdout)
+    assert info["samples"] == len(files)
+    assert info["bytes"] == sum(len(d) for d in files.values())
+    assert info["classes"] == 3
+    assert info["class_names"] == ["Emu", "cat", "dog"]
+    assert info["format_version"] == 1
+    assert info["targets"] == [str(vol)]
+    text = run("info", vol, check=0).stdout.decode()
+    assert "samples      5" in text
+
+
+def test_ls_json_lines(run, volume):
+    vol, files = volume
+    top = [json.loads(line) for line in run("ls", vol, "--json", check=0).stdout.splitlines()]
+    assert [e["path"] for e in top] == ["Emu", "cat", "dog"]
+    assert all(e["type"] == "dir" for e in top)
+    rows = [json.loads(l) for l in run("ls", vol, "-r", "--json", check=0).stdout.splitlines()]
+    assert {r["path"] for r in rows} == set(files)
+    for r in rows:
+        assert set(r) >= {"path", "index", "size", "label"}
+        assert r["size"] == len(files[r["path"]])
+    dog = [json.loads(l) for l in run("ls", vol, "dog", "--json", check=0).stdout.splitlines()]
+    assert [e["path"] for e in dog] == ["dog/a", "dog/002.png"]
+    assert run("ls", vol, "nope").returncode == 2
+
+
+def test_cat_returns_exact_bytes(run, volume):
+    vol, files = volume
+    for rel, data in files.items():
+        assert run("cat", vol, rel, check=0).stdout == data
+    rows = [json.loads(l) for l in run("ls", vol, "-r", "--json", check=0).stdout.splitlines()]
+    for r in rows:
+        assert run("cat", vol, "--index", r["index"], check=0).stdout == files[r["path"]]
+    missing = run("cat", vol, "cat/999.png")
+    assert missing.returncode == 2
+    assert b"cat/999.png" in missing.stderr
+    assert run("cat", vol, "--index", 99).returncode == 2
+    assert run("cat", vol).returncode == 2
+
+
+def test_verify_names_each_bad_sample(run, volume):
+    vol, files = volume
+    assert b"0 bad" in run("verify", vol, check=0).stdout
+    rows = {json.loads(l)["path"]: json.loads(l) for l in
+            run("ls", vol, "-r", "--json", check=0).stdout.splitlines()}
+    # Find where each sample's bytes are and damage two of them.
+    raw = bytearray(vol.read_bytes())
+    for rel in ["cat/001.png", "Emu/x.png"]:
+        pos = raw.find(files[rel])
+        assert pos > 0
+        raw[pos + 2] ^= 0xFF
+    vol.write_bytes(bytes(raw))
+    proc = run("verify", vol)
+    assert proc.returncode == 1
+    err = proc.stderr.decode()
+    assert "'cat/001.png': checksum mismatch" in err
+    assert "'Emu/x.png': checksum mismatch" in err
+    assert "cat/002.png" not in err
+    assert b"2 bad" in proc.stdout
+    # Reads check checksums too, unless told not to.
+    assert run("cat", vol, "cat/001.png").returncode == 2
+    assert run("cat", vol, "cat/001.png", "--no-verify", check=0).stdout != files["cat/001.png"]
+    assert run("cat", vol, "cat/002.png", check=0).stdout == files["cat/002.png"]
+
+
+@pytest.mark.parametrize("damage", ["magic", "superblock", "directory", "truncate", "empty"])
+def test_bad_volumes_exit_2_naming_the_file(run, volume, damage):
+    vol, _ = volume
+    raw = bytearray(vol.read_bytes())
+    info = json.loads(run("info", vol, "--json", check=0).stdout)
+    if damage == "magic":
+        raw[0:8] = b"NOTDLFS!"
+    elif damage == "superblock":
+        raw[60] ^= 1
+    elif damage == "directory":
+        raw[raw.find(b"DLDR") + 20] ^= 1  # inside the directory region's header
+    elif damage == "truncate":
+        raw = raw[: len(raw) // 2]
+    elif damage == "empty":
+        raw = bytearray()
+    vol.write_bytes(bytes(raw))
+    for verb in ["info", "ls", "verify"]:
+        proc = run(verb, vol)
+        assert proc.returncode == 2, (verb, proc.stderr)
+        assert str(vol).encode() in proc.stderr
+        assert b"Traceback" not in proc.stderr and b"terminate" not in proc.stderr
+    assert info["samples"] == 5
+
+
+def test_pack_refuses_to_overwrite_without_force(run, tree, tmp_path):
+    root, _ = tree
+    vol = tmp_path / "existing.dlfs"
+    vol.write_bytes(b"my thesis")
+    proc = run("pack", root, "-o", vol)
+    assert proc.returncode == 2
+    assert b"already exists" in proc.stderr and b"--force" in proc.stderr
+    assert vol.read_bytes() == b"my thesis"
+    run("pack", root, "-o", vol, "--force", "-q", check=0)
+    assert json.loads(run("info", vol, "--json", check=0).stdout)["samples"] == 5
+
+
+def test_pack_unreadable_source(run, tree, tmp_path):
+    root, _ = tree
+    os.symlink("/nonexistent", root / "cat" / "003.png")
+    vol = tmp_path / "v.dlfs"
+    proc = run("pack", root, "-o", vol)
+    assert proc.returncode == 2
+    assert b"cat/003.png" in proc.stderr
+    assert not vol.exists()
+    proc = run("pack", root, "-o", vol, "--skip-unreadable", check=0)
+    assert b"skipped 1" in proc.stdout
+    assert json.loads(run("info", vol, "--json", check=0).stdout)["samples"] == 5
+
+
+def test_pack_class_names(run, tmp_path):
+    src = tmp_path / "shards"
+    src.mkdir()
+    import tarfile, io
+    with tarfile.open(src / "a.tar", "w") as tar:
+        for key, label in [("k0", 0), ("k1", 2)]:
+            for ext, data in [(".cls", str(label).encode()), (".bin", key.encode())]:
+                ti = tarfile.TarInfo(key + ext)
+                ti.size = len(data)
+                tar.addfile(ti, io.BytesIO(data))
+    names = tmp_path / "names.txt"
+    names.write_text("zero\none\ntwo\n")
+    vol = tmp_path / "v.dlfs"
+    run("pack", src, "-o", vol, "--class-names", f"@{names}", "-q", check=0)
+    info = json.loads(run("info", vol, "--json", check=0).stdout)
+    assert info["class_names"] == ["zero", "one", "two"]
+    rows = [json.loads(l) for l in run("ls", vol, "--json", check=0).stdout.splitlines()]
+    assert [(r["path"], r["label"], r["class"]) for r in rows] == [
+        ("k0.bin", 0, "zero"), ("k1.bin", 2, "two")]
+
+
+def _big_tree(root, files=300, size=1 << 20):
+    root.mkdir()
+    for c in range(3):
+        (root / f"c{c}").mkdir()
+    for i in range(files):
+        with open(root / f"c{i % 3}" / f"{i:05d}.bin", "wb") as f:
+            f.truncate(size)  # sparse: cheap to make, real bytes to pack
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_interrupted_pack_leaves_no_volume(dlfs_bin, run, tmp_path, sig):
+    src = tmp_path / "src"
+    _big_tree(src)
+    out = tmp_path / "out"
+    out.mkdir()
+    vol = out / "v.dlfs"
+    proc = subprocess.Popen([dlfs_bin, "pack", str(src), "-o", str(vol), "-q"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 30
+    while time.time() < deadline and not any(out.iterdir()):
+        time.sleep(0.001)
+    assert proc.poll() is None, "pack finished before it could be interrupted"
+    time.sleep(0.05)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert not vol.exists()
+    leftovers = list(out.iterdir())
+    if sig == signal.SIGINT:
+        assert leftovers == [], leftovers  # cleaned up on the way out
+        assert b"interrupted" in err
+    for tmp in leftovers:  # SIGKILL leaves the temporary file: not a volume
+        assert ".tmp." in tmp.name
+        proc = run("info", tmp)
+        assert proc.returncode == 2
+        assert b"not a dlfs volume" in proc.stderr or b"too small" in proc.stderr

@@ -1,0 +1,158 @@
+#include "dlfs/builder.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "dlfs/volume.h"
+#include "testutil.h"
+
+namespace dlfs {
+namespace {
+
+using testing::Bytes;
+using testing::TempDir;
+
+// Names in `dir` other than `keep` (to spot leftover temporary files).
+std::vector<std::string> Leftovers(const std::string& dir, const std::string& keep = "") {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().filename() != keep) out.push_back(e.path().filename());
+  }
+  return out;
+}
+
+TEST(BuilderTest, RefusesToOverwriteUnlessAsked) {
+  TempDir tmp;
+  const std::string vol = tmp / "v.dlfs";
+  testing::WriteFile(vol, Bytes("user data"));
+  auto b = VolumeBuilder::Create(vol);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(b.status().message().find(vol), std::string::npos);
+  EXPECT_EQ(testing::ReadFile(vol), Bytes("user data"));
+
+  auto f = VolumeBuilder::Create(vol, {.overwrite = true});
+  ASSERT_TRUE(f.ok());
+  ASSERT_OK((*f)->Add("x", Bytes("new")));
+  ASSERT_OK((*f)->Finish());
+  auto v = Volume::Open(vol);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(*(*v)->Read(0), Bytes("new"));
+}
+
+TEST(BuilderTest, DestinationCreatedDuringPackIsNotReplaced) {
+  TempDir tmp;
+  const std::string vol = tmp / "v.dlfs";
+  auto b = VolumeBuilder::Create(vol);
+  ASSERT_TRUE(b.ok());
+  ASSERT_OK((*b)->Add("x", Bytes("abc")));
+  testing::WriteFile(vol, Bytes("appeared meanwhile"));
+  const Status st = (*b)->Finish();
+  EXPECT_EQ(st.code(), StatusCode::kAlreadyExists) << st.ToString();
+  EXPECT_EQ(testing::ReadFile(vol), Bytes("appeared meanwhile"));
+  EXPECT_EQ(Leftovers(tmp.path(), "v.dlfs"), std::vector<std::string>{});
+}
+
+TEST(BuilderTest, UnfinishedBuilderLeavesNothing) {
+  TempDir tmp;
+  {
+    auto b = VolumeBuilder::Create(tmp / "v.dlfs");
+    ASSERT_TRUE(b.ok());
+    ASSERT_OK((*b)->Add("x", testing::RandomBytes(100000, 1)));
+    EXPECT_TRUE(std::filesystem::exists((*b)->temp_path()));
+    // The temporary file is not a volume while packing goes on.
+    EXPECT_FALSE(Volume::Open((*b)->temp_path()).ok());
+  }
+  EXPECT_EQ(Leftovers(tmp.path()), std::vector<std::string>{});
+}
+
+TEST(BuilderTest, DuplicatePathsAndSampleDirectoryClashesAreRefused) {
+  TempDir tmp;
+  {
+    auto b = VolumeBuilder::Create(tmp / "v.dlfs");
+    ASSERT_TRUE(b.ok());
+    ASSERT_OK((*b)->Add("a/x", Bytes("1")));
+    ASSERT_OK((*b)->Add("a/x", Bytes("2")));
+    const Status st = (*b)->Finish();
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("'a/x'"), std::string::npos) << st.message();
+  }
+  {
+    auto b = VolumeBuilder::Create(tmp / "v.dlfs");
+    ASSERT_TRUE(b.ok());
+    ASSERT_OK((*b)->Add("a/x", Bytes("1")));
+    ASSERT_OK((*b)->Add("a/x/y", Bytes("2")));
+    const Status st = (*b)->Finish();
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("both a sample and a directory"), std::string::npos)
+        << st.message();
+  }
+  EXPECT_EQ(Leftovers(tmp.path()), std::vector<std::string>{});
+}
+
+TEST(BuilderTest, BadPathsAndOptionsAreRefused) {
+  TempDir tmp;
+  EXPECT_EQ(VolumeBuilder::Create(tmp / "v", {.align = 3}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(VolumeBuilder::Create(tmp / "v", {.align = 2u << 20}).status().code(),
+            StatusCode::kInvalidArgument);
+  auto b = VolumeBuilder::Create(tmp / "v");
+  ASSERT_TRUE(b.ok());
+  for (const char* bad : {"", "a//b", "../x", "a/./b", "a/", "x/.."}) {
+    EXPECT_EQ((*b)->Add(bad, Bytes("1")).code(), StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_EQ((*b)->Add(std::string_view("a\0b", 3), Bytes("1")).code(),
+            StatusCode::kInvalidArgument);
+  ASSERT_OK((*b)->Add("ok", Bytes("1")));
+  ASSERT_OK((*b)->Finish());
+  auto v = Volume::Open(tmp / "v");
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ((*v)->size(), 1u);
+  EXPECT_EQ((*v)->directory().dir_count(), 1u);  // rejected paths left no directories
+}
+
+TEST(BuilderTest, AbortedSamplesLeaveNoTrace) {
+  TempDir tmp;
+  auto b = VolumeBuilder::Create(tmp / "v.dlfs");
+  ASSERT_TRUE(b.ok());
+  const auto first = testing::RandomBytes(3000, 1);
+  const auto big = testing::RandomBytes(20u << 20, 2);  // spans several write buffers
+  const auto last = testing::RandomBytes(5000, 3);
+  ASSERT_OK((*b)->Add("first", first, 0));
+  ASSERT_OK((*b)->BeginSample("dropped", 1));
+  ASSERT_OK((*b)->Append(big));
+  (*b)->AbortSample();
+  ASSERT_OK((*b)->BeginSample("last", 2));
+  ASSERT_OK((*b)->Append(std::span(last).first(1000)));
+  ASSERT_OK((*b)->Append(std::span(last).subspan(1000)));
+  ASSERT_OK((*b)->EndSample());
+  EXPECT_EQ((*b)->data_bytes(), first.size() + last.size());
+  ASSERT_OK((*b)->Finish());
+  auto v = Volume::Open(tmp / "v.dlfs");
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_EQ((*v)->size(), 2u);
+  EXPECT_EQ(*(*v)->Read(*(*v)->directory().Lookup("first")), first);
+  EXPECT_EQ(*(*v)->Read(*(*v)->directory().Lookup("last")), last);
+  // The dropped sample's bytes were cut off: the file is small again.
+  EXPECT_LT((*v)->info().volume_size, 64u * 1024);
+}
+
+TEST(BuilderTest, ClassCountCoversNamesAndLabels) {
+  TempDir tmp;
+  auto b = VolumeBuilder::Create(tmp / "v.dlfs");
+  ASSERT_TRUE(b.ok());
+  (*b)->SetClassNames({"zero", "one"});
+  ASSERT_OK((*b)->Add("a", Bytes("1"), 4));
+  EXPECT_EQ((*b)->class_count(), 5u);
+  ASSERT_OK((*b)->Finish());
+  auto v = Volume::Open(tmp / "v.dlfs");
+  ASSERT_TRUE(v.ok());
+  const SampleDirectory& d = (*v)->directory();
+  ASSERT_EQ(d.class_count(), 5u);
+  EXPECT_EQ(d.class_name(1), "one");
+  EXPECT_EQ(d.class_name(4), "4");
+}
+
+}  // namespace
+}  // namespace dlfs

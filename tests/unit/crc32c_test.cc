@@ -1,0 +1,31 @@
+#include "common/crc32c.h"
+
+#include <string>
+
+#include "testutil.h"
+
+namespace dlfs {
+namespace {
+
+TEST(Crc32cTest, StandardCheckValues) {
+  // RFC 3720 B.4 and the common "123456789" check value.
+  EXPECT_EQ(crc32c::Value("123456789", 9), 0xE3069283u);
+  const std::string zeros(32, '\0');
+  EXPECT_EQ(crc32c::Value(zeros.data(), zeros.size()), 0x8A9136AAu);
+  const std::string ones(32, '\xff');
+  EXPECT_EQ(crc32c::Value(ones.data(), ones.size()), 0x62A8AB43u);
+  EXPECT_EQ(crc32c::Value("", 0), 0u);
+}
+
+TEST(Crc32cTest, ExtendEqualsWholeBuffer) {
+  const auto data = testing::RandomBytes(10000, 7);
+  const uint32_t whole = crc32c::Value(data.data(), data.size());
+  for (size_t split : {size_t{0}, size_t{1}, size_t{63}, size_t{4096}, size_t{9999}}) {
+    uint32_t crc = crc32c::Extend(0, data.data(), split);
+    crc = crc32c::Extend(crc, data.data() + split, data.size() - split);
+    EXPECT_EQ(crc, whole) << "split at " << split;
+  }
+}
+
+}  // namespace
+}  // namespace dlfs

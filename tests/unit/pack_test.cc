@@ -1,0 +1,363 @@
+#include "dlfs/pack.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <filesystem>
+
+#include "dlfs/volume.h"
+#include "testutil.h"
+
+namespace dlfs {
+namespace {
+
+using testing::Bytes;
+using testing::TempDir;
+
+Result<PackStats> PackQuiet(const std::string& src, const std::string& vol, PackOptions opt = {}) {
+  return Pack(src, vol, opt);
+}
+
+std::vector<std::string> DirEntries(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) out.push_back(e.path().filename());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// ---- ImageFolder -------------------------------------------------------------
+
+TEST(PackImageFolderTest, LabelsFollowSortedClassDirectories) {
+  TempDir tmp;
+  const std::string src = tmp / "src";
+  // Created out of order; ImageFolder sorts byte-wise: "Zebra" < "apple" < "banana".
+  const std::map<std::string, std::string> files = {
+      {"banana/1.png", "b1"},  {"apple/2.png", "a2"},     {"apple/1.png", "a1"},
+      {"Zebra/z.png", "z"},    {"apple/sub/3.png", "a3"}, {"notes.txt", "root file"},
+      {"banana/empty.png", ""}};
+  for (const auto& [p, d] : files) testing::WriteFile(src + "/" + p, Bytes(d));
+  std::filesystem::create_directories(src + "/empty_class");
+
+  auto stats = PackQuiet(src, tmp / "v.dlfs");
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->from, SourceKind::kImageFolder);
+  EXPECT_EQ(stats->samples, files.size());
+  EXPECT_EQ(stats->classes, 4u);
+
+  auto v = Volume::Open(tmp / "v.dlfs");
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  const SampleDirectory& d = (*v)->directory();
+  const std::vector<std::string> classes = {"Zebra", "apple", "banana", "empty_class"};
+  ASSERT_EQ(d.class_count(), classes.size());
+  for (size_t c = 0; c < classes.size(); ++c) EXPECT_EQ(d.class_name(c), classes[c]);
+  for (const auto& [p, data] : files) {
+    auto idx = d.Lookup(p);
+    ASSERT_TRUE(idx.ok()) << p;
+    EXPECT_EQ(*(*v)->Read(*idx), Bytes(data)) << p;
+    const std::string top = p.substr(0, p.find('/'));
+    const auto it = std::find(classes.begin(), classes.end(), top);
+    const uint32_t want =
+        it == classes.end() ? kNoLabel : static_cast<uint32_t>(it - classes.begin());
+    EXPECT_EQ(d.label(*idx), want) << p;
+  }
+}
+
+TEST(PackImageFolderTest, UnreadableSourceIsNamedOrSkipped) {
+  TempDir tmp;
+  const std::string src = tmp / "src";
+  testing::WriteFile(src + "/a/1.png", Bytes("1"));
+  testing::WriteFile(src + "/a/3.png", Bytes("3"));
+  ASSERT_EQ(::symlink("/nonexistent/target", (src + "/a/2.png").c_str()), 0);
+
+  auto failed = PackQuiet(src, tmp / "v.dlfs");
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("a/2.png"), std::string::npos)
+      << failed.status().message();
+  EXPECT_NE(failed.status().message().find("--skip-unreadable"), std::string::npos);
+  // An interrupted pack leaves neither a volume nor a temporary file.
+  EXPECT_EQ(DirEntries(tmp.path()), std::vector<std::string>{"src"});
+
+  PackOptions skip;
+  skip.skip_unreadable = true;
+  auto stats = PackQuiet(src, tmp / "v.dlfs", skip);
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->samples, 2u);
+  EXPECT_EQ(stats->skipped, 1u);
+  ASSERT_EQ(stats->skipped_examples.size(), 1u);
+  EXPECT_NE(stats->skipped_examples[0].find("a/2.png"), std::string::npos);
+}
+
+TEST(PackImageFolderTest, FifoIsNotReadAsASample) {
+  TempDir tmp;
+  const std::string src = tmp / "src";
+  testing::WriteFile(src + "/a/1.png", Bytes("1"));
+  ASSERT_EQ(::mkfifo((src + "/a/pipe").c_str(), 0644), 0);
+  auto r = PackQuiet(src, tmp / "v.dlfs");  // must not block on the FIFO
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("not a regular file"), std::string::npos);
+}
+
+TEST(PackTest, ExistingVolumeNeedsForceAndCancelLeavesNothing) {
+  TempDir tmp;
+  const std::string src = tmp / "src";
+  testing::WriteFile(src + "/a/1.png", Bytes("1"));
+  testing::WriteFile(tmp / "v.dlfs", Bytes("precious"));
+  auto r = PackQuiet(src, tmp / "v.dlfs");
+  EXPECT_EQ(r.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(testing::ReadFile(tmp / "v.dlfs"), Bytes("precious"));
+
+  std::atomic<bool> cancel{true};
+  PackOptions opt;
+  opt.overwrite = true;
+  opt.cancel = &cancel;
+  r = PackQuiet(src, tmp / "v.dlfs", opt);
+  EXPECT_EQ(r.status().code(), StatusCode::kCancelled);
+  EXPECT_EQ(testing::ReadFile(tmp / "v.dlfs"), Bytes("precious"));
+  EXPECT_EQ(DirEntries(tmp.path()), (std::vector<std::string>{"src", "v.dlfs"}));
+
+  cancel = false;
+  ASSERT_TRUE(PackQuiet(src, tmp / "v.dlfs", opt).ok());
+  EXPECT_TRUE(Volume::Open(tmp / "v.dlfs").ok());
+}
+
+// ---- IDX ---------------------------------------------------------------------
+
+void PutBE32(std::string* s, uint32_t v) {
+  for (int k = 3; k >= 0; --k) s->push_back(static_cast<char>((v >> (8 * k)) & 0xff));
+}
+
+// Writes an IDX pair with `n` images of rows x cols; image i is filled with
+// byte (i * 7 + j) and labelled i % 10.
+void WriteIdx(const std::string& dir, const std::string& split, uint32_t n, uint32_t rows,
+              uint32_t cols, bool gzip) {
+  std::string images, labels;
+  PutBE32(&images, 0x803);
+  PutBE32(&images, n);
+  PutBE32(&images, rows);
+  PutBE32(&images, cols);
+  PutBE32(&labels, 0x801);
+  PutBE32(&labels, n);
+  for (uint32_t i = 0; i < n; ++i) {
+    for (uint32_t j = 0; j < rows * cols; ++j) images.push_back(static_cast<char>(i * 7 + j));
+    labels.push_back(static_cast<char>(i % 10));
+  }
+  auto write = [&](const std::string& name, const std::string& data) {
+    const std::string path = dir + "/" + name + (gzip ? ".gz" : "");
+    std::filesystem::create_directories(dir);
+    if (gzip) {
+      gzFile f = gzopen(path.c_str(), "wb");
+      ASSERT_NE(f, nullptr);
+      ASSERT_EQ(gzwrite(f, data.data(), static_cast<unsigned>(data.size())),
+                static_cast<int>(data.size()));
+      gzclose(f);
+    } else {
+      testing::WriteFile(path, Bytes(data));
+    }
+  };
+  write(split + "-images-idx3-ubyte", images);
+  write(split + "-labels-idx1-ubyte", labels);
+}
+
+TEST(PackIdxTest, GzippedAndPlainSplits) {
+  TempDir tmp;
+  WriteIdx(tmp / "src", "train", 25, 4, 3, /*gzip=*/true);
+  WriteIdx(tmp / "src", "t10k", 7, 4, 3, /*gzip=*/false);
+  auto stats = PackQuiet(tmp / "src", tmp / "v.dlfs");
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->from, SourceKind::kIdx);
+  EXPECT_EQ(stats->samples, 32u);
+  auto v = Volume::Open(tmp / "v.dlfs");
+  ASSERT_TRUE(v.ok());
+  const SampleDirectory& d = (*v)->directory();
+  for (auto [split, n] : {std::pair{"train", 25u}, std::pair{"test", 7u}}) {
+    for (uint32_t i = 0; i < n; ++i) {
+      char name[32];
+      std::snprintf(name, sizeof name, "%s/%05u", split, i);
+      auto idx = d.Lookup(name);
+      ASSERT_TRUE(idx.ok()) << name;
+      EXPECT_EQ(d.label(*idx), i % 10);
+      std::vector<std::byte> want(12);
+      for (uint32_t j = 0; j < 12; ++j) want[j] = static_cast<std::byte>(i * 7 + j);
+      EXPECT_EQ(*(*v)->Read(*idx), want) << name;
+    }
+  }
+}
+
+TEST(PackIdxTest, BrokenFilesAreNamed) {
+  TempDir tmp;
+  WriteIdx(tmp / "src", "train", 5, 2, 2, false);
+  // Labels file says 6 entries.
+  std::string labels;
+  PutBE32(&labels, 0x801);
+  PutBE32(&labels, 6);
+  labels.append(6, '\1');
+  testing::WriteFile(tmp / "src/train-labels-idx1-ubyte", Bytes(labels));
+  auto r = PackQuiet(tmp / "src", tmp / "v.dlfs");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("train-labels-idx1-ubyte: has 6 labels"), std::string::npos)
+      << r.status().message();
+
+  // Images cut short.
+  WriteIdx(tmp / "src2", "train", 5, 2, 2, false);
+  std::filesystem::resize_file(tmp / "src2/train-images-idx3-ubyte", 16 + 4 * 3 + 1);
+  r = PackQuiet(tmp / "src2", tmp / "v.dlfs");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(r.status().message().find("train-images-idx3-ubyte: truncated while reading image 3"),
+            std::string::npos)
+      << r.status().message();
+
+  // Not IDX at all.
+  testing::WriteFile(tmp / "src3/train-images-idx3-ubyte", Bytes("GIF89a..........."));
+  testing::WriteFile(tmp / "src3/train-labels-idx1-ubyte", Bytes("x"));
+  r = PackQuiet(tmp / "src3", tmp / "v.dlfs");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("train-images-idx3-ubyte: not an IDX file"),
+            std::string::npos)
+      << r.status().message();
+  EXPECT_FALSE(std::filesystem::exists(tmp / "v.dlfs"));
+}
+
+// The real data set from Debian's dataset-fashion-mnist package.
+TEST(PackIdxTest, FashionMnistFromDebianPackage) {
+  const std::string src = "/usr/share/datasets/fashion-mnist";
+  if (!std::filesystem::exists(src + "/train-labels-idx1-ubyte.gz")) {
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  }
+  TempDir tmp;
+  auto stats = PackQuiet(src, tmp / "f.dlfs");
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->samples, 70000u);
+  EXPECT_EQ(stats->bytes, 70000u * 784);
+  EXPECT_EQ(stats->classes, 10u);
+  auto v = Volume::Open(tmp / "f.dlfs");
+  ASSERT_TRUE(v.ok());
+  const SampleDirectory& d = (*v)->directory();
+
+  // Labels and pixels read independently from the IDX files.
+  for (auto [file, split, n] :
+       {std::tuple{"train", "train", 60000u}, std::tuple{"t10k", "test", 10000u}}) {
+    gzFile lf = gzopen((src + "/" + file + "-labels-idx1-ubyte.gz").c_str(), "rb");
+    gzFile imf = gzopen((src + "/" + file + "-images-idx3-ubyte.gz").c_str(), "rb");
+    ASSERT_TRUE(lf && imf);
+    std::vector<unsigned char> labels(8 + n), images(16 + size_t{n} * 784);
+    ASSERT_EQ(gzread(lf, labels.data(), labels.size()), static_cast<int>(labels.size()));
+    ASSERT_EQ(gzread(imf, images.data(), images.size()), static_cast<int>(images.size()));
+    gzclose(lf);
+    gzclose(imf);
+    const DirInfo info = d.dir(d.Resolve(split)->index);
+    ASSERT_EQ(info.sample_count, n);
+    for (uint32_t i = 0; i < n; ++i) {
+      const uint64_t idx = info.first_sample + i;
+      char name[32];
+      std::snprintf(name, sizeof name, "%s/%05u", split, i);
+      ASSERT_EQ(d.Path(idx), name);
+      ASSERT_EQ(d.label(idx), labels[8 + i]) << name;
+      if (i % 997 == 0) {
+        auto bytes = (*v)->Read(idx);
+        ASSERT_TRUE(bytes.ok());
+        ASSERT_EQ(std::memcmp(bytes->data(), images.data() + 16 + size_t{i} * 784, 784), 0);
+      }
+    }
+  }
+}
+
+// ---- Tar shards ----------------------------------------------------------------
+
+void WriteTar(const std::string& path,
+              const std::vector<std::pair<std::string, std::string>>& members, bool gzip) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  archive* a = archive_write_new();
+  archive_write_set_format_pax_restricted(a);
+  if (gzip) archive_write_add_filter_gzip(a);
+  ASSERT_EQ(archive_write_open_filename(a, path.c_str()), ARCHIVE_OK);
+  for (const auto& [name, data] : members) {
+    archive_entry* e = archive_entry_new();
+    archive_entry_set_pathname(e, name.c_str());
+    archive_entry_set_size(e, static_cast<la_int64_t>(data.size()));
+    archive_entry_set_filetype(e, AE_IFREG);
+    archive_entry_set_perm(e, 0644);
+    archive_write_header(a, e);
+    archive_write_data(a, data.data(), data.size());
+    archive_entry_free(e);
+  }
+  archive_write_close(a);
+  archive_write_free(a);
+}
+
+TEST(PackTarTest, WebDatasetKeysAndClsLabels) {
+  TempDir tmp;
+  std::filesystem::create_directories(tmp / "shards");
+  WriteTar(tmp / "shards/shard-000.tar",
+           {{"./s/000.cls", "3\n"},
+            {"./s/000.jpg", "jpeg-0"},
+            {"s/001.cls", " 7 "},
+            {"s/001.jpg", "jpeg-1"},
+            {"s/001.json", "{}"},
+            {"s/002.png", "png-2"}},
+           false);
+  WriteTar(tmp / "shards/shard-001.tar.gz", {{"t/100.seg.png", "seg"}, {"t/100.cls", "1"}}, true);
+  auto stats = PackQuiet(tmp / "shards", tmp / "v.dlfs");
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->from, SourceKind::kTar);
+  EXPECT_EQ(stats->samples, 5u);
+  auto v = Volume::Open(tmp / "v.dlfs");
+  ASSERT_TRUE(v.ok());
+  const SampleDirectory& d = (*v)->directory();
+  const std::vector<std::tuple<std::string, std::string, uint32_t>> want = {
+      {"s/000.jpg", "jpeg-0", 3},
+      {"s/001.jpg", "jpeg-1", 7},
+      {"s/001.json", "{}", 7},
+      {"s/002.png", "png-2", kNoLabel},
+      {"t/100.seg.png", "seg", 1}};
+  for (const auto& [path, data, label] : want) {
+    auto idx = d.Lookup(path);
+    ASSERT_TRUE(idx.ok()) << path;
+    EXPECT_EQ(*(*v)->Read(*idx), Bytes(data)) << path;
+    EXPECT_EQ(d.label(*idx), label) << path;
+  }
+  EXPECT_FALSE(d.Lookup("s/000.cls").ok());
+}
+
+TEST(PackTarTest, BadShardsAreNamed) {
+  TempDir tmp;
+  WriteTar(tmp / "bad-cls.tar", {{"a.cls", "cat"}, {"a.jpg", "x"}}, false);
+  auto r = PackQuiet(tmp / "bad-cls.tar", tmp / "v.dlfs");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("bad-cls.tar: member 'a.cls' is not a class number"),
+            std::string::npos)
+      << r.status().message();
+
+  WriteTar(tmp / "cut.tar", {{"a.jpg", std::string(5000, 'x')}, {"b.jpg", std::string(5000, 'y')}},
+           false);
+  std::filesystem::resize_file(tmp / "cut.tar", 3000);
+  r = PackQuiet(tmp / "cut.tar", tmp / "v.dlfs");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("cut.tar"), std::string::npos) << r.status().message();
+
+  testing::WriteFile(tmp / "junk.tar", testing::RandomBytes(4096, 9));
+  r = PackQuiet(tmp / "junk.tar", tmp / "v.dlfs");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("junk.tar"), std::string::npos) << r.status().message();
+  EXPECT_FALSE(std::filesystem::exists(tmp / "v.dlfs"));
+}
+
+TEST(PackTest, DetectsSourceKinds) {
+  TempDir tmp;
+  testing::WriteFile(tmp / "tree/a/1.png", Bytes("1"));
+  WriteIdx(tmp / "idx", "train", 1, 1, 1, true);
+  WriteTar(tmp / "tars/x.tar", {{"a.jpg", "1"}}, false);
+  EXPECT_EQ(*DetectSourceKind(tmp / "tree"), SourceKind::kImageFolder);
+  EXPECT_EQ(*DetectSourceKind(tmp / "idx"), SourceKind::kIdx);
+  EXPECT_EQ(*DetectSourceKind(tmp / "tars"), SourceKind::kTar);
+  EXPECT_EQ(*DetectSourceKind(tmp / "tars/x.tar"), SourceKind::kTar);
+  EXPECT_EQ(DetectSourceKind(tmp / "missing").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(DetectSourceKind(tmp / "tree/a/1.png").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseSourceKind("lmdb").status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace dlfs
