@@ -1,15 +1,21 @@
 #include "commands.h"
 
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "dlfs/loader.h"
 #include "dlfs/pack.h"
+#include "dlfs/sampler.h"
 #include "dlfs/verify.h"
 #include "dlfs/volume.h"
 
@@ -272,6 +278,159 @@ int RunVerify(const VerifyArgs& args) {
               static_cast<unsigned long long>(report.bad_samples),
               report.backup_superblock.ok() ? "" : ", superblock copy damaged");
   return report.bad_samples == 0 && report.backup_superblock.ok() ? kExitOk : kExitDamaged;
+}
+
+int RunEpoch(const EpochArgs& args) {
+  auto vol = OpenVolume(args.volume);
+  if (!vol.ok()) return Fail(vol.status());
+  SamplerOptions so;
+  so.shuffle = !args.no_shuffle;
+  so.seed = args.seed;
+  so.rank = args.rank;
+  so.world_size = args.world;
+  so.batch_size = args.batch;
+  so.drop_last = args.drop_last;
+  auto sampler = Sampler::Create((*vol)->size(), so);
+  if (!sampler.ok()) return Fail(sampler.status());
+  std::string out;
+  for (uint64_t i : sampler->RankIndices(args.epoch)) {
+    out += std::to_string(i);
+    out += '\n';
+    if (out.size() > (1 << 16)) {
+      std::fwrite(out.data(), 1, out.size(), stdout);
+      out.clear();
+    }
+  }
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return kExitOk;
+}
+
+namespace {
+
+double CpuSeconds() {
+  rusage ru;
+  ::getrusage(RUSAGE_SELF, &ru);
+  auto sec = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
+  return sec(ru.ru_utime) + sec(ru.ru_stime);
+}
+
+// Empties the page cache so the next epoch reads from the device: all of it
+// when we may (root), else just this volume's pages.
+std::string DropCache(const Volume& vol) {
+  ::sync();
+  if (FILE* f = std::fopen("/proc/sys/vm/drop_caches", "w")) {
+    const bool ok = std::fputs("3", f) >= 0;
+    if (std::fclose(f) == 0 && ok) return "dropped the page cache";
+  }
+  ::posix_fadvise(vol.target_fd(0), 0, 0, POSIX_FADV_DONTNEED);
+  return "evicted the volume from the page cache (fadvise)";
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t k = std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
+  return v[k];
+}
+
+}  // namespace
+
+int RunBench(const BenchArgs& args) {
+  auto vol = OpenVolume(args.volume);
+  if (!vol.ok()) return Fail(vol.status());
+  auto engine = ParseEngineKind(args.engine);
+  if (!engine.ok()) return Fail(engine.status());
+  LoaderOptions o;
+  o.batch_size = args.batch;
+  o.seed = args.seed;
+  o.queue_depth = args.queue_depth;
+  o.io_threads = args.io_threads;
+  o.prefetch_batches = args.prefetch;
+  o.engine = *engine;
+  o.direct_io = !args.buffered;
+  o.sqpoll = args.sqpoll;
+  o.verify_checksums = !args.no_verify;
+  o.coalesce = !args.no_coalesce;
+  o.coalesce_gap = args.coalesce_gap;
+  auto loader = Loader::Create(*vol, o);
+  if (!loader.ok()) return Fail(loader.status());
+
+  json epochs = json::array();
+  std::vector<double> latencies;
+  uint64_t total_samples = 0, total_bytes = 0, total_device = 0;
+  double total_seconds = 0, total_cpu = 0;
+  std::string cache_note;
+  for (uint32_t e = 0; e < args.epochs; ++e) {
+    if (args.drop_cache) cache_note = DropCache(**vol);
+    const double cpu0 = CpuSeconds();
+    const auto t0 = std::chrono::steady_clock::now();
+    (*loader)->SetEpoch(e);
+    uint64_t samples = 0, bytes = 0, device = 0;
+    Batch batch;
+    while (true) {
+      auto more = (*loader)->Next(&batch);
+      if (!more.ok()) return Fail(more.status());
+      if (!*more) break;
+      samples += batch.size();
+      bytes += batch.payload_bytes();
+      device += batch.device_bytes();
+      latencies.push_back(batch.io_seconds());
+    }
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double cpu = CpuSeconds() - cpu0;
+    epochs.push_back({{"epoch", e},
+                      {"samples", samples},
+                      {"seconds", secs},
+                      {"samples_per_s", samples / secs},
+                      {"mb_per_s", bytes / secs / 1e6},
+                      {"cpu_s_per_gb", bytes ? cpu / (bytes / 1e9) : 0.0}});
+    if (!args.json) {
+      std::printf("epoch %u: %llu samples in %.2f s: %.0f samples/s, %.1f MB/s, %.3f CPU s/GB\n", e,
+                  static_cast<unsigned long long>(samples), secs, samples / secs,
+                  bytes / secs / 1e6, bytes ? cpu / (bytes / 1e9) : 0.0);
+    }
+    total_samples += samples;
+    total_bytes += bytes;
+    total_device += device;
+    total_seconds += secs;
+    total_cpu += cpu;
+  }
+  const double sps = total_seconds > 0 ? total_samples / total_seconds : 0;
+  const double mbps = total_seconds > 0 ? total_bytes / total_seconds / 1e6 : 0;
+  const double cpu_gb = total_bytes ? total_cpu / (total_bytes / 1e9) : 0;
+  json j = {{"volume", args.volume},
+            {"engine", (*loader)->engine_description()},
+            {"batch", args.batch},
+            {"queue_depth", args.queue_depth},
+            {"io_threads", args.io_threads},
+            {"coalesce", !args.no_coalesce},
+            {"verify", !args.no_verify},
+            {"cache", args.drop_cache ? cache_note : "as is"},
+            {"samples", total_samples},
+            {"payload_bytes", total_bytes},
+            {"device_bytes", total_device},
+            {"seconds", total_seconds},
+            {"samples_per_s", sps},
+            {"mb_per_s", mbps},
+            {"cpu_seconds", total_cpu},
+            {"cpu_s_per_gb", cpu_gb},
+            {"p50_batch_ms", Percentile(latencies, 0.5) * 1e3},
+            {"p99_batch_ms", Percentile(latencies, 0.99) * 1e3},
+            {"epochs", epochs}};
+  if (args.json) {
+    std::cout << j.dump(2) << '\n';
+    return kExitOk;
+  }
+  std::printf("engine       %s\n", (*loader)->engine_description().c_str());
+  if (args.drop_cache) std::printf("cache        %s before each epoch\n", cache_note.c_str());
+  std::printf("samples/s    %.0f\n", sps);
+  std::printf("MB/s         %.1f (payload), %.1f (read from storage)\n", mbps,
+              total_seconds > 0 ? total_device / total_seconds / 1e6 : 0);
+  std::printf("CPU          %.3f s per GB delivered (user+sys)\n", cpu_gb);
+  std::printf("batch I/O    p50 %.2f ms, p99 %.2f ms\n", Percentile(latencies, 0.5) * 1e3,
+              Percentile(latencies, 0.99) * 1e3);
+  return kExitOk;
 }
 
 }  // namespace dlfs::cli

@@ -55,3 +55,38 @@ struct VerifyArgs {
 int RunVerify(const VerifyArgs& args);
 
 }  // namespace dlfs::cli
+
+namespace dlfs::cli {
+
+struct EpochArgs {
+  std::string volume;
+  uint64_t seed = 0;
+  uint64_t epoch = 0;
+  uint32_t rank = 0;
+  uint32_t world = 1;
+  uint32_t batch = 1;
+  bool drop_last = false;
+  bool no_shuffle = false;
+};
+int RunEpoch(const EpochArgs& args);
+
+struct BenchArgs {
+  std::string volume;
+  std::string engine = "auto";
+  uint32_t queue_depth = 64;
+  uint32_t batch = 256;
+  uint32_t epochs = 1;
+  uint32_t io_threads = 1;
+  uint32_t prefetch = 4;
+  uint64_t seed = 0;
+  uint64_t coalesce_gap = 64 << 10;
+  bool no_coalesce = false;
+  bool no_verify = false;
+  bool buffered = false;
+  bool sqpoll = false;
+  bool drop_cache = false;
+  bool json = false;
+};
+int RunBench(const BenchArgs& args);
+
+}  // namespace dlfs::cli

@@ -66,6 +66,47 @@ int main(int argc, char** argv) {
   v->add_flag("-q,--quiet", verify.quiet, "No progress output");
   v->callback([&] { rc = RunVerify(verify); });
 
+  EpochArgs epoch;
+  auto* e = app.add_subcommand(
+      "epoch", "Print the sample indices one rank reads in one epoch, one per line, in order");
+  e->add_option("volume", epoch.volume, "Volume file")->required();
+  e->add_option("--seed", epoch.seed, "Shuffle seed")->capture_default_str();
+  e->add_option("--epoch", epoch.epoch, "Epoch number")->capture_default_str();
+  e->add_option("--rank", epoch.rank, "This rank")->capture_default_str();
+  e->add_option("--world", epoch.world, "Number of ranks")->capture_default_str();
+  e->add_option("--batch", epoch.batch, "Batch size (matters with --drop-last)")
+      ->capture_default_str();
+  e->add_flag("--drop-last", epoch.drop_last,
+              "Drop the tail instead of padding by wrapping around (as DistributedSampler)");
+  e->add_flag("--no-shuffle", epoch.no_shuffle, "Volume order instead of a permutation");
+  e->callback([&] { rc = RunEpoch(epoch); });
+
+  BenchArgs bench;
+  auto* b = app.add_subcommand(
+      "bench", "Read full shuffled epochs through the batch loader and report throughput");
+  b->add_option("volume", bench.volume, "Volume file")->required();
+  b->add_option("--engine", bench.engine, "I/O engine: auto, uring or pread")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "uring", "pread"}));
+  b->add_option("--queue-depth", bench.queue_depth, "Reads in flight per I/O thread")
+      ->capture_default_str();
+  b->add_option("--batch", bench.batch, "Samples per batch")->capture_default_str();
+  b->add_option("--epochs", bench.epochs, "Epochs to read")->capture_default_str();
+  b->add_option("--io-threads", bench.io_threads, "I/O threads (one ring each)")
+      ->capture_default_str();
+  b->add_option("--prefetch", bench.prefetch, "Batches read ahead")->capture_default_str();
+  b->add_option("--seed", bench.seed, "Shuffle seed")->capture_default_str();
+  b->add_option("--coalesce-gap", bench.coalesce_gap, "Merge reads whose gap is at most this")
+      ->capture_default_str();
+  b->add_flag("--no-coalesce", bench.no_coalesce, "One read per sample");
+  b->add_flag("--no-verify", bench.no_verify, "Skip CRC32C checks of samples");
+  b->add_flag("--buffered", bench.buffered, "Read through the page cache (no O_DIRECT)");
+  b->add_flag("--sqpoll", bench.sqpoll, "io_uring SQPOLL (a kernel thread polls; uses a core)");
+  b->add_flag("--drop-cache", bench.drop_cache,
+              "Drop the page cache before each epoch (root), else fadvise(DONTNEED) the volume");
+  b->add_flag("--json", bench.json, "One JSON object instead of text");
+  b->callback([&] { rc = RunBench(bench); });
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,155 @@
+// The completion loop shared by every engine, and CreateEngine().
+#include <cerrno>
+#include <deque>
+
+#include "dlfs/io_engine.h"
+#include "io/io_backend.h"
+
+namespace dlfs {
+
+namespace {
+
+using io_internal::Backend;
+using io_internal::Completion;
+using io_internal::Op;
+using io_internal::Targets;
+
+// A request retried this often without progress (EAGAIN storms) fails
+// instead of spinning forever.
+constexpr uint32_t kMaxRetries = 10000;
+
+class Engine final : public IoEngine {
+ public:
+  Engine(std::unique_ptr<Targets> targets, std::unique_ptr<Backend> backend, EngineKind kind,
+         std::string why)
+      : targets_(std::move(targets)), backend_(std::move(backend)), kind_(kind) {
+    description_ = backend_->Describe();
+    if (!why.empty()) description_ += " [" + why + "]";
+  }
+
+  Status Read(std::span<const ReadRequest> reqs, std::span<Status> results) override {
+    if (results.size() != reqs.size()) return Status::InvalidArgument("results size mismatch");
+    done_.assign(reqs.size(), 0);
+    retries_.assign(reqs.size(), 0);
+    std::deque<uint64_t> ready;  // requests (re)awaiting submission
+    for (uint64_t i = 0; i < reqs.size(); ++i) {
+      results[i] = Status::Ok();
+      if (reqs[i].target >= targets_->fds.size()) {
+        results[i] = Status::InvalidArgument("read names target " + std::to_string(reqs[i].target));
+      } else if (reqs[i].length > 0) {
+        ready.push_back(i);
+      }
+    }
+    uint32_t in_flight = 0;
+    std::vector<Completion> completions;
+    while (!ready.empty() || in_flight > 0) {
+      while (!ready.empty() && in_flight < backend_->capacity()) {
+        const uint64_t i = ready.front();
+        ready.pop_front();
+        const ReadRequest& r = reqs[i];
+        const uint64_t left = r.length - done_[i];
+        backend_->Prepare(Op{i, r.target, r.offset + done_[i],
+                             static_cast<uint32_t>(std::min<uint64_t>(left, 1u << 30)),
+                             r.buffer + done_[i], r.buffer_slot});
+        ++in_flight;
+      }
+      DLFS_RETURN_IF_ERROR(backend_->Submit());
+      completions.clear();
+      DLFS_RETURN_IF_ERROR(backend_->Reap(&completions));
+      for (const Completion& c : completions) {
+        --in_flight;
+        const uint64_t i = c.tag;
+        const ReadRequest& r = reqs[i];
+        const uint64_t at = r.offset + done_[i];
+        if (c.result == -EAGAIN || c.result == -EINTR) {
+          if (++retries_[i] > kMaxRetries) {
+            results[i] = Status::FromErrno(static_cast<int>(-c.result), Where(r, at));
+          } else {
+            ready.push_back(i);
+          }
+        } else if (c.result < 0) {
+          results[i] = Status::FromErrno(static_cast<int>(-c.result), Where(r, at));
+        } else if (c.result == 0) {
+          results[i] = Status(StatusCode::kIOError, Where(r, at) + ": unexpected end of file");
+        } else {
+          done_[i] += static_cast<uint64_t>(c.result);
+          if (done_[i] < r.length) ready.push_back(i);  // short read: read the rest
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+  bool RegisterBuffer(uint32_t slot, std::span<std::byte> buffer) override {
+    return backend_->RegisterBuffer(slot, buffer);
+  }
+  uint32_t alignment() const override { return targets_->alignment; }
+  EngineKind kind() const override { return kind_; }
+  const std::string& description() const override { return description_; }
+
+ private:
+  std::string Where(const ReadRequest& r, uint64_t at) const {
+    return targets_->paths[r.target] + ": read of " + std::to_string(r.length) +
+           " bytes at offset " + std::to_string(r.offset) +
+           (at != r.offset ? " (at " + std::to_string(at) + ")" : "");
+  }
+
+  std::unique_ptr<Targets> targets_;
+  std::unique_ptr<Backend> backend_;
+  EngineKind kind_;
+  std::string description_;
+  std::vector<uint64_t> done_;
+  std::vector<uint32_t> retries_;
+};
+
+}  // namespace
+
+std::string_view EngineKindName(EngineKind kind) {
+  switch (kind) {
+    case EngineKind::kAuto:
+      return "auto";
+    case EngineKind::kUring:
+      return "uring";
+    case EngineKind::kPread:
+      return "pread";
+  }
+  return "?";
+}
+
+Result<EngineKind> ParseEngineKind(std::string_view name) {
+  for (EngineKind k : {EngineKind::kAuto, EngineKind::kUring, EngineKind::kPread}) {
+    if (name == EngineKindName(k)) return k;
+  }
+  return Status::InvalidArgument("unknown engine '" + std::string(name) +
+                                 "' (expected auto, uring or pread)");
+}
+
+Result<std::unique_ptr<IoEngine>> CreateEngine(const std::vector<std::string>& target_paths,
+                                               const EngineOptions& options) {
+  if (target_paths.empty()) return Status::InvalidArgument("no targets to read");
+  DLFS_ASSIGN_OR_RETURN(std::unique_ptr<Targets> targets,
+                        io_internal::OpenTargets(target_paths, options.direct_io));
+  std::unique_ptr<Backend> backend;
+  EngineKind kind = EngineKind::kPread;
+  std::string why;
+  if (options.kind != EngineKind::kPread) {
+    auto uring = io_internal::CreateUringBackend(*targets, options);
+    if (uring.ok()) {
+      backend = std::move(uring).value();
+      kind = EngineKind::kUring;
+    } else if (options.kind == EngineKind::kUring) {
+      return uring.status();
+    } else {
+      why = "fell back to pread: " + uring.status().message();
+    }
+  }
+  if (!backend) backend = io_internal::CreatePreadBackend(*targets, options);
+  if (options.faults != nullptr) {
+    backend = io_internal::CreateFaultInjectingBackend(std::move(backend), *options.faults,
+                                                       targets->alignment);
+  }
+  return std::unique_ptr<IoEngine>(
+      new Engine(std::move(targets), std::move(backend), kind, std::move(why)));
+}
+
+}  // namespace dlfs

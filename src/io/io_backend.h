@@ -1,0 +1,70 @@
+// Internal: the asynchronous primitive under every IoEngine. A backend moves
+// single reads to the kernel (io_uring) or to worker threads (pread) and
+// reports raw results with syscall semantics (bytes transferred or -errno).
+// The completion loop in engine.cc turns those into whole-request outcomes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dlfs/io_engine.h"
+#include "dlfs/status.h"
+
+namespace dlfs::io_internal {
+
+// The targets an engine reads, opened once.
+struct Targets {
+  std::vector<std::string> paths;
+  std::vector<int> fds;
+  bool direct = false;     // every fd has O_DIRECT
+  uint32_t alignment = 1;  // offset/length/memory alignment required
+  std::string note;        // why direct I/O is off, if it is
+  ~Targets();
+};
+
+// Opens every path read-only, with O_DIRECT when asked and supported.
+Result<std::unique_ptr<Targets>> OpenTargets(const std::vector<std::string>& paths, bool direct);
+
+struct Op {
+  uint64_t tag;
+  uint32_t target;
+  uint64_t offset;
+  uint32_t length;
+  std::byte* buffer;
+  uint32_t slot;  // ReadRequest::kNoSlot when not registered
+};
+
+struct Completion {
+  uint64_t tag;
+  int64_t result;  // bytes read, or -errno
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // Most ops that may be in flight at once.
+  virtual uint32_t capacity() const = 0;
+  // Queues one op. REQUIRES: fewer than capacity() ops in flight.
+  virtual void Prepare(const Op& op) = 0;
+  // Starts every prepared op.
+  virtual Status Submit() = 0;
+  // Blocks until at least one started op completes, then appends every
+  // available completion. REQUIRES: at least one op in flight.
+  virtual Status Reap(std::vector<Completion>* out) = 0;
+  virtual bool RegisterBuffer(uint32_t slot, std::span<std::byte> buffer) = 0;
+  virtual std::string Describe() const = 0;
+};
+
+// io_uring backend; Unavailable (with the reason) when the kernel refuses.
+Result<std::unique_ptr<Backend>> CreateUringBackend(const Targets& targets,
+                                                    const EngineOptions& options);
+std::unique_ptr<Backend> CreatePreadBackend(const Targets& targets, const EngineOptions& options);
+// Wraps `inner`, altering completions as `faults` says.
+std::unique_ptr<Backend> CreateFaultInjectingBackend(std::unique_ptr<Backend> inner,
+                                                     const FaultInjection& faults,
+                                                     uint32_t alignment);
+
+}  // namespace dlfs::io_internal

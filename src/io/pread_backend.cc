@@ -1,0 +1,107 @@
+// pread backend: a fixed pool of threads, one blocking pread(2) each. It is
+// the portable engine and the fallback when io_uring is unavailable.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "io/io_backend.h"
+
+namespace dlfs::io_internal {
+
+namespace {
+
+constexpr uint32_t kMaxThreads = 64;
+
+class PreadBackend final : public Backend {
+ public:
+  PreadBackend(const Targets& targets, const EngineOptions& options)
+      : targets_(targets), capacity_(std::clamp<uint32_t>(options.queue_depth, 1, kMaxThreads)) {
+    for (uint32_t i = 0; i < capacity_; ++i) workers_.emplace_back([this] { Work(); });
+  }
+
+  ~PreadBackend() override {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    work_cv_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+
+  uint32_t capacity() const override { return capacity_; }
+
+  void Prepare(const Op& op) override { prepared_.push_back(op); }
+
+  Status Submit() override {
+    if (prepared_.empty()) return Status::Ok();
+    {
+      std::lock_guard lock(mu_);
+      queue_.insert(queue_.end(), prepared_.begin(), prepared_.end());
+    }
+    prepared_.clear();
+    work_cv_.notify_all();
+    return Status::Ok();
+  }
+
+  Status Reap(std::vector<Completion>* out) override {
+    std::unique_lock lock(mu_);
+    done_cv_.wait(lock, [&] { return !done_.empty(); });
+    out->insert(out->end(), done_.begin(), done_.end());
+    done_.clear();
+    return Status::Ok();
+  }
+
+  bool RegisterBuffer(uint32_t, std::span<std::byte>) override { return false; }
+
+  std::string Describe() const override {
+    std::string s = "pread thread pool";
+    s += targets_.direct ? ", O_DIRECT" : ", buffered (" + targets_.note + ")";
+    s += ", " + std::to_string(capacity_) + " threads";
+    return s;
+  }
+
+ private:
+  void Work() {
+    while (true) {
+      Op op;
+      {
+        std::unique_lock lock(mu_);
+        work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (stop_) return;
+        op = queue_.front();
+        queue_.pop_front();
+      }
+      const ssize_t n =
+          ::pread(targets_.fds[op.target], op.buffer, op.length, static_cast<off_t>(op.offset));
+      const int64_t result = n < 0 ? -int64_t{errno} : int64_t{n};
+      {
+        std::lock_guard lock(mu_);
+        done_.push_back(Completion{op.tag, result});
+      }
+      done_cv_.notify_one();
+    }
+  }
+
+  const Targets& targets_;
+  const uint32_t capacity_;
+  std::vector<Op> prepared_;  // touched only by the engine's thread
+  std::mutex mu_;
+  std::condition_variable work_cv_, done_cv_;
+  std::deque<Op> queue_;
+  std::vector<Completion> done_;
+  bool stop_ = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> CreatePreadBackend(const Targets& targets, const EngineOptions& options) {
+  return std::make_unique<PreadBackend>(targets, options);
+}
+
+}  // namespace dlfs::io_internal

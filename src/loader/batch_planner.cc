@@ -1,0 +1,64 @@
+#include "loader/batch_planner.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace dlfs::loader_internal {
+
+void PlanBatch(const SampleDirectory& dir, std::span<const uint64_t> indices,
+               const PlanOptions& options, BatchPlan* plan) {
+  plan->reads.clear();
+  plan->sample_offsets.assign(indices.size(), 0);
+  plan->buffer_bytes = 0;
+  plan->sample_bytes = 0;
+  const uint64_t a = std::max<uint32_t>(options.alignment, 1);
+  const uint64_t max_read = std::max<uint64_t>(options.max_read / a * a, a);
+
+  std::vector<uint32_t> order(indices.size());
+  std::iota(order.begin(), order.end(), 0u);
+  std::vector<SampleInfo> info(indices.size());
+  for (size_t k = 0; k < indices.size(); ++k) info[k] = dir.sample(indices[k]);
+  std::sort(order.begin(), order.end(), [&](uint32_t x, uint32_t y) {
+    if (info[x].target != info[y].target) return info[x].target < info[y].target;
+    return info[x].offset < info[y].offset;
+  });
+
+  // A run is a contiguous aligned file range [begin, end) on one target.
+  uint32_t run_target = 0;
+  uint64_t run_begin = 0, run_end = 0;
+  bool open = false;
+  auto close_run = [&] {
+    if (!open) return;
+    for (uint64_t at = run_begin; at < run_end; at += max_read) {
+      const uint64_t len = std::min(max_read, run_end - at);
+      plan->reads.push_back(PlannedRead{run_target, at, len, plan->buffer_bytes});
+      plan->buffer_bytes += len;
+    }
+    open = false;
+  };
+  // Buffer offset of the current run's first byte.
+  uint64_t run_buffer = 0;
+  for (uint32_t k : order) {
+    const SampleInfo& s = info[k];
+    plan->sample_bytes += s.length;
+    const uint64_t begin = s.offset / a * a;
+    const uint64_t end = std::max((s.offset + s.length + a - 1) / a * a, begin + a);
+    const bool joins = open && options.coalesce && s.target == run_target &&
+                       begin <= run_end + options.coalesce_gap &&
+                       std::max(end, run_end) - run_begin <= max_read;
+    if (!joins) {
+      close_run();
+      run_target = s.target;
+      run_begin = begin;
+      run_end = end;
+      run_buffer = plan->buffer_bytes;
+      open = true;
+    } else {
+      run_end = std::max(run_end, end);
+    }
+    plan->sample_offsets[k] = run_buffer + (s.offset - run_begin);
+  }
+  close_run();
+}
+
+}  // namespace dlfs::loader_internal

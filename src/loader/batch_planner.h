@@ -1,0 +1,47 @@
+// BatchPlanner: turns a batch of sample indices into device reads.
+//
+// Each sample's extent is widened to the engine's alignment; extents are
+// sorted by (target, offset); neighbours whose gap is at most coalesce_gap
+// merge into one run while the run stays within max_read; a run larger than
+// max_read (one huge sample) is split into max_read pieces. Without
+// coalescing every sample gets its own read(s), even where extents share a
+// block — that is the baseline coalescing is measured against. Runs are laid out
+// back to back in one buffer, so every sample ends up as one contiguous span
+// of it (zero-copy hand-out).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "dlfs/directory.h"
+
+namespace dlfs::loader_internal {
+
+struct PlanOptions {
+  uint32_t alignment = 4096;  // power of two; 1 = no widening
+  bool coalesce = true;
+  uint64_t coalesce_gap = 64 << 10;  // merge extents this close (bytes)
+  uint64_t max_read = 1 << 20;       // largest single read (bytes, multiple of alignment)
+};
+
+struct PlannedRead {
+  uint32_t target;
+  uint64_t offset;         // in the target, aligned
+  uint64_t length;         // aligned
+  uint64_t buffer_offset;  // where it lands in the batch buffer
+};
+
+struct BatchPlan {
+  std::vector<PlannedRead> reads;
+  std::vector<uint64_t> sample_offsets;  // per input position: byte offset in the buffer
+  uint64_t buffer_bytes = 0;
+  uint64_t sample_bytes = 0;  // payload (sum of sample lengths)
+};
+
+// Plans reads for `indices` (duplicates allowed). REQUIRES: every index is
+// below dir.size(); options.alignment is a power of two dividing max_read.
+void PlanBatch(const SampleDirectory& dir, std::span<const uint64_t> indices,
+               const PlanOptions& options, BatchPlan* plan);
+
+}  // namespace dlfs::loader_internal

@@ -1,0 +1,325 @@
+#include "dlfs/loader.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "common/crc32c.h"
+#include "loader/batch_planner.h"
+
+namespace dlfs {
+
+namespace loader_internal {
+
+// An aligned buffer that one batch at a time reads into.
+struct Slab {
+  std::byte* data = nullptr;
+  uint64_t capacity = 0;
+  uint32_t slot = ReadRequest::kNoSlot;  // registered-buffer slot in the owner's engine
+  ~Slab() { std::free(data); }
+};
+
+// Per-I/O-thread pool of slabs. Slabs are handed out with a deleter that
+// puts them back, and the pool outlives every batch that uses it (shared
+// ownership), so a caller may keep a Batch after the Loader is destroyed.
+class SlabPool : public std::enable_shared_from_this<SlabPool> {
+ public:
+  explicit SlabPool(uint32_t alignment) : alignment_(std::max<uint32_t>(alignment, 64)) {}
+
+  // A slab of at least `bytes`, grown (and re-registered with `engine`)
+  // when needed. nullptr only if memory runs out.
+  std::shared_ptr<Slab> Acquire(uint64_t bytes, IoEngine* engine, uint32_t slots) {
+    std::unique_ptr<Slab> slab;
+    {
+      std::lock_guard lock(mu_);
+      if (!free_.empty()) {
+        slab = std::move(free_.back());
+        free_.pop_back();
+      }
+    }
+    if (!slab) {
+      slab = std::make_unique<Slab>();
+      std::lock_guard lock(mu_);
+      if (next_slot_ < slots) slab->slot = next_slot_++;
+    }
+    if (slab->capacity < bytes) {
+      // Grow geometrically so a run of slightly larger batches reallocates rarely.
+      const uint64_t cap =
+          (std::max(bytes, slab->capacity * 3 / 2) + alignment_ - 1) / alignment_ * alignment_;
+      std::free(slab->data);
+      slab->data = static_cast<std::byte*>(std::aligned_alloc(alignment_, cap));
+      slab->capacity = slab->data ? cap : 0;
+      if (!slab->data) return nullptr;
+      if (slab->slot != ReadRequest::kNoSlot &&
+          !engine->RegisterBuffer(slab->slot, {slab->data, cap})) {
+        slab->slot = ReadRequest::kNoSlot;
+      }
+    }
+    auto self = shared_from_this();
+    return std::shared_ptr<Slab>(slab.release(), [self](Slab* s) {
+      std::lock_guard lock(self->mu_);
+      self->free_.emplace_back(s);
+    });
+  }
+
+ private:
+  const uint32_t alignment_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Slab>> free_;
+  uint32_t next_slot_ = 0;
+};
+
+struct BatchData {
+  std::shared_ptr<Slab> slab;
+  uint64_t epoch = 0;
+  uint64_t sequence = 0;
+  std::vector<uint64_t> indices;
+  std::vector<uint32_t> labels;
+  std::vector<std::span<const std::byte>> samples;
+  uint64_t payload_bytes = 0;
+  uint64_t device_bytes = 0;
+  double io_seconds = 0;
+};
+
+}  // namespace loader_internal
+
+using loader_internal::BatchData;
+using loader_internal::SlabPool;
+
+size_t Batch::size() const { return data_ ? data_->indices.size() : 0; }
+uint64_t Batch::epoch() const { return data_ ? data_->epoch : 0; }
+uint64_t Batch::sequence() const { return data_ ? data_->sequence : 0; }
+uint64_t Batch::index(size_t i) const { return data_->indices[i]; }
+uint32_t Batch::label(size_t i) const { return data_->labels[i]; }
+std::span<const std::byte> Batch::sample(size_t i) const { return data_->samples[i]; }
+std::span<const uint64_t> Batch::indices() const {
+  return data_ ? std::span<const uint64_t>(data_->indices) : std::span<const uint64_t>();
+}
+std::span<const uint32_t> Batch::labels() const {
+  return data_ ? std::span<const uint32_t>(data_->labels) : std::span<const uint32_t>();
+}
+uint64_t Batch::payload_bytes() const { return data_ ? data_->payload_bytes : 0; }
+uint64_t Batch::device_bytes() const { return data_ ? data_->device_bytes : 0; }
+double Batch::io_seconds() const { return data_ ? data_->io_seconds : 0; }
+
+class Loader::Impl {
+ public:
+  struct Worker {
+    std::unique_ptr<IoEngine> engine;
+    std::shared_ptr<SlabPool> pool;
+    std::thread thread;
+  };
+
+  std::shared_ptr<Volume> volume_;
+  LoaderOptions options_;
+  Sampler sampler_;
+  std::vector<Worker> workers_;
+
+  // Epoch state, guarded by mu_.
+  std::mutex mu_;
+  std::condition_variable ready_cv_;  // a batch became ready
+  std::condition_variable space_cv_;  // the caller consumed one
+  std::map<uint64_t, Result<Batch>> ready_;
+  uint64_t epoch_ = 0;
+  uint64_t next_ = 0;  // next batch the caller gets
+  bool started_ = false;
+  bool stop_ = false;
+  std::vector<uint64_t> order_;  // this rank's samples for the epoch
+
+  Impl(std::shared_ptr<Volume> v, const LoaderOptions& o, Sampler s)
+      : volume_(std::move(v)), options_(o), sampler_(std::move(s)) {}
+
+  ~Impl() { StopWorkers(); }
+
+  void StopWorkers() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    space_cv_.notify_all();
+    for (Worker& w : workers_) {
+      if (w.thread.joinable()) w.thread.join();
+    }
+  }
+
+  void Start(uint64_t epoch) {
+    StopWorkers();
+    std::lock_guard lock(mu_);
+    stop_ = false;
+    ready_.clear();
+    epoch_ = epoch;
+    next_ = 0;
+    started_ = true;
+    order_ = sampler_.RankIndices(epoch);
+    for (size_t k = 0; k < workers_.size(); ++k) {
+      workers_[k].thread = std::thread([this, k] { Run(k); });
+    }
+  }
+
+  // I/O thread k reads batches k, k + n, k + 2n, ... staying at most
+  // prefetch_batches ahead of the caller.
+  void Run(size_t k) {
+    Worker& w = workers_[k];
+    const uint64_t batches = sampler_.batches_per_epoch();
+    const uint64_t ahead = std::max<uint32_t>(options_.prefetch_batches, 1);
+    loader_internal::BatchPlan plan;
+    std::vector<ReadRequest> requests;
+    std::vector<Status> results;
+    for (uint64_t seq = k; seq < batches; seq += workers_.size()) {
+      {
+        std::unique_lock lock(mu_);
+        space_cv_.wait(lock, [&] { return stop_ || seq < next_ + ahead; });
+        if (stop_) return;
+      }
+      Result<Batch> batch = ReadBatch(w, seq, &plan, &requests, &results);
+      {
+        std::lock_guard lock(mu_);
+        ready_.emplace(seq, std::move(batch));
+      }
+      ready_cv_.notify_all();
+    }
+  }
+
+  Result<Batch> ReadBatch(Worker& w, uint64_t seq, loader_internal::BatchPlan* plan,
+                          std::vector<ReadRequest>* requests, std::vector<Status>* results) {
+    const SampleDirectory& dir = volume_->directory();
+    const uint64_t b = options_.batch_size;
+    const uint64_t first = seq * b;
+    const uint64_t count = std::min<uint64_t>(b, order_.size() - first);
+    const std::span<const uint64_t> indices(order_.data() + first, count);
+
+    loader_internal::PlanOptions po;
+    po.alignment = w.engine->alignment();
+    po.coalesce = options_.coalesce;
+    po.coalesce_gap = options_.coalesce_gap;
+    po.max_read = options_.max_read;
+    loader_internal::PlanBatch(dir, indices, po, plan);
+
+    auto data = std::make_shared<BatchData>();
+    data->slab = w.pool->Acquire(plan->buffer_bytes, w.engine.get(), 64);
+    if (!data->slab) {
+      return Status::Unavailable(volume_->path() + ": out of memory for a batch of " +
+                                 std::to_string(plan->buffer_bytes) + " bytes");
+    }
+    std::byte* base = data->slab->data;
+    requests->clear();
+    for (const auto& r : plan->reads) {
+      requests->push_back(
+          ReadRequest{r.target, r.offset, r.length, base + r.buffer_offset, data->slab->slot});
+    }
+    results->assign(requests->size(), Status::Ok());
+    const auto t0 = std::chrono::steady_clock::now();
+    Status st = w.engine->Read(*requests, *results);
+    data->io_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!st.ok()) return st.WithContext(volume_->path());
+
+    data->epoch = epoch_;
+    data->sequence = seq;
+    data->indices.assign(indices.begin(), indices.end());
+    data->labels.resize(count);
+    data->samples.resize(count);
+    data->payload_bytes = plan->sample_bytes;
+    data->device_bytes = plan->buffer_bytes;
+    const bool any_failed =
+        std::any_of(results->begin(), results->end(), [](const Status& r) { return !r.ok(); });
+    for (uint64_t i = 0; i < count; ++i) {
+      const SampleInfo s = dir.sample(indices[i]);
+      const uint64_t off = plan->sample_offsets[i];
+      // Report a failed read against the first sample whose bytes it held.
+      for (size_t r = 0; any_failed && r < plan->reads.size(); ++r) {
+        const auto& pr = plan->reads[r];
+        if (!(*results)[r].ok() && off < pr.buffer_offset + pr.length &&
+            off + std::max<uint64_t>(s.length, 1) > pr.buffer_offset) {
+          return (*results)[r].WithContext(SampleName(indices[i]));
+        }
+      }
+      data->samples[i] = std::span<const std::byte>(base + off, s.length);
+      data->labels[i] = s.label;
+      if (options_.verify_checksums) {
+        const uint32_t crc = crc32c::Value(base + off, s.length);
+        if (crc != s.crc32c) {
+          char buf[64];
+          std::snprintf(buf, sizeof buf, " (stored 0x%08x, read 0x%08x)", s.crc32c, crc);
+          return Status::Corruption(SampleName(indices[i]) + ": checksum mismatch" + buf);
+        }
+      }
+    }
+    Batch batch;
+    batch.data_ = std::move(data);
+    return batch;
+  }
+
+  std::string SampleName(uint64_t index) const {
+    return volume_->path() + ": sample " + std::to_string(index) + " '" +
+           volume_->directory().Path(index) + "'";
+  }
+
+  Result<bool> Next(Batch* out) {
+    if (!started_) Start(0);
+    std::unique_lock lock(mu_);
+    if (next_ >= sampler_.batches_per_epoch()) return false;
+    ready_cv_.wait(lock, [&] { return ready_.count(next_) > 0; });
+    auto it = ready_.find(next_);
+    Result<Batch> r = std::move(it->second);
+    ready_.erase(it);
+    ++next_;
+    lock.unlock();
+    space_cv_.notify_all();
+    if (!r.ok()) return r.status();
+    *out = std::move(r).value();
+    return true;
+  }
+};
+
+Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Loader::~Loader() = default;
+
+Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
+                                               const LoaderOptions& options) {
+  if (!volume) return Status::InvalidArgument("no volume");
+  if (options.io_threads == 0 || options.io_threads > 64) {
+    return Status::InvalidArgument("io_threads must be between 1 and 64");
+  }
+  if (options.queue_depth == 0) return Status::InvalidArgument("queue_depth must be at least 1");
+  if (options.max_read < 4096) return Status::InvalidArgument("max_read must be at least 4096");
+  SamplerOptions so;
+  so.shuffle = options.shuffle;
+  so.seed = options.seed;
+  so.rank = options.rank;
+  so.world_size = options.world_size;
+  so.batch_size = options.batch_size;
+  so.drop_last = options.drop_last;
+  DLFS_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(volume->size(), so));
+
+  EngineOptions eo;
+  eo.kind = options.engine;
+  eo.queue_depth = options.queue_depth;
+  eo.direct_io = options.direct_io;
+  eo.sqpoll = options.sqpoll;
+  eo.faults = options.faults;
+  auto impl = std::make_unique<Impl>(volume, options, std::move(sampler));
+  for (uint32_t k = 0; k < options.io_threads; ++k) {
+    DLFS_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> engine,
+                          CreateEngine(volume->info().targets, eo));
+    auto pool = std::make_shared<SlabPool>(engine->alignment());
+    impl->workers_.push_back(Loader::Impl::Worker{std::move(engine), std::move(pool), {}});
+  }
+  return std::unique_ptr<Loader>(new Loader(std::move(impl)));
+}
+
+void Loader::SetEpoch(uint64_t epoch) { impl_->Start(epoch); }
+Result<bool> Loader::Next(Batch* batch) { return impl_->Next(batch); }
+uint64_t Loader::batches_per_epoch() const { return impl_->sampler_.batches_per_epoch(); }
+uint64_t Loader::epoch() const { return impl_->epoch_; }
+const Sampler& Loader::sampler() const { return impl_->sampler_; }
+const Volume& Loader::volume() const { return *impl_->volume_; }
+const std::string& Loader::engine_description() const {
+  return impl_->workers_.front().engine->description();
+}
+
+}  // namespace dlfs

@@ -1,0 +1,111 @@
+"""`dlfs epoch` and `dlfs bench` from the command line.
+
+The epoch order is specified (dlfs/sampler.h) well enough to reimplement:
+this file carries an independent Python version of it, and the CLI must agree
+with it for every rank, i.e. the order does not depend on the C++ toolchain.
+"""
+import json
+
+import pytest
+
+M = (1 << 64) - 1
+
+
+def _splitmix(state):
+    state = (state + 0x9E3779B97F4A7C15) & M
+    z = state
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M
+    return state, z ^ (z >> 31)
+
+
+def _rotl(x, k):
+    return ((x << k) | (x >> (64 - k))) & M
+
+
+class _Xoshiro256:
+    def __init__(self, seed, epoch):
+        sm = seed ^ ((epoch * 0xD1342543DE82EF95 + 0x2545F4914F6CDD1D) & M)
+        self.s = []
+        for _ in range(4):
+            sm, v = _splitmix(sm)
+            self.s.append(v)
+
+    def next(self):
+        s = self.s
+        result = (_rotl((s[1] * 5) & M, 7) * 9) & M
+        t = (s[1] << 17) & M
+        s[2] ^= s[0]
+        s[3] ^= s[1]
+        s[1] ^= s[2]
+        s[0] ^= s[3]
+        s[2] ^= t
+        s[3] = _rotl(s[3], 45)
+        return result
+
+    def below(self, bound):  # Lemire's unbiased multiply-and-reject
+        m = self.next() * bound
+        if (m & M) < bound:
+            threshold = ((1 << 64) - bound) % bound
+            while (m & M) < threshold:
+                m = self.next() * bound
+        return m >> 64
+
+
+def reference_rank_indices(n, seed, epoch, rank, world, batch, drop_last):
+    perm = list(range(n))
+    rng = _Xoshiro256(seed, epoch)
+    for i in range(n - 1, 0, -1):
+        j = rng.below(i + 1)
+        perm[i], perm[j] = perm[j], perm[i]
+    per_rank = (n // world) // batch * batch if drop_last else -(-n // world)
+    return [perm[(k * world + rank) % n] for k in range(per_rank)]
+
+
+@pytest.fixture
+def small_volume(tmp_path, run):
+    root = tmp_path / "tree"
+    for i in range(101):
+        p = root / f"c{i % 3}" / f"{i:04d}.bin"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(bytes([i]) * (i * 37 % 5000))
+    vol = tmp_path / "v.dlfs"
+    run("pack", root, "-o", vol, "-q", check=0)
+    return vol
+
+
+@pytest.mark.parametrize("world,drop_last", [(1, False), (4, False), (4, True), (7, False)])
+def test_epoch_matches_reference(run, small_volume, world, drop_last):
+    seen = []
+    for rank in range(world):
+        args = ["epoch", small_volume, "--seed", 1234, "--epoch", 3, "--rank", rank,
+                "--world", world, "--batch", 8]
+        if drop_last:
+            args.append("--drop-last")
+        out = [int(x) for x in run(*args, check=0).stdout.split()]
+        assert out == reference_rank_indices(101, 1234, 3, rank, world, 8, drop_last)
+        seen += out
+    if drop_last:
+        assert len(seen) == len(set(seen))
+    else:
+        assert set(seen) == set(range(101))
+
+
+def test_epoch_bad_rank_is_an_error(run, small_volume):
+    proc = run("epoch", small_volume, "--rank", 4, "--world", 4)
+    assert proc.returncode == 2
+    assert b"rank 4" in proc.stderr
+
+
+@pytest.mark.parametrize("engine", ["uring", "pread"])
+def test_bench_json(run, small_volume, engine):
+    proc = run("bench", small_volume, "--engine", engine, "--batch", 16, "--epochs", 2, "--json")
+    if proc.returncode == 2 and b"unavailable" in proc.stderr:
+        pytest.skip(proc.stderr.decode())
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout)
+    assert r["samples"] == 2 * 101
+    assert r["samples_per_s"] > 0 and r["mb_per_s"] > 0
+    assert len(r["epochs"]) == 2
+    assert {"cpu_s_per_gb", "p50_batch_ms", "p99_batch_ms", "engine"} <= set(r)
+    assert r["engine"].startswith("io_uring" if engine == "uring" else "pread")

@@ -1,0 +1,104 @@
+#include "loader/batch_planner.h"
+
+#include <random>
+
+#include "dlfs/builder.h"
+#include "dlfs/volume.h"
+#include "testutil.h"
+
+namespace dlfs::loader_internal {
+namespace {
+
+using testing::TempDir;
+
+class PlannerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto b = VolumeBuilder::Create(tmp_ / "v.dlfs");
+    ASSERT_TRUE(b.ok());
+    std::mt19937 rng(1);
+    for (int i = 0; i < 300; ++i) {
+      // Mostly small samples, a few large ones (one over max_read).
+      size_t n = rng() % 3000;
+      if (i % 50 == 7) n = 200000 + rng() % 100000;
+      if (i == 123) n = 3 << 20;
+      if (i == 200) n = 0;
+      char name[16];
+      std::snprintf(name, sizeof name, "%05d", i);
+      ASSERT_OK((*b)->Add(name, testing::RandomBytes(n, i), i % 5));
+    }
+    ASSERT_OK((*b)->Finish());
+    auto v = Volume::Open(tmp_ / "v.dlfs");
+    ASSERT_TRUE(v.ok());
+    vol_ = *v;
+    file_ = testing::ReadFile(tmp_ / "v.dlfs");
+  }
+
+  // Executes a plan against the file bytes and checks every sample's span.
+  void CheckPlan(const std::vector<uint64_t>& indices, const PlanOptions& o, BatchPlan* plan) {
+    PlanBatch(vol_->directory(), indices, o, plan);
+    std::vector<std::byte> buf(plan->buffer_bytes);
+    uint64_t expect_at = 0;
+    for (const PlannedRead& r : plan->reads) {
+      ASSERT_EQ(r.offset % o.alignment, 0u);
+      ASSERT_EQ(r.length % o.alignment, 0u);
+      ASSERT_LE(r.length, o.max_read);
+      ASSERT_EQ(r.buffer_offset, expect_at);  // back to back
+      ASSERT_LE(r.offset + r.length, file_.size());
+      std::memcpy(buf.data() + r.buffer_offset, file_.data() + r.offset, r.length);
+      expect_at += r.length;
+    }
+    ASSERT_EQ(expect_at, plan->buffer_bytes);
+    for (size_t k = 0; k < indices.size(); ++k) {
+      const SampleInfo s = vol_->directory().sample(indices[k]);
+      ASSERT_LE(plan->sample_offsets[k] + s.length, plan->buffer_bytes);
+      ASSERT_EQ(
+          std::memcmp(buf.data() + plan->sample_offsets[k], file_.data() + s.offset, s.length), 0)
+          << "sample " << indices[k];
+    }
+  }
+
+  TempDir tmp_;
+  std::shared_ptr<Volume> vol_;
+  std::vector<std::byte> file_;
+};
+
+TEST_F(PlannerTest, EverySampleLandsIntactUnderAllOptions) {
+  std::mt19937 rng(5);
+  for (int round = 0; round < 50; ++round) {
+    std::vector<uint64_t> idx(1 + rng() % 64);
+    for (auto& i : idx) i = rng() % vol_->size();
+    idx.push_back(idx.front());  // duplicates are allowed
+    for (uint32_t align : {1u, 512u, 4096u}) {
+      for (bool coalesce : {false, true}) {
+        PlanOptions o{align, coalesce, uint64_t{1} << (rng() % 18), 1 << 20};
+        BatchPlan plan;
+        CheckPlan(idx, o, &plan);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+TEST_F(PlannerTest, CoalescingMergesNeighboursAndSplitsHugeSamples) {
+  std::vector<uint64_t> all(vol_->size());
+  for (uint64_t i = 0; i < all.size(); ++i) all[i] = i;
+  BatchPlan separate, merged;
+  CheckPlan(all, {4096, false, 0, 1 << 20}, &separate);
+  CheckPlan(all, {4096, true, 64 << 10, 1 << 20}, &merged);
+  EXPECT_LT(merged.reads.size(), separate.reads.size() / 10);
+  // The whole data region is wanted: merged reads cover it, re-reading at
+  // most the block where two runs meet.
+  const uint64_t region =
+      (vol_->info().data_offset + vol_->info().data_length + 4095) / 4096 * 4096 -
+      vol_->info().data_offset;
+  EXPECT_GE(merged.buffer_bytes, region);
+  EXPECT_LE(merged.buffer_bytes, region + merged.reads.size() * 4096);
+  // Sample 123 (3 MiB) alone needs at least 3 reads of at most 1 MiB.
+  BatchPlan huge;
+  CheckPlan({123}, {4096, true, 64 << 10, 1 << 20}, &huge);
+  EXPECT_GE(huge.reads.size(), 3u);
+}
+
+}  // namespace
+}  // namespace dlfs::loader_internal

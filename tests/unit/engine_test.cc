@@ -1,0 +1,179 @@
+#include "dlfs/io_engine.h"
+
+#include <filesystem>
+#include <random>
+
+#include "testutil.h"
+
+namespace dlfs {
+namespace {
+
+using testing::TempDir;
+
+constexpr size_t kFileSize = 4 << 20;
+
+class EngineTest : public ::testing::TestWithParam<EngineKind> {
+ protected:
+  void SetUp() override {
+    path_ = tmp_ / "data.bin";
+    contents_ = testing::RandomBytes(kFileSize, 11);
+    testing::WriteFile(path_, contents_);
+  }
+
+  // Creates an engine of the test's kind, or skips where it is unavailable.
+  std::unique_ptr<IoEngine> Make(EngineOptions o, const std::string& path = "") {
+    o.kind = GetParam();
+    auto e = CreateEngine({path.empty() ? path_ : path}, o);
+    if (!e.ok() && e.status().code() == StatusCode::kUnavailable) {
+      skipped_ = e.status().message();
+      return nullptr;
+    }
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    return e.ok() ? std::move(e).value() : nullptr;
+  }
+
+  // Random aligned reads of the file; checks every byte.
+  void ReadAndCheck(IoEngine& engine, int rounds, bool expect_all_ok = true) {
+    const uint64_t a = std::max<uint32_t>(engine.alignment(), 1);
+    std::mt19937 rng(3);
+    for (int round = 0; round < rounds; ++round) {
+      const size_t n = 1 + rng() % 200;
+      std::vector<std::byte*> bufs;
+      std::vector<ReadRequest> reqs(n);
+      for (auto& r : reqs) {
+        const uint64_t blocks = kFileSize / a;
+        r.offset = (rng() % blocks) * a;
+        r.length = std::min<uint64_t>((1 + rng() % 16) * a, kFileSize - r.offset);
+        r.buffer =
+            static_cast<std::byte*>(std::aligned_alloc(4096, (r.length + 4095) / 4096 * 4096));
+        bufs.push_back(r.buffer);
+      }
+      std::vector<Status> results(n);
+      ASSERT_OK(engine.Read(reqs, results));
+      for (size_t i = 0; i < n; ++i) {
+        if (!expect_all_ok && !results[i].ok()) {
+          EXPECT_NE(results[i].message().find(path_), std::string::npos);
+          continue;
+        }
+        ASSERT_TRUE(results[i].ok()) << results[i].ToString();
+        ASSERT_EQ(std::memcmp(reqs[i].buffer, contents_.data() + reqs[i].offset, reqs[i].length), 0)
+            << "request " << i;
+      }
+      for (auto* b : bufs) std::free(b);
+    }
+  }
+
+  TempDir tmp_;
+  std::string path_;
+  std::vector<std::byte> contents_;
+  std::string skipped_;
+};
+
+TEST_P(EngineTest, ReadsExactBytes) {
+  for (bool direct : {true, false}) {
+    auto e = Make({.direct_io = direct});
+    if (!e) GTEST_SKIP() << skipped_;
+    EXPECT_EQ(e->kind(), GetParam());
+    EXPECT_FALSE(e->description().empty());
+    ReadAndCheck(*e, 20);
+  }
+}
+
+TEST_P(EngineTest, RegisteredBuffersReadTheSameBytes) {
+  auto e = Make({});
+  if (!e) GTEST_SKIP() << skipped_;
+  const size_t len = 1 << 20;
+  auto* buf = static_cast<std::byte*>(std::aligned_alloc(4096, len));
+  const bool registered = e->RegisterBuffer(0, {buf, len});
+  ReadRequest r{0, 8192, len / 2, buf + 4096, registered ? 0u : ReadRequest::kNoSlot};
+  std::vector<Status> results(1);
+  ASSERT_OK(e->Read({&r, 1}, results));
+  ASSERT_OK(results[0]);
+  EXPECT_EQ(std::memcmp(buf + 4096, contents_.data() + 8192, len / 2), 0);
+  std::free(buf);
+}
+
+TEST_P(EngineTest, ShortReadsAndEagainAreRetriedToCompletion) {
+  FaultInjection f{.short_every = 2, .eagain_every = 3};
+  auto e = Make({.queue_depth = 8, .faults = &f});
+  if (!e) GTEST_SKIP() << skipped_;
+  ReadAndCheck(*e, 10);
+}
+
+TEST_P(EngineTest, EioFailsOnlyTheAffectedRequestsNamingTheFile) {
+  FaultInjection f{.eio_every = 5};
+  auto e = Make({.queue_depth = 4, .faults = &f});
+  if (!e) GTEST_SKIP() << skipped_;
+  ReadAndCheck(*e, 5, /*expect_all_ok=*/false);
+  // Exactly which requests fail depends on completion order; some must.
+  std::vector<ReadRequest> reqs(10);
+  std::vector<std::byte*> bufs;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    bufs.push_back(static_cast<std::byte*>(std::aligned_alloc(4096, 4096)));
+    reqs[i] = ReadRequest{0, i * 4096, 4096, bufs.back()};
+  }
+  std::vector<Status> results(reqs.size());
+  ASSERT_OK(e->Read(reqs, results));
+  int failed = 0;
+  for (const Status& s : results) {
+    if (!s.ok()) {
+      ++failed;
+      EXPECT_EQ(s.sys_errno(), EIO);
+      EXPECT_NE(s.message().find("data.bin: read of 4096 bytes at offset"), std::string::npos)
+          << s.message();
+    }
+  }
+  EXPECT_EQ(failed, 2);
+  for (auto* b : bufs) std::free(b);
+}
+
+TEST_P(EngineTest, ReadingPastTheEndIsAnError) {
+  auto e = Make({.direct_io = false});
+  if (!e) GTEST_SKIP() << skipped_;
+  std::vector<std::byte> buf(8192);
+  ReadRequest r{0, kFileSize - 4096, 8192, buf.data()};
+  std::vector<Status> results(1);
+  ASSERT_OK(e->Read({&r, 1}, results));
+  ASSERT_FALSE(results[0].ok());
+  EXPECT_NE(results[0].message().find("unexpected end of file"), std::string::npos);
+}
+
+// tmpfs may refuse O_DIRECT; either way the engine must work and say what it does.
+TEST_P(EngineTest, TmpfsFallsBackOrWorks) {
+  if (!std::filesystem::exists("/dev/shm")) GTEST_SKIP() << "no /dev/shm";
+  const std::string shm = "/dev/shm/dlfs-engine-test-" + std::to_string(::getpid());
+  testing::WriteFile(shm, contents_);
+  {
+    auto e = Make({.direct_io = true}, shm);
+    if (!e) {
+      std::filesystem::remove(shm);
+      GTEST_SKIP() << skipped_;
+    }
+    if (e->alignment() == 1) {
+      EXPECT_NE(e->description().find("buffered"), std::string::npos) << e->description();
+    }
+    auto* aligned = static_cast<std::byte*>(std::aligned_alloc(4096, 1 << 16));
+    ReadRequest r{0, 4096 * 3, 1 << 16, aligned};
+    std::vector<Status> results(1);
+    ASSERT_OK(e->Read({&r, 1}, results));
+    EXPECT_OK(results[0]);
+    EXPECT_EQ(std::memcmp(aligned, contents_.data() + 4096 * 3, 1 << 16), 0);
+    std::free(aligned);
+  }
+  std::filesystem::remove(shm);
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, EngineTest,
+                         ::testing::Values(EngineKind::kUring, EngineKind::kPread),
+                         [](const auto& info) { return std::string(EngineKindName(info.param)); });
+
+TEST(EngineFactoryTest, MissingFileAndNames) {
+  auto e = CreateEngine({"/nonexistent/x.dlfs"}, {});
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(*ParseEngineKind("uring"), EngineKind::kUring);
+  EXPECT_FALSE(ParseEngineKind("spdk").ok());
+}
+
+}  // namespace
+}  // namespace dlfs
