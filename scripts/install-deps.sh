@@ -7,7 +7,9 @@ PACKAGES=(
   # build
   build-essential cmake ninja-build pkg-config git
   # libraries
-  libisal-dev libarchive-dev zlib1g-dev libcli11-dev nlohmann-json3-dev
+  libisal-dev libarchive-dev zlib1g-dev libcli11-dev nlohmann-json3-dev liburing-dev
+  # Python bindings (built for Debian's /usr/bin/python3) and the FUSE view
+  pybind11-dev python3-dev python3-numpy python3-torch libfuse3-dev fuse3
   # tests and benchmarks
   libgtest-dev libbenchmark-dev python3 python3-pytest python3-torchvision
   # the built-in default data set

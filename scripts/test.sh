@@ -23,5 +23,5 @@ run_suite build
 if [[ -z "${DLFS_NO_SANITIZE:-}" ]]; then
   echo "== build and test under AddressSanitizer + UBSan =="
   run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DDLFS_SANITIZE=address,undefined \
-    -DDLFS_BUILD_BENCHMARKS=OFF
+    -DDLFS_BUILD_BENCHMARKS=OFF -DDLFS_BUILD_PYTHON=OFF
 fi

@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "dlfs/status.h"
 
@@ -109,6 +110,10 @@ class SampleDirectory {
   Result<PathEntry> Resolve(std::string_view path) const;
   // Like Resolve, but the path must name a sample.
   Result<uint64_t> Lookup(std::string_view path) const;
+
+  // Indices of every sample below directory `d` (recursively), ascending.
+  // REQUIRES: d < dir_count().
+  std::vector<uint64_t> SamplesUnder(uint64_t d) const;
 
   // Total bytes of the region the view reads (what the directory costs in memory).
   uint64_t memory_bytes() const { return region_size_; }

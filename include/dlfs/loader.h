@@ -37,6 +37,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "dlfs/io_engine.h"
 #include "dlfs/sampler.h"
@@ -62,6 +63,9 @@ struct LoaderOptions {
   bool coalesce = true;          // merge nearby samples into one read
   uint64_t coalesce_gap = 64 << 10;
   uint64_t max_read = 1 << 20;
+  // When non-empty, read only these sample indices (e.g. a split:
+  // SampleDirectory::SamplesUnder); the sampler permutes positions in it.
+  std::vector<uint64_t> subset;
   const FaultInjection* faults = nullptr;  // testing hook
 };
 
@@ -111,6 +115,9 @@ class Loader {
   uint64_t batches_per_epoch() const;
   uint64_t epoch() const;
   const Sampler& sampler() const;
+  // This rank's sample indices for `epoch`, in reading order (the sampler's
+  // order mapped through `subset` when one is set).
+  std::vector<uint64_t> RankIndices(uint64_t epoch) const;
   const Volume& volume() const;
   // What the engine is: "io_uring, O_DIRECT, ..., queue depth 64".
   const std::string& engine_description() const;

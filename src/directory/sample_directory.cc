@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstring>
 
 #include "dlfs/directory.h"
@@ -279,6 +280,23 @@ Result<PathEntry> SampleDirectory::Resolve(std::string_view path) const {
     if (rest == path.size() && FindSample(info, component, &next)) return PathEntry{false, next};
     return Status::NotFound("no sample or directory '" + std::string(path) + "'");
   }
+}
+
+std::vector<uint64_t> SampleDirectory::SamplesUnder(uint64_t d) const {
+  std::vector<uint64_t> out;
+  std::vector<uint64_t> pending{d};
+  while (!pending.empty()) {
+    const DirInfo info = dir(pending.back());
+    pending.pop_back();
+    for (uint64_t i = info.first_sample; i < uint64_t{info.first_sample} + info.sample_count; ++i) {
+      out.push_back(i);
+    }
+    for (uint64_t c = info.first_child; c < uint64_t{info.first_child} + info.child_count; ++c) {
+      pending.push_back(c);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 Result<uint64_t> SampleDirectory::Lookup(std::string_view path) const {

@@ -155,7 +155,7 @@ class Loader::Impl {
     epoch_ = epoch;
     next_ = 0;
     started_ = true;
-    order_ = sampler_.RankIndices(epoch);
+    order_ = RankIndices(epoch);
     for (size_t k = 0; k < workers_.size(); ++k) {
       workers_[k].thread = std::thread([this, k] { Run(k); });
     }
@@ -254,6 +254,14 @@ class Loader::Impl {
     return batch;
   }
 
+  std::vector<uint64_t> RankIndices(uint64_t epoch) const {
+    std::vector<uint64_t> order = sampler_.RankIndices(epoch);
+    if (!options_.subset.empty()) {
+      for (uint64_t& i : order) i = options_.subset[i];
+    }
+    return order;
+  }
+
   std::string SampleName(uint64_t index) const {
     return volume_->path() + ": sample " + std::to_string(index) + " '" +
            volume_->directory().Path(index) + "'";
@@ -294,7 +302,15 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
   so.world_size = options.world_size;
   so.batch_size = options.batch_size;
   so.drop_last = options.drop_last;
-  DLFS_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(volume->size(), so));
+  for (uint64_t i : options.subset) {
+    if (i >= volume->size()) {
+      return Status::InvalidArgument("subset index " + std::to_string(i) + " is out of range (" +
+                                     volume->path() + " has " + std::to_string(volume->size()) +
+                                     " samples)");
+    }
+  }
+  const uint64_t n = options.subset.empty() ? volume->size() : options.subset.size();
+  DLFS_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(n, so));
 
   EngineOptions eo;
   eo.kind = options.engine;
@@ -317,6 +333,9 @@ Result<bool> Loader::Next(Batch* batch) { return impl_->Next(batch); }
 uint64_t Loader::batches_per_epoch() const { return impl_->sampler_.batches_per_epoch(); }
 uint64_t Loader::epoch() const { return impl_->epoch_; }
 const Sampler& Loader::sampler() const { return impl_->sampler_; }
+std::vector<uint64_t> Loader::RankIndices(uint64_t epoch) const {
+  return impl_->RankIndices(epoch);
+}
 const Volume& Loader::volume() const { return *impl_->volume_; }
 const std::string& Loader::engine_description() const {
   return impl_->workers_.front().engine->description();

@@ -1,0 +1,460 @@
+// Python bindings: the `dlfs._dlfs` extension module. The pure-Python
+// package `dlfs` (python/dlfs/) re-exports it and adds dlfs.torch.
+//
+// Conventions: every blocking call releases the GIL; every error Status
+// becomes a Python exception through one translator (see StatusError);
+// sample bytes handed out by the Loader are zero-copy numpy views whose
+// base object keeps the C++ batch buffer alive.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cerrno>
+#include <optional>
+
+#include "dlfs/loader.h"
+#include "dlfs/pack.h"
+#include "dlfs/verify.h"
+#include "dlfs/volume.h"
+
+namespace py = pybind11;
+
+namespace dlfs {
+namespace {
+
+// Carries a Status from C++ to the exception translator.
+struct StatusError {
+  Status status;
+};
+
+PyObject* g_corrupt_error = nullptr;
+
+template <typename T>
+T Unwrap(Result<T> r) {
+  if (!r.ok()) throw StatusError{r.status()};
+  return std::move(r).value();
+}
+
+void Check(const Status& st) {
+  if (!st.ok()) throw StatusError{st};
+}
+
+void TranslateStatus(const Status& st) {
+  const std::string& msg = st.message();
+  switch (st.code()) {
+    case StatusCode::kCorruption:
+      PyErr_SetString(g_corrupt_error, msg.c_str());
+      return;
+    case StatusCode::kInvalidArgument:
+      PyErr_SetString(PyExc_ValueError, msg.c_str());
+      return;
+    case StatusCode::kNotFound:
+      if (st.sys_errno() == 0) {  // a path inside a volume: a missing key
+        PyErr_SetString(PyExc_KeyError, msg.c_str());
+        return;
+      }
+      break;
+    case StatusCode::kNotSupported:
+      PyErr_SetString(PyExc_NotImplementedError, msg.c_str());
+      return;
+    case StatusCode::kCancelled:
+      PyErr_SetString(PyExc_KeyboardInterrupt, msg.c_str());
+      return;
+    case StatusCode::kUnavailable:
+      if (st.sys_errno() == 0) {
+        PyErr_SetString(PyExc_RuntimeError, msg.c_str());
+        return;
+      }
+      break;
+    default:
+      break;
+  }
+  // OS errors: OSError(errno, message) picks the right subclass
+  // (FileNotFoundError, PermissionError, ...).
+  const int err = st.sys_errno() != 0                       ? st.sys_errno()
+                  : st.code() == StatusCode::kAlreadyExists ? EEXIST
+                                                            : EIO;
+  py::object e = py::reinterpret_borrow<py::object>(PyExc_OSError)(err, msg);
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(e.ptr())), e.ptr());
+}
+
+py::object LabelOrNone(uint32_t label) {
+  return label == kNoLabel ? py::object(py::none()) : py::object(py::int_(label));
+}
+
+py::dict InfoDict(const Volume& v) {
+  const VolumeInfo& i = v.info();
+  py::dict d;
+  d["path"] = v.path();
+  d["format_version"] = i.format_version;
+  d["uuid"] = i.uuid;
+  d["samples"] = i.sample_count;
+  d["directories"] = i.dir_count;
+  d["classes"] = i.class_count;
+  d["bytes"] = i.data_bytes;
+  d["volume_bytes"] = i.volume_size;
+  d["directory_bytes"] = i.directory_bytes;
+  d["alignment"] = i.data_alignment;
+  d["targets"] = i.targets;
+  return d;
+}
+
+py::bytes ReadSample(const Volume& v, int64_t index, bool verify) {
+  if (index < 0) index += static_cast<int64_t>(v.size());
+  if (index < 0 || static_cast<uint64_t>(index) >= v.size()) {
+    throw py::index_error("sample index out of range (volume has " + std::to_string(v.size()) +
+                          " samples)");
+  }
+  const uint32_t len = v.directory().sample(index).length;
+  std::string out(len, '\0');
+  Status st;
+  {
+    py::gil_scoped_release release;
+    st = v.ReadInto(index, {reinterpret_cast<std::byte*>(out.data()), out.size()}, verify);
+  }
+  Check(st);
+  return py::bytes(out);
+}
+
+uint64_t CheckIndex(const Volume& v, int64_t index) {
+  if (index < 0) index += static_cast<int64_t>(v.size());
+  if (index < 0 || static_cast<uint64_t>(index) >= v.size()) {
+    throw py::index_error("sample index out of range");
+  }
+  return static_cast<uint64_t>(index);
+}
+
+// Iteration state for Python: a Loader plus the epoch the next iter() starts.
+class PyLoader {
+ public:
+  PyLoader(std::shared_ptr<Volume> vol, const LoaderOptions& o)
+      : loader_(Unwrap(Loader::Create(std::move(vol), o))) {}
+
+  void set_epoch(uint64_t e) { epoch_ = e; }
+  uint64_t epoch() const { return epoch_; }
+
+  void Start() {
+    py::gil_scoped_release release;
+    loader_->SetEpoch(epoch_);
+  }
+
+  std::shared_ptr<Batch> Next() {
+    auto batch = std::make_shared<Batch>();
+    Result<bool> more = false;
+    {
+      py::gil_scoped_release release;  // waiting for I/O
+      more = loader_->Next(batch.get());
+    }
+    if (!more.ok()) throw StatusError{more.status()};
+    if (!*more) throw py::stop_iteration();
+    return batch;
+  }
+
+  Loader& loader() { return *loader_; }
+
+ private:
+  std::unique_ptr<Loader> loader_;
+  uint64_t epoch_ = 0;
+};
+
+// A read-only uint8 numpy view of sample i whose base is the Python Batch.
+py::array SampleView(py::object batch_obj, size_t i) {
+  const Batch& b = batch_obj.cast<const Batch&>();
+  if (i >= b.size()) throw py::index_error("sample index out of range in batch");
+  const auto s = b.sample(i);
+  py::array a(py::dtype::of<uint8_t>(), {static_cast<py::ssize_t>(s.size())}, {1},
+              reinterpret_cast<const uint8_t*>(s.data()), batch_obj);
+  py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  return a;
+}
+
+}  // namespace
+}  // namespace dlfs
+
+PYBIND11_MODULE(_dlfs, m) {
+  using namespace dlfs;
+  m.doc() = "dlfs: packed sample volumes and a fast shuffled batch loader (C++ core).";
+
+  static py::exception<StatusError> corrupt(m, "CorruptVolumeError", PyExc_Exception);
+  g_corrupt_error = corrupt.ptr();
+  corrupt.doc() =
+      "A volume failed an integrity check: bad magic, checksum mismatch, truncation, or a "
+      "damaged sample. The message names the file and the problem.";
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const StatusError& e) {
+      TranslateStatus(e.status);
+    }
+  });
+
+  py::class_<Volume, std::shared_ptr<Volume>>(m, "Volume", R"doc(
+An open dlfs volume (read-only).
+
+Volume(path) reads the superblock and the whole sample directory, verifying
+their checksums; a damaged or foreign file raises CorruptVolumeError, a
+missing one FileNotFoundError.
+
+    vol = dlfs.Volume("fashion-mnist.dlfs")
+    data, label = vol[42]          # bytes, int (None when unlabelled)
+    vol.path(42), vol.lookup("train/00042"), vol.classes
+)doc")
+      .def(py::init([](const std::string& path) {
+             py::gil_scoped_release release;
+             auto v = Volume::Open(path);
+             py::gil_scoped_acquire acquire;
+             return Unwrap(std::move(v));
+           }),
+           py::arg("path"))
+      .def("__len__", &Volume::size, "Number of samples.")
+      .def(
+          "__getitem__",
+          [](const Volume& v, int64_t i) {
+            py::bytes data = ReadSample(v, i, true);
+            return py::make_tuple(data, LabelOrNone(v.directory().label(CheckIndex(v, i))));
+          },
+          py::arg("index"),
+          "(bytes, label) of sample `index`; the checksum is verified. label is None when the "
+          "sample has none.")
+      .def("read", &ReadSample, py::arg("index"), py::arg("verify") = true,
+           "The bytes of sample `index` (checksum verified unless verify=False).")
+      .def(
+          "path", [](const Volume& v, int64_t i) { return v.directory().Path(CheckIndex(v, i)); },
+          py::arg("index"), "Path of sample `index` inside the volume, e.g. 'train/00042'.")
+      .def(
+          "label",
+          [](const Volume& v, int64_t i) {
+            return LabelOrNone(v.directory().label(CheckIndex(v, i)));
+          },
+          py::arg("index"), "Label (class id) of sample `index`, or None.")
+      .def(
+          "size",
+          [](const Volume& v, int64_t i) { return v.directory().sample(CheckIndex(v, i)).length; },
+          py::arg("index"), "Size in bytes of sample `index`.")
+      .def(
+          "lookup",
+          [](const Volume& v, const std::string& path) {
+            return Unwrap(v.directory().Lookup(path));
+          },
+          py::arg("path"), "Index of the sample at `path`; KeyError if there is none.")
+      .def_property_readonly(
+          "classes",
+          [](const Volume& v) {
+            std::vector<std::string> names;
+            for (uint64_t c = 0; c < v.directory().class_count(); ++c) {
+              names.emplace_back(v.directory().class_name(c));
+            }
+            return names;
+          },
+          "Class names, indexed by label.")
+      .def_property_readonly(
+          "labels",
+          [](const Volume& v) {
+            py::array_t<int64_t> out(static_cast<py::ssize_t>(v.size()));
+            auto w = out.mutable_unchecked<1>();
+            for (uint64_t i = 0; i < v.size(); ++i) {
+              const uint32_t l = v.directory().label(i);
+              w(i) = l == kNoLabel ? -1 : static_cast<int64_t>(l);
+            }
+            return out;
+          },
+          "All labels as an int64 numpy array (-1 where a sample has none).")
+      .def(
+          "indices",
+          [](const Volume& v, const std::string& dir) {
+            const PathEntry e = Unwrap(v.directory().Resolve(dir));
+            if (!e.is_dir) throw StatusError{Status::InvalidArgument("'" + dir + "' is a sample")};
+            const std::vector<uint64_t> idx = v.directory().SamplesUnder(e.index);
+            return py::array_t<int64_t>(static_cast<py::ssize_t>(idx.size()),
+                                        reinterpret_cast<const int64_t*>(idx.data()));
+          },
+          py::arg("dir") = "",
+          "Indices of every sample under directory `dir` (recursively), ascending.")
+      .def_property_readonly("filename", &Volume::path, "The volume file.")
+      .def("info", &InfoDict, "Summary: samples, bytes, classes, format_version, targets, ...")
+      .def(
+          "verify",
+          [](const Volume& v) {
+            std::vector<std::string> bad;
+            VerifyReport report;
+            VerifyOptions o;
+            o.on_bad_sample = [&](uint64_t, const Status& s) { bad.push_back(s.message()); };
+            Status st;
+            {
+              py::gil_scoped_release release;
+              st = VerifyVolume(v, o, &report);
+            }
+            Check(st);
+            return bad;
+          },
+          "Checks every sample's checksum; returns the list of problems (empty when intact).")
+      .def("__repr__", [](const Volume& v) {
+        return "<dlfs.Volume '" + v.path() + "' with " + std::to_string(v.size()) + " samples>";
+      });
+
+  py::class_<Batch, std::shared_ptr<Batch>>(m, "Batch", R"doc(
+One batch from a Loader: len(batch) samples.
+
+batch[i] / batch.samples are read-only numpy uint8 views straight into the
+batch's I/O buffer (no copy); the buffer stays alive as long as any view or
+the Batch itself is referenced.
+)doc")
+      .def("__len__", &Batch::size)
+      .def(
+          "__getitem__",
+          [](py::object self, int64_t i) {
+            const int64_t n = static_cast<int64_t>(self.cast<const Batch&>().size());
+            if (i < 0) i += n;
+            if (i < 0 || i >= n) throw py::index_error("sample index out of range in batch");
+            return SampleView(self, static_cast<size_t>(i));
+          },
+          py::arg("i"), "Zero-copy uint8 view of the i-th sample.")
+      .def_property_readonly(
+          "samples",
+          [](py::object self) {
+            py::list out;
+            const size_t n = self.cast<const Batch&>().size();
+            for (size_t i = 0; i < n; ++i) out.append(SampleView(self, i));
+            return out;
+          },
+          "List of zero-copy uint8 views, one per sample.")
+      .def_property_readonly(
+          "indices",
+          [](const Batch& b) {
+            return py::array_t<int64_t>(static_cast<py::ssize_t>(b.size()),
+                                        reinterpret_cast<const int64_t*>(b.indices().data()));
+          },
+          "Sample indices (int64 numpy array, a copy).")
+      .def_property_readonly(
+          "labels",
+          [](const Batch& b) {
+            py::array_t<int64_t> out(static_cast<py::ssize_t>(b.size()));
+            auto w = out.mutable_unchecked<1>();
+            for (size_t i = 0; i < b.size(); ++i) {
+              w(i) = b.label(i) == kNoLabel ? -1 : static_cast<int64_t>(b.label(i));
+            }
+            return out;
+          },
+          "Labels (int64 numpy array; -1 where a sample has none).")
+      .def_property_readonly("epoch", &Batch::epoch)
+      .def_property_readonly("sequence", &Batch::sequence, "Batch number within the epoch.")
+      .def_property_readonly("payload_bytes", &Batch::payload_bytes);
+
+  py::class_<PyLoader>(m, "Loader", R"doc(
+Loader(volume, batch_size, shuffle=True, seed=0, rank=0, world_size=1,
+       drop_last=False, prefetch_batches=4, queue_depth=64, io_threads=1,
+       engine="auto", direct_io=True, verify_checksums=True, coalesce=True,
+       indices=None)
+
+Iterates over this rank's batches of one epoch, reading ahead through
+io_uring (or a pread pool where io_uring is unavailable).
+
+- volume: a dlfs.Volume or a path.
+- batch_size: samples per batch; the last batch may be shorter unless drop_last.
+- shuffle, seed: the epoch order is a pure function of (seed, epoch), the
+  same on every rank; shuffle=False reads in volume order.
+- rank, world_size: this process's shard. Samples are dealt round-robin;
+  without drop_last the order is padded by wrapping (as
+  torch DistributedSampler) so all ranks get the same number of batches.
+- prefetch_batches: batches read ahead while you work on the current one.
+- queue_depth, io_threads, engine ("auto", "uring", "pread"), direct_io:
+  the I/O engine; engine_description says what runs.
+- verify_checksums: check each sample's CRC32C; a mismatch raises
+  CorruptVolumeError naming the sample and file.
+- indices: read only these sample indices (e.g. vol.indices("train")); the
+  shuffle permutes within them.
+
+Call set_epoch(e) before iterating epoch e; each iter() restarts that epoch.
+The GIL is released while waiting for I/O.
+)doc")
+      .def(py::init([](py::object volume, uint32_t batch_size, bool shuffle, uint64_t seed,
+                       uint32_t rank, uint32_t world_size, bool drop_last,
+                       uint32_t prefetch_batches, uint32_t queue_depth, uint32_t io_threads,
+                       const std::string& engine, bool direct_io, bool verify_checksums,
+                       bool coalesce, std::optional<std::vector<uint64_t>> indices) {
+             std::shared_ptr<Volume> vol;
+             if (py::isinstance<Volume>(volume)) {
+               vol = volume.cast<std::shared_ptr<Volume>>();
+             } else {
+               vol = Unwrap(Volume::Open(py::str(volume).cast<std::string>()));
+             }
+             LoaderOptions o;
+             o.batch_size = batch_size;
+             o.shuffle = shuffle;
+             o.seed = seed;
+             o.rank = rank;
+             o.world_size = world_size;
+             o.drop_last = drop_last;
+             o.prefetch_batches = prefetch_batches;
+             o.queue_depth = queue_depth;
+             o.io_threads = io_threads;
+             o.engine = Unwrap(ParseEngineKind(engine));
+             o.direct_io = direct_io;
+             o.verify_checksums = verify_checksums;
+             o.coalesce = coalesce;
+             if (indices) o.subset = std::move(*indices);
+             return std::make_unique<PyLoader>(std::move(vol), o);
+           }),
+           py::arg("volume"), py::arg("batch_size"), py::arg("shuffle") = true, py::arg("seed") = 0,
+           py::arg("rank") = 0, py::arg("world_size") = 1, py::arg("drop_last") = false,
+           py::arg("prefetch_batches") = 4, py::arg("queue_depth") = 64, py::arg("io_threads") = 1,
+           py::arg("engine") = "auto", py::arg("direct_io") = true,
+           py::arg("verify_checksums") = true, py::arg("coalesce") = true,
+           py::arg("indices") = py::none())
+      .def("set_epoch", &PyLoader::set_epoch, py::arg("epoch"),
+           "Sets the epoch the next iteration reads (its order depends on it).")
+      .def_property_readonly("epoch", &PyLoader::epoch)
+      .def(
+          "__len__", [](PyLoader& l) { return l.loader().batches_per_epoch(); },
+          "Batches per epoch for this rank.")
+      .def("__iter__",
+           [](PyLoader& l) -> PyLoader& {
+             l.Start();
+             return l;
+           })
+      .def("__next__", &PyLoader::Next)
+      .def_property_readonly(
+          "indices",
+          [](PyLoader& l) {
+            auto idx = l.loader().RankIndices(l.epoch());
+            return py::array_t<int64_t>(static_cast<py::ssize_t>(idx.size()),
+                                        reinterpret_cast<const int64_t*>(idx.data()));
+          },
+          "This rank's sample indices for the current epoch, in reading order.")
+      .def_property_readonly(
+          "engine_description", [](PyLoader& l) { return l.loader().engine_description(); },
+          "What the I/O engine is, e.g. 'io_uring, O_DIRECT, ... queue depth 64'.");
+
+  m.def(
+      "pack",
+      [](const std::string& source, const std::string& output, const std::string& source_kind,
+         bool force, uint32_t align, bool skip_unreadable, std::vector<std::string> class_names) {
+        PackOptions o;
+        o.from = Unwrap(ParseSourceKind(source_kind));
+        o.overwrite = force;
+        o.align = align;
+        o.skip_unreadable = skip_unreadable;
+        o.class_names = std::move(class_names);
+        Result<PackStats> r = Status::Cancelled("not run");
+        {
+          py::gil_scoped_release release;
+          r = Pack(source, output, o);
+        }
+        const PackStats s = Unwrap(std::move(r));
+        py::dict d;
+        d["source_kind"] = std::string(SourceKindName(s.from));
+        d["samples"] = s.samples;
+        d["bytes"] = s.bytes;
+        d["classes"] = s.classes;
+        d["skipped"] = s.skipped;
+        d["seconds"] = s.seconds;
+        return d;
+      },
+      py::arg("source"), py::arg("output"), py::arg("source_kind") = "auto",
+      py::arg("force") = false, py::arg("align") = 1, py::arg("skip_unreadable") = false,
+      py::arg("class_names") = std::vector<std::string>{},
+      R"doc(Packs a data set into a new volume (like `dlfs pack`) and returns stats.
+
+source_kind: "auto", "imagefolder", "idx" or "tar". Raises FileExistsError if
+output exists and force is False.)doc");
+}

@@ -1,0 +1,141 @@
+"""The Python module: dlfs.Volume, dlfs.Loader, zero-copy batches, errors."""
+import gc
+import random
+
+import numpy as np
+import pytest
+
+dlfs = pytest.importorskip("dlfs", reason="Python module not built (pybind11 missing)")
+
+
+def test_volume_reads_what_was_packed(volume):
+    vol_path, files = volume
+    vol = dlfs.Volume(str(vol_path))
+    assert len(vol) == len(files)
+    assert vol.classes == ["Emu", "cat", "dog"]
+    info = vol.info()
+    assert info["samples"] == len(files) and info["format_version"] == 1
+    for i in range(len(vol)):
+        data, label = vol[i]
+        assert data == files[vol.path(i)]
+        assert label == vol.label(i)
+        assert vol.lookup(vol.path(i)) == i
+        assert vol.size(i) == len(data)
+    assert vol[-1][0] == files[vol.path(len(vol) - 1)]
+    assert vol.label(vol.lookup("cat/001.png")) == 1
+    assert sorted(vol.path(int(i)) for i in vol.indices("dog")) == ["dog/002.png", "dog/a/001.png"]
+    assert list(vol.labels) == [vol.label(i) for i in range(len(vol))]
+
+
+def test_errors_map_to_python_exceptions(volume, tmp_path):
+    vol_path, _ = volume
+    vol = dlfs.Volume(str(vol_path))
+    with pytest.raises(FileNotFoundError, match="missing.dlfs"):
+        dlfs.Volume(str(tmp_path / "missing.dlfs"))
+    junk = tmp_path / "junk.dlfs"
+    junk.write_bytes(b"\0" * 20000)
+    with pytest.raises(dlfs.CorruptVolumeError, match="junk.dlfs: not a dlfs volume"):
+        dlfs.Volume(str(junk))
+    with pytest.raises(KeyError):
+        vol.lookup("cat/nope.png")
+    with pytest.raises(IndexError):
+        vol[len(vol)]
+    with pytest.raises(ValueError, match="batch_size"):
+        dlfs.Loader(vol, batch_size=0)
+    with pytest.raises(ValueError, match="rank 2"):
+        dlfs.Loader(vol, batch_size=2, rank=2, world_size=2)
+    with pytest.raises(ValueError, match="engine"):
+        dlfs.Loader(vol, batch_size=2, engine="spdk")
+    with pytest.raises(FileExistsError):
+        dlfs.pack(str(tmp_path), str(vol_path))
+
+
+def test_damaged_sample_raises_naming_it(volume):
+    vol_path, files = volume
+    raw = bytearray(vol_path.read_bytes())
+    pos = raw.find(files["Emu/x.png"])
+    raw[pos + 100] ^= 0xFF
+    vol_path.write_bytes(bytes(raw))
+    vol = dlfs.Volume(str(vol_path))
+    with pytest.raises(dlfs.CorruptVolumeError, match="'Emu/x.png': checksum mismatch"):
+        vol[vol.lookup("Emu/x.png")]
+    with pytest.raises(dlfs.CorruptVolumeError, match="Emu/x.png"):
+        for _ in dlfs.Loader(vol, batch_size=2):
+            pass
+    assert len(vol.verify()) == 1
+
+
+@pytest.fixture
+def many(tmp_path, run):
+    """A 2,000-sample volume; sample bytes encode their path."""
+    root = tmp_path / "many"
+    for i in range(2000):
+        p = root / f"k{i % 5}" / f"{i:05d}"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(p.name.encode() * (1 + i % 300))
+    vol = tmp_path / "many.dlfs"
+    run("pack", root, "-o", vol, "-q", check=0)
+    return dlfs.Volume(str(vol))
+
+
+@pytest.mark.parametrize("world,drop_last", [(1, False), (3, True), (4, False)])
+def test_every_sample_once_per_epoch_across_ranks(many, world, drop_last):
+    for epoch in (0, 1):
+        seen = []
+        for rank in range(world):
+            loader = dlfs.Loader(many, batch_size=64, seed=5, rank=rank, world_size=world,
+                                 drop_last=drop_last)
+            loader.set_epoch(epoch)
+            got = []
+            for batch in loader:
+                assert len(batch) <= 64
+                for i, view in zip(batch.indices, batch.samples):
+                    name = many.path(int(i)).split("/")[1].encode()
+                    assert bytes(view[: len(name)]) == name
+                got += list(batch.indices)
+            assert got == list(loader.indices)
+            seen += got
+        if drop_last:
+            assert len(seen) == len(set(seen)) > 2000 - world * 64
+        else:
+            assert set(seen) == set(range(2000))
+
+
+def test_order_depends_on_seed_and_epoch_only(many):
+    def order(seed, epoch):
+        loader = dlfs.Loader(many, batch_size=100, seed=seed)
+        loader.set_epoch(epoch)
+        return [int(i) for b in loader for i in b.indices]
+
+    assert order(1, 0) == order(1, 0)
+    assert order(1, 0) != order(1, 1)
+    assert order(1, 0) != order(2, 0)
+    assert sorted(order(1, 3)) == list(range(2000))
+
+
+def test_views_outlive_the_loader_and_their_batch(many):
+    """Zero-copy views must keep their buffer alive: hold random views from
+    many batches while the loader recycles buffers, then check every byte."""
+    rng = random.Random(0)
+    kept = []
+    loader = dlfs.Loader(many, batch_size=50, seed=3, prefetch_batches=2)
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        for batch in loader:
+            i = rng.randrange(len(batch))
+            kept.append((int(batch.indices[i]), batch[i]))
+            del batch
+            gc.collect()
+    del loader
+    gc.collect()
+    for index, view in kept:
+        assert not view.flags.writeable
+        assert bytes(view) == many.read(index)
+
+
+def test_subset_reads_only_those_samples(many):
+    subset = many.indices("k3")
+    loader = dlfs.Loader(many, batch_size=32, indices=subset)
+    got = sorted(int(i) for b in loader for i in b.indices)
+    assert got == sorted(int(i) for i in subset)
+    assert all(many.path(i).startswith("k3/") for i in got)
