@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dlfs/loader.h"
+#include "dlfs/mount.h"
 #include "dlfs/pack.h"
 #include "dlfs/sampler.h"
 #include "dlfs/verify.h"
@@ -431,6 +432,19 @@ int RunBench(const BenchArgs& args) {
   std::printf("batch I/O    p50 %.2f ms, p99 %.2f ms\n", Percentile(latencies, 0.5) * 1e3,
               Percentile(latencies, 0.99) * 1e3);
   return kExitOk;
+}
+
+int RunMount(const MountArgs& args) {
+  if (!kMountSupported) return Fail(MountVolume(nullptr, "", {}));
+  auto vol = OpenVolume(args.volume);
+  if (!vol.ok()) return Fail(vol.status());
+  // libfuse handles SIGINT/SIGTERM itself (unmount and return).
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  const Status st = MountVolume(
+      *vol, args.mountpoint,
+      {.foreground = args.foreground, .debug = args.debug, .allow_other = args.allow_other});
+  return st.ok() ? kExitOk : Fail(st);
 }
 
 }  // namespace dlfs::cli

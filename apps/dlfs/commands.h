@@ -90,3 +90,16 @@ struct BenchArgs {
 int RunBench(const BenchArgs& args);
 
 }  // namespace dlfs::cli
+
+namespace dlfs::cli {
+
+struct MountArgs {
+  std::string volume;
+  std::string mountpoint;
+  bool foreground = false;
+  bool debug = false;
+  bool allow_other = false;
+};
+int RunMount(const MountArgs& args);
+
+}  // namespace dlfs::cli

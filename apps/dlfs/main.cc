@@ -107,6 +107,19 @@ int main(int argc, char** argv) {
   b->add_flag("--json", bench.json, "One JSON object instead of text");
   b->callback([&] { rc = RunBench(bench); });
 
+  MountArgs mount;
+  auto* mnt =
+      app.add_subcommand("mount",
+                         "Mount a volume read-only with FUSE: its tree as directories and files.\n"
+                         "Unmount with `fusermount3 -u MOUNTPOINT` (or Ctrl-C / SIGTERM with -f).");
+  mnt->add_option("volume", mount.volume, "Volume file")->required();
+  mnt->add_option("mountpoint", mount.mountpoint, "An existing empty directory")->required();
+  mnt->add_flag("-f,--foreground", mount.foreground, "Stay in the foreground until unmounted");
+  mnt->add_flag("--debug", mount.debug, "libfuse debug output (implies -f)");
+  mnt->add_flag("--allow-other", mount.allow_other,
+                "Let other users read the mount (needs user_allow_other in /etc/fuse.conf)");
+  mnt->callback([&] { rc = RunMount(mount); });
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
