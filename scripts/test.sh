@@ -22,6 +22,7 @@ run_suite build
 
 if [[ -z "${DLFS_NO_SANITIZE:-}" ]]; then
   echo "== build and test under AddressSanitizer + UBSan =="
+  export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp"
   run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DDLFS_SANITIZE=address,undefined \
     -DDLFS_BUILD_BENCHMARKS=OFF -DDLFS_BUILD_PYTHON=OFF
 fi

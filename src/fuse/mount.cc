@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "common/crc32c.h"
@@ -21,19 +23,23 @@ namespace {
 
 constexpr uint32_t kVerifyLimit = 64u << 20;
 
-struct Context {
-  std::shared_ptr<Volume> volume;
-  struct timespec created;
-};
-
-Context& Ctx() { return *static_cast<Context*>(fuse_get_context()->private_data); }
-
 // An open file: the verified bytes of a small sample, or just its index.
 struct OpenSample {
   uint64_t index;
   std::vector<std::byte> bytes;  // empty when read through
   bool cached;
 };
+
+struct Context {
+  std::shared_ptr<Volume> volume;
+  struct timespec created;
+  // Open files, owned here: the kernel's RELEASE for the last ones may not
+  // arrive before an unmount by signal ends the loop.
+  std::mutex mu;
+  std::unordered_map<OpenSample*, std::unique_ptr<OpenSample>> open;
+};
+
+Context& Ctx() { return *static_cast<Context*>(fuse_get_context()->private_data); }
 
 void FillDir(const Context& c, uint64_t d, struct stat* st) {
   st->st_mode = S_IFDIR | 0555;
@@ -90,7 +96,7 @@ int Open(const char* path, fuse_file_info* fi) {
   if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & (O_TRUNC | O_CREAT)) != 0) {
     return -EROFS;
   }
-  const Context& c = Ctx();
+  Context& c = Ctx();
   auto e = c.volume->directory().Resolve(path);
   if (!e.ok()) return -ENOENT;
   if (e->is_dir) return -EISDIR;
@@ -106,7 +112,11 @@ int Open(const char* path, fuse_file_info* fi) {
       return -EIO;
     }
   }
-  fi->fh = reinterpret_cast<uint64_t>(open.release());
+  fi->fh = reinterpret_cast<uint64_t>(open.get());
+  {
+    std::lock_guard lock(Ctx().mu);
+    Ctx().open.emplace(open.get(), std::move(open));
+  }
   fi->keep_cache = 1;  // a volume never changes under its mount
   return 0;
 }
@@ -132,7 +142,8 @@ int Read(const char*, char* buf, size_t size, off_t offset, fuse_file_info* fi) 
 }
 
 int Release(const char*, fuse_file_info* fi) {
-  delete reinterpret_cast<OpenSample*>(fi->fh);
+  std::lock_guard lock(Ctx().mu);
+  Ctx().open.erase(reinterpret_cast<OpenSample*>(fi->fh));
   return 0;
 }
 
@@ -180,10 +191,14 @@ Status MountVolume(std::shared_ptr<Volume> volume, const std::string& mountpoint
   // The low-level sequence rather than fuse_main(): it tells a failed mount
   // apart from a loop ended by SIGINT/SIGTERM, which is a clean unmount.
   fuse* f = fuse_new(&fargs, &ops, sizeof ops, &ctx);
-  if (f == nullptr) return Status::InvalidArgument("fuse_new rejected the mount options");
+  if (f == nullptr) {
+    fuse_opt_free_args(&fargs);
+    return Status::InvalidArgument("fuse_new rejected the mount options");
+  }
   const std::string where = ctx.volume->path() + " at " + mountpoint;
   if (fuse_mount(f, mountpoint.c_str()) != 0) {
     fuse_destroy(f);
+    fuse_opt_free_args(&fargs);
     return Status(StatusCode::kIOError, "cannot mount " + where + " (see the message above)");
   }
   fuse_session* se = fuse_get_session(f);
@@ -206,6 +221,7 @@ Status MountVolume(std::shared_ptr<Volume> volume, const std::string& mountpoint
   fuse_remove_signal_handlers(se);
   fuse_unmount(f);
   fuse_destroy(f);
+  fuse_opt_free_args(&fargs);
   return result;
 }
 

@@ -119,7 +119,8 @@ def test_foreground_mount_unmounts_on_signal(dlfs_bin, run, volume, tmp_path, si
         pytest.skip("mount did not come up: " + proc.communicate()[1].decode())
     assert sorted(os.listdir(mnt)) == ["Emu", "cat", "dog"]
     proc.send_signal(sig)
-    assert proc.wait(timeout=20) == 0
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err.decode()
     assert not os.path.ismount(mnt)
 
 
