@@ -22,7 +22,8 @@ set -x
 build/dlfs pack "$src" -o "$vol" --force --class-names "$classes"
 build/dlfs info "$vol"
 build/dlfs ls "$vol"
-build/dlfs ls "$vol" test --json | head -n 3
+build/dlfs ls "$vol" test --json > "$work/test-listing.jsonl"
+head -n 3 "$work/test-listing.jsonl"
 # The sample's raw 28x28 pixels, drawn in ASCII.
 build/dlfs cat "$vol" train/00042 | od -An -tu1 -w28 -v |
   awk '{ s = ""; for (i = 1; i <= NF; i++) s = s substr(" .:-=+*#%@", int($i / 25.6) + 1, 1); print s }'
