@@ -11,7 +11,7 @@ PACKAGES=(
   # Python bindings (built for Debian's /usr/bin/python3) and the FUSE view
   pybind11-dev python3-dev python3-numpy python3-torch libfuse3-dev fuse3
   # tests and benchmarks
-  libgtest-dev libbenchmark-dev python3 python3-pytest python3-torchvision
+  libgtest-dev libbenchmark-dev python3 python3-pytest python3-torchvision liblmdb-dev python3-lmdb
   # the built-in default data set
   dataset-fashion-mnist
 )

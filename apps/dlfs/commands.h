@@ -22,6 +22,7 @@ struct PackArgs {
   bool force = false;
   bool skip_unreadable = false;
   std::string class_names;  // "a,b,c" or "@file" (one name per line)
+  bool datum_payload = false;
   bool quiet = false;
 };
 int RunPack(const PackArgs& args);
@@ -101,5 +102,15 @@ struct MountArgs {
   bool allow_other = false;
 };
 int RunMount(const MountArgs& args);
+
+}  // namespace dlfs::cli
+
+namespace dlfs::cli {
+
+struct LmdbInfoArgs {
+  std::string db;
+  bool json = false;
+};
+int RunLmdbInfo(const LmdbInfoArgs& args);
 
 }  // namespace dlfs::cli

@@ -18,9 +18,9 @@ int main(int argc, char** argv) {
       "pack", "Pack a data set (ImageFolder tree, IDX files, tar shards) into a volume");
   p->add_option("source", pack.source, "Data set to pack: a directory or a tar shard")->required();
   p->add_option("-o,--output", pack.output, "Volume file to create")->required();
-  p->add_option("--from", pack.from, "Importer: auto, imagefolder, idx or tar")
+  p->add_option("--from", pack.from, "Importer: auto, imagefolder, idx, tar or lmdb")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "imagefolder", "idx", "tar"}));
+      ->check(CLI::IsMember({"auto", "imagefolder", "idx", "tar", "lmdb"}));
   p->add_option("--align", pack.align,
                 "Start every sample at a multiple of this many bytes (power of two, <= 1 MiB)")
       ->capture_default_str();
@@ -29,6 +29,8 @@ int main(int argc, char** argv) {
               "Skip (and count) source files that cannot be read instead of stopping");
   p->add_option("--class-names", pack.class_names,
                 "Names of labels 0, 1, ...: \"a,b,c\" or @FILE with one name per line");
+  p->add_flag("--datum-payload", pack.datum_payload,
+              "lmdb: store only each Caffe Datum's data (e.g. the JPEG), not the whole record");
   p->add_flag("-q,--quiet", pack.quiet, "No progress output");
   p->callback([&] { rc = RunPack(pack); });
 
@@ -106,6 +108,15 @@ int main(int argc, char** argv) {
               "Drop the page cache before each epoch (root), else fadvise(DONTNEED) the volume");
   b->add_flag("--json", bench.json, "One JSON object instead of text");
   b->callback([&] { rc = RunBench(bench); });
+
+  LmdbInfoArgs lmdb_info;
+  auto* lmdb = app.add_subcommand("lmdb", "Inspect existing LMDB databases (e.g. Caffe's)");
+  lmdb->require_subcommand(1);
+  auto* li = lmdb->add_subcommand(
+      "info", "Parse data.mdb directly: entries, tree depth, pages, record sizes, Datum shape");
+  li->add_option("db", lmdb_info.db, "LMDB directory or its data.mdb")->required();
+  li->add_flag("--json", lmdb_info.json, "One JSON object instead of text");
+  li->callback([&] { rc = RunLmdbInfo(lmdb_info); });
 
   MountArgs mount;
   auto* mnt =

@@ -15,6 +15,13 @@
 //                up to the first '.' of the file name); every member except
 //                a ".cls" one is a sample under its member path, labelled
 //                with the integer in its key's ".cls" member, if any.
+//   lmdb         an LMDB database (a directory with data.mdb, or the file),
+//                e.g. Caffe's: one sample per record in key order, named by
+//                its key (or its zero-padded record index when some key is
+//                not a valid file name), labelled from the record's Caffe
+//                Datum when it parses as one. The stored bytes are the
+//                record's value, or only the Datum's data with
+//                lmdb_payload_only.
 //
 // Packing streams: memory holds one sample (or one tar key group) plus the
 // directory entries, whatever the data set's size. The volume is written
@@ -31,15 +38,16 @@
 
 namespace dlfs {
 
-enum class SourceKind { kAuto, kImageFolder, kIdx, kTar };
+enum class SourceKind { kAuto, kImageFolder, kIdx, kTar, kLmdb };
 
-// "auto", "imagefolder", "idx", "tar".
+// "auto", "imagefolder", "idx", "tar", "lmdb".
 std::string_view SourceKindName(SourceKind kind);
 Result<SourceKind> ParseSourceKind(std::string_view name);
 
-// Picks the importer for `source`: a directory holding *-idx?-ubyte[.gz]
-// files is idx; a .tar* file or a directory holding only tar files is tar;
-// any other directory is imagefolder.
+// Picks the importer for `source`: a data.mdb file or a directory holding
+// one is lmdb; a directory holding *-idx?-ubyte[.gz] files is idx; a .tar*
+// file or a directory holding only tar files is tar; any other directory is
+// imagefolder.
 Result<SourceKind> DetectSourceKind(const std::string& source);
 
 struct PackProgress {
@@ -58,6 +66,9 @@ struct PackOptions {
   // Class names for label ids 0..n-1, overriding what the importer knows
   // (idx and tar sources carry only numbers).
   std::vector<std::string> class_names;
+  // lmdb: store only a Caffe Datum's data field (e.g. the JPEG), not the
+  // whole serialized Datum.
+  bool lmdb_payload_only = false;
   // Called about every 100 ms from the packing thread.
   std::function<void(const PackProgress&)> on_progress;
   // When set to true from another thread or a signal handler, packing stops

@@ -41,5 +41,6 @@ class PackContext {
 Status ImportImageFolder(const std::string& root, PackContext& ctx);
 Status ImportIdx(const std::string& dir, PackContext& ctx);
 Status ImportTar(const std::string& source, PackContext& ctx);
+Status ImportLmdb(const std::string& source, PackContext& ctx);
 
 }  // namespace dlfs::pack_internal

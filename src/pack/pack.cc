@@ -75,17 +75,19 @@ std::string_view SourceKindName(SourceKind kind) {
       return "idx";
     case SourceKind::kTar:
       return "tar";
+    case SourceKind::kLmdb:
+      return "lmdb";
   }
   return "?";
 }
 
 Result<SourceKind> ParseSourceKind(std::string_view name) {
-  for (SourceKind k :
-       {SourceKind::kAuto, SourceKind::kImageFolder, SourceKind::kIdx, SourceKind::kTar}) {
+  for (SourceKind k : {SourceKind::kAuto, SourceKind::kImageFolder, SourceKind::kIdx,
+                       SourceKind::kTar, SourceKind::kLmdb}) {
     if (name == SourceKindName(k)) return k;
   }
   return Status::InvalidArgument("unknown source kind '" + std::string(name) +
-                                 "' (expected auto, imagefolder, idx or tar)");
+                                 "' (expected auto, imagefolder, idx, tar or lmdb)");
 }
 
 Result<SourceKind> DetectSourceKind(const std::string& source) {
@@ -93,10 +95,15 @@ Result<SourceKind> DetectSourceKind(const std::string& source) {
   if (::stat(source.c_str(), &st) != 0) return Status::FromErrno(errno, source);
   if (S_ISREG(st.st_mode)) {
     if (IsTarName(source)) return SourceKind::kTar;
-    return Status::InvalidArgument(source +
-                                   ": a single file can only be a tar shard (.tar, .tar.gz, ...)");
+    if (EndsWith(source, "data.mdb")) return SourceKind::kLmdb;
+    return Status::InvalidArgument(
+        source + ": a single file can only be a tar shard (.tar, .tar.gz, ...) or a data.mdb");
   }
   if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(source + ": not a file or directory");
+  struct stat mdb;
+  if (::stat((source + "/data.mdb").c_str(), &mdb) == 0 && S_ISREG(mdb.st_mode)) {
+    return SourceKind::kLmdb;
+  }
   DIR* d = ::opendir(source.c_str());
   if (d == nullptr) return Status::FromErrno(errno, source);
   bool any_idx = false, any_tar = false, any_other = false;
@@ -139,6 +146,9 @@ Result<PackStats> Pack(const std::string& source, const std::string& volume_path
       break;
     case SourceKind::kTar:
       st = pack_internal::ImportTar(source, ctx);
+      break;
+    case SourceKind::kLmdb:
+      st = pack_internal::ImportLmdb(source, ctx);
       break;
     case SourceKind::kAuto:
       st = Status::InvalidArgument("no importer");

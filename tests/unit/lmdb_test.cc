@@ -1,0 +1,249 @@
+// The direct data.mdb parser against liblmdb as the oracle.
+#include <lmdb.h>
+
+#include <filesystem>
+#include <random>
+
+#include "dlfs/lmdb.h"
+#include "testutil.h"
+
+namespace dlfs {
+namespace {
+
+using testing::TempDir;
+
+#define MDB_OK(expr) ASSERT_EQ((expr), 0) << #expr << ": " << mdb_strerror(expr)
+
+class LmdbTest : public ::testing::Test {
+ protected:
+  void Open(unsigned db_flags = 0, const char* name = nullptr, unsigned env_flags = 0) {
+    MDB_OK(mdb_env_create(&env_));
+    MDB_OK(mdb_env_set_mapsize(env_, size_t{4} << 30));
+    MDB_OK(mdb_env_set_maxdbs(env_, 4));
+    MDB_OK(mdb_env_open(env_, tmp_.path().c_str(), env_flags, 0644));
+    MDB_txn* txn;
+    MDB_OK(mdb_txn_begin(env_, nullptr, 0, &txn));
+    MDB_OK(mdb_dbi_open(txn, name, db_flags | MDB_CREATE, &dbi_));
+    MDB_OK(mdb_txn_commit(txn));
+  }
+  void TearDown() override {
+    if (env_) mdb_env_close(env_);
+  }
+
+  static std::string Key(uint64_t i) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%08llu_img.jpg", static_cast<unsigned long long>(i));
+    return b;
+  }
+
+  // Puts `keys` with values from `value_of`, committing every `per_txn`.
+  void Put(const std::vector<uint64_t>& keys, const std::function<std::string(uint64_t)>& value_of,
+           size_t per_txn = 1000) {
+    MDB_txn* txn = nullptr;
+    for (size_t n = 0; n < keys.size(); ++n) {
+      if (!txn) MDB_OK(mdb_txn_begin(env_, nullptr, 0, &txn));
+      const std::string k = Key(keys[n]), v = value_of(keys[n]);
+      MDB_val key{k.size(), const_cast<char*>(k.data())},
+          val{v.size(), const_cast<char*>(v.data())};
+      MDB_OK(mdb_put(txn, dbi_, &key, &val, 0));
+      if ((n + 1) % per_txn == 0) {
+        MDB_OK(mdb_txn_commit(txn));
+        txn = nullptr;
+      }
+    }
+    if (txn) MDB_OK(mdb_txn_commit(txn));
+  }
+
+  void Delete(const std::vector<uint64_t>& keys) {
+    MDB_txn* txn;
+    MDB_OK(mdb_txn_begin(env_, nullptr, 0, &txn));
+    for (uint64_t i : keys) {
+      const std::string k = Key(i);
+      MDB_val key{k.size(), const_cast<char*>(k.data())};
+      MDB_OK(mdb_del(txn, dbi_, &key, nullptr));
+    }
+    MDB_OK(mdb_txn_commit(txn));
+  }
+
+  // The record map equals a liblmdb cursor walk: same keys in the same
+  // order, and the bytes at each recorded offset are the value.
+  void ExpectMatchesCursor() {
+    mdb_env_sync(env_, 1);
+    auto map = LmdbRecordMap::Build(tmp_.path());
+    ASSERT_TRUE(map.ok()) << map.status().ToString();
+    const auto file = testing::ReadFile(tmp_ / "data.mdb");
+    MDB_txn* txn;
+    MDB_cursor* cur;
+    MDB_OK(mdb_txn_begin(env_, nullptr, MDB_RDONLY, &txn));
+    MDB_OK(mdb_cursor_open(txn, dbi_, &cur));
+    MDB_val k, v;
+    uint64_t i = 0;
+    for (int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT), ++i) {
+      ASSERT_LT(i, map->size());
+      ASSERT_EQ(map->key(i), std::string_view(static_cast<char*>(k.mv_data), k.mv_size));
+      ASSERT_EQ(map->value_length(i), v.mv_size) << i;
+      ASSERT_LE(map->value_offset(i) + v.mv_size, file.size());
+      ASSERT_EQ(std::memcmp(file.data() + map->value_offset(i), v.mv_data, v.mv_size), 0) << i;
+    }
+    mdb_cursor_close(cur);
+    MDB_stat st;
+    mdb_stat(txn, dbi_, &st);
+    mdb_txn_abort(txn);
+    EXPECT_EQ(i, map->size());
+    EXPECT_EQ(map->stats().entries, st.ms_entries);
+    EXPECT_EQ(map->stats().depth, st.ms_depth);
+    EXPECT_EQ(map->stats().branch_pages, st.ms_branch_pages);
+    EXPECT_EQ(map->stats().leaf_pages, st.ms_leaf_pages);
+    EXPECT_EQ(map->stats().overflow_pages, st.ms_overflow_pages);
+  }
+
+  std::vector<uint64_t> Range(uint64_t n) {
+    std::vector<uint64_t> v(n);
+    for (uint64_t i = 0; i < n; ++i) v[i] = i;
+    return v;
+  }
+
+  TempDir tmp_;
+  MDB_env* env_ = nullptr;
+  MDB_dbi dbi_ = 0;
+};
+
+std::string Bytes(uint64_t i, size_t n) {
+  std::string s(n, '\0');
+  for (size_t j = 0; j < n; ++j) s[j] = static_cast<char>((i * 131 + j * 7) & 0xff);
+  return s;
+}
+
+TEST_F(LmdbTest, TinyValues) {
+  Open();
+  Put(Range(1000), [](uint64_t i) { return Bytes(i, 1 + i % 50); });
+  ExpectMatchesCursor();
+}
+
+TEST_F(LmdbTest, OverflowValues) {
+  Open();
+  Put(
+      Range(300), [](uint64_t i) { return Bytes(i, 2000 + (i * 7919) % 200000); }, 50);
+  ExpectMatchesCursor();
+}
+
+TEST_F(LmdbTest, HundredThousandEntriesMultiLevel) {
+  Open();
+  Put(
+      Range(100000), [](uint64_t i) { return Bytes(i, 16 + i % 64); }, 10000);
+  ExpectMatchesCursor();
+  auto map = LmdbRecordMap::Build(tmp_.path());
+  ASSERT_TRUE(map.ok());
+  EXPECT_GE(map->stats().depth, 3u);
+}
+
+TEST_F(LmdbTest, RewrittenDatabaseWithFreePageReuse) {
+  Open();
+  Put(
+      Range(3000), [](uint64_t i) { return Bytes(i, 3000 + i % 5000); }, 100);
+  std::vector<uint64_t> gone;
+  for (uint64_t i = 0; i < 3000; i += 3) gone.push_back(i);
+  Delete(gone);
+  // Rewrite the deleted ones with other sizes, plus new keys, in small
+  // transactions so pages freed above are reused out of key order.
+  Put(
+      gone, [](uint64_t i) { return Bytes(i + 1, 100 + i % 9000); }, 37);
+  std::vector<uint64_t> extra;
+  for (uint64_t i = 3000; i < 4000; ++i) extra.push_back(i);
+  Put(
+      extra, [](uint64_t i) { return Bytes(i, 5000); }, 50);
+  ExpectMatchesCursor();
+  // The point of provenance: values are not laid out in key order here.
+  auto map = LmdbRecordMap::Build(tmp_.path());
+  ASSERT_TRUE(map.ok());
+  uint64_t backwards = 0;
+  for (uint64_t i = 1; i < map->size(); ++i) {
+    backwards += map->value_offset(i) < map->value_offset(i - 1);
+  }
+  EXPECT_GT(backwards, 0u);
+}
+
+TEST_F(LmdbTest, EmptyDatabase) {
+  Open();
+  ExpectMatchesCursor();
+}
+
+TEST_F(LmdbTest, DuplicateKeysAreRefused) {
+  Open(MDB_DUPSORT);
+  Put(Range(10), [](uint64_t i) { return Bytes(i, 10); });
+  mdb_env_sync(env_, 1);
+  auto map = LmdbRecordMap::Build(tmp_.path());
+  ASSERT_FALSE(map.ok());
+  EXPECT_EQ(map.status().code(), StatusCode::kNotSupported) << map.status().ToString();
+}
+
+TEST_F(LmdbTest, NamedSubDatabaseIsRefused) {
+  Open(0, "images");
+  Put(Range(10), [](uint64_t i) { return Bytes(i, 10); });
+  mdb_env_sync(env_, 1);
+  auto map = LmdbRecordMap::Build(tmp_.path());
+  ASSERT_FALSE(map.ok());
+  EXPECT_EQ(map.status().code(), StatusCode::kNotSupported);
+  EXPECT_NE(map.status().message().find("sub-databases"), std::string::npos);
+}
+
+TEST_F(LmdbTest, TruncatedAndDamagedFilesGiveCleanErrors) {
+  Open();
+  Put(
+      Range(2000), [](uint64_t i) { return Bytes(i, 10 + (i % 17) * 300); }, 500);
+  mdb_env_sync(env_, 1);
+  mdb_env_close(env_);
+  env_ = nullptr;
+  const std::string db = tmp_ / "data.mdb";
+  const auto original = testing::ReadFile(db);
+  for (uint64_t len : {uint64_t{0}, uint64_t{100}, uint64_t{4096}, uint64_t{8192},
+                       original.size() / 2, original.size() - 4096}) {
+    testing::WriteFile(db, std::span(original).first(len));
+    auto map = LmdbRecordMap::Build(db);
+    ASSERT_FALSE(map.ok()) << "truncated to " << len;
+    EXPECT_EQ(map.status().code(), StatusCode::kCorruption) << map.status().ToString();
+    EXPECT_NE(map.status().message().find("data.mdb"), std::string::npos);
+  }
+  // Random damage: any outcome but a crash or an out-of-range record.
+  std::mt19937 rng(1);
+  for (int round = 0; round < 300; ++round) {
+    auto bytes = original;
+    for (int k = 0; k < 4; ++k) bytes[rng() % bytes.size()] ^= std::byte(1 + rng() % 255);
+    testing::WriteFile(db, bytes);
+    auto map = LmdbRecordMap::Build(db);
+    if (!map.ok()) continue;
+    for (uint64_t i = 0; i < map->size(); ++i) {
+      ASSERT_LE(map->value_offset(i) + map->value_length(i), bytes.size());
+    }
+  }
+}
+
+TEST(DatumTest, DecodesCaffeWireFormat) {
+  // channels=3 height=2 width=1 data="abcdef" label=7, then unpacked float_data
+  // twice and encoded=true, in a non-canonical field order.
+  const unsigned char wire[] = {0x08, 0x03, 0x10, 0x02, 0x18, 0x01, 0x22, 0x06, 'a', 'b',
+                                'c',  'd',  'e',  'f',  0x28, 0x07, 0x35, 0,    0,   0x80,
+                                0x3f, 0x35, 0,    0,    0,    0x40, 0x38, 0x01};
+  auto d = ParseDatum({reinterpret_cast<const std::byte*>(wire), sizeof wire});
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->channels, 3);
+  EXPECT_EQ(d->height, 2);
+  EXPECT_EQ(d->width, 1);
+  EXPECT_EQ(d->label, 7);
+  EXPECT_TRUE(d->has_label);
+  EXPECT_TRUE(d->encoded);
+  EXPECT_EQ(d->float_count, 2u);
+  EXPECT_EQ(std::string_view(reinterpret_cast<const char*>(d->data.data()), d->data.size()),
+            "abcdef");
+  // Truncations are errors, never reads past the end.
+  for (size_t n = 1; n < sizeof wire; ++n) {
+    auto t = ParseDatum({reinterpret_cast<const std::byte*>(wire), n});
+    if (!t.ok()) EXPECT_EQ(t.status().code(), StatusCode::kCorruption);
+  }
+  const unsigned char bad[] = {0x22, 0x10, 'x'};
+  EXPECT_FALSE(ParseDatum({reinterpret_cast<const std::byte*>(bad), sizeof bad}).ok());
+}
+
+}  // namespace
+}  // namespace dlfs
