@@ -12,7 +12,10 @@ namespace {
 
 using testing::TempDir;
 
-#define MDB_OK(expr) ASSERT_EQ((expr), 0) << #expr << ": " << mdb_strerror(expr)
+#define MDB_OK(expr)                                             \
+  do {                                                           \
+    ASSERT_EQ((expr), 0) << #expr << ": " << mdb_strerror(expr); \
+  } while (0)
 
 class LmdbTest : public ::testing::Test {
  protected:

@@ -356,7 +356,8 @@ TEST(PackTest, DetectsSourceKinds) {
   EXPECT_EQ(*DetectSourceKind(tmp / "tars/x.tar"), SourceKind::kTar);
   EXPECT_EQ(DetectSourceKind(tmp / "missing").status().code(), StatusCode::kNotFound);
   EXPECT_EQ(DetectSourceKind(tmp / "tree/a/1.png").status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(ParseSourceKind("lmdb").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseSourceKind("zip").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(*ParseSourceKind("lmdb"), SourceKind::kLmdb);
 }
 
 }  // namespace
