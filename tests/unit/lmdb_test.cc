@@ -12,9 +12,10 @@ namespace {
 
 using testing::TempDir;
 
-#define MDB_OK(expr)                                             \
-  do {                                                           \
-    ASSERT_EQ((expr), 0) << #expr << ": " << mdb_strerror(expr); \
+#define MDB_OK(expr)                                                 \
+  do {                                                               \
+    const int mdb_rc_ = (expr);                                      \
+    ASSERT_EQ(mdb_rc_, 0) << #expr << ": " << mdb_strerror(mdb_rc_); \
   } while (0)
 
 class LmdbTest : public ::testing::Test {
@@ -242,7 +243,9 @@ TEST(DatumTest, DecodesCaffeWireFormat) {
   // Truncations are errors, never reads past the end.
   for (size_t n = 1; n < sizeof wire; ++n) {
     auto t = ParseDatum({reinterpret_cast<const std::byte*>(wire), n});
-    if (!t.ok()) EXPECT_EQ(t.status().code(), StatusCode::kCorruption);
+    if (!t.ok()) {
+      EXPECT_EQ(t.status().code(), StatusCode::kCorruption);
+    }
   }
   const unsigned char bad[] = {0x22, 0x10, 'x'};
   EXPECT_FALSE(ParseDatum({reinterpret_cast<const std::byte*>(bad), sizeof bad}).ok());
