@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -70,6 +71,15 @@ Status SyncParentDirectory(const std::string& path) {
   if (fd.get() < 0) return Status::FromErrno(errno, dir);
   if (::fsync(fd.get()) != 0) return Status::FromErrno(errno, dir + ": fsync");
   return Status::Ok();
+}
+
+std::shared_ptr<std::byte> AllocateLarge(size_t n) {
+  const size_t len = n == 0 ? 1 : n;
+  void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  ::madvise(p, len, MADV_HUGEPAGE);  // advisory: ignored where THP is off
+  return std::shared_ptr<std::byte>(static_cast<std::byte*>(p),
+                                    [len](std::byte* q) { ::munmap(q, len); });
 }
 
 ScopedFd::~ScopedFd() {
