@@ -10,6 +10,7 @@
 #include <pybind11/stl.h>
 
 #include <cerrno>
+#include <mutex>
 #include <optional>
 
 #include "dlfs/loader.h"
@@ -133,8 +134,11 @@ class PyLoader {
   void set_epoch(uint64_t e) { epoch_ = e; }
   uint64_t epoch() const { return epoch_; }
 
+  // The C++ Loader has one caller at a time; Python threads may share this
+  // object, so both entry points serialize on mu_ (taken without the GIL).
   void Start() {
     py::gil_scoped_release release;
+    std::lock_guard lock(mu_);
     loader_->SetEpoch(epoch_);
   }
 
@@ -143,6 +147,7 @@ class PyLoader {
     Result<bool> more = false;
     {
       py::gil_scoped_release release;  // waiting for I/O
+      std::lock_guard lock(mu_);
       more = loader_->Next(batch.get());
     }
     if (!more.ok()) throw StatusError{more.status()};
@@ -155,6 +160,7 @@ class PyLoader {
  private:
   std::unique_ptr<Loader> loader_;
   uint64_t epoch_ = 0;
+  std::mutex mu_;
 };
 
 // A read-only uint8 numpy view of sample i whose base is the Python Batch.

@@ -80,7 +80,7 @@ struct BenchArgs {
   uint32_t io_threads = 1;
   uint32_t prefetch = 4;
   uint64_t seed = 0;
-  uint64_t coalesce_gap = 64 << 10;
+  uint64_t coalesce_gap = 0;
   bool no_coalesce = false;
   bool no_verify = false;
   bool buffered = false;

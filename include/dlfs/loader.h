@@ -23,7 +23,8 @@
 // Batch copy referring to it is destroyed, so views stay valid for as long as
 // the caller keeps the Batch — even after the Loader is gone.
 //
-// Errors: a failed read or a checksum mismatch (verify_checksums) makes
+// Errors: a failed read or a checksum mismatch (verify_checksums; checked in
+// Next(), on the caller's thread, while the next batches are being read) makes
 // Next() return an error naming the volume file, the sample index and path;
 // the next call continues with the following batch. Wrong bytes are never
 // handed out as a sample.
@@ -60,8 +61,12 @@ struct LoaderOptions {
   bool direct_io = true;  // O_DIRECT where supported
   bool sqpoll = false;
   bool verify_checksums = true;  // CRC32C of every sample before hand-out
-  bool coalesce = true;          // merge nearby samples into one read
-  uint64_t coalesce_gap = 64 << 10;
+  // Merge the reads of samples whose extents touch or lie at most
+  // coalesce_gap bytes apart. Gap 0 merges only extents sharing or touching
+  // a block: in a shuffled batch samples lie far apart, and a larger gap
+  // mostly reads bytes nobody asked for (docs/benchmarks.md).
+  bool coalesce = true;
+  uint64_t coalesce_gap = 0;
   uint64_t max_read = 1 << 20;
   // When non-empty, read only these sample indices (e.g. a split:
   // SampleDirectory::SamplesUnder); the sampler permutes positions in it.

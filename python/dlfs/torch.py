@@ -92,7 +92,11 @@ class LoaderDataset(tud.IterableDataset):
     int64 numpy array. The default returns (samples, labels tensor).
     root: only the samples under this directory of the volume (e.g. "train").
     Other keyword arguments go to dlfs.Loader (queue_depth, engine, ...).
-    Call set_epoch(e) before each epoch.
+    Call set_epoch(e) before each epoch. With persistent_workers=True the
+    workers keep the epoch they started with, so leave that option off.
+    len() counts batches as one worker would read them; with several
+    workers each pads and batches its own shard, so the count can be a
+    little higher.
     """
 
     def __init__(self, path, batch_size, shuffle=True, seed=0, drop_last=False,

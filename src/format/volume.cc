@@ -58,8 +58,7 @@ Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path) {
   const format::RegionEntry* data = format::FindRegion(sb, format::RegionKind::kData);
   // The region was bounds-checked against the file size, so this allocation
   // is never larger than the file.
-  std::shared_ptr<std::byte> region(new (std::nothrow) std::byte[dir->length ? dir->length : 1],
-                                    std::default_delete<std::byte[]>());
+  std::shared_ptr<std::byte> region = AllocateLarge(dir->length);
   if (!region) return Status::Unavailable(path + ": cannot allocate the directory");
   DLFS_RETURN_IF_ERROR(PreadFull(fd.get(), region.get(), dir->length, dir->offset, path));
   const uint32_t crc = crc32c::Value(region.get(), dir->length);

@@ -1,4 +1,5 @@
 // The completion loop shared by every engine, and CreateEngine().
+#include <algorithm>
 #include <cerrno>
 #include <deque>
 
@@ -29,6 +30,7 @@ class Engine final : public IoEngine {
 
   Status Read(std::span<const ReadRequest> reqs, std::span<Status> results) override {
     if (results.size() != reqs.size()) return Status::InvalidArgument("results size mismatch");
+    if (!broken_.ok()) return broken_;
     done_.assign(reqs.size(), 0);
     retries_.assign(reqs.size(), 0);
     std::deque<uint64_t> ready;  // requests (re)awaiting submission
@@ -53,12 +55,17 @@ class Engine final : public IoEngine {
                              r.buffer + done_[i], r.buffer_slot});
         ++in_flight;
       }
-      DLFS_RETURN_IF_ERROR(backend_->Submit());
+      Status st = backend_->Submit();
       completions.clear();
-      DLFS_RETURN_IF_ERROR(backend_->Reap(&completions));
+      if (st.ok()) st = backend_->Reap(&completions);
+      if (!st.ok()) return Abandon(st, in_flight);
       for (const Completion& c : completions) {
-        --in_flight;
         const uint64_t i = c.tag;
+        if (i >= reqs.size() || in_flight == 0) {
+          return Abandon(Status(StatusCode::kIOError, "I/O engine returned an unknown completion"),
+                         in_flight);
+        }
+        --in_flight;
         const ReadRequest& r = reqs[i];
         const uint64_t at = r.offset + done_[i];
         if (c.result == -EAGAIN || c.result == -EINTR) {
@@ -73,6 +80,7 @@ class Engine final : public IoEngine {
           results[i] = Status(StatusCode::kIOError, Where(r, at) + ": unexpected end of file");
         } else {
           done_[i] += static_cast<uint64_t>(c.result);
+          retries_[i] = 0;                              // progress: the retry budget is per stall
           if (done_[i] < r.length) ready.push_back(i);  // short read: read the rest
         }
       }
@@ -88,6 +96,23 @@ class Engine final : public IoEngine {
   const std::string& description() const override { return description_; }
 
  private:
+  // The backend failed with reads still in flight: they may yet write into
+  // the caller's buffers, so wait them out before returning, and refuse all
+  // later reads if even that is impossible (the buffers are then unsafe to
+  // reuse, which the caller learns from every later Read failing).
+  Status Abandon(const Status& cause, uint32_t in_flight) {
+    std::vector<Completion> drained;
+    while (in_flight > 0) {
+      drained.clear();
+      if (!backend_->Reap(&drained).ok()) {
+        broken_ = cause.WithContext("I/O engine unusable after a failure");
+        return broken_;
+      }
+      in_flight -= std::min<uint32_t>(in_flight, static_cast<uint32_t>(drained.size()));
+    }
+    return cause;
+  }
+
   std::string Where(const ReadRequest& r, uint64_t at) const {
     return targets_->paths[r.target] + ": read of " + std::to_string(r.length) +
            " bytes at offset " + std::to_string(r.offset) +
@@ -100,6 +125,7 @@ class Engine final : public IoEngine {
   std::string description_;
   std::vector<uint64_t> done_;
   std::vector<uint32_t> retries_;
+  Status broken_;
 };
 
 }  // namespace
@@ -143,7 +169,9 @@ Result<std::unique_ptr<IoEngine>> CreateEngine(const std::vector<std::string>& t
       why = "fell back to pread: " + uring.status().message();
     }
   }
-  if (!backend) backend = io_internal::CreatePreadBackend(*targets, options);
+  if (!backend) {
+    DLFS_ASSIGN_OR_RETURN(backend, io_internal::CreatePreadBackend(*targets, options));
+  }
   if (options.faults != nullptr) {
     backend = io_internal::CreateFaultInjectingBackend(std::move(backend), *options.faults,
                                                        targets->alignment);

@@ -61,7 +61,8 @@ class Backend {
 // io_uring backend; Unavailable (with the reason) when the kernel refuses.
 Result<std::unique_ptr<Backend>> CreateUringBackend(const Targets& targets,
                                                     const EngineOptions& options);
-std::unique_ptr<Backend> CreatePreadBackend(const Targets& targets, const EngineOptions& options);
+Result<std::unique_ptr<Backend>> CreatePreadBackend(const Targets& targets,
+                                                    const EngineOptions& options);
 // Wraps `inner`, altering completions as `faults` says.
 std::unique_ptr<Backend> CreateFaultInjectingBackend(std::unique_ptr<Backend> inner,
                                                      const FaultInjection& faults,

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "io/io_backend.h"
@@ -21,8 +22,16 @@ class PreadBackend final : public Backend {
  public:
   PreadBackend(const Targets& targets, const EngineOptions& options)
       : targets_(targets), capacity_(std::clamp<uint32_t>(options.queue_depth, 1, kMaxThreads)) {
-    for (uint32_t i = 0; i < capacity_; ++i) workers_.emplace_back([this] { Work(); });
+    try {
+      for (uint32_t i = 0; i < capacity_; ++i) workers_.emplace_back([this] { Work(); });
+    } catch (const std::system_error& e) {
+      // Out of threads: run with those we got, or report none.
+      if (workers_.empty()) error_ = std::string("cannot start pread threads: ") + e.what();
+      capacity_ = static_cast<uint32_t>(workers_.size());
+    }
   }
+
+  const std::string& error() const { return error_; }
 
   ~PreadBackend() override {
     {
@@ -88,7 +97,8 @@ class PreadBackend final : public Backend {
   }
 
   const Targets& targets_;
-  const uint32_t capacity_;
+  uint32_t capacity_;
+  std::string error_;
   std::vector<Op> prepared_;  // touched only by the engine's thread
   std::mutex mu_;
   std::condition_variable work_cv_, done_cv_;
@@ -100,8 +110,11 @@ class PreadBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> CreatePreadBackend(const Targets& targets, const EngineOptions& options) {
-  return std::make_unique<PreadBackend>(targets, options);
+Result<std::unique_ptr<Backend>> CreatePreadBackend(const Targets& targets,
+                                                    const EngineOptions& options) {
+  auto b = std::make_unique<PreadBackend>(targets, options);
+  if (!b->error().empty()) return Status::Unavailable(b->error());
+  return std::unique_ptr<Backend>(std::move(b));
 }
 
 }  // namespace dlfs::io_internal

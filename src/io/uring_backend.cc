@@ -84,11 +84,14 @@ class UringBackend final : public Backend {
     io_uring_cqe* cqe = nullptr;
     // Submit anything still queued and wait for one completion. EINTR means
     // try again; EAGAIN/EBUSY mean the kernel is briefly short of resources.
-    while (true) {
+    for (int busy = 0;;) {
       const int rc = io_uring_submit_and_wait(&ring_, 1);
       if (rc >= 0) break;
       if (io_uring_peek_cqe(&ring_, &cqe) == 0) break;
       if (rc == -EAGAIN || rc == -EBUSY) {
+        if (++busy > 20000) {  // about a second without the kernel taking work
+          return Status::FromErrno(-rc, "io_uring_submit_and_wait keeps failing");
+        }
         ::usleep(50);
       } else if (rc != -EINTR) {
         return Status::FromErrno(-rc, "io_uring_submit_and_wait");
@@ -115,8 +118,8 @@ class UringBackend final : public Backend {
     __u64 tag = 0;
     const int rc = io_uring_register_buffers_update_tag(&ring_, slot, &iov, &tag, 1);
     if (slot_registered_.size() <= slot) slot_registered_.resize(slot + 1, false);
-    slot_registered_[slot] = rc == 1;
-    return rc == 1;
+    slot_registered_[slot] = rc == 1 && !buffer.empty();
+    return slot_registered_[slot];
   }
 
   std::string Describe() const override {

@@ -21,8 +21,8 @@ namespace dlfs::loader_internal {
 struct PlanOptions {
   uint32_t alignment = 4096;  // power of two; 1 = no widening
   bool coalesce = true;
-  uint64_t coalesce_gap = 64 << 10;  // merge extents this close (bytes)
-  uint64_t max_read = 1 << 20;       // largest single read (bytes, multiple of alignment)
+  uint64_t coalesce_gap = 0;    // merge extents this close (bytes); 0: touching only
+  uint64_t max_read = 1 << 20;  // largest single read (bytes, multiple of alignment)
 };
 
 struct PlannedRead {
