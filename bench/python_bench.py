@@ -64,7 +64,7 @@ def loader_dataset(volume, batch):
         n = nbytes = 0
         for samples, labels in tud.DataLoader(ds, batch_size=None, num_workers=0):
             n += len(samples)
-            nbytes += sum(s.nbytes for s in samples)
+            nbytes += sum(len(s) for s in samples)  # numpy views or (converted) tensors
         return n, nbytes
     return timed(run)
 
