@@ -37,14 +37,12 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.h"
+
 namespace {
 
-double CpuSeconds() {
-  rusage ru;
-  ::getrusage(RUSAGE_SELF, &ru);
-  auto sec = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
-  return sec(ru.ru_utime) + sec(ru.ru_stime);
-}
+using dlfs_bench::CpuSeconds;
+using dlfs_bench::Shuffle;
 
 [[noreturn]] void Die(const std::string& msg) {
   std::fprintf(stderr, "dlfs_file_reader: %s\n", msg.c_str());
@@ -89,20 +87,6 @@ std::vector<std::string> ListFiles(const std::string& source) {
     files.push_back(line[0] == '/' || base.empty() ? line : (base / line).string());
   }
   return files;
-}
-
-// Fisher-Yates with a fixed generator and an unbiased bounded draw, so the
-// order depends on the seed only (std::shuffle's is the library's choice).
-void Shuffle(std::vector<std::string>* v, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  for (size_t i = v->size(); i > 1; --i) {
-    const uint64_t bound = i;
-    const uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
-    uint64_t r;
-    do r = rng();
-    while (r >= limit);
-    std::swap((*v)[i - 1], (*v)[r % bound]);
-  }
 }
 
 struct ThreadResult {

@@ -38,14 +38,12 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.h"
+
 namespace {
 
-double CpuSeconds() {
-  rusage ru;
-  ::getrusage(RUSAGE_SELF, &ru);
-  auto sec = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
-  return sec(ru.ru_utime) + sec(ru.ru_stime);
-}
+using dlfs_bench::CpuSeconds;
+using dlfs_bench::Shuffle;
 
 [[noreturn]] void Die(const std::string& msg) {
   std::fprintf(stderr, "dlfs_lmdb_bench: %s\n", msg.c_str());
@@ -69,18 +67,6 @@ uint64_t ParseUint(const char* flag, const char* s) {
   const unsigned long long v = std::strtoull(s, &end, 10);
   if (errno != 0 || end == s || *end != '\0') Die(std::string(flag) + ": not a number: " + s);
   return v;
-}
-
-void Shuffle(std::vector<std::string>* v, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  for (size_t i = v->size(); i > 1; --i) {
-    const uint64_t bound = i;
-    const uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
-    uint64_t r;
-    do r = rng();
-    while (r >= limit);
-    std::swap((*v)[i - 1], (*v)[r % bound]);
-  }
 }
 
 int Build(const std::string& tree, const std::string& db) {

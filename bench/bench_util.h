@@ -1,0 +1,37 @@
+// Helpers shared by the standalone peer benchmarks (file_reader, lmdb_bench),
+// which deliberately do not link the dlfs library.
+#pragma once
+
+#include <sys/resource.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace dlfs_bench {
+
+// User + system CPU seconds of this process so far.
+inline double CpuSeconds() {
+  rusage ru;
+  ::getrusage(RUSAGE_SELF, &ru);
+  auto sec = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
+  return sec(ru.ru_utime) + sec(ru.ru_stime);
+}
+
+// Fisher-Yates with a fixed generator and an unbiased bounded draw, so the
+// order depends on the seed only (std::shuffle's is the library's choice).
+inline void Shuffle(std::vector<std::string>* v, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  for (size_t i = v->size(); i > 1; --i) {
+    const uint64_t bound = i;
+    const uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
+    uint64_t r;
+    do r = rng();
+    while (r >= limit);
+    std::swap((*v)[i - 1], (*v)[r % bound]);
+  }
+}
+
+}  // namespace dlfs_bench
