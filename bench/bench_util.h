@@ -4,7 +4,10 @@
 
 #include <sys/resource.h>
 
+#include <cerrno>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <utility>
@@ -32,6 +35,23 @@ inline void Shuffle(std::vector<std::string>* v, uint64_t seed) {
     while (r >= limit);
     std::swap((*v)[i - 1], (*v)[r % bound]);
   }
+}
+
+// Prints "PROGRAM: MESSAGE" and exits with 2 (bad input).
+[[noreturn]] inline void Die(const char* program, const std::string& msg) {
+  std::fprintf(stderr, "%s: %s\n", program, msg.c_str());
+  std::exit(2);
+}
+
+// The unsigned decimal in `s`, or exits naming `flag`.
+inline uint64_t ParseUint(const char* program, const char* flag, const char* s) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(s, &end, 10);
+  if (errno != 0 || end == s || *end != '\0') {
+    Die(program, std::string(flag) + ": not a number: " + s);
+  }
+  return v;
 }
 
 }  // namespace dlfs_bench

@@ -45,10 +45,9 @@ namespace {
 using dlfs_bench::CpuSeconds;
 using dlfs_bench::Shuffle;
 
-[[noreturn]] void Die(const std::string& msg) {
-  std::fprintf(stderr, "dlfs_lmdb_bench: %s\n", msg.c_str());
-  std::exit(2);
-}
+constexpr char kProgram[] = "dlfs_lmdb_bench";
+
+[[noreturn]] void Die(const std::string& msg) { dlfs_bench::Die(kProgram, msg); }
 
 void Check(int rc, const char* what) {
   if (rc != MDB_SUCCESS) Die(std::string(what) + ": " + mdb_strerror(rc));
@@ -62,11 +61,7 @@ void Usage() {
 }
 
 uint64_t ParseUint(const char* flag, const char* s) {
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long v = std::strtoull(s, &end, 10);
-  if (errno != 0 || end == s || *end != '\0') Die(std::string(flag) + ": not a number: " + s);
-  return v;
+  return dlfs_bench::ParseUint(kProgram, flag, s);
 }
 
 int Build(const std::string& tree, const std::string& db) {
