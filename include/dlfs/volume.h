@@ -65,6 +65,11 @@ class Volume {
   // is a Corruption status naming the sample; `dst` then holds the bad bytes
   // and must not be used. InvalidArgument for an index out of range.
   Status ReadInto(uint64_t index, std::span<std::byte> dst, bool verify = true) const;
+  // Checks `bytes` against sample `index`'s stored CRC32C: OK, or a
+  // Corruption status naming the volume, the sample and both checksums.
+  // REQUIRES: index < size().
+  Status CheckSample(uint64_t index, std::span<const std::byte> bytes) const;
+
   // Same, into a new buffer.
   Result<std::vector<std::byte>> Read(uint64_t index, bool verify = true) const;
 

@@ -6,7 +6,6 @@
 #include <numeric>
 #include <vector>
 
-#include "common/crc32c.h"
 #include "common/file_util.h"
 
 namespace dlfs {
@@ -44,18 +43,12 @@ Status VerifyVolume(const Volume& volume, const VerifyOptions& options, VerifyRe
       win_begin = s.offset;
       win_end = s.offset + n;
     }
-    const uint32_t crc = crc32c::Value(window.data() + (s.offset - win_begin), s.length);
+    const Status check = volume.CheckSample(i, {window.data() + (s.offset - win_begin), s.length});
     ++report->samples_checked;
     report->bytes_checked += s.length;
-    if (crc != s.crc32c) {
+    if (!check.ok()) {
       ++report->bad_samples;
-      if (options.on_bad_sample) {
-        char buf[64];
-        std::snprintf(buf, sizeof buf, " (stored 0x%08x, computed 0x%08x)", s.crc32c, crc);
-        options.on_bad_sample(
-            i, Status::Corruption(volume.path() + ": sample " + std::to_string(i) + " '" +
-                                  dir.Path(i) + "': checksum mismatch" + buf));
-      }
+      if (options.on_bad_sample) options.on_bad_sample(i, check);
     }
     if (options.on_progress && (report->samples_checked & 1023) == 0) {
       const auto now = Clock::now();

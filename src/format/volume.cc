@@ -118,15 +118,16 @@ Status Volume::ReadInto(uint64_t index, std::span<std::byte> dst, bool verify) c
   }
   Status st = PreadFull(fds_[s.target], dst.data(), dst.size(), s.offset, path_);
   if (!st.ok()) return st.WithContext("sample " + std::to_string(index));
-  if (verify) {
-    const uint32_t crc = crc32c::Value(dst.data(), dst.size());
-    if (crc != s.crc32c) {
-      return Status::Corruption(path_ + ": sample " + std::to_string(index) + " '" +
-                                directory_.Path(index) + "': checksum mismatch (stored " +
-                                Hex32(s.crc32c) + ", computed " + Hex32(crc) + ")");
-    }
-  }
-  return Status::Ok();
+  return verify ? CheckSample(index, dst) : Status::Ok();
+}
+
+Status Volume::CheckSample(uint64_t index, std::span<const std::byte> bytes) const {
+  const uint32_t stored = directory_.sample(index).crc32c;
+  const uint32_t crc = crc32c::Value(bytes.data(), bytes.size());
+  if (crc == stored) return Status::Ok();
+  return Status::Corruption(path_ + ": sample " + std::to_string(index) + " '" +
+                            directory_.Path(index) + "': checksum mismatch (stored " +
+                            Hex32(stored) + ", computed " + Hex32(crc) + ")");
 }
 
 Result<std::vector<std::byte>> Volume::Read(uint64_t index, bool verify) const {

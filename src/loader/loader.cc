@@ -11,7 +11,6 @@
 #include <system_error>
 #include <thread>
 
-#include "common/crc32c.h"
 #include "loader/batch_planner.h"
 
 namespace dlfs {
@@ -312,16 +311,8 @@ class Loader::Impl {
   }
 
   Status Verify(const Batch& b) const {
-    const SampleDirectory& dir = volume_->directory();
     for (size_t i = 0; i < b.size(); ++i) {
-      const uint32_t want = dir.sample(b.index(i)).crc32c;
-      const auto bytes = b.sample(i);
-      const uint32_t crc = crc32c::Value(bytes.data(), bytes.size());
-      if (crc != want) {
-        char buf[64];
-        std::snprintf(buf, sizeof buf, " (stored 0x%08x, read 0x%08x)", want, crc);
-        return Status::Corruption(SampleName(b.index(i)) + ": checksum mismatch" + buf);
-      }
+      DLFS_RETURN_IF_ERROR(volume_->CheckSample(b.index(i), b.sample(i)));
     }
     return Status::Ok();
   }
