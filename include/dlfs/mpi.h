@@ -1,0 +1,74 @@
+// Node topology for MPI jobs: which ranks share a node (and its memory).
+//
+// Ranks are grouped with MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), so ranks
+// in one group can share an MPI-3 window (MPI_Win_allocate_shared). To test
+// multi-node behaviour on one host, the environment variable
+//
+//   DLFS_RANKS_PER_NODE=K
+//
+// splits each host's group further into "fake nodes" of K consecutive local
+// ranks. Fake nodes still share physical memory, but dlfs treats them as
+// separate nodes: each has its own leader, its own shared windows and its own
+// readers. Unset or 0 means one node per host.
+//
+// Only built when MPI is found (CMake target dlfs_mpi); the core library
+// never depends on MPI.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+
+#include "dlfs/status.h"
+
+namespace dlfs {
+
+// The communicators of one rank. Owns `node` and `leaders` (freed by the
+// destructor); `world` is borrowed from the caller and must outlive this.
+class NodeTopology {
+ public:
+  // Collective over `world`. InvalidArgument for a malformed
+  // DLFS_RANKS_PER_NODE.
+  static Result<NodeTopology> Create(MPI_Comm world);
+
+  NodeTopology(NodeTopology&& other) noexcept;
+  NodeTopology& operator=(NodeTopology&& other) noexcept;
+  NodeTopology(const NodeTopology&) = delete;
+  NodeTopology& operator=(const NodeTopology&) = delete;
+  ~NodeTopology();
+
+  MPI_Comm world() const { return world_; }
+  // The ranks of this node, ordered by world rank.
+  MPI_Comm node() const { return node_; }
+  // Local rank 0 of every node, ordered by node index; MPI_COMM_NULL on
+  // ranks that are not a node leader.
+  MPI_Comm leaders() const { return leaders_; }
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+  int node_index() const { return node_index_; }  // 0 .. node_count()-1
+  int node_count() const { return node_count_; }
+  // World rank of this node's local rank 0.
+  int node_first_rank() const { return node_first_rank_; }
+  // True when every node's ranks are consecutive world ranks (mpirun's
+  // default by-slot mapping; always true for fake nodes on one host).
+  bool contiguous() const { return contiguous_; }
+
+ private:
+  NodeTopology() = default;
+  void Release();
+
+  MPI_Comm world_ = MPI_COMM_NULL;
+  MPI_Comm node_ = MPI_COMM_NULL;
+  MPI_Comm leaders_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+  int node_index_ = 0, node_count_ = 1, node_first_rank_ = 0;
+  bool contiguous_ = true;
+};
+
+// "MPI_ERR_...: message" for an MPI return code, prefixed with `what`.
+Status MpiError(int code, const std::string& what);
+
+}  // namespace dlfs
