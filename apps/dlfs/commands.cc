@@ -523,3 +523,14 @@ int RunLmdbInfo(const LmdbInfoArgs& args) {
 }
 
 }  // namespace dlfs::cli
+
+#ifndef DLFS_HAVE_MPI
+namespace dlfs::cli {
+int RunLmdbRead(const LmdbReadArgs&) {
+  std::fprintf(stderr,
+               "dlfs: lmdb read needs MPI, and this dlfs was built without it "
+               "(install libopenmpi-dev and rebuild)\n");
+  return kExitError;
+}
+}  // namespace dlfs::cli
+#endif

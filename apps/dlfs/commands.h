@@ -113,4 +113,24 @@ struct LmdbInfoArgs {
 };
 int RunLmdbInfo(const LmdbInfoArgs& args);
 
+// `dlfs lmdb read`: the LMDBIO reader under mpirun (apps/dlfs/lmdb_read.cc;
+// only in builds with MPI).
+struct LmdbReadArgs {
+  std::string db;
+  std::string mode = "lmm-dio-prov-coal-stag";
+  uint32_t batch = 64;
+  uint64_t iters = 100;
+  uint32_t readers_per_node = 1;
+  std::string engine = "pread";
+  bool direct = false;
+  bool no_prefetch = false;
+  uint64_t coalesce_bytes = uint64_t{4} << 20;
+  uint32_t max_coalesce_iters = 64;
+  uint32_t stagger = 1;
+  bool check = false;
+  bool drop_cache = false;
+  bool json = false;
+};
+int RunLmdbRead(const LmdbReadArgs& args);
+
 }  // namespace dlfs::cli

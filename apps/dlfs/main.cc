@@ -118,6 +118,45 @@ int main(int argc, char** argv) {
   li->add_flag("--json", lmdb_info.json, "One JSON object instead of text");
   li->callback([&] { rc = RunLmdbInfo(lmdb_info); });
 
+  LmdbReadArgs lmdb_read;
+  auto* lr = lmdb->add_subcommand(
+      "read",
+      "Read an LMDB the way Caffe does, from every MPI rank, with the chosen LMDBIO mode.\n"
+      "Run under mpirun, e.g. `mpirun -np 4 dlfs lmdb read DB --mode lmm-dio-prov`.\n"
+      "Prints per-rank record counts, a digest of the bytes read (equal across modes),\n"
+      "and where the time went. See docs/lmdbio.md.");
+  lr->add_option("db", lmdb_read.db, "LMDB directory or its data.mdb")->required();
+  lr->add_option("--mode", lmdb_read.mode,
+                 "baseline, lmm, lmm-dm, lmm-dio, lmm-dio-prov, lmm-dio-prov-coal, "
+                 "lmm-dio-prov-coal-stag")
+      ->capture_default_str();
+  lr->add_option("-b,--batch", lmdb_read.batch, "Global batch size (a multiple of the ranks)")
+      ->capture_default_str();
+  lr->add_option("-n,--iters", lmdb_read.iters, "Iterations to read")->capture_default_str();
+  lr->add_option("--readers-per-node", lmdb_read.readers_per_node,
+                 "Readers per node (lmm-dm and later; lmm always has one)")
+      ->capture_default_str();
+  lr->add_option("--engine", lmdb_read.engine, "Explicit reads (dio modes): pread or uring")
+      ->check(CLI::IsMember({"pread", "uring"}))
+      ->capture_default_str();
+  lr->add_flag("--direct", lmdb_read.direct, "O_DIRECT for explicit reads (dio modes)");
+  lr->add_flag("--no-prefetch", lmdb_read.no_prefetch, "lmm-dm: no speculative prefetch");
+  lr->add_option("--coalesce-bytes", lmdb_read.coalesce_bytes,
+                 "coal: bytes each reader reads per step (sets iterations per read)")
+      ->capture_default_str();
+  lr->add_option("--max-coalesce-iters", lmdb_read.max_coalesce_iters,
+                 "coal: at most this many iterations per read")
+      ->capture_default_str();
+  lr->add_option("--stagger", lmdb_read.stagger, "stag: readers that read at the same time")
+      ->capture_default_str();
+  lr->add_flag("--check", lmdb_read.check,
+               "Compare every record with the value the parser finds at its index, and count "
+               "how often each record was read");
+  lr->add_flag("--drop-cache", lmdb_read.drop_cache,
+               "Drop the page cache before reading (root; for benchmarks)");
+  lr->add_flag("--json", lmdb_read.json, "One JSON object (from rank 0) instead of text");
+  lr->callback([&] { rc = RunLmdbRead(lmdb_read); });
+
   MountArgs mount;
   auto* mnt =
       app.add_subcommand("mount",

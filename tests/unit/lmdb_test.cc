@@ -5,68 +5,32 @@
 #include <random>
 
 #include "dlfs/lmdb.h"
+#include "lmdb_writer.h"
 #include "testutil.h"
 
 namespace dlfs {
 namespace {
 
+using testing::LmdbWriter;
+using testing::Range;
 using testing::TempDir;
-
-#define MDB_OK(expr)                                                 \
-  do {                                                               \
-    const int mdb_rc_ = (expr);                                      \
-    ASSERT_EQ(mdb_rc_, 0) << #expr << ": " << mdb_strerror(mdb_rc_); \
-  } while (0)
 
 class LmdbTest : public ::testing::Test {
  protected:
-  void Open(unsigned db_flags = 0, const char* name = nullptr, unsigned env_flags = 0) {
-    MDB_OK(mdb_env_create(&env_));
-    MDB_OK(mdb_env_set_mapsize(env_, size_t{4} << 30));
-    MDB_OK(mdb_env_set_maxdbs(env_, 4));
-    MDB_OK(mdb_env_open(env_, tmp_.path().c_str(), env_flags, 0644));
-    MDB_txn* txn;
-    MDB_OK(mdb_txn_begin(env_, nullptr, 0, &txn));
-    MDB_OK(mdb_dbi_open(txn, name, db_flags | MDB_CREATE, &dbi_));
-    MDB_OK(mdb_txn_commit(txn));
+  void Open(unsigned db_flags = 0, const char* name = nullptr) {
+    writer_.Open(tmp_.path(), db_flags, name);
+    env_ = writer_.env();
+    dbi_ = writer_.dbi();
   }
-  void TearDown() override {
-    if (env_) mdb_env_close(env_);
-  }
-
-  static std::string Key(uint64_t i) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%08llu_img.jpg", static_cast<unsigned long long>(i));
-    return b;
-  }
-
-  // Puts `keys` with values from `value_of`, committing every `per_txn`.
+  static std::string Key(uint64_t i) { return LmdbWriter::Key(i); }
   void Put(const std::vector<uint64_t>& keys, const std::function<std::string(uint64_t)>& value_of,
            size_t per_txn = 1000) {
-    MDB_txn* txn = nullptr;
-    for (size_t n = 0; n < keys.size(); ++n) {
-      if (!txn) MDB_OK(mdb_txn_begin(env_, nullptr, 0, &txn));
-      const std::string k = Key(keys[n]), v = value_of(keys[n]);
-      MDB_val key{k.size(), const_cast<char*>(k.data())},
-          val{v.size(), const_cast<char*>(v.data())};
-      MDB_OK(mdb_put(txn, dbi_, &key, &val, 0));
-      if ((n + 1) % per_txn == 0) {
-        MDB_OK(mdb_txn_commit(txn));
-        txn = nullptr;
-      }
-    }
-    if (txn) MDB_OK(mdb_txn_commit(txn));
+    writer_.Put(keys, value_of, per_txn);
   }
-
-  void Delete(const std::vector<uint64_t>& keys) {
-    MDB_txn* txn;
-    MDB_OK(mdb_txn_begin(env_, nullptr, 0, &txn));
-    for (uint64_t i : keys) {
-      const std::string k = Key(i);
-      MDB_val key{k.size(), const_cast<char*>(k.data())};
-      MDB_OK(mdb_del(txn, dbi_, &key, nullptr));
-    }
-    MDB_OK(mdb_txn_commit(txn));
+  void Delete(const std::vector<uint64_t>& keys) { writer_.Delete(keys); }
+  void CloseDb() {
+    writer_.Close();
+    env_ = nullptr;
   }
 
   // The record map equals a liblmdb cursor walk: same keys in the same
@@ -102,14 +66,9 @@ class LmdbTest : public ::testing::Test {
     EXPECT_EQ(map->stats().overflow_pages, st.ms_overflow_pages);
   }
 
-  std::vector<uint64_t> Range(uint64_t n) {
-    std::vector<uint64_t> v(n);
-    for (uint64_t i = 0; i < n; ++i) v[i] = i;
-    return v;
-  }
-
   TempDir tmp_;
-  MDB_env* env_ = nullptr;
+  LmdbWriter writer_;
+  MDB_env* env_ = nullptr;  // writer_'s, for the oracle walks
   MDB_dbi dbi_ = 0;
 };
 
@@ -196,9 +155,7 @@ TEST_F(LmdbTest, TruncatedAndDamagedFilesGiveCleanErrors) {
   Open();
   Put(
       Range(2000), [](uint64_t i) { return Bytes(i, 10 + (i % 17) * 300); }, 500);
-  mdb_env_sync(env_, 1);
-  mdb_env_close(env_);
-  env_ = nullptr;
+  CloseDb();
   const std::string db = tmp_ / "data.mdb";
   const auto original = testing::ReadFile(db);
   for (uint64_t len : {uint64_t{0}, uint64_t{100}, uint64_t{4096}, uint64_t{8192},

@@ -1,0 +1,387 @@
+// LmdbioReader under MPI: run with `mpirun -np 4` (CTest does). Every rank
+// runs every test; tests are collective, so a check that fails on one rank
+// uses EXPECT (never an early return) to keep the ranks in step.
+//
+// The oracle is liblmdb: each rank walks the database with a cursor and keeps
+// every value in key order, then checks that each mode hands it exactly the
+// records Caffe's pattern assigns to it, byte for byte.
+#include <mpi.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/crc32c.h"
+#include "dlfs/lmdb.h"
+#include "dlfs/lmdbio.h"
+#include "dlfs/mpi.h"
+#include "lmdb_writer.h"
+#include "testutil.h"
+
+namespace dlfs {
+namespace {
+
+using testing::LmdbWriter;
+using testing::Range;
+
+int Rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int Ranks() {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+// A directory created by rank 0 and known to all ranks.
+class SharedTempDir {
+ public:
+  SharedTempDir() {
+    char path[256] = {};
+    if (Rank() == 0) {
+      std::string tmpl = "/tmp/dlfs-mpi-test-XXXXXX";
+      std::snprintf(path, sizeof path, "%s", ::mkdtemp(tmpl.data()));
+    }
+    MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
+    path_ = path;
+  }
+  ~SharedTempDir() {
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (Rank() == 0) std::filesystem::remove_all(path_);
+  }
+  std::string operator/(const std::string& rel) const { return path_ + "/" + rel; }
+
+ private:
+  std::string path_;
+};
+
+// Deterministic, distinct value bytes for record i.
+std::string Value(uint64_t i, size_t n) {
+  std::string s(n, '\0');
+  for (size_t j = 0; j < n; ++j) s[j] = static_cast<char>((i * 131 + j * 7 + (j >> 8)) & 0xff);
+  if (n >= 8) std::memcpy(s.data(), &i, 8);
+  return s;
+}
+
+// Every value of the database at `dir`, in key order, via liblmdb.
+std::vector<std::string> OracleValues(const std::string& dir) {
+  std::vector<std::string> out;
+  MDB_env* env = nullptr;
+  mdb_env_create(&env);
+  EXPECT_EQ(mdb_env_open(env, dir.c_str(), MDB_RDONLY | MDB_NOLOCK, 0), 0);
+  MDB_txn* txn = nullptr;
+  MDB_dbi dbi = 0;
+  MDB_cursor* cur = nullptr;
+  EXPECT_EQ(mdb_txn_begin(env, nullptr, MDB_RDONLY, &txn), 0);
+  EXPECT_EQ(mdb_dbi_open(txn, nullptr, 0, &dbi), 0);
+  EXPECT_EQ(mdb_cursor_open(txn, dbi, &cur), 0);
+  MDB_val k, v;
+  for (int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+       rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    out.emplace_back(static_cast<const char*>(v.mv_data), v.mv_size);
+  }
+  mdb_cursor_close(cur);
+  mdb_txn_abort(txn);
+  mdb_env_close(env);
+  return out;
+}
+
+// Sets DLFS_RANKS_PER_NODE for the scope (0: unset).
+class FakeNodes {
+ public:
+  explicit FakeNodes(int ranks_per_node) {
+    if (ranks_per_node > 0) {
+      ::setenv("DLFS_RANKS_PER_NODE", std::to_string(ranks_per_node).c_str(), 1);
+    } else {
+      ::unsetenv("DLFS_RANKS_PER_NODE");
+    }
+  }
+  ~FakeNodes() { ::unsetenv("DLFS_RANKS_PER_NODE"); }
+};
+
+constexpr LmdbioMode kAllModes[] = {
+    LmdbioMode::kBaseline,
+    LmdbioMode::kLmm,
+    LmdbioMode::kLmmDm,
+    LmdbioMode::kLmmDio,
+    LmdbioMode::kLmmDioProv,
+    LmdbioMode::kLmmDioProvCoal,
+    LmdbioMode::kLmmDioProvCoalStag,
+};
+
+// The databases every mode is checked on, written once by rank 0.
+class LmdbioTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new SharedTempDir();
+    if (Rank() == 0) {
+      // Inline values (no overflow pages) and a three-level tree.
+      Write("small", 6000, [](uint64_t i) { return Value(i, 24 + i % 90); });
+      // CIFAR-like: one overflow page per value; 20% deleted and rewritten
+      // so their values sit in reused free pages, out of key order.
+      Write(
+          "cifar", 4800, [](uint64_t i) { return Value(i, 3072 + 17); }, 0.2);
+      // Mixed: inline values and multi-page overflow runs.
+      Write("mixed", 640,
+            [](uint64_t i) { return Value(i, i % 5 == 0 ? 20000 + i : 200 + i % 1500); });
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+
+  static void Write(const std::string& name, uint64_t n,
+                    const std::function<std::string(uint64_t)>& value, double rewrite = 0) {
+    const std::string path = *dir_ / name;
+    ::mkdir(path.c_str(), 0755);
+    LmdbWriter w;
+    w.Open(path);
+    w.Put(Range(n), value);
+    if (rewrite > 0) {
+      std::vector<uint64_t> victims;
+      for (uint64_t i = 0; i < n; i += static_cast<uint64_t>(1 / rewrite)) victims.push_back(i);
+      w.Delete(victims);
+      w.Put(victims, value, 500);
+    }
+    w.Close();
+    ::unlink((path + "/lock.mdb").c_str());
+  }
+
+  static std::string Db(const std::string& name) { return *dir_ / name; }
+
+  // Reads `iters` iterations and checks each record against the oracle.
+  // Returns the CRC32C of everything this rank read, or 0 if Open failed.
+  uint32_t ReadAndCheck(const std::string& db, const std::vector<std::string>& oracle,
+                        LmdbioOptions options, uint64_t iters, std::vector<uint32_t>* hits) {
+    auto reader = LmdbioReader::Open(MPI_COMM_WORLD, db, options);
+    EXPECT_TRUE(reader.ok()) << LmdbioModeName(options.mode) << ": " << reader.status().ToString();
+    if (!reader.ok()) return 0;  // every rank got the same status
+    const uint64_t b = options.batch_size / Ranks();
+    uint32_t digest = 0;
+    uint64_t wrong = 0;
+    for (uint64_t i = 0; i < iters; ++i) {
+      const Status st = (*reader)->Next();
+      EXPECT_TRUE(st.ok()) << st.ToString();
+      if (!st.ok()) return 0;
+      EXPECT_EQ((*reader)->count(), b);
+      for (uint32_t j = 0; j < (*reader)->count(); ++j) {
+        const uint64_t expected = (i * options.batch_size + Rank() * b + j) % oracle.size();
+        const auto bytes = (*reader)->record(j);
+        const std::string_view got(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+        if ((*reader)->record_index(j) != expected || got != oracle[expected]) {
+          if (wrong++ < 3) {
+            ADD_FAILURE() << LmdbioModeName(options.mode) << " rank " << Rank() << " iteration "
+                          << i << " record " << j << ": expected record " << expected
+                          << ", got index " << (*reader)->record_index(j) << " with "
+                          << bytes.size() << " bytes";
+          }
+        }
+        if (hits) ++(*hits)[expected];
+        digest = crc32c::Extend(digest, bytes.data(), bytes.size());
+      }
+    }
+    EXPECT_EQ(wrong, 0u) << LmdbioModeName(options.mode);
+    return digest;
+  }
+
+  static SharedTempDir* dir_;
+};
+
+SharedTempDir* LmdbioTest::dir_ = nullptr;
+
+TEST(NodeTopology, FakeNodesSplitTheHost) {
+  {
+    FakeNodes fake(2);
+    auto topo = NodeTopology::Create(MPI_COMM_WORLD);
+    ASSERT_TRUE(topo.ok()) << topo.status().ToString();
+    EXPECT_EQ(topo->node_count(), (Ranks() + 1) / 2);
+    EXPECT_EQ(topo->node_index(), Rank() / 2);
+    EXPECT_EQ(topo->local_rank(), Rank() % 2);
+    EXPECT_EQ(topo->node_first_rank(), Rank() / 2 * 2);
+    EXPECT_TRUE(topo->contiguous());
+    EXPECT_EQ(topo->leaders() != MPI_COMM_NULL, Rank() % 2 == 0);
+  }
+  {
+    FakeNodes none(0);
+    auto topo = NodeTopology::Create(MPI_COMM_WORLD);
+    ASSERT_TRUE(topo.ok());
+    EXPECT_EQ(topo->node_count(), 1);  // one host
+    EXPECT_EQ(topo->local_size(), Ranks());
+  }
+  ::setenv("DLFS_RANKS_PER_NODE", "two", 1);
+  auto bad = NodeTopology::Create(MPI_COMM_WORLD);
+  ::unsetenv("DLFS_RANKS_PER_NODE");
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("DLFS_RANKS_PER_NODE"), std::string::npos);
+}
+
+// Every mode, on one node and on two fake nodes, with one and two readers per
+// node, returns exactly the records of Caffe's pattern (and so of the
+// baseline), byte for byte, including across the wrap at the end.
+TEST_F(LmdbioTest, EveryModeReturnsTheBaselineRecords) {
+  for (const char* name : {"small", "cifar", "mixed"}) {
+    const auto oracle = OracleValues(Db(name));
+    ASSERT_GT(oracle.size(), 0u);
+    for (int fake : {0, 2}) {
+      FakeNodes nodes(fake);
+      for (uint32_t batch : {4u, 64u}) {
+        // Enough iterations to wrap around the end of the database once.
+        const uint64_t iters = oracle.size() / batch + 7;
+        LmdbioOptions base;
+        base.mode = LmdbioMode::kBaseline;
+        base.batch_size = batch;
+        const uint32_t baseline = ReadAndCheck(Db(name), oracle, base, iters, nullptr);
+        for (LmdbioMode mode : kAllModes) {
+          for (uint32_t readers : {1u, 2u}) {
+            if (mode == LmdbioMode::kBaseline || (mode == LmdbioMode::kLmm && readers > 1))
+              continue;
+            LmdbioOptions o = base;
+            o.mode = mode;
+            o.readers_per_node = readers;
+            o.coalesce_bytes = 64 * 1024;  // several iterations per read even when small
+            SCOPED_TRACE(std::string(name) + " mode " + std::string(LmdbioModeName(mode)) +
+                         " fake nodes " + std::to_string(fake) + " batch " + std::to_string(batch) +
+                         " readers " + std::to_string(readers));
+            EXPECT_EQ(ReadAndCheck(Db(name), oracle, o, iters, nullptr), baseline);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Explicit reads through io_uring with O_DIRECT give the same bytes.
+TEST_F(LmdbioTest, DirectIoThroughUring) {
+  const auto oracle = OracleValues(Db("mixed"));
+  FakeNodes nodes(2);
+  for (LmdbioMode mode : {LmdbioMode::kLmmDio, LmdbioMode::kLmmDioProvCoalStag}) {
+    LmdbioOptions o;
+    o.mode = mode;
+    o.batch_size = 8;
+    o.engine = EngineKind::kAuto;  // uring where available, else pread (said in description)
+    o.direct_io = true;
+    o.readers_per_node = 2;
+    ReadAndCheck(Db("mixed"), oracle, o, oracle.size() / 8 + 3, nullptr);
+  }
+}
+
+// Over one epoch (N a multiple of B), all ranks together read every record
+// exactly once.
+TEST_F(LmdbioTest, EachRecordOncePerEpoch) {
+  const auto oracle = OracleValues(Db("cifar"));
+  const uint32_t batch = 64;
+  ASSERT_EQ(oracle.size() % batch, 0u);
+  FakeNodes nodes(2);
+  for (LmdbioMode mode : kAllModes) {
+    LmdbioOptions o;
+    o.mode = mode;
+    o.batch_size = batch;
+    o.readers_per_node = 2;
+    std::vector<uint32_t> hits(oracle.size()), total(oracle.size());
+    ReadAndCheck(Db("cifar"), oracle, o, oracle.size() / batch, &hits);
+    MPI_Allreduce(hits.data(), total.data(), static_cast<int>(hits.size()), MPI_UINT32_T, MPI_SUM,
+                  MPI_COMM_WORLD);
+    uint64_t not_once = 0;
+    for (uint32_t h : total) not_once += h != 1;
+    EXPECT_EQ(not_once, 0u) << LmdbioModeName(mode);
+  }
+}
+
+TEST_F(LmdbioTest, BadOptionsAreRefusedOnEveryRank) {
+  LmdbioOptions o;
+  o.batch_size = static_cast<uint32_t>(Ranks()) + 1;  // not a multiple of the ranks
+  auto r = LmdbioReader::Open(MPI_COMM_WORLD, Db("small"), o);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("multiple"), std::string::npos);
+  o.batch_size = 8;
+  for (LmdbioMode mode : kAllModes) {
+    o.mode = mode;
+    auto missing = LmdbioReader::Open(MPI_COMM_WORLD, Db("no-such-db"), o);
+    EXPECT_FALSE(missing.ok()) << LmdbioModeName(mode);
+    EXPECT_NE(missing.status().message().find("no-such-db"), std::string::npos)
+        << missing.status().ToString();
+  }
+  EXPECT_EQ(ParseLmdbioMode("lmm-dio-prov").value(), LmdbioMode::kLmmDioProv);
+  EXPECT_FALSE(ParseLmdbioMode("fast").ok());
+}
+
+// A damaged database is an error on every rank, never a hang or a crash: a
+// truncated file at open, and a file that shrinks while the readers use it.
+TEST_F(LmdbioTest, DamagedDatabaseIsAnErrorOnEveryRank) {
+  const std::string copy = *dir_ / "truncated";
+  if (Rank() == 0) {
+    ::mkdir(copy.c_str(), 0755);
+    std::filesystem::copy_file(Db("cifar") + "/data.mdb", copy + "/data.mdb");
+    ASSERT_EQ(::truncate((copy + "/data.mdb").c_str(), 3 * 4096), 0);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  LmdbioOptions o;
+  o.batch_size = 8;
+  for (LmdbioMode mode : {LmdbioMode::kLmmDioProv, LmdbioMode::kLmmDioProvCoalStag}) {
+    o.mode = mode;
+    auto r = LmdbioReader::Open(MPI_COMM_WORLD, copy, o);
+    EXPECT_EQ(r.status().code(), StatusCode::kCorruption) << r.status().ToString();
+    EXPECT_NE(r.status().message().find("page"), std::string::npos) << r.status().ToString();
+  }
+
+  // Open a good copy, then cut it short: the readers' explicit reads hit the
+  // end of file, and every rank gets that error from Next().
+  const std::string shrinking = *dir_ / "shrinking";
+  if (Rank() == 0) {
+    ::mkdir(shrinking.c_str(), 0755);
+    std::filesystem::copy_file(Db("cifar") + "/data.mdb", shrinking + "/data.mdb");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  FakeNodes nodes(2);
+  o.mode = LmdbioMode::kLmmDioProv;
+  o.readers_per_node = 2;
+  auto reader = LmdbioReader::Open(MPI_COMM_WORLD, shrinking, o);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (Rank() == 0) ASSERT_EQ(::truncate((shrinking + "/data.mdb").c_str(), 8 * 4096), 0);
+  MPI_Barrier(MPI_COMM_WORLD);
+  Status st;
+  for (int i = 0; i < 1000 && st.ok(); ++i) st = (*reader)->Next();
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("data.mdb"), std::string::npos) << st.ToString();
+  // The reader stays broken with the same error.
+  EXPECT_EQ((*reader)->Next().code(), st.code());
+}
+
+// Prints failures only: every rank but 0 uses it, so a failure on any rank
+// is seen without four copies of the progress log.
+class FailurePrinter : public ::testing::EmptyTestEventListener {
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (r.failed()) {
+      std::fprintf(stderr, "[rank %d] %s:%d: Failure\n%s\n", Rank(),
+                   r.file_name() ? r.file_name() : "?", r.line_number(), r.message());
+    }
+  }
+};
+
+}  // namespace
+}  // namespace dlfs
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  // Only rank 0 prints the progress; failures are printed by every rank.
+  if (dlfs::Rank() != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new dlfs::FailurePrinter);
+  }
+  int rc = RUN_ALL_TESTS();
+  // A failure on any rank fails the job.
+  int worst = rc;
+  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return worst;
+}
