@@ -72,6 +72,7 @@ int Run(const LmdbReadArgs& args, int rank, int ranks) {
   options.coalesce_bytes = args.coalesce_bytes;
   options.max_coalesce_iters = args.max_coalesce_iters;
   options.stagger_group = args.stagger;
+  options.planned_iterations = args.iters;
 
   if (args.drop_cache) {
     if (rank == 0) {

@@ -72,7 +72,10 @@ struct LmdbioOptions {
   bool direct_io = false;
   uint64_t coalesce_bytes = uint64_t{4} << 20;  // target bytes per read step per reader (coal)
   uint32_t max_coalesce_iters = 64;             // never coalesce more iterations than this
-  uint32_t stagger_group = 1;                   // readers reading at once (stag)
+  // Iterations the job will run, when known (0: unknown): coalesced reads
+  // then never fetch records for iterations past the end.
+  uint64_t planned_iterations = 0;
+  uint32_t stagger_group = 1;  // readers reading at once (stag)
 };
 
 // Seconds this rank spent, summed over Next() calls.

@@ -68,6 +68,15 @@ class NodeTopology {
   bool contiguous_ = true;
 };
 
+// Completes `request` without spinning a core: MPI_Test in a loop that backs
+// off from busy polling to short sleeps (up to 200 us). MPI's own blocking
+// waits poll without sleeping; on a node with more ranks than cores the
+// waiting ranks then take CPU from the ones doing I/O.
+void WaitPolitely(MPI_Request* request, MPI_Status* status = MPI_STATUS_IGNORE);
+
+// A barrier over `comm` that waits with WaitPolitely.
+void BarrierPolitely(MPI_Comm comm);
+
 // "MPI_ERR_...: message" for an MPI return code, prefixed with `what`.
 Status MpiError(int code, const std::string& what);
 

@@ -66,7 +66,9 @@ Status AgreeStatus(MPI_Comm comm, const Status& local) {
   MPI_Comm_rank(comm, &rank);
   const int mine = local.ok() ? INT_MAX : rank;
   int first = INT_MAX;
-  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
+  MPI_Request request;
+  MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm, &request);
+  WaitPolitely(&request);
   if (first == INT_MAX) return Status::Ok();
   int header[2] = {static_cast<int>(local.code()), static_cast<int>(local.message().size())};
   MPI_Bcast(header, 2, MPI_INT, first, comm);
@@ -612,7 +614,7 @@ class WindowReader final : public LmdbioReader {
     {
       // Nobody on the node may still be using the previous step's records.
       Stopwatch w(times_.wait);
-      MPI_Barrier(topo_->node());
+      BarrierPolitely(topo_->node());
     }
     return prov() ? ReadStepWithMap(s) : ReadStepWithCursor(s);
   }
@@ -642,7 +644,10 @@ class WindowReader final : public LmdbioReader {
     std::vector<uint64_t> sizes(topo_->local_size());
     {
       Stopwatch w(times_.wait);
-      MPI_Allgather(&my_bytes, 1, MPI_UINT64_T, sizes.data(), 1, MPI_UINT64_T, topo_->node());
+      MPI_Request request;
+      MPI_Iallgather(&my_bytes, 1, MPI_UINT64_T, sizes.data(), 1, MPI_UINT64_T, topo_->node(),
+                     &request);
+      WaitPolitely(&request);
     }
     uint64_t my_base = table_bytes_, total = table_bytes_;
     for (int r = 0; r < topo_->local_size(); ++r) {
@@ -694,8 +699,11 @@ class WindowReader final : public LmdbioReader {
       MPI_Status status;
       {
         Stopwatch w(times_.wait);
-        MPI_Recv(message, sizeof message, MPI_CHAR,
-                 (reader_id_ + readers_total_ - 1) % readers_total_, kCursorTag, readers_, &status);
+        MPI_Request request;
+        MPI_Irecv(message, sizeof message, MPI_CHAR,
+                  (reader_id_ + readers_total_ - 1) % readers_total_, kCursorTag, readers_,
+                  &request);
+        WaitPolitely(&request, &status);
       }
       int length = 0;
       MPI_Get_count(&status, MPI_CHAR, &length);
@@ -766,7 +774,14 @@ class WindowReader final : public LmdbioReader {
 
   Status ReadStepWithMap(uint64_t s) {
     // Every rank plans the same runs, so no table is needed in the window.
-    const uint64_t n = node_count_ * iters_per_step_;
+    uint64_t iters = iters_per_step_;
+    if (options_.planned_iterations > 0) {
+      const uint64_t first = s * iters_per_step_;
+      iters = first < options_.planned_iterations
+                  ? std::min<uint64_t>(iters, options_.planned_iterations - first)
+                  : iters;
+    }
+    const uint64_t n = node_count_ * iters;
     std::vector<Extent> extents(n);
     for (uint64_t k = 0; k < n; ++k) {
       const uint64_t record = Position(s, k) % entries_;
@@ -807,7 +822,9 @@ class WindowReader final : public LmdbioReader {
     if (reader_id_ < group) return Status::Ok();
     Stopwatch w(times_.wait);
     char token = 0;
-    MPI_Recv(&token, 1, MPI_CHAR, reader_id_ - group, kStaggerTag, readers_, MPI_STATUS_IGNORE);
+    MPI_Request request;
+    MPI_Irecv(&token, 1, MPI_CHAR, reader_id_ - group, kStaggerTag, readers_, &request);
+    WaitPolitely(&request);
     return Status::Ok();
   }
   void StaggerPass() {

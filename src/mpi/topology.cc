@@ -1,3 +1,6 @@
+#include <time.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -12,6 +15,27 @@ Status MpiError(int code, const std::string& what) {
   if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) len = 0;
   return Status(StatusCode::kIOError, what + ": MPI error " + std::to_string(code) +
                                           (len > 0 ? " (" + std::string(text, len) + ")" : ""));
+}
+
+void WaitPolitely(MPI_Request* request, MPI_Status* status) {
+  int done = 0;
+  for (int spin = 0; spin < 200; ++spin) {
+    MPI_Test(request, &done, status);
+    if (done) return;
+  }
+  timespec pause{0, 5'000};
+  while (true) {
+    MPI_Test(request, &done, status);
+    if (done) return;
+    nanosleep(&pause, nullptr);
+    pause.tv_nsec = std::min<long>(pause.tv_nsec * 2, 200'000);
+  }
+}
+
+void BarrierPolitely(MPI_Comm comm) {
+  MPI_Request request;
+  MPI_Ibarrier(comm, &request);
+  WaitPolitely(&request);
 }
 
 namespace {
