@@ -38,10 +38,19 @@ struct LmdbStats {
   uint64_t file_size = 0;
 };
 
+struct LmdbMapOptions {
+  // Read and check the header of every value's first overflow page (one
+  // small random read per large value). Without it the map is built from
+  // the branch and leaf pages only; the caller must then check each header
+  // with CheckLmdbOverflowHeader once it has read the value's page (the
+  // LMDBIO reader does). stats().overflow_pages is the same either way.
+  bool check_overflow_headers = true;
+};
+
 class LmdbRecordMap {
  public:
   // `path` is the data.mdb file, or a directory holding one.
-  static Result<LmdbRecordMap> Build(const std::string& path);
+  static Result<LmdbRecordMap> Build(const std::string& path, const LmdbMapOptions& options = {});
 
   const std::string& path() const { return path_; }  // the data.mdb file
   const LmdbStats& stats() const { return stats_; }
@@ -53,6 +62,11 @@ class LmdbRecordMap {
   }
   uint64_t value_offset(uint64_t i) const { return offsets_[i]; }
   uint64_t value_length(uint64_t i) const { return lengths_[i]; }
+  // Whether value i is stored in overflow pages (then its page header sits
+  // in the 16 bytes before value_offset(i)).
+  bool in_overflow(uint64_t i) const { return offsets_[i] % stats_.page_size == kOverflowHeader; }
+
+  static constexpr uint64_t kOverflowHeader = 16;  // PAGEHDRSZ
 
  private:
   friend class LmdbParser;
@@ -63,6 +77,13 @@ class LmdbRecordMap {
   std::vector<uint64_t> offsets_;
   std::vector<uint64_t> lengths_;
 };
+
+// Checks the 16-byte page header in front of an overflow value that starts
+// at file offset `value_offset` and holds `length` bytes: the page names
+// itself, is an overflow page, and its run can hold the value. Corruption
+// naming `path` and the page otherwise.
+Status CheckLmdbOverflowHeader(std::span<const std::byte> header, uint64_t value_offset,
+                               uint64_t length, uint32_t page_size, const std::string& path);
 
 // A Caffe Datum (caffe.proto), decoded from the protobuf wire format.
 struct Datum {

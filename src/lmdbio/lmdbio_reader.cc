@@ -121,7 +121,11 @@ Result<const std::byte*> FindMapping(const std::string& file) {
 // record to the first, like Caffe's DataReader.
 class MdbCursor {
  public:
-  static Result<std::unique_ptr<MdbCursor>> Open(const std::string& path) {
+  // `walk_only`: the map is only used to walk the tree (values are read
+  // with explicit reads), so kernel read-around on its page faults would
+  // only pull in value pages early and disturb the explicit reads'
+  // readahead: MDB_NORDAHEAD turns it off.
+  static Result<std::unique_ptr<MdbCursor>> Open(const std::string& path, bool walk_only = false) {
     auto c = std::unique_ptr<MdbCursor>(new MdbCursor(path));
     int rc = mdb_env_create(&c->env_);
     if (rc != 0) return MdbError(rc, path, "mdb_env_create");
@@ -129,8 +133,9 @@ class MdbCursor {
     if (::stat(path.c_str(), &st) != 0) return Status::FromErrno(errno, path);
     // Caffe opens read-only without thread-local slots; no lock file, so a
     // read-only directory works and ranks do not contend on the lock.
-    const unsigned flags =
-        MDB_RDONLY | MDB_NOTLS | MDB_NOLOCK | (S_ISDIR(st.st_mode) ? 0 : MDB_NOSUBDIR);
+    const unsigned flags = MDB_RDONLY | MDB_NOTLS | MDB_NOLOCK |
+                           (S_ISDIR(st.st_mode) ? 0 : MDB_NOSUBDIR) |
+                           (walk_only ? MDB_NORDAHEAD : 0);
     if ((rc = mdb_env_open(c->env_, path.c_str(), flags, 0)) != 0)
       return MdbError(rc, path, "mdb_env_open");
     if ((rc = mdb_txn_begin(c->env_, nullptr, MDB_RDONLY, &c->txn_)) != 0)
@@ -454,7 +459,7 @@ class WindowReader final : public LmdbioReader {
     if (prov()) {
       st = BroadcastRecordMap(comm, path);
     } else if (is_reader_) {
-      auto cursor = MdbCursor::Open(path);
+      auto cursor = MdbCursor::Open(path, /*walk_only=*/dio());
       if (cursor.ok()) {
         cursor_ = std::move(*cursor);
         entries_ = cursor_->entries();
@@ -552,10 +557,15 @@ class WindowReader final : public LmdbioReader {
   Status BroadcastRecordMap(MPI_Comm comm, const std::string& path) {
     Status st;
     if (topo_->rank() == 0) {
-      auto map = LmdbRecordMap::Build(path);
+      // Overflow page headers are checked by the readers, from the pages
+      // they read anyway, rather than with one random read per value here.
+      LmdbMapOptions mo;
+      mo.check_overflow_headers = false;
+      auto map = LmdbRecordMap::Build(path, mo);
       if (map.ok()) {
         entries_ = map->size();
         file_size_ = map->stats().file_size;
+        page_size_ = map->stats().page_size;
         data_file_ = map->path();
         offsets_.resize(entries_);
         lengths_.resize(entries_);
@@ -570,10 +580,11 @@ class WindowReader final : public LmdbioReader {
       }
     }
     DLFS_RETURN_IF_ERROR(AgreeStatus(comm, st));
-    uint64_t header[2] = {entries_, file_size_};
-    MPI_Bcast(header, 2, MPI_UINT64_T, 0, comm);
+    uint64_t header[3] = {entries_, file_size_, page_size_};
+    MPI_Bcast(header, 3, MPI_UINT64_T, 0, comm);
     entries_ = header[0];
     file_size_ = header[1];
+    page_size_ = static_cast<uint32_t>(header[2]);
     offsets_.resize(entries_);
     lengths_.resize(entries_);
     MPI_Bcast(offsets_.data(), static_cast<int>(entries_), MPI_UINT64_T, 0, comm);
@@ -812,8 +823,31 @@ class WindowReader final : public LmdbioReader {
     if (stag()) st = StaggerWait();
     if (st.ok()) st = ReadRuns(mine, window_->base());
     if (stag()) StaggerPass();
+    if (st.ok()) st = CheckOverflowHeaders(s, iters, mine);
     window_->Sync();
     return st;
+  }
+
+  // Checks the overflow page header in front of every value of step `s`
+  // whose header this reader read (in `mine`), so a map that points at the
+  // wrong page is caught before anyone uses the bytes.
+  Status CheckOverflowHeaders(uint64_t s, uint64_t iters, const std::vector<Run>& mine) {
+    if (mine.empty()) return Status::Ok();
+    const std::byte* base = window_->base();
+    for (uint64_t n = 0; n < node_count_ * iters; ++n) {
+      const uint64_t record = Position(s, n) % entries_;
+      const uint64_t value = offsets_[record];
+      if (value % page_size_ != LmdbRecordMap::kOverflowHeader) continue;
+      const uint64_t header = value - LmdbRecordMap::kOverflowHeader;
+      auto it = std::upper_bound(mine.begin(), mine.end(), header,
+                                 [](uint64_t o, const Run& r) { return o < r.file; });
+      if (it == mine.begin() || header >= std::prev(it)->file + std::prev(it)->length) continue;
+      const Run& r = *std::prev(it);
+      DLFS_RETURN_IF_ERROR(CheckLmdbOverflowHeader(
+          {base + r.window + (header - r.file), LmdbRecordMap::kOverflowHeader}, value,
+          lengths_[record], page_size_, data_file_));
+    }
+    return Status::Ok();
   }
 
   // Staggering: reader g reads after reader g - group has finished.
@@ -884,6 +918,7 @@ class WindowReader final : public LmdbioReader {
 
   std::vector<uint64_t> offsets_, lengths_;  // prov modes: the record map
   uint64_t total_value_bytes_ = 0;
+  uint32_t page_size_ = 4096;
   std::vector<Run> runs_;  // prov modes: the current step's runs
 
   std::unique_ptr<SharedWindow> window_;

@@ -5,6 +5,7 @@
 // The oracle is liblmdb: each rank walks the database with a cursor and keeps
 // every value in key order, then checks that each mode hands it exactly the
 // records Caffe's pattern assigns to it, byte for byte.
+#include <fcntl.h>
 #include <mpi.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -329,6 +330,31 @@ TEST_F(LmdbioTest, DamagedDatabaseIsAnErrorOnEveryRank) {
     auto r = LmdbioReader::Open(MPI_COMM_WORLD, copy, o);
     EXPECT_EQ(r.status().code(), StatusCode::kCorruption) << r.status().ToString();
     EXPECT_NE(r.status().message().find("page"), std::string::npos) << r.status().ToString();
+  }
+
+  // A damaged overflow page header (here: it names another page) is caught
+  // by the reader that reads it; the record map alone cannot see it.
+  const std::string damaged = *dir_ / "damaged";
+  if (Rank() == 0) {
+    ::mkdir(damaged.c_str(), 0755);
+    std::filesystem::copy_file(Db("cifar") + "/data.mdb", damaged + "/data.mdb");
+    auto map = LmdbRecordMap::Build(damaged);
+    EXPECT_TRUE(map.ok() && map->in_overflow(100));
+    const uint64_t header = map->value_offset(100) - LmdbRecordMap::kOverflowHeader;
+    const uint64_t wrong_pgno = 12345678;
+    int fd = ::open((damaged + "/data.mdb").c_str(), O_WRONLY);
+    EXPECT_EQ(::pwrite(fd, &wrong_pgno, 8, static_cast<off_t>(header)), 8);
+    ::close(fd);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (LmdbioMode mode : {LmdbioMode::kLmmDioProv, LmdbioMode::kLmmDioProvCoalStag}) {
+    o.mode = mode;
+    auto reader = LmdbioReader::Open(MPI_COMM_WORLD, damaged, o);
+    ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+    Status st;
+    for (int i = 0; i < 100 && st.ok(); ++i) st = (*reader)->Next();
+    EXPECT_EQ(st.code(), StatusCode::kCorruption) << st.ToString();
+    EXPECT_NE(st.message().find("expected an overflow page"), std::string::npos) << st.ToString();
   }
 
   // Open a good copy, then cut it short: the readers' explicit reads hit the
