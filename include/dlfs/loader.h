@@ -76,7 +76,11 @@ struct LoaderOptions {
 
 namespace loader_internal {
 struct BatchData;
-}
+}  // namespace loader_internal
+class Batch;
+namespace loader_internal {
+Batch MakeBatch(std::shared_ptr<const BatchData> data);
+}  // namespace loader_internal
 
 // One batch: sample indices, labels, and the samples' bytes. Cheap to copy
 // (copies share the buffer).
@@ -97,6 +101,7 @@ class Batch {
 
  private:
   friend class Loader;
+  friend Batch loader_internal::MakeBatch(std::shared_ptr<const loader_internal::BatchData>);
   std::shared_ptr<const loader_internal::BatchData> data_;
 };
 

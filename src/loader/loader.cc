@@ -11,6 +11,7 @@
 #include <system_error>
 #include <thread>
 
+#include "loader/batch_data.h"
 #include "loader/batch_planner.h"
 
 namespace dlfs {
@@ -95,17 +96,11 @@ class SlabPool : public std::enable_shared_from_this<SlabPool> {
   uint32_t next_slot_ = 0;
 };
 
-struct BatchData {
-  std::shared_ptr<Slab> slab;
-  uint64_t epoch = 0;
-  uint64_t sequence = 0;
-  std::vector<uint64_t> indices;
-  std::vector<uint32_t> labels;
-  std::vector<std::span<const std::byte>> samples;
-  uint64_t payload_bytes = 0;
-  uint64_t device_bytes = 0;
-  double io_seconds = 0;
-};
+Batch MakeBatch(std::shared_ptr<const BatchData> data) {
+  Batch b;
+  b.data_ = std::move(data);
+  return b;
+}
 
 }  // namespace loader_internal
 

@@ -20,46 +20,18 @@
 #include "dlfs/lmdbio.h"
 #include "dlfs/mpi.h"
 #include "lmdb_writer.h"
+#include "mpi/mpi_testutil.h"
 #include "testutil.h"
 
 namespace dlfs {
 namespace {
 
+using testing::Rank;
+using testing::Ranks;
+using testing::SharedTempDir;
+
 using testing::LmdbWriter;
 using testing::Range;
-
-int Rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int Ranks() {
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
-
-// A directory created by rank 0 and known to all ranks.
-class SharedTempDir {
- public:
-  SharedTempDir() {
-    char path[256] = {};
-    if (Rank() == 0) {
-      std::string tmpl = "/tmp/dlfs-mpi-test-XXXXXX";
-      std::snprintf(path, sizeof path, "%s", ::mkdtemp(tmpl.data()));
-    }
-    MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
-    path_ = path;
-  }
-  ~SharedTempDir() {
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (Rank() == 0) std::filesystem::remove_all(path_);
-  }
-  std::string operator/(const std::string& rel) const { return path_ + "/" + rel; }
-
- private:
-  std::string path_;
-};
 
 // Deterministic, distinct value bytes for record i.
 std::string Value(uint64_t i, size_t n) {
@@ -383,33 +355,7 @@ TEST_F(LmdbioTest, DamagedDatabaseIsAnErrorOnEveryRank) {
   EXPECT_EQ((*reader)->Next().code(), st.code());
 }
 
-// Prints failures only: every rank but 0 uses it, so a failure on any rank
-// is seen without four copies of the progress log.
-class FailurePrinter : public ::testing::EmptyTestEventListener {
-  void OnTestPartResult(const ::testing::TestPartResult& r) override {
-    if (r.failed()) {
-      std::fprintf(stderr, "[rank %d] %s:%d: Failure\n%s\n", Rank(),
-                   r.file_name() ? r.file_name() : "?", r.line_number(), r.message());
-    }
-  }
-};
-
 }  // namespace
 }  // namespace dlfs
 
-int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  // Only rank 0 prints the progress; failures are printed by every rank.
-  if (dlfs::Rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new dlfs::FailurePrinter);
-  }
-  int rc = RUN_ALL_TESTS();
-  // A failure on any rank fails the job.
-  int worst = rc;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Finalize();
-  return worst;
-}
+int main(int argc, char** argv) { return dlfs::testing::RunMpiTests(argc, argv); }

@@ -1,0 +1,82 @@
+// Reading a volume from an MPI job: a loader whose rank and world come from a
+// communicator, and the shard-local loader for volumes spread over the
+// nodes' local storage. docs/deploy.md shows how to run them on a cluster.
+//
+// Only built with MPI (CMake target dlfs_mpi).
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "dlfs/loader.h"
+#include "dlfs/mpi.h"
+#include "dlfs/status.h"
+#include "dlfs/volume.h"
+
+namespace dlfs {
+
+// A Loader for this rank of `comm`: options.rank and options.world_size are
+// taken from the communicator. Collective: the ranks check that they agree on
+// the options that decide the permutation (sample count, seed, shuffle,
+// batch size, drop_last), so every rank reads the same permutation and gets
+// the same number of batches; InvalidArgument on every rank otherwise.
+Result<std::unique_ptr<Loader>> CreateLoader(MPI_Comm comm, std::shared_ptr<Volume> volume,
+                                             LoaderOptions options);
+
+struct ShardLoaderOptions {
+  LoaderOptions loader;  // rank and world_size are taken from the communicator
+  // Batches whose remote samples are fetched in one exchange; the exchange
+  // for the next window happens when the current one is used up.
+  uint32_t window_batches = 8;
+};
+
+// Counters of a ShardLoader, summed over its life.
+struct ShardLoaderStats {
+  uint64_t local_samples = 0;   // read from this node's own target
+  uint64_t remote_samples = 0;  // fetched from the node that holds them
+  uint64_t served_samples = 0;  // read here for other nodes
+  uint64_t bytes_received = 0;  // sample bytes received over MPI
+  uint64_t bytes_sent = 0;
+  uint64_t exchanges = 0;
+  double io_seconds = 0;        // reading from storage (own and served samples)
+  double exchange_seconds = 0;  // in MPI exchanges, waiting included
+};
+
+// Shard-local reading: target t of the volume lives on node t mod nodes
+// (pack with `--targets N` for N nodes and copy target t to node t's local
+// storage), and each node reads only its own target. A rank gets the samples
+// of other nodes from them over MPI: since the permutation is known, each
+// exchange fetches every remote sample of the next window_batches batches at
+// once (one MPI_Alltoallv for the requests, one for the bytes), so the global
+// shuffle stays exact while each node stores only its part.
+//
+// Batches are byte-identical to those of a Loader with the same options.
+// Next() and SetEpoch() are collective: every rank calls them the same
+// number of times (the sampler gives every rank the same number of batches).
+// A sample the owner cannot read makes the requester's Next() fail for that
+// batch with an error naming the sample and the owner; the next call goes on.
+class ShardLoader {
+ public:
+  static Result<std::unique_ptr<ShardLoader>> Create(MPI_Comm comm, std::shared_ptr<Volume> volume,
+                                                     const ShardLoaderOptions& options);
+  ~ShardLoader();
+
+  void SetEpoch(uint64_t epoch);
+  // As Loader::Next.
+  Result<bool> Next(Batch* batch);
+
+  uint64_t batches_per_epoch() const;
+  const ShardLoaderStats& stats() const;
+  const std::string& engine_description() const;
+
+  class Impl;
+
+ private:
+  explicit ShardLoader(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dlfs

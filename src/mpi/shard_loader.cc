@@ -1,0 +1,407 @@
+// CreateLoader(comm, ...) and the shard-local ShardLoader.
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <optional>
+
+#include "common/file_util.h"
+#include "dlfs/distributed.h"
+#include "dlfs/sampler.h"
+#include "loader/batch_data.h"
+
+namespace dlfs {
+
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// InvalidArgument on every rank unless all ranks passed the same `values`.
+Status CheckAgreement(MPI_Comm comm, const std::vector<uint64_t>& values, const char* what) {
+  std::vector<uint64_t> lo(values.size()), hi(values.size());
+  MPI_Allreduce(values.data(), lo.data(), static_cast<int>(values.size()), MPI_UINT64_T, MPI_MIN,
+                comm);
+  MPI_Allreduce(values.data(), hi.data(), static_cast<int>(values.size()), MPI_UINT64_T, MPI_MAX,
+                comm);
+  if (lo != hi) {
+    return Status::InvalidArgument(std::string("ranks disagree on ") + what +
+                                   ": every rank must open the same volume with the same "
+                                   "sample count, seed, shuffle, batch size and drop_last");
+  }
+  return Status::Ok();
+}
+
+std::vector<uint64_t> PermutationKey(const Volume& volume, const LoaderOptions& o) {
+  const uint64_t n = o.subset.empty() ? volume.size() : o.subset.size();
+  return {n, o.seed, o.shuffle ? 1u : 0u, o.batch_size, o.drop_last ? 1u : 0u, volume.size()};
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Loader>> CreateLoader(MPI_Comm comm, std::shared_ptr<Volume> volume,
+                                             LoaderOptions options) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  options.rank = static_cast<uint32_t>(rank);
+  options.world_size = static_cast<uint32_t>(size);
+  DLFS_RETURN_IF_ERROR(CheckAgreement(comm, PermutationKey(*volume, options), "the permutation"));
+  return Loader::Create(std::move(volume), options);
+}
+
+// ---------------------------------------------------------------------------
+
+// The bytes of one window: what this rank read itself and what it received.
+struct WindowBytes {
+  std::shared_ptr<std::byte> local;  // aligned reads of own-node samples
+  std::vector<std::byte> received;   // samples from other nodes
+};
+
+class ShardLoader::Impl {
+ public:
+  ~Impl() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    topo_.reset();
+    if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  }
+
+  Status Init(MPI_Comm comm, std::shared_ptr<Volume> volume, const ShardLoaderOptions& options) {
+    MPI_Comm_dup(comm, &comm_);
+    DLFS_ASSIGN_OR_RETURN(NodeTopology topo, NodeTopology::Create(comm_));
+    topo_ = std::make_unique<NodeTopology>(std::move(topo));
+    volume_ = std::move(volume);
+    options_ = options;
+    LoaderOptions& o = options_.loader;
+    o.rank = static_cast<uint32_t>(topo_->rank());
+    o.world_size = static_cast<uint32_t>(topo_->size());
+    if (options_.window_batches == 0 || o.batch_size == 0) {
+      return Status::InvalidArgument("window_batches and batch_size must be positive");
+    }
+    DLFS_RETURN_IF_ERROR(CheckAgreement(comm_, PermutationKey(*volume_, o), "the permutation"));
+
+    // Where each node's ranks are, so requests can be spread over them.
+    const int nodes = topo_->node_count();
+    node_first_.assign(nodes, 0);
+    node_size_.assign(nodes, 0);
+    std::vector<int> mine = {topo_->node_index(), topo_->node_first_rank(), topo_->local_size()};
+    std::vector<int> all(3 * static_cast<size_t>(topo_->size()));
+    MPI_Allgather(mine.data(), 3, MPI_INT, all.data(), 3, MPI_INT, comm_);
+    for (int r = 0; r < topo_->size(); ++r) {
+      node_first_[all[3 * r]] = all[3 * r + 1];
+      node_size_[all[3 * r]] = all[3 * r + 2];
+    }
+
+    SamplerOptions so;
+    so.shuffle = o.shuffle;
+    so.seed = o.seed;
+    so.rank = o.rank;
+    so.world_size = o.world_size;
+    so.batch_size = o.batch_size;
+    so.drop_last = o.drop_last;
+    const uint64_t n = o.subset.empty() ? volume_->size() : o.subset.size();
+    Status st;
+    auto sampler = Sampler::Create(n, so);
+    if (sampler.ok()) {
+      sampler_.emplace(std::move(*sampler));
+      EngineOptions eo;
+      eo.kind = o.engine;
+      eo.direct_io = o.direct_io;
+      eo.queue_depth = o.queue_depth;
+      eo.sqpoll = o.sqpoll;
+      eo.faults = o.faults;
+      auto engine = CreateEngine(volume_->info().targets, eo);
+      if (engine.ok()) {
+        engine_ = std::move(*engine);
+        engine_description_ = engine_->description();
+      } else {
+        st = engine.status();
+      }
+    } else {
+      st = sampler.status();
+    }
+    // Every rank fails alike, or none does.
+    int ok = st.ok() ? 1 : 0, all_ok = 0;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, comm_);
+    if (!st.ok()) return st;
+    if (!all_ok) return Status::Unavailable("another rank could not create its shard loader");
+    SetEpoch(0);
+    return Status::Ok();
+  }
+
+  void SetEpoch(uint64_t epoch) {
+    epoch_ = epoch;
+    next_batch_ = 0;
+    window_end_ = 0;
+    indices_ = sampler_->RankIndices(epoch);
+    if (!options_.loader.subset.empty()) {
+      for (uint64_t& i : indices_) i = options_.loader.subset[i];
+    }
+  }
+
+  Result<bool> Next(Batch* batch) {
+    if (next_batch_ >= sampler_->batches_per_epoch()) return false;
+    if (next_batch_ >= window_end_) DLFS_RETURN_IF_ERROR(Exchange(next_batch_));
+    const uint64_t k = next_batch_++;
+    const uint64_t b = options_.loader.batch_size;
+    const uint64_t begin = k * b, end = std::min<uint64_t>(begin + b, indices_.size());
+
+    auto data = std::make_shared<loader_internal::BatchData>();
+    data->owner = window_bytes_;
+    data->epoch = epoch_;
+    data->sequence = k;
+    const SampleDirectory& dir = volume_->directory();
+    for (uint64_t p = begin; p < end; ++p) {
+      const uint64_t at = p - window_first_position_;
+      const uint64_t index = indices_[p];
+      if (!status_[at].ok()) return status_[at];
+      const auto bytes = samples_[at];
+      if (options_.loader.verify_checksums)
+        DLFS_RETURN_IF_ERROR(volume_->CheckSample(index, bytes));
+      data->indices.push_back(index);
+      data->labels.push_back(dir.sample(index).label);
+      data->samples.push_back(bytes);
+      data->payload_bytes += bytes.size();
+    }
+    *batch = loader_internal::MakeBatch(std::move(data));
+    return true;
+  }
+
+  uint64_t batches_per_epoch() const { return sampler_->batches_per_epoch(); }
+  const ShardLoaderStats& stats() const { return stats_; }
+  const std::string& engine_description() const { return engine_description_; }
+
+ private:
+  int OwnerNode(uint64_t index) const {
+    return static_cast<int>(volume_->directory().sample(index).target % node_first_.size());
+  }
+
+  // Fetches every sample of batches [first, first + window): own-node ones
+  // from storage, the others from their nodes. Collective.
+  Status Exchange(uint64_t first) {
+    const double start = Now();
+    const uint64_t b = options_.loader.batch_size;
+    const uint64_t last =
+        std::min<uint64_t>(first + options_.window_batches, sampler_->batches_per_epoch());
+    window_first_position_ = first * b;
+    const uint64_t end_position = std::min<uint64_t>(last * b, indices_.size());
+    const uint64_t count = end_position - window_first_position_;
+    window_end_ = last;
+    const int ranks = topo_->size();
+    const int my_node = topo_->node_index();
+
+    // 1. Requests: remote samples go to a rank of their node (spread by
+    // local rank, so a node's ranks share the serving).
+    std::vector<std::vector<uint64_t>> ask(ranks);
+    std::vector<std::pair<int, uint64_t>> where(count);  // (server or -1, position in its list)
+    std::vector<uint64_t> own;
+    for (uint64_t i = 0; i < count; ++i) {
+      const uint64_t index = indices_[window_first_position_ + i];
+      const int node = OwnerNode(index);
+      if (node == my_node) {
+        where[i] = {-1, own.size()};
+        own.push_back(index);
+      } else {
+        const int server = node_first_[node] + topo_->local_rank() % node_size_[node];
+        where[i] = {server, ask[server].size()};
+        ask[server].push_back(index);
+      }
+    }
+    std::vector<int> send_counts(ranks), recv_counts(ranks), sdispl(ranks), rdispl(ranks);
+    for (int r = 0; r < ranks; ++r) send_counts[r] = static_cast<int>(ask[r].size());
+    MPI_Alltoall(send_counts.data(), 1, MPI_INT, recv_counts.data(), 1, MPI_INT, comm_);
+    std::vector<uint64_t> send_ids, served;
+    for (int r = 0; r < ranks; ++r) {
+      sdispl[r] = static_cast<int>(send_ids.size());
+      send_ids.insert(send_ids.end(), ask[r].begin(), ask[r].end());
+    }
+    int total_in = 0;
+    for (int r = 0; r < ranks; ++r) {
+      rdispl[r] = total_in;
+      total_in += recv_counts[r];
+    }
+    served.resize(total_in);
+    MPI_Alltoallv(send_ids.data(), send_counts.data(), sdispl.data(), MPI_UINT64_T, served.data(),
+                  recv_counts.data(), rdispl.data(), MPI_UINT64_T, comm_);
+
+    // 2. Read own samples and the ones asked of us, in one engine batch.
+    std::vector<uint64_t> to_read = own;
+    to_read.insert(to_read.end(), served.begin(), served.end());
+    std::vector<std::span<const std::byte>> got;
+    std::vector<Status> got_status;
+    auto bytes = std::make_shared<WindowBytes>();
+    const double io_start = Now();
+    Status engine_status = ReadLocal(to_read, my_node, &bytes->local, &got, &got_status);
+    stats_.io_seconds += Now() - io_start;
+    if (!engine_status.ok()) {
+      for (Status& s : got_status) s = engine_status;
+    }
+
+    // 3. Send the served samples back: bytes, then one status code each.
+    std::vector<int> byte_send(ranks, 0), byte_recv(ranks, 0), bsdispl(ranks), brdispl(ranks);
+    const SampleDirectory& dir = volume_->directory();
+    uint64_t out_bytes = 0, in_bytes = 0;
+    for (int r = 0; r < ranks; ++r) {
+      uint64_t n = 0;
+      for (int j = 0; j < recv_counts[r]; ++j) n += dir.sample(served[rdispl[r] + j]).length;
+      uint64_t m = 0;
+      for (uint64_t index : ask[r]) m += dir.sample(index).length;
+      if (n > INT_MAX || m > INT_MAX || out_bytes + n > INT_MAX || in_bytes + m > INT_MAX) {
+        return Status::InvalidArgument(
+            "a shard exchange would move more than 2 GiB; use fewer window_batches");
+      }
+      bsdispl[r] = static_cast<int>(out_bytes);
+      brdispl[r] = static_cast<int>(in_bytes);
+      byte_send[r] = static_cast<int>(n);
+      byte_recv[r] = static_cast<int>(m);
+      out_bytes += n;
+      in_bytes += m;
+    }
+    std::vector<std::byte> out(out_bytes);
+    std::vector<uint8_t> out_codes(served.size()), in_codes(send_ids.size());
+    for (size_t j = 0; j < served.size(); ++j) {
+      const Status& s = got_status[own.size() + j];
+      out_codes[j] = static_cast<uint8_t>(s.code());
+    }
+    {
+      uint64_t at = 0;
+      for (size_t j = 0; j < served.size(); ++j) {
+        const auto& src = got[own.size() + j];
+        if (got_status[own.size() + j].ok()) std::memcpy(out.data() + at, src.data(), src.size());
+        at += dir.sample(served[j]).length;
+      }
+    }
+    bytes->received.resize(in_bytes);
+    MPI_Alltoallv(out.data(), byte_send.data(), bsdispl.data(), MPI_BYTE, bytes->received.data(),
+                  byte_recv.data(), brdispl.data(), MPI_BYTE, comm_);
+    MPI_Alltoallv(out_codes.data(), recv_counts.data(), rdispl.data(), MPI_UINT8_T, in_codes.data(),
+                  send_counts.data(), sdispl.data(), MPI_UINT8_T, comm_);
+
+    // 4. This window's samples in reading order.
+    std::vector<std::vector<uint64_t>> offset_in(ranks);
+    for (int r = 0; r < ranks; ++r) {
+      uint64_t at = brdispl[r];
+      for (uint64_t index : ask[r]) {
+        offset_in[r].push_back(at);
+        at += dir.sample(index).length;
+      }
+    }
+    samples_.assign(count, {});
+    status_.assign(count, Status::Ok());
+    for (uint64_t i = 0; i < count; ++i) {
+      const uint64_t index = indices_[window_first_position_ + i];
+      const auto [server, slot] = where[i];
+      if (server < 0) {
+        samples_[i] = got[slot];
+        status_[i] = got_status[slot];
+        continue;
+      }
+      const uint8_t code = in_codes[sdispl[server] + slot];
+      samples_[i] = {bytes->received.data() + offset_in[server][slot], dir.sample(index).length};
+      if (code != 0) {
+        status_[i] =
+            Status(static_cast<StatusCode>(code),
+                   volume_->path() + ": sample " + std::to_string(index) + " '" + dir.Path(index) +
+                       "': rank " + std::to_string(server) + " (node " +
+                       std::to_string(OwnerNode(index)) + ", which holds it) could not read it: " +
+                       std::string(StatusCodeName(static_cast<StatusCode>(code))));
+      }
+    }
+    window_bytes_ = bytes;
+    stats_.local_samples += own.size();
+    stats_.remote_samples += send_ids.size();
+    stats_.served_samples += served.size();
+    stats_.bytes_received += in_bytes;
+    stats_.bytes_sent += out_bytes;
+    ++stats_.exchanges;
+    stats_.exchange_seconds += Now() - start;
+    return Status::Ok();
+  }
+
+  // Reads `indices` (all held by `node`) with the engine into one aligned
+  // buffer. Per-sample results go to *status; the return value is non-OK
+  // only when the engine itself broke.
+  Status ReadLocal(const std::vector<uint64_t>& indices, int node, std::shared_ptr<std::byte>* buf,
+                   std::vector<std::span<const std::byte>>* spans, std::vector<Status>* status) {
+    const SampleDirectory& dir = volume_->directory();
+    const uint64_t a = std::max<uint32_t>(engine_->alignment(), 1);
+    std::vector<ReadRequest> requests;
+    std::vector<uint64_t> at(indices.size());
+    uint64_t total = 0;
+    for (size_t i = 0; i < indices.size(); ++i) {
+      const SampleInfo s = dir.sample(indices[i]);
+      const uint64_t from = s.offset / a * a;
+      const uint64_t to = (s.offset + s.length + a - 1) / a * a;
+      at[i] = total + (s.offset - from);
+      total += to - from;
+    }
+    spans->assign(indices.size(), {});
+    status->assign(indices.size(), Status::Ok());
+    *buf = AllocateLarge(std::max<uint64_t>(total, 1));
+    if (!*buf) return Status::Unavailable("out of memory for a shard window");
+    uint64_t cursor = 0;
+    for (size_t i = 0; i < indices.size(); ++i) {
+      const SampleInfo s = dir.sample(indices[i]);
+      if (OwnerNode(indices[i]) != node) {
+        // Asked for a sample this node does not hold: the requester's
+        // topology differs from ours (e.g. DLFS_RANKS_PER_NODE not set alike).
+        (*status)[i] = Status::InvalidArgument("sample " + std::to_string(indices[i]) +
+                                               " is not held by node " + std::to_string(node));
+      }
+      const uint64_t from = s.offset / a * a;
+      const uint64_t to = (s.offset + s.length + a - 1) / a * a;
+      requests.push_back({s.target, from, to - from, buf->get() + cursor, ReadRequest::kNoSlot});
+      (*spans)[i] = {buf->get() + at[i], s.length};
+      cursor += to - from;
+    }
+    std::vector<Status> results(requests.size());
+    DLFS_RETURN_IF_ERROR(engine_->Read(requests, results));
+    for (size_t i = 0; i < results.size(); ++i) {
+      if ((*status)[i].ok() && !results[i].ok()) {
+        (*status)[i] = results[i].WithContext("sample " + std::to_string(indices[i]));
+      }
+    }
+    return Status::Ok();
+  }
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  std::unique_ptr<NodeTopology> topo_;
+  std::vector<int> node_first_, node_size_;
+  std::shared_ptr<Volume> volume_;
+  ShardLoaderOptions options_;
+  std::optional<Sampler> sampler_;
+  std::unique_ptr<IoEngine> engine_;
+  std::string engine_description_;
+
+  uint64_t epoch_ = 0;
+  uint64_t next_batch_ = 0;
+  std::vector<uint64_t> indices_;  // this rank's samples of the epoch, in order
+
+  uint64_t window_first_position_ = 0;
+  uint64_t window_end_ = 0;  // first batch after the window
+  std::shared_ptr<WindowBytes> window_bytes_;
+  std::vector<std::span<const std::byte>> samples_;
+  std::vector<Status> status_;
+  ShardLoaderStats stats_;
+};
+
+ShardLoader::ShardLoader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ShardLoader::~ShardLoader() = default;
+
+Result<std::unique_ptr<ShardLoader>> ShardLoader::Create(MPI_Comm comm,
+                                                         std::shared_ptr<Volume> volume,
+                                                         const ShardLoaderOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  DLFS_RETURN_IF_ERROR(impl->Init(comm, std::move(volume), options));
+  return std::unique_ptr<ShardLoader>(new ShardLoader(std::move(impl)));
+}
+
+void ShardLoader::SetEpoch(uint64_t epoch) { impl_->SetEpoch(epoch); }
+Result<bool> ShardLoader::Next(Batch* batch) { return impl_->Next(batch); }
+uint64_t ShardLoader::batches_per_epoch() const { return impl_->batches_per_epoch(); }
+const ShardLoaderStats& ShardLoader::stats() const { return impl_->stats(); }
+const std::string& ShardLoader::engine_description() const { return impl_->engine_description(); }
+
+}  // namespace dlfs

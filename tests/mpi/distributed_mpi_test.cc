@@ -1,0 +1,206 @@
+// Distributed reading under MPI (run with `mpirun -np 4`; CTest does): the
+// loader built from a communicator and the shard-local loader, on two fake
+// nodes of two ranks. Tests are collective; checks use EXPECT so a failure on
+// one rank never leaves the others waiting.
+#include <mpi.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "dlfs/builder.h"
+#include "dlfs/distributed.h"
+#include "dlfs/loader.h"
+#include "dlfs/mpi.h"
+#include "dlfs/volume.h"
+#include "mpi/mpi_testutil.h"
+#include "testutil.h"
+
+namespace dlfs {
+namespace {
+
+using testing::Rank;
+using testing::Ranks;
+using testing::SharedTempDir;
+
+// Two fake nodes of two ranks each, for the scope.
+class TwoFakeNodes {
+ public:
+  TwoFakeNodes() { ::setenv("DLFS_RANKS_PER_NODE", std::to_string(Ranks() / 2).c_str(), 1); }
+  ~TwoFakeNodes() { ::unsetenv("DLFS_RANKS_PER_NODE"); }
+};
+
+std::vector<std::byte> SampleBytes(uint64_t i) {
+  return testing::RandomBytes(100 + (i * 7919) % 9000, static_cast<uint32_t>(i));
+}
+
+class DistributedTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new SharedTempDir();
+    if (Rank() == 0) {
+      auto b = VolumeBuilder::Create(*dir_ / "one.dlfs", {.align = 4096});
+      EXPECT_TRUE(b.ok());
+      for (uint64_t i = 0; i < kSamples; ++i) {
+        EXPECT_OK((*b)->Add("c" + std::to_string(i % 5) + "/s" + std::to_string(i), SampleBytes(i),
+                            static_cast<uint32_t>(i % 5)));
+      }
+      EXPECT_OK((*b)->Finish());
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+
+  static std::shared_ptr<Volume> OpenVolume(const std::string& name) {
+    auto v = Volume::Open(*dir_ / name);
+    EXPECT_TRUE(v.ok()) << v.status().ToString();
+    return v.ok() ? *v : nullptr;
+  }
+
+  static constexpr uint64_t kSamples = 1000;
+  static SharedTempDir* dir_;
+};
+
+SharedTempDir* DistributedTest::dir_ = nullptr;
+
+// Every rank of the job computes the same permutation: rank 0's is
+// broadcast and compared, for several epochs.
+TEST_F(DistributedTest, SamePermutationOnEveryRank) {
+  auto volume = OpenVolume("one.dlfs");
+  ASSERT_TRUE(volume);
+  LoaderOptions o;
+  o.batch_size = 16;
+  o.seed = 42;
+  auto loader = CreateLoader(MPI_COMM_WORLD, volume, o);
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  for (uint64_t epoch = 0; epoch < 3; ++epoch) {
+    std::vector<uint64_t> perm = (*loader)->sampler().Permutation(epoch);
+    std::vector<uint64_t> root = perm;
+    MPI_Bcast(root.data(), static_cast<int>(root.size()), MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    EXPECT_EQ(perm, root) << "epoch " << epoch;
+    // Shards are disjoint and complete: every sample once over all ranks.
+    std::vector<uint32_t> hits(kSamples), total(kSamples);
+    for (uint64_t i : (*loader)->RankIndices(epoch)) ++hits[i];
+    MPI_Allreduce(hits.data(), total.data(), static_cast<int>(kSamples), MPI_UINT32_T, MPI_SUM,
+                  MPI_COMM_WORLD);
+    for (uint64_t i = 0; i < kSamples; ++i) EXPECT_EQ(total[i], 1u) << "sample " << i;
+  }
+  // Every rank gets the same number of batches.
+  uint64_t mine = (*loader)->batches_per_epoch(), lo = 0, hi = 0;
+  MPI_Allreduce(&mine, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&mine, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+  EXPECT_EQ(lo, hi);
+}
+
+TEST_F(DistributedTest, RanksThatDisagreeAreRefused) {
+  auto volume = OpenVolume("one.dlfs");
+  ASSERT_TRUE(volume);
+  LoaderOptions o;
+  o.seed = Rank() == 1 ? 7 : 8;
+  auto loader = CreateLoader(MPI_COMM_WORLD, volume, o);
+  EXPECT_EQ(loader.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(loader.status().message().find("disagree"), std::string::npos);
+}
+
+// Collects every batch of `epochs` epochs as (indices, bytes).
+template <typename L>
+std::vector<std::pair<std::vector<uint64_t>, std::vector<std::vector<std::byte>>>> ReadAll(
+    L& loader, int epochs) {
+  std::vector<std::pair<std::vector<uint64_t>, std::vector<std::vector<std::byte>>>> out;
+  for (int e = 0; e < epochs; ++e) {
+    loader.SetEpoch(e);
+    Batch batch;
+    while (true) {
+      auto more = loader.Next(&batch);
+      EXPECT_TRUE(more.ok()) << more.status().ToString();
+      if (!more.ok() || !*more) break;
+      std::vector<std::vector<std::byte>> bytes;
+      for (size_t i = 0; i < batch.size(); ++i) {
+        bytes.emplace_back(batch.sample(i).begin(), batch.sample(i).end());
+      }
+      out.emplace_back(std::vector<uint64_t>(batch.indices().begin(), batch.indices().end()),
+                       std::move(bytes));
+    }
+  }
+  return out;
+}
+
+// Shard-local mode returns exactly what the plain loader returns, for every
+// rank and epoch. With a one-target volume node 0 holds everything, so the
+// ranks of node 1 fetch every sample over MPI.
+TEST_F(DistributedTest, ShardLocalEqualsLocalReading) {
+  TwoFakeNodes nodes;
+  auto volume = OpenVolume("one.dlfs");
+  ASSERT_TRUE(volume);
+  LoaderOptions o;
+  o.batch_size = 24;
+  o.seed = 3;
+  for (uint32_t window : {1u, 5u}) {
+    auto local = CreateLoader(MPI_COMM_WORLD, volume, o);
+    ASSERT_TRUE(local.ok()) << local.status().ToString();
+    ShardLoaderOptions so;
+    so.loader = o;
+    so.window_batches = window;
+    auto shard = ShardLoader::Create(MPI_COMM_WORLD, volume, so);
+    ASSERT_TRUE(shard.ok()) << shard.status().ToString();
+    const auto expected = ReadAll(**local, 2);
+    const auto got = ReadAll(**shard, 2);
+    EXPECT_EQ(got.size(), expected.size());
+    EXPECT_TRUE(got == expected) << "rank " << Rank() << " window " << window;
+    const ShardLoaderStats& st = (*shard)->stats();
+    if (Rank() < Ranks() / 2) {
+      EXPECT_EQ(st.remote_samples, 0u);
+      EXPECT_GT(st.served_samples, 0u);
+    } else {
+      EXPECT_EQ(st.local_samples, 0u);
+      EXPECT_GT(st.bytes_received, 0u);
+    }
+  }
+}
+
+// A read failure on the owner reaches the requester as an error naming the
+// sample and the owner, without a hang, and later batches still come.
+TEST_F(DistributedTest, OwnerReadFailureReachesTheRequester) {
+  TwoFakeNodes nodes;
+  auto volume = OpenVolume("one.dlfs");
+  ASSERT_TRUE(volume);
+  FaultInjection faults;
+  faults.eio_every = 97;
+  ShardLoaderOptions so;
+  so.loader.batch_size = 24;
+  so.loader.engine = EngineKind::kPread;
+  so.loader.faults = &faults;
+  so.window_batches = 4;
+  auto shard = ShardLoader::Create(MPI_COMM_WORLD, volume, so);
+  ASSERT_TRUE(shard.ok()) << shard.status().ToString();
+  uint64_t errors = 0, batches = 0, owner_errors = 0;
+  Batch batch;
+  for (uint64_t k = 0; k < (*shard)->batches_per_epoch(); ++k) {
+    auto more = (*shard)->Next(&batch);
+    if (more.ok()) {
+      EXPECT_TRUE(*more);
+      ++batches;
+      continue;
+    }
+    ++errors;
+    EXPECT_NE(more.status().message().find("sample "), std::string::npos);
+    if (more.status().message().find("could not read it") != std::string::npos) ++owner_errors;
+  }
+  EXPECT_GT(batches, 0u);
+  EXPECT_GT(errors, 0u);
+  // Node 1's ranks read nothing themselves: their errors are all the owner's.
+  if (Rank() >= Ranks() / 2) {
+    EXPECT_EQ(owner_errors, errors);
+  }
+}
+
+}  // namespace
+}  // namespace dlfs
+
+int main(int argc, char** argv) { return dlfs::testing::RunMpiTests(argc, argv); }

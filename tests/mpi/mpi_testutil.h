@@ -1,0 +1,76 @@
+// Shared pieces of the MPI test programs (run under mpirun by CTest): every
+// rank runs every test, tests are collective, and checks use EXPECT so a
+// failure on one rank never leaves the others waiting in a collective.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <stdlib.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+namespace dlfs::testing {
+
+inline int Rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+inline int Ranks() {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+// A directory made by rank 0, known to every rank, removed at the end.
+class SharedTempDir {
+ public:
+  SharedTempDir() {
+    char path[256] = {};
+    if (Rank() == 0) {
+      std::string tmpl = "/tmp/dlfs-mpi-test-XXXXXX";
+      std::snprintf(path, sizeof path, "%s", ::mkdtemp(tmpl.data()));
+    }
+    MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
+    path_ = path;
+  }
+  ~SharedTempDir() {
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (Rank() == 0) std::filesystem::remove_all(path_);
+  }
+  std::string operator/(const std::string& rel) const { return path_ + "/" + rel; }
+
+ private:
+  std::string path_;
+};
+
+// Prints failures only; ranks other than 0 use it instead of the progress
+// printer, so a failure anywhere is seen without N copies of the log.
+class FailurePrinter : public ::testing::EmptyTestEventListener {
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (r.failed()) {
+      std::fprintf(stderr, "[rank %d] %s:%d: Failure\n%s\n", Rank(),
+                   r.file_name() ? r.file_name() : "?", r.line_number(), r.message());
+    }
+  }
+};
+
+// The main() of an MPI test program: the job fails if any rank failed.
+inline int RunMpiTests(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  if (Rank() != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new FailurePrinter);
+  }
+  int rc = RUN_ALL_TESTS();
+  int worst = rc;
+  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return worst;
+}
+
+}  // namespace dlfs::testing
