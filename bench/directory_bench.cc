@@ -316,10 +316,10 @@ int main(int argc, char** argv) {
   expected.dir_count = info.dir_count;
   expected.class_count = info.class_count;
   expected.data_bytes = info.data_bytes;
-  expected.data_begin = info.data_offset;
-  expected.data_end = info.data_offset + info.data_length;
   expected.data_alignment = info.data_alignment;
-  expected.target_count = static_cast<uint32_t>(info.targets.size());
+  for (const dlfs::TargetInfo& t : info.target_details) {
+    expected.data_regions.push_back({t.data_offset, t.data_offset + t.data_length});
+  }
   for (int r = 0; r < o.runs; ++r) {
     const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) Die(file + ": " + std::strerror(errno));

@@ -97,6 +97,15 @@ py::dict InfoDict(const Volume& v) {
   d["directory_bytes"] = i.directory_bytes;
   d["alignment"] = i.data_alignment;
   d["targets"] = i.targets;
+  py::list details;
+  for (const TargetInfo& t : i.target_details) {
+    py::dict td;
+    td["path"] = t.path;
+    td["stored_path"] = t.stored_path;
+    td["size"] = t.size;
+    details.append(td);
+  }
+  d["target_details"] = details;
   return d;
 }
 
@@ -199,19 +208,24 @@ An open dlfs volume (read-only).
 
 Volume(path) reads the superblock and the whole sample directory, verifying
 their checksums; a damaged or foreign file raises CorruptVolumeError, a
-missing one FileNotFoundError.
+missing one FileNotFoundError. A volume of several targets is opened from
+its target 0, which names the others; target_map={1: "/dev/nvme1n1"} looks
+for target 1 there instead.
 
     vol = dlfs.Volume("fashion-mnist.dlfs")
     data, label = vol[42]          # bytes, int (None when unlabelled)
     vol.path(42), vol.lookup("train/00042"), vol.classes
 )doc")
-      .def(py::init([](const std::string& path) {
+      .def(py::init([](const std::string& path,
+                       std::optional<std::map<uint32_t, std::string>> target_map) {
+             VolumeOpenOptions options;
+             if (target_map) options.target_map = std::move(*target_map);
              py::gil_scoped_release release;
-             auto v = Volume::Open(path);
+             auto v = Volume::Open(path, options);
              py::gil_scoped_acquire acquire;
              return Unwrap(std::move(v));
            }),
-           py::arg("path"))
+           py::arg("path"), py::arg("target_map") = py::none())
       .def("__len__", &Volume::size, "Number of samples.")
       .def(
           "__getitem__",

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/file_util.h"
+#include "dlfs/builder.h"
 #include "dlfs/lmdb.h"
 #include "dlfs/loader.h"
 #include "dlfs/mount.h"
@@ -73,7 +74,44 @@ Result<std::vector<std::string>> ParseClassNames(const std::string& spec) {
   return names;
 }
 
-Result<std::shared_ptr<Volume>> OpenVolume(const std::string& path) { return Volume::Open(path); }
+// Opens a volume for a verb; `target_map` is the --target-map text.
+Result<std::shared_ptr<Volume>> OpenVolume(const std::string& path, const std::string& target_map) {
+  VolumeOpenOptions options;
+  DLFS_ASSIGN_OR_RETURN(options.target_map, ParseTargetMap(target_map));
+  return Volume::Open(path, options);
+}
+
+struct TargetUsage {
+  uint64_t samples = 0;
+  uint64_t bytes = 0;  // sample bytes
+};
+
+// Samples and sample bytes per target: one pass over the directory.
+std::vector<TargetUsage> CountTargetUsage(const Volume& vol) {
+  std::vector<TargetUsage> usage(vol.target_count());
+  const SampleDirectory& d = vol.directory();
+  for (uint64_t i = 0; i < d.size(); ++i) {
+    const SampleInfo s = d.sample(i);
+    ++usage[s.target].samples;
+    usage[s.target].bytes += s.length;
+  }
+  return usage;
+}
+
+json TargetsJson(const Volume& vol) {
+  const std::vector<TargetUsage> usage = CountTargetUsage(vol);
+  json out = json::array();
+  for (size_t t = 0; t < usage.size(); ++t) {
+    const TargetInfo& ti = vol.info().target_details[t];
+    out.push_back({{"index", t},
+                   {"path", ti.path},
+                   {"stored_path", ti.stored_path},
+                   {"size", ti.size},
+                   {"samples", usage[t].samples},
+                   {"bytes", usage[t].bytes}});
+  }
+  return out;
+}
 
 json SampleJson(const SampleDirectory& d, uint64_t i) {
   const SampleInfo s = d.sample(i);
@@ -119,6 +157,15 @@ int RunPack(const PackArgs& args) {
   options.overwrite = args.force;
   options.skip_unreadable = args.skip_unreadable;
   options.lmdb_payload_only = args.datum_payload;
+  // --target-path alone implies the count; with --targets both must agree.
+  options.targets = args.targets.value_or(1 + static_cast<uint32_t>(args.target_paths.size()));
+  if (!args.target_paths.empty() && options.targets != args.target_paths.size() + 1) {
+    return Fail(Status::InvalidArgument("--targets " + std::to_string(options.targets) + " needs " +
+                                        std::to_string(options.targets - 1) +
+                                        " --target-path options (or none), not " +
+                                        std::to_string(args.target_paths.size())));
+  }
+  options.target_paths = args.target_paths;
   auto names = ParseClassNames(args.class_names);
   if (!names.ok()) return Fail(names.status());
   options.class_names = std::move(*names);
@@ -142,6 +189,16 @@ int RunPack(const PackArgs& args) {
               static_cast<unsigned long long>(stats->classes),
               std::string(SourceKindName(stats->from)).c_str(), args.source.c_str(),
               args.output.c_str(), stats->seconds);
+  if (options.targets > 1) {
+    std::string list;
+    for (uint32_t t = 0; t < options.targets; ++t) {
+      list += t == 0                         ? args.output
+              : options.target_paths.empty() ? VolumeBuilder::DefaultTargetPath(args.output, t)
+                                             : options.target_paths[t - 1];
+      list += t + 1 < options.targets ? ", " : "";
+    }
+    std::printf("%u targets: %s\n", options.targets, list.c_str());
+  }
   if (stats->skipped > 0) {
     std::printf("skipped %llu unreadable sources, e.g.:\n",
                 static_cast<unsigned long long>(stats->skipped));
@@ -151,7 +208,7 @@ int RunPack(const PackArgs& args) {
 }
 
 int RunInfo(const InfoArgs& args) {
-  auto vol = OpenVolume(args.volume);
+  auto vol = OpenVolume(args.volume, args.target_map);
   if (!vol.ok()) return Fail(vol.status());
   const VolumeInfo& info = (*vol)->info();
   const SampleDirectory& d = (*vol)->directory();
@@ -170,6 +227,7 @@ int RunInfo(const InfoArgs& args) {
               {"classes", info.class_count},
               {"class_names", classes},
               {"targets", info.targets},
+              {"target_details", TargetsJson(**vol)},
               {"created_unix_ns", info.created_unix_ns}};
     std::cout << j.dump(2, ' ', false, json::error_handler_t::replace) << '\n';
     return kExitOk;
@@ -181,12 +239,26 @@ int RunInfo(const InfoArgs& args) {
   std::printf("samples      %llu in %llu directories\n",
               static_cast<unsigned long long>(info.sample_count),
               static_cast<unsigned long long>(info.dir_count));
-  std::printf("data         %s in samples, %s file\n", HumanBytes(info.data_bytes).c_str(),
-              HumanBytes(info.volume_size).c_str());
+  uint64_t file_bytes = 0;
+  for (const TargetInfo& ti : info.target_details) file_bytes += ti.size;
+  std::printf("data         %s in samples, %s %s\n", HumanBytes(info.data_bytes).c_str(),
+              HumanBytes(file_bytes).c_str(),
+              info.target_details.size() == 1
+                  ? "file"
+                  : ("in " + std::to_string(info.target_details.size()) + " files").c_str());
   std::printf("directory    %s (%.1f bytes per sample)\n", HumanBytes(info.directory_bytes).c_str(),
               per_sample);
   std::printf("alignment    %u\n", info.data_alignment);
-  std::printf("targets      %s\n", info.targets.front().c_str());
+  // Per target: its file, its size, and the samples it holds (a balanced
+  // multi-target volume has about equal bytes on each).
+  const std::vector<TargetUsage> usage = CountTargetUsage(**vol);
+  std::printf("targets      %zu\n", info.target_details.size());
+  for (size_t t = 0; t < info.target_details.size(); ++t) {
+    const TargetInfo& ti = info.target_details[t];
+    std::printf("  %-10zu %s: %s file, %llu samples, %s%s\n", t, ti.path.c_str(),
+                HumanBytes(ti.size).c_str(), static_cast<unsigned long long>(usage[t].samples),
+                HumanBytes(usage[t].bytes).c_str(), t == 0 ? " + the directory" : "");
+  }
   std::printf("classes      %llu", static_cast<unsigned long long>(info.class_count));
   for (size_t c = 0; c < classes.size() && c < 20; ++c) {
     std::printf("%s%zu=%s", c == 0 ? ": " : ", ", c, classes[c].c_str());
@@ -196,7 +268,7 @@ int RunInfo(const InfoArgs& args) {
 }
 
 int RunLs(const LsArgs& args) {
-  auto vol = OpenVolume(args.volume);
+  auto vol = OpenVolume(args.volume, args.target_map);
   if (!vol.ok()) return Fail(vol.status());
   const SampleDirectory& d = (*vol)->directory();
   auto entry = d.Resolve(args.dir);
@@ -229,7 +301,7 @@ int RunLs(const LsArgs& args) {
 }
 
 int RunCat(const CatArgs& args) {
-  auto vol = OpenVolume(args.volume);
+  auto vol = OpenVolume(args.volume, args.target_map);
   if (!vol.ok()) return Fail(vol.status());
   uint64_t index = 0;
   if (args.index) {
@@ -254,7 +326,7 @@ int RunCat(const CatArgs& args) {
 }
 
 int RunVerify(const VerifyArgs& args) {
-  auto vol = OpenVolume(args.volume);
+  auto vol = OpenVolume(args.volume, args.target_map);
   if (!vol.ok()) return Fail(vol.status());
   VerifyOptions options;
   options.on_bad_sample = [](uint64_t, const Status& problem) {
@@ -285,7 +357,7 @@ int RunVerify(const VerifyArgs& args) {
 }
 
 int RunEpoch(const EpochArgs& args) {
-  auto vol = OpenVolume(args.volume);
+  auto vol = OpenVolume(args.volume, args.target_map);
   if (!vol.ok()) return Fail(vol.status());
   SamplerOptions so;
   so.shuffle = !args.no_shuffle;
@@ -326,7 +398,9 @@ std::string DropCache(const Volume& vol) {
     const bool ok = std::fputs("3", f) >= 0;
     if (std::fclose(f) == 0 && ok) return "dropped the page cache";
   }
-  ::posix_fadvise(vol.target_fd(0), 0, 0, POSIX_FADV_DONTNEED);
+  for (uint32_t t = 0; t < vol.target_count(); ++t) {
+    ::posix_fadvise(vol.target_fd(t), 0, 0, POSIX_FADV_DONTNEED);
+  }
   return "evicted the volume from the page cache (fadvise)";
 }
 
@@ -340,7 +414,7 @@ double Percentile(std::vector<double> v, double p) {
 }  // namespace
 
 int RunBench(const BenchArgs& args) {
-  auto vol = OpenVolume(args.volume);
+  auto vol = OpenVolume(args.volume, args.target_map);
   if (!vol.ok()) return Fail(vol.status());
   auto engine = ParseEngineKind(args.engine);
   if (!engine.ok()) return Fail(engine.status());
@@ -405,6 +479,7 @@ int RunBench(const BenchArgs& args) {
   const double cpu_gb = total_bytes ? total_cpu / (total_bytes / 1e9) : 0;
   json j = {{"volume", args.volume},
             {"engine", (*loader)->engine_description()},
+            {"targets", (*vol)->target_count()},
             {"batch", args.batch},
             {"queue_depth", args.queue_depth},
             {"io_threads", args.io_threads},
@@ -439,7 +514,7 @@ int RunBench(const BenchArgs& args) {
 
 int RunMount(const MountArgs& args) {
   if (!kMountSupported) return Fail(MountVolume(nullptr, "", {}));
-  auto vol = OpenVolume(args.volume);
+  auto vol = OpenVolume(args.volume, args.target_map);
   if (!vol.ok()) return Fail(vol.status());
   // libfuse handles SIGINT/SIGTERM itself (unmount and return).
   std::signal(SIGINT, SIG_DFL);

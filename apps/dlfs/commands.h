@@ -24,17 +24,21 @@ struct PackArgs {
   std::string class_names;  // "a,b,c" or "@file" (one name per line)
   bool datum_payload = false;
   bool quiet = false;
+  std::optional<uint32_t> targets;        // --targets N
+  std::vector<std::string> target_paths;  // --target-path P (repeatable)
 };
 int RunPack(const PackArgs& args);
 
 struct InfoArgs {
   std::string volume;
+  std::string target_map;  // --target-map "1=PATH,2=PATH"
   bool json = false;
 };
 int RunInfo(const InfoArgs& args);
 
 struct LsArgs {
   std::string volume;
+  std::string target_map;  // --target-map "1=PATH,2=PATH"
   std::string dir;
   bool json = false;
   bool recursive = false;
@@ -43,6 +47,7 @@ int RunLs(const LsArgs& args);
 
 struct CatArgs {
   std::string volume;
+  std::string target_map;  // --target-map "1=PATH,2=PATH"
   std::string path;
   std::optional<uint64_t> index;
   bool no_verify = false;
@@ -51,6 +56,7 @@ int RunCat(const CatArgs& args);
 
 struct VerifyArgs {
   std::string volume;
+  std::string target_map;  // --target-map "1=PATH,2=PATH"
   bool quiet = false;
 };
 int RunVerify(const VerifyArgs& args);
@@ -61,6 +67,7 @@ namespace dlfs::cli {
 
 struct EpochArgs {
   std::string volume;
+  std::string target_map;  // --target-map "1=PATH,2=PATH"
   uint64_t seed = 0;
   uint64_t epoch = 0;
   uint32_t rank = 0;
@@ -73,6 +80,7 @@ int RunEpoch(const EpochArgs& args);
 
 struct BenchArgs {
   std::string volume;
+  std::string target_map;  // --target-map "1=PATH,2=PATH"
   std::string engine = "auto";
   uint32_t queue_depth = 64;
   uint32_t batch = 256;
@@ -96,6 +104,7 @@ namespace dlfs::cli {
 
 struct MountArgs {
   std::string volume;
+  std::string target_map;  // --target-map "1=PATH,2=PATH"
   std::string mountpoint;
   bool foreground = false;
   bool debug = false;

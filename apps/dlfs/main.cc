@@ -31,18 +31,35 @@ int main(int argc, char** argv) {
                 "Names of labels 0, 1, ...: \"a,b,c\" or @FILE with one name per line");
   p->add_flag("--datum-payload", pack.datum_payload,
               "lmdb: store only each Caffe Datum's data (e.g. the JPEG), not the whole record");
+  p->add_option("--targets", pack.targets,
+                "Spread the samples over N target files (1..8), e.g. on N devices. Target 0 is\n"
+                "the -o file and holds the directory; targets 1..N-1 are OUT.t1 .. OUT.t<N-1>\n"
+                "unless named with --target-path. Each sample goes to the target holding the\n"
+                "fewest bytes so far")
+      ->check(CLI::Range(1, 8));
+  p->add_option("--target-path", pack.target_paths,
+                "Path of the next target (repeat: target 1, target 2, ...); implies --targets.\n"
+                "Stored relative to OUT's directory when inside it, else absolute")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   p->add_flag("-q,--quiet", pack.quiet, "No progress output");
   p->callback([&] { rc = RunPack(pack); });
 
   InfoArgs info;
   auto* i = app.add_subcommand("info", "Show a volume's summary: samples, bytes, classes, format");
   i->add_option("volume", info.volume, "Volume file")->required();
+  i->add_option("--target-map", info.target_map,
+                "Where to find targets other than 0, e.g. 1=/dev/nvme1n1,2=/data/v.t2\n"
+                "(instead of the paths recorded in the volume)");
   i->add_flag("--json", info.json, "One JSON object instead of text");
   i->callback([&] { rc = RunInfo(info); });
 
   LsArgs ls;
   auto* l = app.add_subcommand("ls", "List a directory of a volume");
   l->add_option("volume", ls.volume, "Volume file")->required();
+  l->add_option("--target-map", ls.target_map,
+                "Where to find targets other than 0, e.g. 1=/dev/nvme1n1,2=/data/v.t2\n"
+                "(instead of the paths recorded in the volume)");
   l->add_option("dir", ls.dir, "Directory inside the volume (default: the root)");
   l->add_flag("-r,--recursive", ls.recursive, "List every sample below DIR instead");
   l->add_flag("--json", ls.json,
@@ -52,6 +69,9 @@ int main(int argc, char** argv) {
   CatArgs cat;
   auto* c = app.add_subcommand("cat", "Write one sample's exact bytes to stdout");
   c->add_option("volume", cat.volume, "Volume file")->required();
+  c->add_option("--target-map", cat.target_map,
+                "Where to find targets other than 0, e.g. 1=/dev/nvme1n1,2=/data/v.t2\n"
+                "(instead of the paths recorded in the volume)");
   auto* path_opt = c->add_option("path", cat.path, "Sample path inside the volume");
   auto* index_opt = c->add_option("--index", cat.index, "Sample index instead of a path");
   path_opt->excludes(index_opt);
@@ -65,6 +85,9 @@ int main(int argc, char** argv) {
   auto* v = app.add_subcommand(
       "verify", "Read every sample and check every checksum; exit 1 naming each bad sample");
   v->add_option("volume", verify.volume, "Volume file")->required();
+  v->add_option("--target-map", verify.target_map,
+                "Where to find targets other than 0, e.g. 1=/dev/nvme1n1,2=/data/v.t2\n"
+                "(instead of the paths recorded in the volume)");
   v->add_flag("-q,--quiet", verify.quiet, "No progress output");
   v->callback([&] { rc = RunVerify(verify); });
 
@@ -72,6 +95,9 @@ int main(int argc, char** argv) {
   auto* e = app.add_subcommand(
       "epoch", "Print the sample indices one rank reads in one epoch, one per line, in order");
   e->add_option("volume", epoch.volume, "Volume file")->required();
+  e->add_option("--target-map", epoch.target_map,
+                "Where to find targets other than 0, e.g. 1=/dev/nvme1n1,2=/data/v.t2\n"
+                "(instead of the paths recorded in the volume)");
   e->add_option("--seed", epoch.seed, "Shuffle seed")->capture_default_str();
   e->add_option("--epoch", epoch.epoch, "Epoch number")->capture_default_str();
   e->add_option("--rank", epoch.rank, "This rank")->capture_default_str();
@@ -87,6 +113,9 @@ int main(int argc, char** argv) {
   auto* b = app.add_subcommand(
       "bench", "Read full shuffled epochs through the batch loader and report throughput");
   b->add_option("volume", bench.volume, "Volume file")->required();
+  b->add_option("--target-map", bench.target_map,
+                "Where to find targets other than 0, e.g. 1=/dev/nvme1n1,2=/data/v.t2\n"
+                "(instead of the paths recorded in the volume)");
   b->add_option("--engine", bench.engine, "I/O engine: auto, uring or pread")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "uring", "pread"}));
@@ -163,6 +192,9 @@ int main(int argc, char** argv) {
                          "Mount a volume read-only with FUSE: its tree as directories and files.\n"
                          "Unmount with `fusermount3 -u MOUNTPOINT` (or Ctrl-C / SIGTERM with -f).");
   mnt->add_option("volume", mount.volume, "Volume file")->required();
+  mnt->add_option("--target-map", mount.target_map,
+                  "Where to find targets other than 0, e.g. 1=/dev/nvme1n1,2=/data/v.t2\n"
+                  "(instead of the paths recorded in the volume)");
   mnt->add_option("mountpoint", mount.mountpoint, "An existing empty directory")->required();
   mnt->add_flag("-f,--foreground", mount.foreground, "Stay in the foreground until unmounted");
   mnt->add_flag("--debug", mount.debug, "libfuse debug output (implies -f)");

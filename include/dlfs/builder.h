@@ -7,6 +7,14 @@
 // crash or an error at any point leaves no file that opens as a volume. The
 // destination is never replaced unless Options::overwrite is set.
 //
+// With Options::targets = N > 1 the samples are spread over N files (e.g.
+// on N devices): target 0 is `path` and holds the directory, targets 1..N-1
+// are further files, each with its own temporary file. Each sample goes
+// whole to the target holding the fewest bytes so far. All targets are
+// written and fsynced before any is renamed into place, target 0 last, and
+// a failed rename removes the targets already renamed; see docs/format.md §6
+// for what a crash can leave.
+//
 // Paths are relative, '/'-separated ("cat/001.jpg"); intermediate directories
 // are created implicitly. A path may hold one sample; a name cannot be both a
 // sample and a directory. Sample order in the volume is canonical (see
@@ -35,12 +43,21 @@ class VolumeBuilder {
     // 1 MiB). 1 packs samples back to back; 4096 lets O_DIRECT readers read
     // each sample without touching a neighbour, at the cost of padding.
     uint32_t align = 1;
-    // Replace an existing file at the destination (atomically, on Finish).
+    // Replace existing files at the destinations (each atomically, on
+    // Finish; a multi-target volume as a whole is not replaced atomically).
     bool overwrite = false;
+    // Number of target files, 1 to 8.
+    uint32_t targets = 1;
+    // Paths of targets 1, 2, ... (exactly targets - 1 of them), or empty for
+    // DefaultTargetPath's names. Target 0's table records each relative to
+    // the directory of `path` when it lies at or below it, else absolute;
+    // such a recorded path must fit in 240 bytes.
+    std::vector<std::string> target_paths;
   };
 
-  // Creates the temporary file. AlreadyExists if `path` exists and
-  // !options.overwrite; InvalidArgument for a bad alignment.
+  // Creates the temporary files. AlreadyExists if a destination exists and
+  // !options.overwrite; InvalidArgument for a bad alignment, target count or
+  // target path (two targets naming one file, too long).
   static Result<std::unique_ptr<VolumeBuilder>> Create(const std::string& path, Options options);
   static Result<std::unique_ptr<VolumeBuilder>> Create(const std::string& path) {
     return Create(path, Options{});
@@ -73,7 +90,13 @@ class VolumeBuilder {
   // Classes the volume will have: max(class names set, largest label + 1).
   uint64_t class_count() const;
   const std::string& path() const;
-  const std::string& temp_path() const;
+  const std::string& temp_path() const;           // target 0's
+  std::vector<std::string> target_paths() const;  // final names, target 0 first
+  std::vector<std::string> temp_paths() const;    // same order
+
+  // "<path>.t<target>": where target `target` > 0 goes without explicit
+  // target paths (`path` itself for target 0).
+  static std::string DefaultTargetPath(const std::string& path, uint32_t target);
 
   class Impl;
 

@@ -67,11 +67,16 @@ class SampleDirectory {
     uint64_t sample_count = 0;
     uint64_t dir_count = 0;
     uint64_t class_count = 0;
-    uint64_t data_bytes = 0;  // sum of all sample lengths
-    uint64_t data_begin = 0;  // sample extents lie in [data_begin, data_end)
-    uint64_t data_end = 0;
+    uint64_t data_bytes = 0;      // sum of all sample lengths
     uint32_t data_alignment = 1;  // every sample offset is a multiple of it
-    uint32_t target_count = 1;    // sample target ids are below it
+    // One entry per target (its size is the target count, so sample target
+    // ids are below it): the extent of a sample on target t lies in
+    // [data_regions[t].begin, data_regions[t].end).
+    struct DataRange {
+      uint64_t begin = 0;
+      uint64_t end = 0;
+    };
+    std::vector<DataRange> data_regions;
   };
 
   // Validates `region` (the directory region of `volume_path`, `size` bytes)

@@ -60,9 +60,13 @@ struct PackProgress {
 
 struct PackOptions {
   SourceKind from = SourceKind::kAuto;
-  uint32_t align = 1;            // see VolumeBuilder::Options::align
-  bool overwrite = false;        // replace an existing volume
-  bool skip_unreadable = false;  // count and skip sources that fail to read
+  uint32_t align = 1;      // see VolumeBuilder::Options::align
+  bool overwrite = false;  // replace an existing volume
+  // Spread the samples over this many target files (1..8); see
+  // VolumeBuilder::Options::targets and target_paths.
+  uint32_t targets = 1;
+  std::vector<std::string> target_paths;  // targets 1..; empty: "<volume_path>.t<N>"
+  bool skip_unreadable = false;           // count and skip sources that fail to read
   // Class names for label ids 0..n-1, overriding what the importer knows
   // (idx and tar sources carry only numbers).
   std::vector<std::string> class_names;
@@ -86,8 +90,9 @@ struct PackStats {
   double seconds = 0;
 };
 
-// Packs `source` into a new volume at `volume_path`. Errors name the source
-// file at fault; on any error no volume is left at `volume_path`.
+// Packs `source` into a new volume at `volume_path` (its target 0). Errors
+// name the source file at fault; on any error no volume is left at
+// `volume_path` nor at any other target path.
 Result<PackStats> Pack(const std::string& source, const std::string& volume_path,
                        const PackOptions& options);
 

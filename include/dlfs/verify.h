@@ -15,7 +15,7 @@ struct VerifyReport {
   uint64_t samples_checked = 0;
   uint64_t bytes_checked = 0;
   uint64_t bad_samples = 0;
-  Status backup_superblock;  // CheckBackupSuperblock()'s verdict
+  Status backup_superblock;  // CheckBackupSuperblock()'s verdict (every target)
   double seconds = 0;
 };
 
@@ -27,9 +27,11 @@ struct VerifyOptions {
   std::function<void(const VerifyReport& so_far)> on_progress;
 };
 
-// Reads the data region in large sequential windows (in offset order) and
-// checks every sample. Returns an error only when verification itself could
-// not run; corrupt samples are counted in the report and passed to
+// Reads every target's data region in large sequential windows (target by
+// target, in offset order) and checks every sample, then compares each
+// target's superblock copy with its primary (the primaries were checked by
+// Volume::Open). Returns an error only when verification itself could not
+// run; corrupt samples are counted in the report and passed to
 // on_bad_sample, and a damaged superblock copy is reported in
 // report->backup_superblock.
 Status VerifyVolume(const Volume& volume, const VerifyOptions& options, VerifyReport* report);

@@ -1,11 +1,13 @@
 // Volume: an open dlfs volume — its superblock, its sample directory, and
 // plain (pread) access to sample bytes.
 //
-// Start here. A volume is one file (or block device) written by `dlfs pack`
-// or VolumeBuilder; docs/format.md specifies it. Open() reads the superblock
-// and the whole directory region in one read each, verifies both checksums
-// and the directory's structure, and refuses anything it does not fully
-// understand with a Status naming the file and the problem.
+// Start here. A volume is one or more target files (or block devices) written
+// by `dlfs pack` or VolumeBuilder; docs/format.md specifies it. Target 0 names
+// the volume: it holds the directory and the paths of the other targets.
+// Open() reads target 0's superblock and the whole directory region in one
+// read each, opens and checks every other target's superblock, verifies the
+// checksums and the directory's structure, and refuses anything it does not
+// fully understand with a Status naming the file and the problem.
 //
 // Reading samples here is the simple path (one pread per sample) used by the
 // CLI, tests and importers; the batch loader (dlfs/loader.h) is the fast one.
@@ -16,9 +18,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dlfs/directory.h"
@@ -26,30 +30,65 @@
 
 namespace dlfs {
 
+// One target of an open volume.
+struct TargetInfo {
+  std::string path;          // the file opened (after resolution and remapping)
+  std::string stored_path;   // as recorded in target 0's table; empty for target 0
+  uint64_t size = 0;         // bytes of the target file
+  uint64_t data_offset = 0;  // its data region
+  uint64_t data_length = 0;
+};
+
 struct VolumeInfo {
   uint32_t format_version = 0;
   std::string uuid;  // 8-4-4-4-12 hex
   uint64_t created_unix_ns = 0;
-  uint64_t volume_size = 0;  // bytes of the file
+  uint64_t volume_size = 0;  // bytes of target 0 (the file holding the directory)
   uint64_t sample_count = 0;
   uint64_t dir_count = 0;
   uint64_t class_count = 0;
-  uint64_t data_bytes = 0;  // sum of sample lengths
-  uint64_t data_offset = 0;
+  uint64_t data_bytes = 0;   // sum of sample lengths
+  uint64_t data_offset = 0;  // target 0's data region
   uint64_t data_length = 0;  // data region bytes, alignment padding included
   uint64_t directory_offset = 0;
   uint64_t directory_bytes = 0;
   uint32_t data_alignment = 1;
-  std::vector<std::string> targets;  // target 0 is the volume file itself
+  // Paths of the targets as opened, indexed by target id (what an IoEngine
+  // is created with); target 0 is the path given to Open.
+  std::vector<std::string> targets;
+  std::vector<TargetInfo> target_details;  // same order
 };
+
+struct VolumeOpenOptions {
+  // Where to find target t instead of the path recorded in target 0's table,
+  // e.g. {{1, "/dev/nvme1n1"}} when a namespace has a different device name
+  // on this node. Keys must name targets 1 .. target count - 1 (target 0 is
+  // the path given to Open). A mapped target is checked like any other.
+  std::map<uint32_t, std::string> target_map;
+};
+
+// Parses "1=/dev/nvme1n1,2=/data/v.dlfs.t2" (the CLI's --target-map) into a
+// map. InvalidArgument for a malformed entry or a target id given twice.
+// Paths cannot contain ','; use VolumeOpenOptions directly for such names.
+Result<std::map<uint32_t, std::string>> ParseTargetMap(std::string_view spec);
 
 class Volume {
  public:
-  // Opens the volume at `path` read-only. Errors: NotFound / IOError (with
-  // errno) when the file cannot be read; Corruption for a bad magic, a
-  // checksum mismatch, a truncated file or any structural inconsistency;
-  // NotSupported for a newer format version or unknown feature flags.
-  static Result<std::shared_ptr<Volume>> Open(const std::string& path);
+  // Opens the volume whose target 0 is `path`, read-only, and every other
+  // target it names (relative paths in the table are resolved against the
+  // directory of `path`; options.target_map overrides them). Errors:
+  // NotFound / IOError (with errno) when a file cannot be read; Corruption
+  // for a bad magic, a checksum mismatch, a truncated file, a target that
+  // does not belong to the volume (other uuid, index or size) or any
+  // structural inconsistency; NotSupported for a newer format version or
+  // unknown feature flags; InvalidArgument when `path` is a target other
+  // than 0 or the target map names a target the volume does not have.
+  // Messages about target t > 0 start with "target t (its path)".
+  static Result<std::shared_ptr<Volume>> Open(const std::string& path,
+                                              const VolumeOpenOptions& options);
+  static Result<std::shared_ptr<Volume>> Open(const std::string& path) {
+    return Open(path, VolumeOpenOptions{});
+  }
 
   ~Volume();
   Volume(const Volume&) = delete;
@@ -73,9 +112,12 @@ class Volume {
   // Same, into a new buffer.
   Result<std::vector<std::byte>> Read(uint64_t index, bool verify = true) const;
 
-  // Checks the copy of the superblock at the end of the file: OK when it is
-  // intact and identical to the primary one.
+  // Checks the copy of the superblock at the end of every target: OK when
+  // each is identical to that target's primary; otherwise Corruption naming
+  // the first target whose copy differs.
   Status CheckBackupSuperblock() const;
+
+  uint32_t target_count() const { return static_cast<uint32_t>(fds_.size()); }
 
   // The file descriptor of target `t` (read-only, close-on-exec), for I/O
   // engines that read the data region themselves. REQUIRES: t < target count.

@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <set>
 #include <unordered_map>
 
 #include "common/crc32c.h"
@@ -24,7 +26,8 @@ constexpr size_t kWriteBuffer = 8u << 20;
 
 // Entry kept per added sample until Finish() sorts them into volume order.
 struct PendingSample {
-  uint64_t offset;
+  uint64_t offset;  // in its target
+  uint32_t target;
   uint32_t length;
   uint32_t crc32c;
   uint32_t label;
@@ -54,20 +57,61 @@ Status ValidateComponent(std::string_view c, std::string_view path) {
   return Status::Ok();
 }
 
+// What target 0's table records for target `target`: its path relative to
+// the directory holding target 0 when it lies at or below it (so the files
+// can be moved as a set), else its absolute path. Both are lexical: symlinks
+// are not resolved, as a reader joins a relative path to the directory of
+// target 0 as it was named.
+Result<std::string> StoredTargetPath(const std::string& target0, const std::string& target) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path abs0 = fs::absolute(target0, ec).lexically_normal();
+  if (ec) return Status::FromErrno(ec.value(), target0);
+  const fs::path abs = fs::absolute(target, ec).lexically_normal();
+  if (ec) return Status::FromErrno(ec.value(), target);
+  const fs::path rel = abs.lexically_relative(abs0.parent_path());
+  std::string stored = !rel.empty() && *rel.begin() != ".." ? rel.string() : abs.string();
+  if (abs == abs0 || stored.empty() || stored == "." || abs.filename().empty()) {
+    return Status::InvalidArgument(target + ": not usable as a target file of " + target0);
+  }
+  if (stored.size() > format::kMaxTargetPath) {
+    return Status::InvalidArgument(target + ": target path '" + stored + "' is longer than " +
+                                   std::to_string(format::kMaxTargetPath) +
+                                   " bytes (place it nearer to " + target0 + ")");
+  }
+  return stored;
+}
+
 }  // namespace
 
 class VolumeBuilder::Impl {
  public:
-  std::string path_;
-  std::string temp_path_;
-  Options options_;
-  int fd_ = -1;
-  bool finished_ = false;
+  // One output file: a buffered append-only writer over its temporary file.
+  // Bytes [buf_start, buf_start + buf.size()) are not yet in the file.
+  struct TargetFile {
+    std::string path;         // final name
+    std::string stored_path;  // as recorded in target 0's table ("" for target 0)
+    std::string temp_path;
+    int fd = -1;
+    std::vector<std::byte> buf;
+    uint64_t buf_start = format::kSuperblockSize;
+    bool published = false;  // renamed to `path` by this Finish
 
-  // Buffered append-only writer; bytes [buf_start_, buf_start_ + buf_.size())
-  // are not yet in the file.
-  std::vector<std::byte> buf_;
-  uint64_t buf_start_ = format::kSuperblockSize;
+    uint64_t Tell() const { return buf_start + buf.size(); }
+  };
+
+  ~Impl() {
+    for (TargetFile& t : targets_) {
+      if (t.fd >= 0) ::close(t.fd);
+      if (!finished_ && !t.temp_path.empty()) ::unlink(t.temp_path.c_str());
+    }
+  }
+
+  std::string path_;
+  Options options_;
+  std::vector<TargetFile> targets_;  // target 0 is path_
+  bool finished_ = false;
+  bool closed_ = false;  // Finish ran (successfully or not)
 
   std::string names_;
   std::vector<PendingDir> dirs_{PendingDir{format::kNone, 0, 0}};
@@ -80,46 +124,59 @@ class VolumeBuilder::Impl {
   bool in_sample_ = false;
   PendingSample cur_{};
 
-  uint64_t Tell() const { return buf_start_ + buf_.size(); }
-
-  Status Flush() {
-    if (buf_.empty()) return Status::Ok();
-    DLFS_RETURN_IF_ERROR(PwriteFull(fd_, buf_.data(), buf_.size(), buf_start_, temp_path_));
-    buf_start_ += buf_.size();
-    buf_.clear();
+  Status Flush(TargetFile& t) {
+    if (t.buf.empty()) return Status::Ok();
+    DLFS_RETURN_IF_ERROR(PwriteFull(t.fd, t.buf.data(), t.buf.size(), t.buf_start, t.temp_path));
+    t.buf_start += t.buf.size();
+    t.buf.clear();
     return Status::Ok();
   }
 
-  Status Write(std::span<const std::byte> data) {
+  Status Write(TargetFile& t, std::span<const std::byte> data) {
+    // Reserved on first use: a target may never receive a sample.
+    if (t.buf.capacity() < kWriteBuffer) t.buf.reserve(kWriteBuffer);
     while (!data.empty()) {
-      const size_t room = kWriteBuffer - buf_.size();
+      const size_t room = kWriteBuffer - t.buf.size();
       const size_t n = std::min(room, data.size());
-      buf_.insert(buf_.end(), data.begin(), data.begin() + n);
+      t.buf.insert(t.buf.end(), data.begin(), data.begin() + n);
       data = data.subspan(n);
-      if (buf_.size() == kWriteBuffer) DLFS_RETURN_IF_ERROR(Flush());
+      if (t.buf.size() == kWriteBuffer) DLFS_RETURN_IF_ERROR(Flush(t));
     }
     return Status::Ok();
   }
 
   // Moves the logical end back to `pos` (dropping a half-written sample).
-  void Rewind(uint64_t pos) {
-    if (pos >= buf_start_) {
-      buf_.resize(pos - buf_start_);
+  static void Rewind(TargetFile& t, uint64_t pos) {
+    if (pos >= t.buf_start) {
+      t.buf.resize(pos - t.buf_start);
     } else {
-      buf_.clear();
-      buf_start_ = pos;
+      t.buf.clear();
+      t.buf_start = pos;
     }
   }
 
-  Status Pad(uint64_t align) {
+  Status Pad(TargetFile& t, uint64_t align) {
     static const std::byte kZeros[4096] = {};
-    uint64_t pad = format::AlignUp(Tell(), align) - Tell();
+    uint64_t pad = format::AlignUp(t.Tell(), align) - t.Tell();
     while (pad > 0) {
       const uint64_t n = std::min<uint64_t>(pad, sizeof kZeros);
-      DLFS_RETURN_IF_ERROR(Write({kZeros, n}));
+      DLFS_RETURN_IF_ERROR(Write(t, {kZeros, n}));
       pad -= n;
     }
     return Status::Ok();
+  }
+
+  // Greedy balance: the next sample goes to the target holding the fewest
+  // bytes so far (the lowest index on ties), so the placement depends only
+  // on the order and sizes of the samples — packing twice gives the same
+  // volume layout. Samples stream, so the choice cannot wait for the size
+  // of the sample being placed; the imbalance stays below one sample.
+  uint32_t PickTarget() const {
+    uint32_t best = 0;
+    for (uint32_t t = 1; t < targets_.size(); ++t) {
+      if (targets_[t].Tell() < targets_[best].Tell()) best = t;
+    }
+    return best;
   }
 
   Result<uint32_t> DirId(std::string_view dir_path, std::string_view full) {
@@ -145,40 +202,55 @@ class VolumeBuilder::Impl {
 
   Status Finish();
 
-  // Moves the finished temporary file to path_, never replacing an existing
-  // file unless overwrite was asked for.
-  Status Publish() {
+  // Moves target `t`'s finished temporary file to its path, never replacing
+  // an existing file unless overwrite was asked for.
+  Status Publish(TargetFile& t) {
     const auto exists = [&] {
-      return Status::AlreadyExists(path_ + ": already exists (use --force to replace it)");
+      return Status::AlreadyExists(t.path + ": already exists (use --force to replace it)");
     };
+    const std::string what = "rename " + t.temp_path + " to " + t.path;
     if (options_.overwrite) {
-      if (::rename(temp_path_.c_str(), path_.c_str()) == 0) return Status::Ok();
-      return Status::FromErrno(errno, "rename " + temp_path_ + " to " + path_);
+      if (::rename(t.temp_path.c_str(), t.path.c_str()) != 0) return Status::FromErrno(errno, what);
+      t.published = true;
+      return Status::Ok();
     }
-    if (::renameat2(AT_FDCWD, temp_path_.c_str(), AT_FDCWD, path_.c_str(), RENAME_NOREPLACE) == 0) {
+    if (::renameat2(AT_FDCWD, t.temp_path.c_str(), AT_FDCWD, t.path.c_str(), RENAME_NOREPLACE) ==
+        0) {
+      t.published = true;
       return Status::Ok();
     }
     if (errno == EEXIST) return exists();
-    if (errno != EINVAL && errno != ENOSYS) {
-      return Status::FromErrno(errno, "rename " + temp_path_ + " to " + path_);
-    }
+    if (errno != EINVAL && errno != ENOSYS) return Status::FromErrno(errno, what);
     // File systems without RENAME_NOREPLACE (some NFS and FUSE ones): link()
     // also fails rather than replace an existing name.
-    if (::link(temp_path_.c_str(), path_.c_str()) != 0) {
+    if (::link(t.temp_path.c_str(), t.path.c_str()) != 0) {
       if (errno == EEXIST) return exists();
-      return Status::FromErrno(errno, "link " + temp_path_ + " to " + path_);
+      return Status::FromErrno(errno, "link " + t.temp_path + " to " + t.path);
     }
-    ::unlink(temp_path_.c_str());
+    t.published = true;
+    ::unlink(t.temp_path.c_str());
     return Status::Ok();
+  }
+
+  // Publishes every target, target 0 last: target 0 is the only way into the
+  // volume, so until its rename nothing that opens as a volume exists (a
+  // lone target t > 0 is refused by readers). If a rename fails, the targets
+  // already published are removed again.
+  Status PublishAll() {
+    Status st;
+    for (size_t t = targets_.size(); t-- > 0 && st.ok();) st = Publish(targets_[t]);
+    if (st.ok()) return st;
+    for (TargetFile& t : targets_) {
+      if (t.published) ::unlink(t.path.c_str());
+      t.published = false;
+    }
+    return st;
   }
 };
 
 VolumeBuilder::VolumeBuilder(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-VolumeBuilder::~VolumeBuilder() {
-  if (impl_->fd_ >= 0) ::close(impl_->fd_);
-  if (!impl_->finished_ && !impl_->temp_path_.empty()) ::unlink(impl_->temp_path_.c_str());
-}
+VolumeBuilder::~VolumeBuilder() = default;
 
 Result<std::unique_ptr<VolumeBuilder>> VolumeBuilder::Create(const std::string& path,
                                                              Options options) {
@@ -188,27 +260,60 @@ Result<std::unique_ptr<VolumeBuilder>> VolumeBuilder::Create(const std::string& 
                                    std::to_string(a));
   }
   if (path.empty()) return Status::InvalidArgument("empty volume path");
-  if (!options.overwrite && PathExists(path)) {
-    return Status::AlreadyExists(path + ": already exists (use --force to replace it)");
+  if (options.targets == 0 || options.targets > format::kMaxTargets) {
+    return Status::InvalidArgument("a volume has 1 to " + std::to_string(format::kMaxTargets) +
+                                   " targets, not " + std::to_string(options.targets));
+  }
+  if (!options.target_paths.empty() && options.target_paths.size() != options.targets - 1) {
+    return Status::InvalidArgument(std::to_string(options.targets) + " targets need " +
+                                   std::to_string(options.targets - 1) + " target paths, not " +
+                                   std::to_string(options.target_paths.size()));
   }
   auto impl = std::make_unique<Impl>();
   impl->path_ = path;
   impl->options_ = options;
-  static std::atomic<uint64_t> counter{0};
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    std::string tmp =
-        path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      impl->fd_ = fd;
-      impl->temp_path_ = std::move(tmp);
-      break;
+  impl->targets_.resize(options.targets);
+  std::set<std::string> seen;
+  for (uint32_t t = 0; t < options.targets; ++t) {
+    Impl::TargetFile& tf = impl->targets_[t];
+    tf.path = t == 0                         ? path
+              : options.target_paths.empty() ? DefaultTargetPath(path, t)
+                                             : options.target_paths[t - 1];
+    if (tf.path.empty()) return Status::InvalidArgument("empty target path");
+    if (t > 0) {
+      DLFS_ASSIGN_OR_RETURN(tf.stored_path, StoredTargetPath(path, tf.path));
     }
-    if (errno != EEXIST) return Status::FromErrno(errno, tmp);
+    std::error_code ec;
+    if (!seen.insert(std::filesystem::absolute(tf.path, ec).lexically_normal().string()).second) {
+      return Status::InvalidArgument(tf.path + ": named as two targets of the volume");
+    }
   }
-  if (impl->fd_ < 0) return Status::AlreadyExists(path + ": cannot pick a temporary file name");
-  impl->buf_.reserve(kWriteBuffer);
+  // An early error only; the no-replace rename at Finish is what enforces it.
+  for (const Impl::TargetFile& tf : impl->targets_) {
+    if (!options.overwrite && PathExists(tf.path)) {
+      return Status::AlreadyExists(tf.path + ": already exists (use --force to replace it)");
+    }
+  }
+  static std::atomic<uint64_t> counter{0};
+  for (Impl::TargetFile& tf : impl->targets_) {
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      std::string tmp = tf.path + ".tmp." + std::to_string(::getpid()) + "." +
+                        std::to_string(counter.fetch_add(1));
+      const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        tf.fd = fd;
+        tf.temp_path = std::move(tmp);
+        break;
+      }
+      if (errno != EEXIST) return Status::FromErrno(errno, tmp);  // ~Impl removes the others
+    }
+    if (tf.fd < 0) return Status::AlreadyExists(tf.path + ": cannot pick a temporary file name");
+  }
   return std::unique_ptr<VolumeBuilder>(new VolumeBuilder(std::move(impl)));
+}
+
+std::string VolumeBuilder::DefaultTargetPath(const std::string& path, uint32_t target) {
+  return target == 0 ? path : path + ".t" + std::to_string(target);
 }
 
 void VolumeBuilder::SetClassNames(std::vector<std::string> names) {
@@ -227,7 +332,7 @@ Status VolumeBuilder::Add(std::string_view path, std::span<const std::byte> data
 
 Status VolumeBuilder::BeginSample(std::string_view path, uint32_t label) {
   Impl& m = *impl_;
-  if (m.finished_ || m.fd_ < 0) return Status::InvalidArgument("builder already finished");
+  if (m.closed_) return Status::InvalidArgument("builder already finished");
   if (m.in_sample_) return Status::InvalidArgument("BeginSample while a sample is open");
   if (label == format::kNone - 1) return Status::InvalidArgument("label out of range");
   const size_t slash = path.rfind('/');
@@ -236,9 +341,11 @@ Status VolumeBuilder::BeginSample(std::string_view path, uint32_t label) {
   DLFS_RETURN_IF_ERROR(ValidateComponent(name, path));
   DLFS_ASSIGN_OR_RETURN(const uint32_t dir_id, m.DirId(dir, path));
   if (m.samples_.size() >= format::kNone - 1) return Status::InvalidArgument("too many samples");
-  DLFS_RETURN_IF_ERROR(m.Pad(m.options_.align));
+  const uint32_t target = m.PickTarget();
+  Impl::TargetFile& tf = m.targets_[target];
+  DLFS_RETURN_IF_ERROR(m.Pad(tf, m.options_.align));
   m.cur_ = PendingSample{
-      m.Tell(), 0, 0, label, dir_id, m.names_.size(), static_cast<uint32_t>(name.size())};
+      tf.Tell(), target, 0, 0, label, dir_id, m.names_.size(), static_cast<uint32_t>(name.size())};
   m.names_.append(name);
   m.in_sample_ = true;
   return Status::Ok();
@@ -252,7 +359,7 @@ Status VolumeBuilder::Append(std::span<const std::byte> data) {
   }
   m.cur_.crc32c = crc32c::Extend(m.cur_.crc32c, data.data(), data.size());
   m.cur_.length += static_cast<uint32_t>(data.size());
-  return m.Write(data);
+  return m.Write(m.targets_[m.cur_.target], data);
 }
 
 Status VolumeBuilder::EndSample() {
@@ -272,28 +379,36 @@ void VolumeBuilder::AbortSample() {
   if (!m.in_sample_) return;
   m.in_sample_ = false;
   m.names_.resize(m.cur_.name_offset);
-  m.Rewind(m.cur_.offset);
+  Impl::Rewind(m.targets_[m.cur_.target], m.cur_.offset);
 }
 
 Status VolumeBuilder::Finish() {
-  Status st = impl_->Finish();
-  impl_->finished_ = st.ok();
-  if (impl_->fd_ >= 0) {
-    ::close(impl_->fd_);
-    impl_->fd_ = -1;
+  Impl& m = *impl_;
+  if (m.closed_) return Status::InvalidArgument("builder already finished");
+  Status st = m.Finish();
+  m.closed_ = true;
+  m.finished_ = st.ok();
+  for (Impl::TargetFile& t : m.targets_) {
+    if (t.fd >= 0) ::close(t.fd);
+    t.fd = -1;
+    if (!st.ok()) ::unlink(t.temp_path.c_str());
   }
-  if (!st.ok()) ::unlink(impl_->temp_path_.c_str());
   return st;
 }
 
 Status VolumeBuilder::Impl::Finish() {
-  if (fd_ < 0 || finished_) return Status::InvalidArgument("builder already finished");
   if (in_sample_) return Status::InvalidArgument("Finish with a sample still open");
+  // Every target's data region runs from 4096 to the end of its last sample;
+  // target 0's directory region follows its data.
   const uint64_t data_offset = format::kSuperblockSize;
-  const uint64_t data_end = Tell();
-  DLFS_RETURN_IF_ERROR(Pad(format::kRegionAlignment));
-  DLFS_RETURN_IF_ERROR(Flush());
-  const uint64_t dir_offset = Tell();
+  std::vector<uint64_t> data_end(targets_.size());
+  for (size_t t = 0; t < targets_.size(); ++t) {
+    data_end[t] = targets_[t].Tell();
+    DLFS_RETURN_IF_ERROR(Pad(targets_[t], format::kRegionAlignment));
+    DLFS_RETURN_IF_ERROR(Flush(targets_[t]));
+  }
+  TargetFile& target0 = targets_[0];
+  const uint64_t dir_offset = target0.Tell();
 
   // Breadth-first directory order with each directory's children sorted by
   // name (docs/format.md §4).
@@ -392,7 +507,7 @@ Status VolumeBuilder::Impl::Finish() {
     e.parent = new_id[p.dir];
     DLFS_ASSIGN_OR_RETURN(e.name_offset, intern(sample_name(perm[i])));
     e.name_length = static_cast<uint16_t>(p.name_length);
-    e.target = 0;
+    e.target = static_cast<uint16_t>(p.target);
   }
   // A sub-directory and a sample with one name would make a path ambiguous.
   for (uint64_t k = 0; k < nd; ++k) {
@@ -426,18 +541,18 @@ Status VolumeBuilder::Impl::Finish() {
   put(h.classes_offset, class_entries.data(), nc * sizeof(format::ClassEntry));
   put(h.strings_offset, pool.data(), pool.size());
   const uint32_t region_crc = crc32c::Value(region.data(), region.size());
-  DLFS_RETURN_IF_ERROR(Write(region));
-  DLFS_RETURN_IF_ERROR(Pad(format::kRegionAlignment));
-  DLFS_RETURN_IF_ERROR(Flush());
-  const uint64_t volume_size = Tell() + format::kSuperblockSize;
+  DLFS_RETURN_IF_ERROR(Write(target0, region));
+  DLFS_RETURN_IF_ERROR(Pad(target0, format::kRegionAlignment));
+  DLFS_RETURN_IF_ERROR(Flush(target0));
 
+  // One superblock describes the whole volume; each target gets a copy that
+  // differs only in target_index and volume_size (docs/format.md §2).
   format::Superblock sb{};
   if (::getrandom(sb.uuid, sizeof sb.uuid, 0) != sizeof sb.uuid) {
     return Status::FromErrno(errno, "getrandom");
   }
   sb.uuid[6] = (sb.uuid[6] & 0x0f) | 0x40;  // RFC 4122 version 4
   sb.uuid[8] = (sb.uuid[8] & 0x3f) | 0x80;
-  sb.volume_size = volume_size;
   sb.created_unix_ns =
       static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                 std::chrono::system_clock::now().time_since_epoch())
@@ -447,36 +562,58 @@ Status VolumeBuilder::Impl::Finish() {
   sb.class_count = nc;
   sb.data_bytes = data_bytes_;
   sb.data_alignment = options_.align;
-  sb.target_index = 0;
-  sb.target_count = 1;
-  sb.region_count = 2;
-  sb.regions[0] = {static_cast<uint32_t>(format::RegionKind::kData),
-                   0,
-                   data_offset,
-                   data_end - data_offset,
-                   0,
-                   0};
+  sb.target_count = static_cast<uint32_t>(targets_.size());
+  // regions[0] = target 0's data, regions[1] = the directory (the layout of
+  // single-target volumes), then the data regions of targets 1, 2, ...
+  sb.region_count = 1 + sb.target_count;
+  auto data_region = [&](uint32_t t) {
+    return format::RegionEntry{static_cast<uint32_t>(format::RegionKind::kData),
+                               t,
+                               data_offset,
+                               data_end[t] - data_offset,
+                               0,
+                               0};
+  };
+  sb.regions[0] = data_region(0);
   sb.regions[1] = {static_cast<uint32_t>(format::RegionKind::kDirectory),
                    0,
                    dir_offset,
                    region.size(),
                    region_crc,
                    0};
-  sb.targets[0].size = volume_size;
-  format::SealSuperblock(&sb);
-
-  // Drop anything an aborted sample left past the end and make everything
-  // else durable before the primary superblock: a file whose primary is
-  // valid then has all of its bytes on disk, even before the rename.
-  if (::ftruncate(fd_, static_cast<off_t>(volume_size)) != 0) {
-    return Status::FromErrno(errno, temp_path_ + ": ftruncate");
+  for (uint32_t t = 1; t < sb.target_count; ++t) sb.regions[1 + t] = data_region(t);
+  for (uint32_t t = 0; t < sb.target_count; ++t) {
+    format::TargetEntry& e = sb.targets[t];
+    e.size = targets_[t].Tell() + format::kSuperblockSize;
+    e.path_length = static_cast<uint32_t>(targets_[t].stored_path.size());
+    std::memcpy(e.path, targets_[t].stored_path.data(), e.path_length);
   }
-  DLFS_RETURN_IF_ERROR(PwriteFull(fd_, &sb, sizeof sb, volume_size - sizeof sb, temp_path_));
-  if (::fdatasync(fd_) != 0) return Status::FromErrno(errno, temp_path_ + ": fdatasync");
-  DLFS_RETURN_IF_ERROR(PwriteFull(fd_, &sb, sizeof sb, 0, temp_path_));
-  if (::fsync(fd_) != 0) return Status::FromErrno(errno, temp_path_ + ": fsync");
-  DLFS_RETURN_IF_ERROR(Publish());
-  return SyncParentDirectory(path_);
+
+  for (uint32_t t = 0; t < sb.target_count; ++t) {
+    TargetFile& tf = targets_[t];
+    format::Superblock own = sb;
+    own.target_index = t;
+    own.volume_size = sb.targets[t].size;
+    format::SealSuperblock(&own);
+    // Drop anything an aborted sample left past the end and make everything
+    // else durable before the primary superblock: a file whose primary is
+    // valid then has all of its bytes on disk, even before the rename.
+    if (::ftruncate(tf.fd, static_cast<off_t>(own.volume_size)) != 0) {
+      return Status::FromErrno(errno, tf.temp_path + ": ftruncate");
+    }
+    DLFS_RETURN_IF_ERROR(
+        PwriteFull(tf.fd, &own, sizeof own, own.volume_size - sizeof own, tf.temp_path));
+    if (::fdatasync(tf.fd) != 0) return Status::FromErrno(errno, tf.temp_path + ": fdatasync");
+    DLFS_RETURN_IF_ERROR(PwriteFull(tf.fd, &own, sizeof own, 0, tf.temp_path));
+    if (::fsync(tf.fd) != 0) return Status::FromErrno(errno, tf.temp_path + ": fsync");
+  }
+  // Every target is complete and durable under its temporary name before
+  // any of them is published.
+  DLFS_RETURN_IF_ERROR(PublishAll());
+  for (size_t t = targets_.size(); t-- > 0;) {
+    DLFS_RETURN_IF_ERROR(SyncParentDirectory(targets_[t].path));
+  }
+  return Status::Ok();
 }
 
 uint64_t VolumeBuilder::sample_count() const { return impl_->samples_.size(); }
@@ -485,6 +622,16 @@ uint64_t VolumeBuilder::class_count() const {
   return std::max<uint64_t>(impl_->class_names_.size(), impl_->max_label_plus_one_);
 }
 const std::string& VolumeBuilder::path() const { return impl_->path_; }
-const std::string& VolumeBuilder::temp_path() const { return impl_->temp_path_; }
+const std::string& VolumeBuilder::temp_path() const { return impl_->targets_[0].temp_path; }
+std::vector<std::string> VolumeBuilder::target_paths() const {
+  std::vector<std::string> out;
+  for (const Impl::TargetFile& t : impl_->targets_) out.push_back(t.path);
+  return out;
+}
+std::vector<std::string> VolumeBuilder::temp_paths() const {
+  std::vector<std::string> out;
+  for (const Impl::TargetFile& t : impl_->targets_) out.push_back(t.temp_path);
+  return out;
+}
 
 }  // namespace dlfs

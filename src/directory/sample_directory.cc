@@ -144,10 +144,12 @@ Result<SampleDirectory> SampleDirectory::Create(std::shared_ptr<const std::byte>
         return bad(where() + " has label " + std::to_string(s.label) + " but there are only " +
                    std::to_string(class_count) + " classes");
       }
-      if (s.target >= expected.target_count) return bad(where() + " names a missing target");
-      // Version 1 volumes have one target holding the one data region.
-      if (s.offset < expected.data_begin || s.offset > expected.data_end ||
-          s.length > expected.data_end - s.offset) {
+      if (s.target >= expected.data_regions.size()) {
+        return bad(where() + " names a missing target");
+      }
+      // Each target holds one data region; a sample lies in its target's.
+      const Expected::DataRange& data = expected.data_regions[s.target];
+      if (s.offset < data.begin || s.offset > data.end || s.length > data.end - s.offset) {
         return bad(where() + " lies outside the data region");
       }
       if (s.offset % expected.data_alignment != 0) {

@@ -51,9 +51,13 @@ struct RegionEntry {
 static_assert(sizeof(RegionEntry) == 32);
 
 struct TargetEntry {
-  uint64_t size;         // bytes of the target file or device used by the volume
-  uint32_t flags;        // reserved, 0
-  uint32_t path_length;  // 0: this target is the file the superblock was read from
+  uint64_t size;   // bytes of the target file or device used by the volume
+  uint32_t flags;  // reserved, 0
+  // 0 for target 0 (the file a reader opens the volume from), 1..240 for
+  // every other target.
+  uint32_t path_length;
+  // Not NUL-terminated. Absolute, or relative to target 0's directory
+  // (docs/format.md §2.3).
   char path[kMaxTargetPath];
 };
 static_assert(sizeof(TargetEntry) == 256);
@@ -72,8 +76,8 @@ struct Superblock {
   uint64_t class_count;
   uint64_t data_bytes;      // sum of sample lengths (padding excluded)
   uint32_t data_alignment;  // every sample offset is a multiple of it; power of two
-  uint32_t target_index;    // which target this file is
-  uint32_t target_count;
+  uint32_t target_index;    // which target this file is; 0 holds the directory
+  uint32_t target_count;    // 1..kMaxTargets; see docs/format.md §2.6
   uint32_t region_count;
   uint8_t reserved0[24];
   RegionEntry regions[kMaxRegions];

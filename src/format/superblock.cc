@@ -1,5 +1,6 @@
 #include "format/superblock.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
@@ -25,6 +26,61 @@ const RegionEntry* FindRegion(const Superblock& sb, RegionKind kind) {
   }
   return nullptr;
 }
+
+const RegionEntry* FindDataRegion(const Superblock& sb, uint32_t target) {
+  for (uint32_t i = 0; i < sb.region_count; ++i) {
+    const RegionEntry& r = sb.regions[i];
+    if (r.kind == static_cast<uint32_t>(RegionKind::kData) && r.target == target) return &r;
+  }
+  return nullptr;
+}
+
+std::string_view TargetPath(const TargetEntry& e) {
+  return {e.path, std::min<size_t>(e.path_length, kMaxTargetPath)};
+}
+
+namespace {
+
+// docs/format.md §5 checks 9-10: the target table, before the regions that are
+// bounds-checked against its sizes.
+Status CheckTargetTable(const Superblock& sb, const std::string& path) {
+  auto bad = [&](const std::string& what) {
+    return Status::Corruption(path + ": bad target table (" + what + ")");
+  };
+  if (sb.target_count == 0 || sb.target_count > kMaxTargets) {
+    return bad("target count " + std::to_string(sb.target_count));
+  }
+  if (sb.target_index >= sb.target_count) {
+    return bad("target index " + std::to_string(sb.target_index) + " of " +
+               std::to_string(sb.target_count));
+  }
+  for (uint32_t t = 0; t < sb.target_count; ++t) {
+    const TargetEntry& e = sb.targets[t];
+    const std::string which = "target " + std::to_string(t);
+    if (e.flags != 0) return bad(which + " has unknown flags");
+    if (e.size < 2 * uint64_t{kSuperblockSize}) return bad(which + " is too small");
+    // Target 0 is where a reader starts, so it has no path: the volume is
+    // named by it. Every other target needs one to be found.
+    if (t == 0 && e.path_length != 0) return bad("target 0 has a path");
+    if (t > 0) {
+      if (e.path_length == 0 || e.path_length > kMaxTargetPath) {
+        return bad(which + " has no valid path");
+      }
+      if (TargetPath(e).find('\0') != std::string_view::npos) {
+        return bad(which + " has a NUL byte in its path");
+      }
+    }
+  }
+  // This file's own entry is its size (which check 8 tied to the file).
+  if (sb.targets[sb.target_index].size != sb.volume_size) {
+    return bad("target " + std::to_string(sb.target_index) + " size " +
+               std::to_string(sb.targets[sb.target_index].size) + " is not this file's " +
+               std::to_string(sb.volume_size));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
 
 Status CheckSuperblock(const Superblock& sb, uint64_t file_size, const std::string& path) {
   auto bad = [&](const std::string& what) { return Status::Corruption(path + ": " + what); };
@@ -52,45 +108,51 @@ Status CheckSuperblock(const Superblock& sb, uint64_t file_size, const std::stri
                    : "file has " + std::to_string(file_size) + " bytes, volume has only " +
                          std::to_string(sb.volume_size));
   }
-  if (sb.target_count == 0 || sb.target_count > kMaxTargets || sb.target_index >= sb.target_count) {
-    return bad("bad target table");
-  }
-  if (sb.target_count != 1) {
-    return Status::NotSupported(path + ": multi-target volumes are not supported yet");
-  }
+  DLFS_RETURN_IF_ERROR(CheckTargetTable(sb, path));
   if (sb.region_count > kMaxRegions) return bad("bad region count");
   const uint32_t a = sb.data_alignment;
   if (a == 0 || (a & (a - 1)) != 0 || a > kMaxDataAlignment) return bad("bad data alignment");
-  int data = 0, dir = 0;
+  uint32_t data_regions[kMaxTargets] = {};
+  int dir = 0;
   for (uint32_t i = 0; i < sb.region_count; ++i) {
     const RegionEntry& r = sb.regions[i];
-    if (r.kind == static_cast<uint32_t>(RegionKind::kData)) {
-      ++data;
-    } else if (r.kind == static_cast<uint32_t>(RegionKind::kDirectory)) {
-      ++dir;
-    } else {
+    const bool is_data = r.kind == static_cast<uint32_t>(RegionKind::kData);
+    if (!is_data && r.kind != static_cast<uint32_t>(RegionKind::kDirectory)) {
       return bad("unknown region kind " + std::to_string(r.kind));
     }
-    // Regions live between the two superblock copies.
+    // Regions live between the two superblock copies of their target. The
+    // table was checked above: every size there holds both copies, and this
+    // file's own entry is its size.
+    const uint64_t size = r.target < sb.target_count ? sb.targets[r.target].size : 0;
     if (r.target >= sb.target_count || r.offset % kRegionAlignment != 0 ||
-        r.offset < kSuperblockSize || r.offset > file_size - kSuperblockSize ||
-        r.length > file_size - kSuperblockSize - r.offset) {
+        r.offset < kSuperblockSize || r.offset > size - kSuperblockSize ||
+        r.length > size - kSuperblockSize - r.offset) {
       return bad("region " + std::to_string(i) + " lies outside the volume");
     }
+    if (is_data) {
+      ++data_regions[r.target];
+    } else if (r.target != 0) {
+      return bad("the directory region is not on target 0");
+    } else {
+      ++dir;
+    }
   }
-  if (data != 1 || dir != 1) return bad("expected exactly one data and one directory region");
-  if (sb.data_bytes > FindRegion(sb, RegionKind::kData)->length) {
-    return bad("data byte count exceeds the data region");
+  if (dir != 1) return bad("expected exactly one directory region");
+  uint64_t data_length = 0;
+  for (uint32_t t = 0; t < sb.target_count; ++t) {
+    if (data_regions[t] != 1) {
+      return bad(sb.target_count == 1
+                     ? "expected exactly one data and one directory region"
+                     : "expected exactly one data region on target " + std::to_string(t));
+    }
+    data_length += FindDataRegion(sb, t)->length;  // each fits its target: no overflow
   }
-  const RegionEntry* d = FindRegion(sb, RegionKind::kData);
+  if (sb.data_bytes > data_length) return bad("data byte count exceeds the data region");
+  // Only target 0 holds two regions.
+  const RegionEntry* d = FindDataRegion(sb, 0);
   const RegionEntry* m = FindRegion(sb, RegionKind::kDirectory);
   if (d->offset < m->offset + m->length && m->offset < d->offset + d->length) {
     return bad("data and directory regions overlap");
-  }
-  // Version 1: the one target is the file itself.
-  const TargetEntry& self = sb.targets[0];
-  if (self.size != sb.volume_size || self.path_length != 0 || self.flags != 0) {
-    return bad("bad target table");
   }
   return Status::Ok();
 }

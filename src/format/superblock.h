@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "dlfs/status.h"
 #include "format/format.h"
@@ -15,13 +16,23 @@ void SealSuperblock(Superblock* sb);
 // The CRC32C a sealed superblock must carry.
 uint32_t SuperblockChecksum(const Superblock& sb);
 
-// Checks everything a reader must refuse (docs/format.md §5) for the
-// superblock read from `path`, a target of `file_size` bytes. Messages name
-// `path` and the problem.
+// Checks everything a reader must refuse (docs/format.md §5, checks 2-17)
+// for the superblock read from `path`, a target of `file_size` bytes. This
+// covers one target file on its own; that the targets of a volume belong
+// together is checked by Volume::Open (§5 checks 18-22). Messages name `path`
+// and the problem.
 Status CheckSuperblock(const Superblock& sb, uint64_t file_size, const std::string& path);
 
-// Returns the one region of `kind`, or nullptr. REQUIRES: CheckSuperblock OK.
+// Returns the first region of `kind`, or nullptr. With CheckSuperblock OK
+// there is exactly one directory region; use FindDataRegion for data.
 const RegionEntry* FindRegion(const Superblock& sb, RegionKind kind);
+
+// Returns target `target`'s data region, or nullptr. With CheckSuperblock OK
+// every target below target_count has exactly one.
+const RegionEntry* FindDataRegion(const Superblock& sb, uint32_t target);
+
+// The path bytes of a target entry (empty for target 0).
+std::string_view TargetPath(const TargetEntry& entry);
 
 std::string FormatUuid(const uint8_t (&uuid)[16]);
 

@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstring>
+#include <filesystem>
 
 #include "common/crc32c.h"
 #include "common/file_util.h"
@@ -27,40 +29,162 @@ Volume::~Volume() {
   for (int fd : fds_) ::close(fd);
 }
 
-Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path) {
+Result<std::map<uint32_t, std::string>> ParseTargetMap(std::string_view spec) {
+  std::map<uint32_t, std::string> map;
+  while (!spec.empty()) {
+    const size_t comma = spec.find(',');
+    const std::string_view item = spec.substr(0, comma);
+    spec = comma == spec.npos ? std::string_view() : spec.substr(comma + 1);
+    const size_t eq = item.find('=');
+    const std::string_view id = item.substr(0, eq == item.npos ? 0 : eq);
+    uint32_t t = 0;
+    const auto [end, ec] = std::from_chars(id.data(), id.data() + id.size(), t);
+    if (eq == item.npos || id.empty() || ec != std::errc() || end != id.data() + id.size() ||
+        eq + 1 == item.size()) {
+      return Status::InvalidArgument("bad target map entry '" + std::string(item) +
+                                     "' (expected TARGET=PATH, e.g. 1=/dev/nvme1n1)");
+    }
+    if (!map.emplace(t, std::string(item.substr(eq + 1))).second) {
+      return Status::InvalidArgument("target map names target " + std::to_string(t) + " twice");
+    }
+  }
+  return map;
+}
+
+namespace {
+
+// Reads the primary superblock of target `name` (open as `fd`, `file_size`
+// bytes) and runs docs/format.md §5 checks 1-16 on it. When the primary is
+// damaged but has the magic, says whether the copy at the end is intact —
+// but never uses it: a damaged primary means the file was changed behind us.
+Status ReadSuperblock(int fd, uint64_t file_size, const std::string& name, format::Superblock* sb) {
+  if (file_size < 2 * uint64_t{format::kSuperblockSize}) {
+    return Status::Corruption(name + ": not a dlfs volume (" + std::to_string(file_size) +
+                              " bytes is too small to hold one)");
+  }
+  DLFS_RETURN_IF_ERROR(PreadFull(fd, sb, sizeof *sb, 0, name));
+  Status st = format::CheckSuperblock(*sb, file_size, name);
+  if (st.ok() || st.code() != StatusCode::kCorruption ||
+      std::memcmp(sb->magic, format::kSuperblockMagic, 8) != 0) {
+    return st;
+  }
+  format::Superblock copy;
+  if (PreadFull(fd, &copy, sizeof copy, file_size - sizeof copy, name).ok() &&
+      format::CheckSuperblock(copy, file_size, name).ok()) {
+    return Status::Corruption(st.message() +
+                              " (the superblock copy at the end of the file is intact)");
+  }
+  return st;
+}
+
+// Where target `t` is, per target 0's table: absolute paths as they are,
+// relative ones from the directory holding target 0 as it was named, so a
+// volume's files can be moved together.
+std::string ResolveTargetPath(const std::string& target0, std::string_view stored) {
+  if (!stored.empty() && stored.front() == '/') return std::string(stored);
+  const std::filesystem::path dir = std::filesystem::path(target0).parent_path();
+  return dir.empty() ? std::string(stored) : (dir / std::string(stored)).string();
+}
+
+// docs/format.md §5 checks 18-23: target `t`, opened as `name`, belongs to
+// the volume whose target 0 has superblock `sb0`.
+Status CheckMemberTarget(const format::Superblock& sb0, const format::Superblock& sb, uint32_t t,
+                         const std::string& name) {
+  auto bad = [&](const std::string& what) { return Status::Corruption(name + ": " + what); };
+  if (std::memcmp(sb.uuid, sb0.uuid, sizeof sb.uuid) != 0) {
+    return bad("uuid " + format::FormatUuid(sb.uuid) + " differs from target 0's " +
+               format::FormatUuid(sb0.uuid) + " — wrong file?");
+  }
+  if (sb.target_index != t) {
+    return bad("is target " + std::to_string(sb.target_index) + " of the volume, not target " +
+               std::to_string(t) + " — targets swapped?");
+  }
+  if (sb.volume_size != sb0.targets[t].size) {
+    return bad("has " + std::to_string(sb.volume_size) + " bytes, but target 0's table says " +
+               std::to_string(sb0.targets[t].size));
+  }
+  // Everything else (counts, regions, the whole target table) is the same
+  // volume-wide description in every target.
+  format::Superblock same = sb;
+  same.target_index = sb0.target_index;
+  same.volume_size = sb0.volume_size;
+  same.crc32c = sb0.crc32c;
+  if (std::memcmp(&same, &sb0, sizeof same) != 0) {
+    return bad("superblock disagrees with target 0's (regions, counts or target table)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path,
+                                             const VolumeOpenOptions& options) {
   ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return Status::FromErrno(errno, path);
   DLFS_ASSIGN_OR_RETURN(const uint64_t file_size, FileSize(fd.get(), path));
-  if (file_size < 2 * uint64_t{format::kSuperblockSize}) {
-    return Status::Corruption(path + ": not a dlfs volume (" + std::to_string(file_size) +
-                              " bytes is too small to hold one)");
+  format::Superblock sb;
+  DLFS_RETURN_IF_ERROR(ReadSuperblock(fd.get(), file_size, path, &sb));
+  if (sb.target_index != 0) {
+    return Status::InvalidArgument(
+        path + ": is target " + std::to_string(sb.target_index) + " of " +
+        std::to_string(sb.target_count) + " of volume " + format::FormatUuid(sb.uuid) +
+        "; open the volume through its target 0, which holds the directory");
+  }
+  for (const auto& [t, mapped] : options.target_map) {
+    if (t == 0 || t >= sb.target_count) {
+      return Status::InvalidArgument(
+          path + ": target map names target " + std::to_string(t) + ", but the volume has " +
+          (sb.target_count == 1
+               ? std::string("only target 0")
+               : "targets 1.." + std::to_string(sb.target_count - 1) + " besides target 0"));
+    }
+    if (mapped.empty()) {
+      return Status::InvalidArgument("target map gives target " + std::to_string(t) +
+                                     " an empty path");
+    }
   }
 
-  format::Superblock sb;
-  DLFS_RETURN_IF_ERROR(PreadFull(fd.get(), &sb, sizeof sb, 0, path));
-  Status st = format::CheckSuperblock(sb, file_size, path);
-  if (!st.ok()) {
-    // Tell the user whether the copy at the end could serve, but never use
-    // it silently: a damaged primary means the file was changed behind us.
-    if (st.code() == StatusCode::kCorruption &&
-        std::memcmp(sb.magic, format::kSuperblockMagic, 8) == 0) {
-      format::Superblock copy;
-      if (PreadFull(fd.get(), &copy, sizeof copy, file_size - sizeof copy, path).ok() &&
-          format::CheckSuperblock(copy, file_size, path).ok()) {
-        return Status::Corruption(st.message() +
-                                  " (the superblock copy at the end of the file is intact)");
-      }
+  std::vector<TargetInfo> targets(sb.target_count);
+  std::vector<ScopedFd> fds;
+  fds.push_back(std::move(fd));
+  targets[0].path = path;
+  targets[0].size = file_size;
+  // The other targets first: a missing or wrong one is found before the
+  // directory, the largest read, is done.
+  for (uint32_t t = 1; t < sb.target_count; ++t) {
+    TargetInfo& ti = targets[t];
+    ti.stored_path = std::string(format::TargetPath(sb.targets[t]));
+    const auto mapped = options.target_map.find(t);
+    ti.path = mapped != options.target_map.end() ? mapped->second
+                                                 : ResolveTargetPath(path, ti.stored_path);
+    // Messages name the volume, then the target: "v.dlfs: target 1 (v.dlfs.t1): ...".
+    const std::string name = "target " + std::to_string(t) + " (" + ti.path + ")";
+    ScopedFd tfd(::open(ti.path.c_str(), O_RDONLY | O_CLOEXEC));
+    Status st = tfd.get() < 0 ? Status::FromErrno(errno, name) : Status::Ok();
+    if (st.ok()) {
+      auto size = FileSize(tfd.get(), name);
+      st = size.status();
+      if (st.ok()) ti.size = *size;
     }
-    return st;
+    format::Superblock tsb;
+    if (st.ok()) st = ReadSuperblock(tfd.get(), ti.size, name, &tsb);
+    if (st.ok()) st = CheckMemberTarget(sb, tsb, t, name);
+    if (!st.ok()) return st.WithContext(path);
+    fds.push_back(std::move(tfd));
+  }
+  for (uint32_t t = 0; t < sb.target_count; ++t) {
+    const format::RegionEntry* data = format::FindDataRegion(sb, t);
+    targets[t].data_offset = data->offset;
+    targets[t].data_length = data->length;
   }
 
   const format::RegionEntry* dir = format::FindRegion(sb, format::RegionKind::kDirectory);
-  const format::RegionEntry* data = format::FindRegion(sb, format::RegionKind::kData);
+  const format::RegionEntry* data = format::FindDataRegion(sb, 0);
   // The region was bounds-checked against the file size, so this allocation
   // is never larger than the file.
   std::shared_ptr<std::byte> region = AllocateLarge(dir->length);
   if (!region) return Status::Unavailable(path + ": cannot allocate the directory");
-  DLFS_RETURN_IF_ERROR(PreadFull(fd.get(), region.get(), dir->length, dir->offset, path));
+  DLFS_RETURN_IF_ERROR(PreadFull(fds[0].get(), region.get(), dir->length, dir->offset, path));
   const uint32_t crc = crc32c::Value(region.get(), dir->length);
   if (crc != dir->crc32c) {
     return Status::Corruption(path + ": directory checksum mismatch (stored " + Hex32(dir->crc32c) +
@@ -71,10 +195,10 @@ Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path) {
   expected.dir_count = sb.dir_count;
   expected.class_count = sb.class_count;
   expected.data_bytes = sb.data_bytes;
-  expected.data_begin = data->offset;
-  expected.data_end = data->offset + data->length;
   expected.data_alignment = sb.data_alignment;
-  expected.target_count = sb.target_count;
+  for (const TargetInfo& ti : targets) {
+    expected.data_regions.push_back({ti.data_offset, ti.data_offset + ti.data_length});
+  }
   DLFS_ASSIGN_OR_RETURN(SampleDirectory directory,
                         SampleDirectory::Create(std::move(region), dir->length, expected, path));
 
@@ -95,12 +219,15 @@ Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path) {
   info.directory_offset = dir->offset;
   info.directory_bytes = dir->length;
   info.data_alignment = sb.data_alignment;
-  info.targets.push_back(path);
-  // Samples are read at random: kernel readahead around each would read
-  // (and evict) neighbours nobody asked for. Large sequential reads, as in
-  // verify, are unaffected.
-  ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_RANDOM);
-  v->fds_.push_back(fd.release());
+  for (const TargetInfo& ti : targets) info.targets.push_back(ti.path);
+  info.target_details = std::move(targets);
+  for (ScopedFd& f : fds) {
+    // Samples are read at random: kernel readahead around each would read
+    // (and evict) neighbours nobody asked for. Large sequential reads, as in
+    // verify, are unaffected.
+    ::posix_fadvise(f.get(), 0, 0, POSIX_FADV_RANDOM);
+    v->fds_.push_back(f.release());
+  }
   return v;
 }
 
@@ -116,7 +243,7 @@ Status Volume::ReadInto(uint64_t index, std::span<std::byte> dst, bool verify) c
                                    " bytes for sample " + std::to_string(index) + " of " +
                                    std::to_string(s.length));
   }
-  Status st = PreadFull(fds_[s.target], dst.data(), dst.size(), s.offset, path_);
+  Status st = PreadFull(fds_[s.target], dst.data(), dst.size(), s.offset, info_.targets[s.target]);
   if (!st.ok()) return st.WithContext("sample " + std::to_string(index));
   return verify ? CheckSample(index, dst) : Status::Ok();
 }
@@ -138,14 +265,17 @@ Result<std::vector<std::byte>> Volume::Read(uint64_t index, bool verify) const {
 }
 
 Status Volume::CheckBackupSuperblock() const {
-  format::Superblock primary, copy;
-  const int fd = fds_[0];
-  DLFS_RETURN_IF_ERROR(PreadFull(fd, &primary, sizeof primary, 0, path_));
-  DLFS_RETURN_IF_ERROR(PreadFull(fd, &copy, sizeof copy, info_.volume_size - sizeof copy, path_));
-  if (std::memcmp(&primary, &copy, sizeof copy) != 0) {
-    return Status::Corruption(path_ +
-                              ": the superblock copy at the end of the file differs from "
-                              "the primary");
+  for (uint32_t t = 0; t < fds_.size(); ++t) {
+    const TargetInfo& ti = info_.target_details[t];
+    const std::string name = t == 0 ? path_ : "target " + std::to_string(t) + " (" + ti.path + ")";
+    format::Superblock primary, copy;
+    DLFS_RETURN_IF_ERROR(PreadFull(fds_[t], &primary, sizeof primary, 0, name));
+    DLFS_RETURN_IF_ERROR(PreadFull(fds_[t], &copy, sizeof copy, ti.size - sizeof copy, name));
+    if (std::memcmp(&primary, &copy, sizeof copy) != 0) {
+      return Status::Corruption(name +
+                                ": the superblock copy at the end of the file differs from "
+                                "the primary");
+    }
   }
   return Status::Ok();
 }

@@ -132,8 +132,8 @@ int Read(const char*, char* buf, size_t size, off_t offset, fuse_file_info* fi) 
     std::memcpy(buf, open->bytes.data() + offset, n);
     return static_cast<int>(n);
   }
-  const Status st =
-      PreadFull(c.volume->target_fd(s.target), buf, n, s.offset + offset, c.volume->path());
+  const Status st = PreadFull(c.volume->target_fd(s.target), buf, n, s.offset + offset,
+                              c.volume->info().targets[s.target]);
   if (!st.ok()) {
     std::fprintf(stderr, "dlfs mount: %s\n", st.message().c_str());
     return -EIO;

@@ -1,6 +1,11 @@
 // io_uring backend: one ring, fixed files, optionally registered buffers and
 // SQPOLL. Each op's tag travels in the SQE's user_data; completions are
 // matched by it, never by order.
+//
+// All targets of a volume share the ring (each is a fixed file, indexed by
+// target id). The ring is only the submission/completion channel: reads to
+// different files or devices proceed in parallel in the block layer, so up
+// to queue_depth reads spread over all targets are in flight together.
 #include <liburing.h>
 
 #include <unistd.h>

@@ -348,6 +348,15 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
   eo.sqpoll = options.sqpoll;
   eo.faults = options.faults;
   auto impl = std::make_unique<Impl>(volume, options, std::move(sampler));
+  // Every engine opens every target of the volume (as resolved and remapped
+  // by Volume::Open). A batch's reads go to whichever targets hold its
+  // samples, and one engine keeps them all in flight at once: with io_uring
+  // that is one ring with every target as a fixed file, which already keeps
+  // all devices busy — the kernel dispatches each read to its device's own
+  // queue, and the ring only carries submissions and completions. A ring
+  // per target would add threads and split queue_depth without adding
+  // device parallelism; the pread engine likewise serves every target from
+  // one thread pool.
   for (uint32_t k = 0; k < options.io_threads; ++k) {
     DLFS_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> engine,
                           CreateEngine(volume->info().targets, eo));

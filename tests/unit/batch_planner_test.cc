@@ -1,5 +1,6 @@
 #include "loader/batch_planner.h"
 
+#include <algorithm>
 #include <random>
 
 #include "dlfs/builder.h"
@@ -98,6 +99,50 @@ TEST_F(PlannerTest, CoalescingMergesNeighboursAndSplitsHugeSamples) {
   BatchPlan huge;
   CheckPlan({123}, {4096, true, 64 << 10, 1 << 20}, &huge);
   EXPECT_GE(huge.reads.size(), 3u);
+}
+
+// Targets are separate files: their offsets overlap (every data region starts
+// at 4096), so coalescing by offset alone would merge reads of different
+// files. Every sample must come from a read of its own target.
+TEST(PlannerTargetsTest, ReadsNeverSpanTargets) {
+  TempDir tmp;
+  auto b = VolumeBuilder::Create(tmp / "v.dlfs", {.targets = 4});
+  ASSERT_TRUE(b.ok());
+  for (int i = 0; i < 400; ++i) {
+    char name[16];
+    std::snprintf(name, sizeof name, "%05d", i);
+    ASSERT_OK((*b)->Add(name, testing::RandomBytes(100 + i % 700, i)));
+  }
+  ASSERT_OK((*b)->Finish());
+  auto v = Volume::Open(tmp / "v.dlfs");
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  const SampleDirectory& d = (*v)->directory();
+  std::vector<uint64_t> all(d.size());
+  for (uint64_t i = 0; i < all.size(); ++i) all[i] = i;
+  std::shuffle(all.begin(), all.end(), std::mt19937(4));
+  for (uint64_t gap : {uint64_t{0}, uint64_t{1} << 30}) {
+    BatchPlan plan;
+    PlanBatch(d, all, {.alignment = 4096, .coalesce = true, .coalesce_gap = gap}, &plan);
+    std::vector<bool> targets_seen(4, false);
+    for (size_t k = 0; k < all.size(); ++k) {
+      const SampleInfo s = d.sample(all[k]);
+      const uint64_t at = plan.sample_offsets[k];
+      auto r = std::find_if(plan.reads.begin(), plan.reads.end(), [&](const PlannedRead& r) {
+        return at >= r.buffer_offset && at < r.buffer_offset + r.length;
+      });
+      ASSERT_NE(r, plan.reads.end()) << all[k];
+      EXPECT_EQ(r->target, s.target) << "sample " << all[k] << ", gap " << gap;
+      EXPECT_EQ(r->offset + (at - r->buffer_offset), s.offset) << all[k];
+      targets_seen[s.target] = true;
+    }
+    EXPECT_EQ(targets_seen, std::vector<bool>(4, true));
+    // With an unbounded gap, one run per target (split only at max_read).
+    if (gap > 0) {
+      for (size_t i = 1; i < plan.reads.size(); ++i) {
+        EXPECT_LE(plan.reads[i - 1].target, plan.reads[i].target);
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -108,6 +108,91 @@ TEST(SuperblockTest, RefusesInconsistentLayout) {
   expect_corrupt(sb, "overflow");
 }
 
+// Target 1 of a two-target volume: its own data region in [4096, 8192) of a
+// 12288-byte file; target 0 (20480 bytes) holds data and the directory.
+Superblock ValidSecondTarget() {
+  Superblock sb = ValidSuperblock();
+  sb.target_count = 2;
+  sb.target_index = 1;
+  sb.volume_size = 12288;
+  sb.region_count = 3;
+  sb.regions[2] = {static_cast<uint32_t>(RegionKind::kData), 1, 4096, 4000, 0, 0};
+  sb.targets[1].size = 12288;
+  sb.targets[1].path_length = 4;
+  std::memcpy(sb.targets[1].path, "v.t1", 4);
+  SealSuperblock(&sb);
+  return sb;
+}
+
+TEST(SuperblockTest, MultiTargetTable) {
+  auto check = [](Superblock sb) {
+    SealSuperblock(&sb);
+    return CheckSuperblock(sb, 12288, "v.t1");
+  };
+  ASSERT_OK(check(ValidSecondTarget()));
+  EXPECT_EQ(FindDataRegion(ValidSecondTarget(), 1)->length, 4000u);
+  EXPECT_EQ(TargetPath(ValidSecondTarget().targets[1]), "v.t1");
+  // Target 0's regions are bounded by target 0's size from the table, not
+  // by this file's: a directory at 12288 lies beyond this 12288-byte file
+  // but inside target 0's 20480 bytes.
+  Superblock sb = ValidSecondTarget();
+  sb.regions[1].offset = 12288;
+  EXPECT_OK(check(sb));
+
+  auto expect_corrupt = [&](Superblock sb, const char* what, const char* says) {
+    const Status st = check(sb);
+    EXPECT_EQ(st.code(), StatusCode::kCorruption) << what << ": " << st.ToString();
+    EXPECT_NE(st.message().find(says), std::string::npos) << what << ": " << st.message();
+  };
+  sb = ValidSecondTarget();
+  sb.targets[1].path_length = 0;
+  expect_corrupt(sb, "no path", "bad target table");
+  sb = ValidSecondTarget();
+  sb.targets[1].path_length = 241;
+  expect_corrupt(sb, "long path", "bad target table");
+  sb = ValidSecondTarget();
+  sb.targets[1].path[2] = '\0';
+  expect_corrupt(sb, "NUL in path", "NUL");
+  sb = ValidSecondTarget();
+  sb.targets[0].path_length = 1;
+  sb.targets[0].path[0] = 'x';
+  expect_corrupt(sb, "target 0 with a path", "target 0 has a path");
+  sb = ValidSecondTarget();
+  sb.targets[0].flags = 1;
+  expect_corrupt(sb, "flags", "flags");
+  sb = ValidSecondTarget();
+  sb.targets[0].size = 4096;
+  expect_corrupt(sb, "target too small", "too small");
+  sb = ValidSecondTarget();
+  sb.targets[1].size = 16384;  // not this file's size
+  expect_corrupt(sb, "own size", "not this file's");
+  sb = ValidSecondTarget();
+  sb.regions[2].length = 8192;  // over target 1's copy
+  expect_corrupt(sb, "region past its target", "outside the volume");
+  sb = ValidSecondTarget();
+  sb.regions[1].offset = 20480;  // past target 0's end
+  expect_corrupt(sb, "region past target 0", "outside the volume");
+  sb = ValidSecondTarget();
+  sb.regions[1].target = 1;
+  sb.regions[1].offset = 4096;
+  expect_corrupt(sb, "directory on target 1", "not on target 0");
+  sb = ValidSecondTarget();
+  sb.regions[2].target = 0;  // two data regions on target 0, none on 1
+  expect_corrupt(sb, "missing data region", "data region on target");
+  sb = ValidSecondTarget();
+  sb.region_count = 2;
+  expect_corrupt(sb, "data region not counted", "data region on target 1");
+  sb = ValidSecondTarget();
+  sb.data_bytes = 4096 + 4001;  // more than both data regions
+  expect_corrupt(sb, "data bytes", "data byte count");
+  sb = ValidSecondTarget();
+  sb.data_bytes = 4096 + 4000;  // exactly both
+  EXPECT_OK(check(sb));
+  sb = ValidSecondTarget();
+  sb.target_count = 9;
+  expect_corrupt(sb, "too many targets", "target count 9");
+}
+
 TEST(SuperblockTest, UuidFormatting) {
   uint8_t u[16];
   for (int i = 0; i < 16; ++i) u[i] = static_cast<uint8_t>(i * 17);
