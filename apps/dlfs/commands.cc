@@ -357,6 +357,7 @@ int RunVerify(const VerifyArgs& args) {
 }
 
 int RunEpoch(const EpochArgs& args) {
+  if (LaunchedByMpirun()) return RunEpochMpi(args);
   auto vol = OpenVolume(args.volume, args.target_map);
   if (!vol.ok()) return Fail(vol.status());
   SamplerOptions so;
@@ -414,6 +415,10 @@ double Percentile(std::vector<double> v, double p) {
 }  // namespace
 
 int RunBench(const BenchArgs& args) {
+  if (LaunchedByMpirun()) return RunBenchMpi(args);
+  if (args.shard_local || args.private_open) {
+    return Fail(Status::InvalidArgument("--shard-local and --private-open need mpirun"));
+  }
   auto vol = OpenVolume(args.volume, args.target_map);
   if (!vol.ok()) return Fail(vol.status());
   auto engine = ParseEngineKind(args.engine);
@@ -601,6 +606,10 @@ int RunLmdbInfo(const LmdbInfoArgs& args) {
 
 #ifndef DLFS_HAVE_MPI
 namespace dlfs::cli {
+bool LaunchedByMpirun() { return false; }
+int RunEpochMpi(const EpochArgs&) { return kExitError; }
+int RunBenchMpi(const BenchArgs&) { return kExitError; }
+
 int RunLmdbRead(const LmdbReadArgs&) {
   std::fprintf(stderr,
                "dlfs: lmdb read needs MPI, and this dlfs was built without it "

@@ -95,8 +95,18 @@ struct BenchArgs {
   bool sqpoll = false;
   bool drop_cache = false;
   bool json = false;
+  // Under mpirun only:
+  bool shard_local = false;  // read own node's target, fetch the rest over MPI
+  uint32_t window = 8;       // batches per shard exchange
+  bool private_open = false;  // every rank reads the directory (no shared window)
 };
 int RunBench(const BenchArgs& args);
+
+// Launched by mpirun (OpenMPI, MPICH or PMIx variables are set)? Then
+// `dlfs epoch` and `dlfs bench` run as one MPI job (apps/dlfs/mpi_commands.cc).
+bool LaunchedByMpirun();
+int RunEpochMpi(const EpochArgs& args);
+int RunBenchMpi(const BenchArgs& args);
 
 }  // namespace dlfs::cli
 

@@ -93,7 +93,10 @@ int main(int argc, char** argv) {
 
   EpochArgs epoch;
   auto* e = app.add_subcommand(
-      "epoch", "Print the sample indices one rank reads in one epoch, one per line, in order");
+      "epoch",
+      "Print the sample indices one rank reads in one epoch, one per line, in order.\n"
+      "Under mpirun: rank and world come from MPI, and rank 0 prints RANK<TAB>INDEX lines\n"
+      "for every rank.");
   e->add_option("volume", epoch.volume, "Volume file")->required();
   e->add_option("--target-map", epoch.target_map,
                 "Where to find targets other than 0, e.g. 1=/dev/nvme1n1,2=/data/v.t2\n"
@@ -111,7 +114,10 @@ int main(int argc, char** argv) {
 
   BenchArgs bench;
   auto* b = app.add_subcommand(
-      "bench", "Read full shuffled epochs through the batch loader and report throughput");
+      "bench",
+      "Read full shuffled epochs through the batch loader and report throughput.\n"
+      "Under mpirun: one job; the volume is opened collectively (one directory copy per\n"
+      "node) and rank 0 reports samples/s of all ranks together.");
   b->add_option("volume", bench.volume, "Volume file")->required();
   b->add_option("--target-map", bench.target_map,
                 "Where to find targets other than 0, e.g. 1=/dev/nvme1n1,2=/data/v.t2\n"
@@ -136,6 +142,14 @@ int main(int argc, char** argv) {
   b->add_flag("--drop-cache", bench.drop_cache,
               "Drop the page cache before each epoch (root), else fadvise(DONTNEED) the volume");
   b->add_flag("--json", bench.json, "One JSON object instead of text");
+  b->add_flag("--shard-local", bench.shard_local,
+              "mpirun: each node reads only target (node index mod targets); other samples "
+              "come from their node over MPI");
+  b->add_option("--window", bench.window, "mpirun --shard-local: batches per exchange")
+      ->capture_default_str();
+  b->add_flag("--private-open", bench.private_open,
+              "mpirun: every rank reads the directory itself (to compare with the collective "
+              "open)");
   b->callback([&] { rc = RunBench(bench); });
 
   LmdbInfoArgs lmdb_info;

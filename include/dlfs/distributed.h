@@ -18,6 +18,30 @@
 
 namespace dlfs {
 
+// What a collective open did on this rank.
+struct SharedOpenStats {
+  uint64_t metadata_bytes_read = 0;  // superblocks and directory read from storage
+  uint64_t window_bytes = 0;         // shared-window memory this rank allocated
+  double seconds = 0;
+};
+
+// Collective open of the volume whose target 0 is `path`. World rank 0 alone
+// reads the metadata (superblocks and directory) from storage and checks it;
+// node leaders receive the directory with MPI_Bcast straight into an MPI-3
+// shared window of their node (MPI_Win_allocate_shared), and every rank opens
+// the volume over that window in place: directory memory is per node, not
+// per rank. Every rank still opens the target files (to read samples) and
+// runs the usual checks on the bytes it uses. The same error on every rank
+// if any rank fails.
+//
+// The window lives as long as the returned Volume (and anything holding it,
+// such as a Loader). Releasing it frees the window, which is collective over
+// the node: drop the last reference on every rank of the node, before
+// MPI_Finalize.
+Result<std::shared_ptr<Volume>> OpenShared(MPI_Comm comm, const std::string& path,
+                                           const VolumeOpenOptions& options = {},
+                                           SharedOpenStats* stats = nullptr);
+
 // A Loader for this rank of `comm`: options.rank and options.world_size are
 // taken from the communicator. Collective: the ranks check that they agree on
 // the options that decide the permutation (sample count, seed, shuffle,

@@ -59,12 +59,26 @@ struct VolumeInfo {
   std::vector<TargetInfo> target_details;  // same order
 };
 
+// A volume's metadata as stored: what an MPI collective open
+// (dlfs/distributed.h) reads on one rank only and shares with the others.
+struct VolumeMetadata {
+  std::vector<std::vector<std::byte>> superblocks;  // each target's primary superblock
+  std::shared_ptr<const std::byte> directory;       // the directory region
+  uint64_t directory_bytes = 0;
+};
+
 struct VolumeOpenOptions {
   // Where to find target t instead of the path recorded in target 0's table,
   // e.g. {{1, "/dev/nvme1n1"}} when a namespace has a different device name
   // on this node. Keys must name targets 1 .. target count - 1 (target 0 is
   // the path given to Open). A mapped target is checked like any other.
   std::map<uint32_t, std::string> target_map;
+  // When set, these bytes stand in for the superblocks and the directory
+  // region: Open reads no metadata from storage (it still opens every
+  // target and checks its size). They get every check bytes read from disk
+  // get. The directory bytes are used in place, not copied: they must stay
+  // valid and unchanged for the Volume's life.
+  const VolumeMetadata* metadata = nullptr;
 };
 
 // Parses "1=/dev/nvme1n1,2=/data/v.dlfs.t2" (the CLI's --target-map) into a
@@ -112,6 +126,10 @@ class Volume {
   // Same, into a new buffer.
   Result<std::vector<std::byte>> Read(uint64_t index, bool verify = true) const;
 
+  // The metadata this volume was opened from: a copy of each target's
+  // superblock and a reference to the directory region in use.
+  VolumeMetadata metadata() const;
+
   // Checks the copy of the superblock at the end of every target: OK when
   // each is identical to that target's primary; otherwise Corruption naming
   // the first target whose copy differs.
@@ -130,6 +148,7 @@ class Volume {
   VolumeInfo info_;
   std::vector<int> fds_;
   SampleDirectory directory_;
+  VolumeMetadata metadata_;
 };
 
 }  // namespace dlfs

@@ -77,6 +77,25 @@ Status ReadSuperblock(int fd, uint64_t file_size, const std::string& name, forma
   return st;
 }
 
+// Takes target `name`'s superblock from `stored` (bytes handed over with the
+// metadata of a collective open) and runs the same checks as ReadSuperblock.
+Status LoadSuperblock(const std::vector<std::byte>& stored, uint64_t file_size,
+                      const std::string& name, format::Superblock* sb) {
+  if (stored.size() != sizeof *sb) {
+    return Status::InvalidArgument(name + ": the superblock handed over has " +
+                                   std::to_string(stored.size()) + " bytes, not " +
+                                   std::to_string(sizeof *sb));
+  }
+  std::memcpy(sb, stored.data(), sizeof *sb);
+  return format::CheckSuperblock(*sb, file_size, name);
+}
+
+std::vector<std::byte> SuperblockBytes(const format::Superblock& sb) {
+  std::vector<std::byte> out(sizeof sb);
+  std::memcpy(out.data(), &sb, sizeof sb);
+  return out;
+}
+
 // Where target `t` is, per target 0's table: absolute paths as they are,
 // relative ones from the directory holding target 0 as it was named, so a
 // volume's files can be moved together.
@@ -122,8 +141,20 @@ Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path,
   ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return Status::FromErrno(errno, path);
   DLFS_ASSIGN_OR_RETURN(const uint64_t file_size, FileSize(fd.get(), path));
+  const VolumeMetadata* md = options.metadata;
   format::Superblock sb;
-  DLFS_RETURN_IF_ERROR(ReadSuperblock(fd.get(), file_size, path, &sb));
+  if (md != nullptr && md->superblocks.empty()) {
+    return Status::InvalidArgument(path + ": metadata handed over without superblocks");
+  }
+  DLFS_RETURN_IF_ERROR(md ? LoadSuperblock(md->superblocks[0], file_size, path, &sb)
+                          : ReadSuperblock(fd.get(), file_size, path, &sb));
+  if (md != nullptr && md->superblocks.size() != sb.target_count) {
+    return Status::InvalidArgument(path + ": metadata handed over for " +
+                                   std::to_string(md->superblocks.size()) + " targets, volume has " +
+                                   std::to_string(sb.target_count));
+  }
+  VolumeMetadata kept;
+  kept.superblocks.push_back(SuperblockBytes(sb));
   if (sb.target_index != 0) {
     return Status::InvalidArgument(
         path + ": is target " + std::to_string(sb.target_index) + " of " +
@@ -167,9 +198,13 @@ Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path,
       if (st.ok()) ti.size = *size;
     }
     format::Superblock tsb;
-    if (st.ok()) st = ReadSuperblock(tfd.get(), ti.size, name, &tsb);
+    if (st.ok()) {
+      st = md ? LoadSuperblock(md->superblocks[t], ti.size, name, &tsb)
+              : ReadSuperblock(tfd.get(), ti.size, name, &tsb);
+    }
     if (st.ok()) st = CheckMemberTarget(sb, tsb, t, name);
     if (!st.ok()) return st.WithContext(path);
+    kept.superblocks.push_back(SuperblockBytes(tsb));
     fds.push_back(std::move(tfd));
   }
   for (uint32_t t = 0; t < sb.target_count; ++t) {
@@ -182,9 +217,22 @@ Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path,
   const format::RegionEntry* data = format::FindDataRegion(sb, 0);
   // The region was bounds-checked against the file size, so this allocation
   // is never larger than the file.
-  std::shared_ptr<std::byte> region = AllocateLarge(dir->length);
-  if (!region) return Status::Unavailable(path + ": cannot allocate the directory");
-  DLFS_RETURN_IF_ERROR(PreadFull(fds[0].get(), region.get(), dir->length, dir->offset, path));
+  std::shared_ptr<const std::byte> region;
+  if (md != nullptr) {
+    if (md->directory == nullptr || md->directory_bytes != dir->length) {
+      return Status::InvalidArgument(path + ": directory handed over has " +
+                                     std::to_string(md->directory_bytes) + " bytes, volume's has " +
+                                     std::to_string(dir->length));
+    }
+    region = md->directory;
+  } else {
+    std::shared_ptr<std::byte> fresh = AllocateLarge(dir->length);
+    if (!fresh) return Status::Unavailable(path + ": cannot allocate the directory");
+    DLFS_RETURN_IF_ERROR(PreadFull(fds[0].get(), fresh.get(), dir->length, dir->offset, path));
+    region = std::move(fresh);
+  }
+  kept.directory = region;
+  kept.directory_bytes = dir->length;
   const uint32_t crc = crc32c::Value(region.get(), dir->length);
   if (crc != dir->crc32c) {
     return Status::Corruption(path + ": directory checksum mismatch (stored " + Hex32(dir->crc32c) +
@@ -205,6 +253,7 @@ Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path,
   std::shared_ptr<Volume> v(new Volume());
   v->path_ = path;
   v->directory_ = std::move(directory);
+  v->metadata_ = std::move(kept);
   VolumeInfo& info = v->info_;
   info.format_version = sb.format_version;
   info.uuid = format::FormatUuid(sb.uuid);
@@ -230,6 +279,8 @@ Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path,
   }
   return v;
 }
+
+VolumeMetadata Volume::metadata() const { return metadata_; }
 
 Status Volume::ReadInto(uint64_t index, std::span<std::byte> dst, bool verify) const {
   if (index >= directory_.size()) {

@@ -59,27 +59,6 @@ class Stopwatch {
   double start_;
 };
 
-// The status of the lowest-ranked rank whose `local` is not OK, on every rank
-// of `comm` (OK when all are). Collective; it also acts as a barrier.
-Status AgreeStatus(MPI_Comm comm, const Status& local) {
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  const int mine = local.ok() ? INT_MAX : rank;
-  int first = INT_MAX;
-  MPI_Request request;
-  MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm, &request);
-  WaitPolitely(&request);
-  if (first == INT_MAX) return Status::Ok();
-  int header[2] = {static_cast<int>(local.code()), static_cast<int>(local.message().size())};
-  MPI_Bcast(header, 2, MPI_INT, first, comm);
-  std::string message = local.message();
-  message.resize(static_cast<size_t>(header[1]));
-  MPI_Bcast(message.data(), header[1], MPI_CHAR, first, comm);
-  if (rank == first) return local;
-  return Status(static_cast<StatusCode>(header[0]),
-                "rank " + std::to_string(first) + ": " + message);
-}
-
 std::string DataFile(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return path + "/data.mdb";
@@ -234,7 +213,7 @@ class BaselineReader final : public LmdbioReader {
     }
     times_.setup = Now() - start;
     description_ = "baseline: liblmdb mmap cursor on every rank, skipping others' records";
-    return AgreeStatus(comm_, st);
+    return AgreeOnStatus(comm_, st);
   }
 
   Status Next() override {
@@ -262,7 +241,7 @@ class BaselineReader final : public LmdbioReader {
       // Stands for the per-iteration gradient allreduce that keeps Caffe's
       // ranks in step; it also makes errors collective.
       Stopwatch w(times_.wait);
-      st = AgreeStatus(comm_, st);
+      st = AgreeOnStatus(comm_, st);
     }
     if (!st.ok()) return broken_ = st;
     offsets_.push_back(buffer_.size());
@@ -485,7 +464,7 @@ class WindowReader final : public LmdbioReader {
         st = engine.status();
       }
     }
-    DLFS_RETURN_IF_ERROR(AgreeStatus(comm, st));
+    DLFS_RETURN_IF_ERROR(AgreeOnStatus(comm, st));
     if (!prov()) {
       // Readers know the record count; share it with the rest of the node.
       MPI_Bcast(&entries_, 1, MPI_UINT64_T, 0, topo_->node());
@@ -523,7 +502,7 @@ class WindowReader final : public LmdbioReader {
       Status st = ReadStep(i / iters_per_step_);
       {
         Stopwatch w(times_.wait);
-        st = AgreeStatus(topo_->world(), st);
+        st = AgreeOnStatus(topo_->world(), st);
       }
       if (!st.ok()) return broken_ = st;
       window_->Sync();
@@ -579,7 +558,7 @@ class WindowReader final : public LmdbioReader {
         st = map.status();
       }
     }
-    DLFS_RETURN_IF_ERROR(AgreeStatus(comm, st));
+    DLFS_RETURN_IF_ERROR(AgreeOnStatus(comm, st));
     uint64_t header[3] = {entries_, file_size_, page_size_};
     MPI_Bcast(header, 3, MPI_UINT64_T, 0, comm);
     entries_ = header[0];

@@ -1,6 +1,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -30,6 +31,25 @@ void WaitPolitely(MPI_Request* request, MPI_Status* status) {
     nanosleep(&pause, nullptr);
     pause.tv_nsec = std::min<long>(pause.tv_nsec * 2, 200'000);
   }
+}
+
+Status AgreeOnStatus(MPI_Comm comm, const Status& local) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  const int mine = local.ok() ? INT_MAX : rank;
+  int first = INT_MAX;
+  MPI_Request request;
+  MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm, &request);
+  WaitPolitely(&request);
+  if (first == INT_MAX) return Status::Ok();
+  int header[2] = {static_cast<int>(local.code()), static_cast<int>(local.message().size())};
+  MPI_Bcast(header, 2, MPI_INT, first, comm);
+  std::string message = local.message();
+  message.resize(static_cast<size_t>(header[1]));
+  MPI_Bcast(message.data(), header[1], MPI_CHAR, first, comm);
+  if (rank == first) return local;
+  return Status(static_cast<StatusCode>(header[0]),
+                "rank " + std::to_string(first) + ": " + message);
 }
 
 void BarrierPolitely(MPI_Comm comm) {

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,14 @@ class DistributedTest : public ::testing::Test {
                             static_cast<uint32_t>(i % 5)));
       }
       EXPECT_OK((*b)->Finish());
+      // The same samples over two targets: one per fake node.
+      auto two = VolumeBuilder::Create(*dir_ / "two.dlfs", {.align = 4096, .targets = 2});
+      EXPECT_TRUE(two.ok());
+      for (uint64_t i = 0; i < kSamples; ++i) {
+        EXPECT_OK((*two)->Add("c" + std::to_string(i % 5) + "/s" + std::to_string(i),
+                              SampleBytes(i), static_cast<uint32_t>(i % 5)));
+      }
+      EXPECT_OK((*two)->Finish());
     }
     MPI_Barrier(MPI_COMM_WORLD);
   }
@@ -108,6 +117,85 @@ TEST_F(DistributedTest, RanksThatDisagreeAreRefused) {
   EXPECT_NE(loader.status().message().find("disagree"), std::string::npos);
 }
 
+// The file (device, inode) and size of the mapping that holds `p` in this
+// process, from /proc/self/maps; inode 0 for anonymous memory.
+struct Backing {
+  uint64_t device = 0, inode = 0, bytes = 0;
+};
+Backing BackingOf(const void* p) {
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  std::FILE* f = std::fopen("/proc/self/maps", "r");
+  char line[4096];
+  Backing b;
+  while (f && std::fgets(line, sizeof line, f)) {
+    unsigned long lo, hi, offset, inode;
+    unsigned major, minor;
+    if (std::sscanf(line, "%lx-%lx %*s %lx %x:%x %lu", &lo, &hi, &offset, &major, &minor,
+                    &inode) == 6 &&
+        lo <= addr && addr < hi) {
+      b = {uint64_t{major} << 32 | minor, inode, hi - lo};
+      break;
+    }
+  }
+  if (f) std::fclose(f);
+  return b;
+}
+
+// Counts the distinct memory objects that hold the directory across all
+// ranks: a shared window is one file-backed object per node, a private copy
+// one anonymous mapping per rank.
+uint64_t DistinctDirectoryCopies(const Volume& v) {
+  const Backing mine = BackingOf(v.metadata().directory.get());
+  // Anonymous memory is private to each process: make it distinct by rank.
+  const uint64_t key[2] = {mine.device, mine.inode == 0 ? ~uint64_t(Rank()) : mine.inode};
+  std::vector<uint64_t> all(2 * Ranks());
+  MPI_Allgather(key, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, MPI_COMM_WORLD);
+  std::set<std::pair<uint64_t, uint64_t>> distinct;
+  for (int r = 0; r < Ranks(); ++r) distinct.insert({all[2 * r], all[2 * r + 1]});
+  return distinct.size();
+}
+
+// A collective open puts one directory copy in each node's shared window,
+// reads the metadata from storage on one rank only, and reads back the same
+// samples as a private open.
+TEST_F(DistributedTest, CollectiveOpenSharesTheDirectoryPerNode) {
+  TwoFakeNodes nodes;
+  SharedOpenStats stats;
+  auto shared = OpenShared(MPI_COMM_WORLD, *dir_ / "one.dlfs", {}, &stats);
+  ASSERT_TRUE(shared.ok()) << shared.status().ToString();
+  auto own = OpenVolume("one.dlfs");
+  ASSERT_TRUE(own);
+  const uint64_t dir_bytes = (*shared)->info().directory_bytes;
+
+  // Measured, not assumed: which memory holds each rank's directory.
+  EXPECT_EQ(DistinctDirectoryCopies(**shared), 2u);  // one per fake node
+  EXPECT_EQ(DistinctDirectoryCopies(*own), static_cast<uint64_t>(Ranks()));
+  EXPECT_NE(BackingOf((*shared)->metadata().directory.get()).inode, 0u);
+  EXPECT_GE(BackingOf((*shared)->metadata().directory.get()).bytes, dir_bytes);
+
+  uint64_t read_here = stats.metadata_bytes_read, read_total = 0, window = stats.window_bytes,
+           window_total = 0;
+  MPI_Allreduce(&read_here, &read_total, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(&window, &window_total, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  EXPECT_EQ(read_here > 0, Rank() == 0);
+  EXPECT_GE(read_total, dir_bytes);
+  EXPECT_EQ(window_total, 2 * dir_bytes);
+
+  for (uint64_t i = 0; i < kSamples; i += 37) {
+    auto a = (*shared)->Read(i);
+    auto b = own->Read(i);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(*a, *b);
+    EXPECT_EQ((*shared)->directory().Path(i), own->directory().Path(i));
+  }
+}
+
+TEST_F(DistributedTest, CollectiveOpenErrorsReachEveryRank) {
+  auto missing = OpenShared(MPI_COMM_WORLD, *dir_ / "missing.dlfs");
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("missing.dlfs"), std::string::npos);
+}
+
 // Collects every batch of `epochs` epochs as (indices, bytes).
 template <typename L>
 std::vector<std::pair<std::vector<uint64_t>, std::vector<std::vector<std::byte>>>> ReadAll(
@@ -162,6 +250,37 @@ TEST_F(DistributedTest, ShardLocalEqualsLocalReading) {
       EXPECT_GT(st.bytes_received, 0u);
     }
   }
+}
+
+// One target per fake node: each node reads its own target and fetches the
+// other's samples; the batches still equal local reading of every target,
+// and the bytes equal the one-target volume's.
+TEST_F(DistributedTest, ShardLocalOverTwoTargets) {
+  TwoFakeNodes nodes;
+  auto two = OpenShared(MPI_COMM_WORLD, *dir_ / "two.dlfs");
+  ASSERT_TRUE(two.ok()) << two.status().ToString();
+  ASSERT_EQ((*two)->target_count(), 2u);
+  auto one = OpenVolume("one.dlfs");
+  ASSERT_TRUE(one);
+  LoaderOptions o;
+  o.batch_size = 16;
+  o.seed = 11;
+  ShardLoaderOptions so;
+  so.loader = o;
+  so.window_batches = 3;
+  auto shard = ShardLoader::Create(MPI_COMM_WORLD, *two, so);
+  ASSERT_TRUE(shard.ok()) << shard.status().ToString();
+  auto local = CreateLoader(MPI_COMM_WORLD, *two, o);
+  auto single = CreateLoader(MPI_COMM_WORLD, one, o);
+  ASSERT_TRUE(local.ok() && single.ok());
+  const auto got = ReadAll(**shard, 2);
+  EXPECT_TRUE(got == ReadAll(**local, 2)) << "rank " << Rank();
+  EXPECT_TRUE(got == ReadAll(**single, 2)) << "rank " << Rank();
+  // Both nodes hold about half: each rank reads some and fetches some.
+  const ShardLoaderStats& st = (*shard)->stats();
+  EXPECT_GT(st.local_samples, 0u);
+  EXPECT_GT(st.remote_samples, 0u);
+  EXPECT_GT(st.served_samples, 0u);
 }
 
 // A read failure on the owner reaches the requester as an error naming the

@@ -1,0 +1,110 @@
+// OpenShared: one metadata read per job, one directory copy per node.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "dlfs/distributed.h"
+
+namespace dlfs {
+
+namespace {
+
+// Owns a node's shared window. The Volume's directory pointer shares
+// ownership of it (aliasing shared_ptr), so the window is freed, collectively
+// over the node, when the last Volume using it goes.
+struct SharedDirectory {
+  MPI_Win window = MPI_WIN_NULL;
+  ~SharedDirectory() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized || window == MPI_WIN_NULL) return;
+    MPI_Win_unlock_all(window);
+    MPI_Win_free(&window);
+  }
+};
+
+// MPI counts are ints: broadcast large buffers in pieces.
+void BcastBytes(std::byte* data, uint64_t n, int root, MPI_Comm comm) {
+  constexpr uint64_t kPiece = uint64_t{1} << 30;
+  for (uint64_t at = 0; at < n; at += kPiece) {
+    MPI_Bcast(data + at, static_cast<int>(std::min(kPiece, n - at)), MPI_BYTE, root, comm);
+  }
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Volume>> OpenShared(MPI_Comm comm, const std::string& path,
+                                           const VolumeOpenOptions& options,
+                                           SharedOpenStats* stats) {
+  const auto start = std::chrono::steady_clock::now();
+  SharedOpenStats local_stats;
+  DLFS_ASSIGN_OR_RETURN(NodeTopology topo, NodeTopology::Create(comm));
+
+  // 1. Rank 0 reads and checks the metadata.
+  std::shared_ptr<Volume> first;
+  VolumeMetadata md;
+  Status st;
+  if (topo.rank() == 0) {
+    VolumeOpenOptions o = options;
+    o.metadata = nullptr;
+    auto v = Volume::Open(path, o);
+    if (v.ok()) {
+      first = *v;
+      md = first->metadata();
+      for (const auto& sb : md.superblocks) local_stats.metadata_bytes_read += sb.size();
+      local_stats.metadata_bytes_read += md.directory_bytes;
+    } else {
+      st = v.status();
+    }
+  }
+  DLFS_RETURN_IF_ERROR(AgreeOnStatus(comm, st));
+
+  // 2. Everyone gets the superblocks (a few KB).
+  uint64_t header[3] = {md.superblocks.size(),
+                        md.superblocks.empty() ? 0 : md.superblocks[0].size(),
+                        md.directory_bytes};
+  MPI_Bcast(header, 3, MPI_UINT64_T, 0, comm);
+  md.superblocks.resize(header[0]);
+  for (auto& sb : md.superblocks) {
+    sb.resize(header[1]);
+    BcastBytes(sb.data(), sb.size(), 0, comm);
+  }
+  md.directory_bytes = header[2];
+
+  // 3. One window per node; leaders receive the directory straight into it.
+  auto holder = std::make_shared<SharedDirectory>();
+  void* mine = nullptr;
+  const uint64_t window_bytes = topo.local_rank() == 0 ? std::max<uint64_t>(md.directory_bytes, 1) : 0;
+  const int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(window_bytes), 1, MPI_INFO_NULL,
+                                         topo.node(), &mine, &holder->window);
+  if (rc != MPI_SUCCESS) return MpiError(rc, path + ": allocating the shared directory window");
+  local_stats.window_bytes = window_bytes;
+  MPI_Win_lock_all(MPI_MODE_NOCHECK, holder->window);
+  MPI_Aint size = 0;
+  int disp = 0;
+  void* base = nullptr;
+  MPI_Win_shared_query(holder->window, 0, &size, &disp, &base);
+  auto* dir = static_cast<std::byte*>(base);
+  if (topo.local_rank() == 0) {
+    if (topo.rank() == 0) std::memcpy(dir, md.directory.get(), md.directory_bytes);
+    BcastBytes(dir, md.directory_bytes, 0, topo.leaders());
+  }
+  MPI_Win_sync(holder->window);
+  BarrierPolitely(topo.node());
+  MPI_Win_sync(holder->window);
+
+  // 4. Every rank opens over the shared copy (rank 0 drops its private one).
+  md.directory = std::shared_ptr<const std::byte>(holder, dir);
+  first.reset();
+  VolumeOpenOptions o = options;
+  o.metadata = &md;
+  auto v = Volume::Open(path, o);
+  st = v.ok() ? Status::Ok() : v.status();
+  DLFS_RETURN_IF_ERROR(AgreeOnStatus(comm, st));
+  local_stats.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (stats) *stats = local_stats;
+  return *v;
+}
+
+}  // namespace dlfs
