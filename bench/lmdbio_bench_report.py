@@ -10,7 +10,7 @@ import statistics
 import sys
 
 MODES = ["baseline", "lmm", "lmm-dm", "lmm-dio", "lmm-dio-prov", "lmm-dio-prov-coal",
-         "lmm-dio-prov-coal-stag"]
+         "lmm-dio-prov-coal-stag", "lmm-dio-prov-coal-stag@direct"]
 
 
 def main(path):
@@ -47,7 +47,7 @@ def main(path):
         n = nps[-1]
         print(f"\nAt np={n}: CPU seconds (user+sys, all ranks) and context switches "
               "(voluntary / involuntary), medians:\n")
-        print("| mode | CPU s | voluntary | involuntary | bytes read / bytes delivered |")
+        print("| mode | CPU s | voluntary | involuntary | bytes read or copied / delivered |")
         print("|---|---:|---:|---:|---:|")
         for mode in MODES:
             rs = by.get((db, n, mode), [])

@@ -8,7 +8,8 @@
 #
 #   bench/run_lmdbio_bench.sh        (as root: it drops the page cache)
 #
-# Every run is `mpirun -np P dlfs lmdb read DB --mode M --drop-cache --json`;
+# Every run is `mpirun -np P dlfs lmdb read DB --mode M --drop-cache --json`
+# (the last row adds `--engine uring --direct` to the full stack);
 # its digest must equal the baseline's for the same P (the run fails if not).
 # Modes from lmm-dm on use READERS readers per node (capped at P). Each
 # configuration runs REPS times in rotating order; the report shows medians
@@ -37,7 +38,8 @@ dbs=${DBS:-imagenet cifar}
 readers=${READERS:-2}
 results=${RESULTS:-$bench_dir/lmdbio_bench.jsonl}
 python=/usr/bin/python3
-modes="baseline lmm lmm-dm lmm-dio lmm-dio-prov lmm-dio-prov-coal lmm-dio-prov-coal-stag"
+# "MODE@direct": MODE with its explicit reads through io_uring with O_DIRECT.
+modes=${MODES:-baseline lmm lmm-dm lmm-dio lmm-dio-prov lmm-dio-prov-coal lmm-dio-prov-coal-stag lmm-dio-prov-coal-stag@direct}
 
 if [[ $(id -u) -ne 0 ]]; then
   echo "run_lmdbio_bench.sh: needs root to drop the page cache between runs" >&2
@@ -73,12 +75,14 @@ for db in $dbs; do make_db "$db"; done
 : >"$results"
 
 run_one() {  # db np mode rep
-  local db=$1 np=$2 mode=$3 rep=$4 out
+  local db=$1 np=$2 label=$3 rep=$4 out extra=()
+  local mode=${label%@direct}
+  [[ $label == *@direct ]] && extra=(--engine uring --direct)
   out=$(mpirun --allow-run-as-root --oversubscribe -np "$np" "$dlfs" lmdb read "$(db_path "$db")" \
     --mode "$mode" -b "$(batch_of "$db")" -n "$(iters_of "$db")" --readers-per-node "$readers" \
-    --drop-cache --json)
-  $python -c 'import json,sys; j=json.loads(sys.argv[1]); j.update(db=sys.argv[2], rep=int(sys.argv[3])); print(json.dumps(j))' \
-    "$out" "$db" "$rep" >>"$results"
+    --drop-cache --json "${extra[@]}")
+  $python -c 'import json,sys; j=json.loads(sys.argv[1]); j.update(db=sys.argv[2], rep=int(sys.argv[3]), mode=sys.argv[4]); print(json.dumps(j))' \
+    "$out" "$db" "$rep" "$label" >>"$results"
   $python -c 'import json,sys; j=json.loads(sys.argv[1]); print("%-9s np=%d %-24s %9.2f ms/iter" % (sys.argv[2], j["ranks"], j["mode"], j["ms_per_iter"]), file=sys.stderr)' \
     "$out" "$db"
 }

@@ -30,8 +30,7 @@ double CpuSeconds() {
 }
 
 double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // Runs `body(rank, world)` between MPI_Init and MPI_Finalize; every rank
@@ -69,6 +68,21 @@ Result<std::shared_ptr<Volume>> OpenForJob(const std::string& path, const std::s
   DLFS_RETURN_IF_ERROR(AgreeOnStatus(MPI_COMM_WORLD, v.ok() ? Status::Ok() : v.status()));
   stats->metadata_bytes_read = (*v)->info().directory_bytes;
   return v;
+}
+
+// This process's proportional set size (shared pages divided among the
+// processes mapping them), from /proc/self/smaps_rollup; 0 if unavailable.
+// Summed over ranks it is what the job's memory really costs.
+uint64_t PssBytes() {
+  std::FILE* f = std::fopen("/proc/self/smaps_rollup", "re");
+  if (f == nullptr) return 0;
+  char line[256];
+  uint64_t kb = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "Pss: %lu kB", &kb) == 1) break;
+  }
+  std::fclose(f);
+  return kb * 1024;
 }
 
 }  // namespace
@@ -114,8 +128,11 @@ int RunBenchMpi(const BenchArgs& args) {
   return WithMpi([&](int rank, int world) {
     SharedOpenStats open;
     MPI_Barrier(MPI_COMM_WORLD);
+    const uint64_t pss_before = PssBytes();
     auto vol = OpenForJob(args.volume, args.target_map, args.private_open, &open);
     if (!vol.ok()) return FailOnRank0(rank, vol.status());
+    MPI_Barrier(MPI_COMM_WORLD);  // every rank has touched the shared copy
+    const double pss_open = static_cast<double>(PssBytes()) - static_cast<double>(pss_before);
     auto engine = ParseEngineKind(args.engine);
     if (!engine.ok()) return FailOnRank0(rank, engine.status());
     LoaderOptions o;
@@ -192,8 +209,8 @@ int RunBenchMpi(const BenchArgs& args) {
                           {"mb_per_s", sum[1] / max[2] / 1e6},
                           {"cpu_s_per_gb", sum[1] > 0 ? sum[3] / (sum[1] / 1e9) : 0.0}});
         if (!args.json) {
-          std::printf("epoch %u: %.0f samples in %.2f s: %.0f samples/s, %.1f MB/s (%d ranks)\n",
-                      e, sum[0], max[2], sum[0] / max[2], sum[1] / max[2] / 1e6, world);
+          std::printf("epoch %u: %.0f samples in %.2f s: %.0f samples/s, %.1f MB/s (%d ranks)\n", e,
+                      sum[0], max[2], sum[0] / max[2], sum[1] / max[2] / 1e6, world);
         }
         total_seconds += max[2];
         total_samples += static_cast<uint64_t>(sum[0]);
@@ -202,14 +219,18 @@ int RunBenchMpi(const BenchArgs& args) {
 
     // Job-wide: open cost and what moved between nodes.
     ShardLoaderStats ss = shard ? shard->stats() : ShardLoaderStats{};
-    double mine[5] = {open.seconds, static_cast<double>(open.metadata_bytes_read),
-                      static_cast<double>(open.window_bytes), static_cast<double>(ss.bytes_received),
-                      static_cast<double>(ss.remote_samples)};
-    double sum[5], max[5];
-    MPI_Reduce(mine, sum, 5, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
-    MPI_Reduce(mine, max, 5, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    double mine[6] = {open.seconds,
+                      static_cast<double>(open.metadata_bytes_read),
+                      static_cast<double>(open.window_bytes),
+                      static_cast<double>(ss.bytes_received),
+                      static_cast<double>(ss.remote_samples),
+                      pss_open};
+    double sum[6], max[6];
+    MPI_Reduce(mine, sum, 6, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    MPI_Reduce(mine, max, 6, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
     if (rank != 0) return kExitOk;
-    const std::string description = shard ? shard->engine_description() : loader->engine_description();
+    const std::string description =
+        shard ? shard->engine_description() : loader->engine_description();
     json j = {{"volume", args.volume},
               {"ranks", world},
               {"mode", args.shard_local ? "shard-local" : "local"},
@@ -223,6 +244,7 @@ int RunBenchMpi(const BenchArgs& args) {
               {"metadata_bytes_read", sum[1]},
               {"directory_window_bytes", sum[2]},
               {"directory_bytes", (*vol)->info().directory_bytes},
+              {"open_pss_bytes", sum[5]},
               {"mpi_bytes_received", sum[3]},
               {"remote_samples", sum[4]},
               {"epochs", epochs}};
@@ -237,6 +259,10 @@ int RunBenchMpi(const BenchArgs& args) {
     std::printf("samples/s    %.0f (all ranks)\n", j["samples_per_s"].get<double>());
     std::printf("open         %.3f s (slowest rank); %.0f metadata bytes read from storage\n",
                 max[0], sum[1]);
+    std::printf(
+        "memory       %.1f MB more proportional set size over all ranks after the open "
+        "(directory %.1f MB)\n",
+        sum[5] / 1e6, (*vol)->info().directory_bytes / 1e6);
     if (args.shard_local) {
       std::printf("exchanged    %.0f samples, %.1f MB over MPI\n", sum[4], sum[3] / 1e6);
     }

@@ -77,6 +77,11 @@ class SampleDirectory {
       uint64_t end = 0;
     };
     std::vector<DataRange> data_regions;
+    // Set only when these exact bytes already passed Create in this job
+    // (an MPI collective open hands one checked copy to every rank): the
+    // header and array bounds are still checked, the per-entry rules are
+    // not repeated.
+    bool already_validated = false;
   };
 
   // Validates `region` (the directory region of `volume_path`, `size` bytes)

@@ -65,6 +65,11 @@ struct VolumeMetadata {
   std::vector<std::vector<std::byte>> superblocks;  // each target's primary superblock
   std::shared_ptr<const std::byte> directory;       // the directory region
   uint64_t directory_bytes = 0;
+  // True when these exact directory bytes already passed every check of
+  // Volume::Open in this job (the collective open's rank 0 sets it before
+  // sharing them): the checksum and per-entry rules are then not repeated,
+  // only header and bounds checks. Never set it for bytes from elsewhere.
+  bool directory_validated = false;
 };
 
 struct VolumeOpenOptions {

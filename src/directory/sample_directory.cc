@@ -76,6 +76,10 @@ Result<SampleDirectory> SampleDirectory::Create(std::shared_ptr<const std::byte>
   d.classes_ = reinterpret_cast<const ClassEntry*>(base + h.classes_offset);
   d.strings_ = base + h.strings_offset;
   d.string_bytes_ = h.string_bytes;
+  if (expected.already_validated) {
+    d.region_ = std::move(region);
+    return d;
+  }
 
   auto name_ok = [&](uint32_t off, uint64_t len) {
     return off <= d.string_bytes_ && len <= d.string_bytes_ - off;

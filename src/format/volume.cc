@@ -150,8 +150,8 @@ Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path,
                           : ReadSuperblock(fd.get(), file_size, path, &sb));
   if (md != nullptr && md->superblocks.size() != sb.target_count) {
     return Status::InvalidArgument(path + ": metadata handed over for " +
-                                   std::to_string(md->superblocks.size()) + " targets, volume has " +
-                                   std::to_string(sb.target_count));
+                                   std::to_string(md->superblocks.size()) +
+                                   " targets, volume has " + std::to_string(sb.target_count));
   }
   VolumeMetadata kept;
   kept.superblocks.push_back(SuperblockBytes(sb));
@@ -233,7 +233,8 @@ Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path,
   }
   kept.directory = region;
   kept.directory_bytes = dir->length;
-  const uint32_t crc = crc32c::Value(region.get(), dir->length);
+  const bool validated = md != nullptr && md->directory_validated;
+  const uint32_t crc = validated ? dir->crc32c : crc32c::Value(region.get(), dir->length);
   if (crc != dir->crc32c) {
     return Status::Corruption(path + ": directory checksum mismatch (stored " + Hex32(dir->crc32c) +
                               ", computed " + Hex32(crc) + ")");
@@ -244,6 +245,7 @@ Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path,
   expected.class_count = sb.class_count;
   expected.data_bytes = sb.data_bytes;
   expected.data_alignment = sb.data_alignment;
+  expected.already_validated = validated;
   for (const TargetInfo& ti : targets) {
     expected.data_regions.push_back({ti.data_offset, ti.data_offset + ti.data_length});
   }

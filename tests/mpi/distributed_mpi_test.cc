@@ -130,8 +130,8 @@ Backing BackingOf(const void* p) {
   while (f && std::fgets(line, sizeof line, f)) {
     unsigned long lo, hi, offset, inode;
     unsigned major, minor;
-    if (std::sscanf(line, "%lx-%lx %*s %lx %x:%x %lu", &lo, &hi, &offset, &major, &minor,
-                    &inode) == 6 &&
+    if (std::sscanf(line, "%lx-%lx %*s %lx %x:%x %lu", &lo, &hi, &offset, &major, &minor, &inode) ==
+            6 &&
         lo <= addr && addr < hi) {
       b = {uint64_t{major} << 32 | minor, inode, hi - lo};
       break;
