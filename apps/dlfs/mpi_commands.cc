@@ -219,15 +219,17 @@ int RunBenchMpi(const BenchArgs& args) {
 
     // Job-wide: open cost and what moved between nodes.
     ShardLoaderStats ss = shard ? shard->stats() : ShardLoaderStats{};
-    double mine[6] = {open.seconds,
+    double mine[8] = {open.seconds,
                       static_cast<double>(open.metadata_bytes_read),
                       static_cast<double>(open.window_bytes),
                       static_cast<double>(ss.bytes_received),
                       static_cast<double>(ss.remote_samples),
-                      pss_open};
-    double sum[6], max[6];
-    MPI_Reduce(mine, sum, 6, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
-    MPI_Reduce(mine, max, 6, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+                      pss_open,
+                      ss.io_seconds,
+                      ss.exchange_seconds};
+    double sum[8], max[8];
+    MPI_Reduce(mine, sum, 8, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    MPI_Reduce(mine, max, 8, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
     if (rank != 0) return kExitOk;
     const std::string description =
         shard ? shard->engine_description() : loader->engine_description();
@@ -247,6 +249,8 @@ int RunBenchMpi(const BenchArgs& args) {
               {"open_pss_bytes", sum[5]},
               {"mpi_bytes_received", sum[3]},
               {"remote_samples", sum[4]},
+              {"shard_io_seconds_max", max[6]},
+              {"shard_exchange_seconds_max", max[7]},
               {"epochs", epochs}};
     if (args.json) {
       std::cout << j.dump(2) << '\n';
@@ -264,7 +268,10 @@ int RunBenchMpi(const BenchArgs& args) {
         "(directory %.1f MB)\n",
         sum[5] / 1e6, (*vol)->info().directory_bytes / 1e6);
     if (args.shard_local) {
-      std::printf("exchanged    %.0f samples, %.1f MB over MPI\n", sum[4], sum[3] / 1e6);
+      std::printf(
+          "exchanged    %.0f samples, %.1f MB over MPI; slowest rank: %.2f s in "
+          "exchanges, of which %.2f s reading\n",
+          sum[4], sum[3] / 1e6, max[7], max[6]);
     }
     return kExitOk;
   });

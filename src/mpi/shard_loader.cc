@@ -53,10 +53,25 @@ Result<std::unique_ptr<Loader>> CreateLoader(MPI_Comm comm, std::shared_ptr<Volu
 
 // ---------------------------------------------------------------------------
 
-// The bytes of one window: what this rank read itself and what it received.
+// A growable buffer of huge-page-backed memory (AllocateLarge): on VMs,
+// faulting in fresh 4 KiB pages for every window cost more than moving the
+// bytes, so buffers are also reused across windows.
+struct Buffer {
+  std::shared_ptr<std::byte> data;
+  uint64_t capacity = 0;
+  bool Reserve(uint64_t n) {
+    if (n <= capacity && data) return true;
+    capacity = std::max<uint64_t>(n + n / 4, 1);
+    data = AllocateLarge(capacity);
+    return data != nullptr;
+  }
+};
+
+// The bytes of one window: what this rank read itself (own samples and the
+// ones it serves) and what it received. Batches share ownership of it.
 struct WindowBytes {
-  std::shared_ptr<std::byte> local;  // aligned reads of own-node samples
-  std::vector<std::byte> received;   // samples from other nodes
+  Buffer local;
+  Buffer received;
 };
 
 class ShardLoader::Impl {
@@ -211,7 +226,11 @@ class ShardLoader::Impl {
     }
     std::vector<int> send_counts(ranks), recv_counts(ranks), sdispl(ranks), rdispl(ranks);
     for (int r = 0; r < ranks; ++r) send_counts[r] = static_cast<int>(ask[r].size());
-    MPI_Alltoall(send_counts.data(), 1, MPI_INT, recv_counts.data(), 1, MPI_INT, comm_);
+    // Non-blocking collectives waited on politely: ranks that arrive early
+    // must not spin on the cores the late ones need (more ranks than cores).
+    MPI_Request request;
+    MPI_Ialltoall(send_counts.data(), 1, MPI_INT, recv_counts.data(), 1, MPI_INT, comm_, &request);
+    WaitPolitely(&request);
     std::vector<uint64_t> send_ids, served;
     for (int r = 0; r < ranks; ++r) {
       sdispl[r] = static_cast<int>(send_ids.size());
@@ -223,15 +242,16 @@ class ShardLoader::Impl {
       total_in += recv_counts[r];
     }
     served.resize(total_in);
-    MPI_Alltoallv(send_ids.data(), send_counts.data(), sdispl.data(), MPI_UINT64_T, served.data(),
-                  recv_counts.data(), rdispl.data(), MPI_UINT64_T, comm_);
+    MPI_Ialltoallv(send_ids.data(), send_counts.data(), sdispl.data(), MPI_UINT64_T, served.data(),
+                   recv_counts.data(), rdispl.data(), MPI_UINT64_T, comm_, &request);
+    WaitPolitely(&request);
 
     // 2. Read own samples and the ones asked of us, in one engine batch.
     std::vector<uint64_t> to_read = own;
     to_read.insert(to_read.end(), served.begin(), served.end());
     std::vector<std::span<const std::byte>> got;
     std::vector<Status> got_status;
-    auto bytes = std::make_shared<WindowBytes>();
+    std::shared_ptr<WindowBytes> bytes = AcquireWindowBytes();
     const double io_start = Now();
     Status engine_status = ReadLocal(to_read, my_node, &bytes->local, &got, &got_status);
     stats_.io_seconds += Now() - io_start;
@@ -240,7 +260,7 @@ class ShardLoader::Impl {
     }
 
     // 3. Send the served samples back: bytes, then one status code each.
-    std::vector<int> byte_send(ranks, 0), byte_recv(ranks, 0), bsdispl(ranks), brdispl(ranks);
+    std::vector<int> byte_recv(ranks, 0), brdispl(ranks);
     const SampleDirectory& dir = volume_->directory();
     uint64_t out_bytes = 0, in_bytes = 0;
     for (int r = 0; r < ranks; ++r) {
@@ -252,32 +272,46 @@ class ShardLoader::Impl {
         return Status::InvalidArgument(
             "a shard exchange would move more than 2 GiB; use fewer window_batches");
       }
-      bsdispl[r] = static_cast<int>(out_bytes);
       brdispl[r] = static_cast<int>(in_bytes);
-      byte_send[r] = static_cast<int>(n);
       byte_recv[r] = static_cast<int>(m);
       out_bytes += n;
       in_bytes += m;
     }
-    std::vector<std::byte> out(out_bytes);
+    // The served samples go straight from the read buffer: one hindexed
+    // datatype per requester over their addresses (MPI_Alltoallw), no
+    // staging copy.
     std::vector<uint8_t> out_codes(served.size()), in_codes(send_ids.size());
-    for (size_t j = 0; j < served.size(); ++j) {
-      const Status& s = got_status[own.size() + j];
-      out_codes[j] = static_cast<uint8_t>(s.code());
-    }
-    {
-      uint64_t at = 0;
-      for (size_t j = 0; j < served.size(); ++j) {
-        const auto& src = got[own.size() + j];
-        if (got_status[own.size() + j].ok()) std::memcpy(out.data() + at, src.data(), src.size());
-        at += dir.sample(served[j]).length;
+    std::vector<MPI_Datatype> send_types(ranks, MPI_BYTE), recv_types(ranks, MPI_BYTE);
+    std::vector<int> type_counts(ranks, 0), zero(ranks, 0);
+    for (int r = 0; r < ranks; ++r) {
+      if (recv_counts[r] == 0) continue;
+      std::vector<int> lengths(recv_counts[r]);
+      std::vector<MPI_Aint> where_at(recv_counts[r]);
+      for (int j = 0; j < recv_counts[r]; ++j) {
+        const size_t k = own.size() + rdispl[r] + j;
+        out_codes[rdispl[r] + j] = static_cast<uint8_t>(got_status[k].code());
+        lengths[j] = static_cast<int>(got[k].size());
+        MPI_Get_address(got[k].data(), &where_at[j]);
       }
+      MPI_Type_create_hindexed(recv_counts[r], lengths.data(), where_at.data(), MPI_BYTE,
+                               &send_types[r]);
+      MPI_Type_commit(&send_types[r]);
+      type_counts[r] = 1;
     }
-    bytes->received.resize(in_bytes);
-    MPI_Alltoallv(out.data(), byte_send.data(), bsdispl.data(), MPI_BYTE, bytes->received.data(),
-                  byte_recv.data(), brdispl.data(), MPI_BYTE, comm_);
-    MPI_Alltoallv(out_codes.data(), recv_counts.data(), rdispl.data(), MPI_UINT8_T, in_codes.data(),
-                  send_counts.data(), sdispl.data(), MPI_UINT8_T, comm_);
+    if (!bytes->received.Reserve(in_bytes)) {
+      return Status::Unavailable("out of memory for a shard window");
+    }
+    std::byte* received = bytes->received.data.get();
+    MPI_Ialltoallw(MPI_BOTTOM, type_counts.data(), zero.data(), send_types.data(), received,
+                   byte_recv.data(), brdispl.data(), recv_types.data(), comm_, &request);
+    WaitPolitely(&request);
+    for (MPI_Datatype& t : send_types) {
+      if (t != MPI_BYTE) MPI_Type_free(&t);
+    }
+    MPI_Ialltoallv(out_codes.data(), recv_counts.data(), rdispl.data(), MPI_UINT8_T,
+                   in_codes.data(), send_counts.data(), sdispl.data(), MPI_UINT8_T, comm_,
+                   &request);
+    WaitPolitely(&request);
 
     // 4. This window's samples in reading order.
     std::vector<std::vector<uint64_t>> offset_in(ranks);
@@ -299,7 +333,7 @@ class ShardLoader::Impl {
         continue;
       }
       const uint8_t code = in_codes[sdispl[server] + slot];
-      samples_[i] = {bytes->received.data() + offset_in[server][slot], dir.sample(index).length};
+      samples_[i] = {received + offset_in[server][slot], dir.sample(index).length};
       if (code != 0) {
         status_[i] =
             Status(static_cast<StatusCode>(code),
@@ -323,7 +357,18 @@ class ShardLoader::Impl {
   // Reads `indices` (all held by `node`) with the engine into one aligned
   // buffer. Per-sample results go to *status; the return value is non-OK
   // only when the engine itself broke.
-  Status ReadLocal(const std::vector<uint64_t>& indices, int node, std::shared_ptr<std::byte>* buf,
+  // A window buffer no batch uses any more, or a new one (at most a few are
+  // kept: batches the caller still holds keep theirs alive).
+  std::shared_ptr<WindowBytes> AcquireWindowBytes() {
+    for (auto& w : pool_) {
+      if (w.use_count() == 1) return w;
+    }
+    auto w = std::make_shared<WindowBytes>();
+    if (pool_.size() < 3) pool_.push_back(w);
+    return w;
+  }
+
+  Status ReadLocal(const std::vector<uint64_t>& indices, int node, Buffer* buf,
                    std::vector<std::span<const std::byte>>* spans, std::vector<Status>* status) {
     const SampleDirectory& dir = volume_->directory();
     const uint64_t a = std::max<uint32_t>(engine_->alignment(), 1);
@@ -339,8 +384,8 @@ class ShardLoader::Impl {
     }
     spans->assign(indices.size(), {});
     status->assign(indices.size(), Status::Ok());
-    *buf = AllocateLarge(std::max<uint64_t>(total, 1));
-    if (!*buf) return Status::Unavailable("out of memory for a shard window");
+    if (!buf->Reserve(total)) return Status::Unavailable("out of memory for a shard window");
+    std::byte* base = buf->data.get();
     uint64_t cursor = 0;
     for (size_t i = 0; i < indices.size(); ++i) {
       const SampleInfo s = dir.sample(indices[i]);
@@ -352,8 +397,8 @@ class ShardLoader::Impl {
       }
       const uint64_t from = s.offset / a * a;
       const uint64_t to = (s.offset + s.length + a - 1) / a * a;
-      requests.push_back({s.target, from, to - from, buf->get() + cursor, ReadRequest::kNoSlot});
-      (*spans)[i] = {buf->get() + at[i], s.length};
+      requests.push_back({s.target, from, to - from, base + cursor, ReadRequest::kNoSlot});
+      (*spans)[i] = {base + at[i], s.length};
       cursor += to - from;
     }
     std::vector<Status> results(requests.size());
@@ -382,6 +427,7 @@ class ShardLoader::Impl {
   uint64_t window_first_position_ = 0;
   uint64_t window_end_ = 0;  // first batch after the window
   std::shared_ptr<WindowBytes> window_bytes_;
+  std::vector<std::shared_ptr<WindowBytes>> pool_;
   std::vector<std::span<const std::byte>> samples_;
   std::vector<Status> status_;
   ShardLoaderStats stats_;
