@@ -58,12 +58,15 @@ for rep in $(seq 1 "$reps"); do
       echo "rep $rep: open, $nodes node(s), $open" >&2
     done
   done
-  # B: local vs shard-local, cold cache, order alternating.
-  modes=(local shard-local)
-  ((rep % 2 == 0)) && modes=(shard-local local)
+  # B: local vs shard-local, with and without checksum verification, cold
+  # cache, order rotating.
+  modes=(local shard-local local-noverify shard-local-noverify)
+  shift_by=$(((rep - 1) % 4))
+  modes=("${modes[@]:shift_by}" "${modes[@]:0:shift_by}")
   for mode in "${modes[@]}"; do
     extra=()
-    [[ $mode == shard-local ]] && extra=(--shard-local)
+    [[ $mode == shard-local* ]] && extra+=(--shard-local)
+    [[ $mode == *-noverify ]] && extra+=(--no-verify)
     j=$(DLFS_RANKS_PER_NODE=2 "${mpirun[@]}" -np 4 "$dlfs" bench "$two" --drop-cache --json \
       "${extra[@]}")
     record "read $mode" "$j"
@@ -96,11 +99,16 @@ for nodes in (1, 4):
           f"| {med(p, 'open_pss_bytes') / med(c, 'open_pss_bytes'):.2f}× less | |")
 print("\n### Shard-local vs local reading, 4 ranks on 2 fake nodes, 2 targets, cold cache "
       "(median of %d)\n" % len(runs["read local"]))
-print("| mode | samples/s | MB over MPI | × local |")
-print("|---|---:|---:|---:|")
-base = med("read local", "samples_per_s")
-for mode in ("local", "shard-local"):
-    l = f"read {mode}"
-    print(f"| {mode} | {med(l, 'samples_per_s'):,.0f} | {med(l, 'mpi_bytes_received') / 1e6:,.0f} | "
-          f"{med(l, 'samples_per_s') / base:.2f}× |")
+print("| mode | checksums | samples/s | MB over MPI | exchange s (slowest rank) | "
+      "of which reading | × local |")
+print("|---|---|---:|---:|---:|---:|---:|")
+for verify in ("", "-noverify"):
+    base = med(f"read local{verify}", "samples_per_s")
+    for mode in ("local", "shard-local"):
+        l = f"read {mode}{verify}"
+        ex = f"{med(l, 'shard_exchange_seconds_max'):.2f}" if mode != "local" else "–"
+        io = f"{med(l, 'shard_io_seconds_max'):.2f}" if mode != "local" else "–"
+        print(f"| {mode} | {'off' if verify else 'on'} | {med(l, 'samples_per_s'):,.0f} | "
+              f"{med(l, 'mpi_bytes_received') / 1e6:,.0f} | {ex} | {io} | "
+              f"{med(l, 'samples_per_s') / base:.2f}× |")
 EOF
