@@ -55,11 +55,18 @@ int FailOnRank0(int rank, const Status& st) {
   return kExitError;
 }
 
+// Opens the volume for the job; with `shard_local`, each node opens only its
+// own targets (and target 0).
 Result<std::shared_ptr<Volume>> OpenForJob(const std::string& path, const std::string& target_map,
-                                           bool private_open, SharedOpenStats* stats) {
+                                           bool private_open, bool shard_local,
+                                           SharedOpenStats* stats) {
   VolumeOpenOptions o;
   if (!target_map.empty()) {
     DLFS_ASSIGN_OR_RETURN(o.target_map, ParseTargetMap(target_map));
+  }
+  if (shard_local) {
+    DLFS_ASSIGN_OR_RETURN(NodeTopology topo, NodeTopology::Create(MPI_COMM_WORLD));
+    o.open_only = ShardTargetsOfNode(topo.node_index(), topo.node_count());
   }
   if (!private_open) return OpenShared(MPI_COMM_WORLD, path, o, stats);
   const double start = Now();
@@ -97,7 +104,7 @@ bool LaunchedByMpirun() {
 int RunEpochMpi(const EpochArgs& args) {
   return WithMpi([&](int rank, int world) {
     SharedOpenStats stats;
-    auto vol = OpenForJob(args.volume, args.target_map, false, &stats);
+    auto vol = OpenForJob(args.volume, args.target_map, false, false, &stats);
     if (!vol.ok()) return FailOnRank0(rank, vol.status());
     LoaderOptions o;
     o.shuffle = !args.no_shuffle;
@@ -129,7 +136,7 @@ int RunBenchMpi(const BenchArgs& args) {
     SharedOpenStats open;
     MPI_Barrier(MPI_COMM_WORLD);
     const uint64_t pss_before = PssBytes();
-    auto vol = OpenForJob(args.volume, args.target_map, args.private_open, &open);
+    auto vol = OpenForJob(args.volume, args.target_map, args.private_open, args.shard_local, &open);
     if (!vol.ok()) return FailOnRank0(rank, vol.status());
     MPI_Barrier(MPI_COMM_WORLD);  // every rank has touched the shared copy
     const double pss_open = static_cast<double>(PssBytes()) - static_cast<double>(pss_before);

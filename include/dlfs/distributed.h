@@ -42,6 +42,11 @@ Result<std::shared_ptr<Volume>> OpenShared(MPI_Comm comm, const std::string& pat
                                            const VolumeOpenOptions& options = {},
                                            SharedOpenStats* stats = nullptr);
 
+// The targets node `node_index` of `node_count` holds in shard-local mode:
+// those with t mod node_count == node_index (target 0 is always opened as
+// well: it holds the directory). For VolumeOpenOptions::open_only.
+std::vector<uint32_t> ShardTargetsOfNode(int node_index, int node_count);
+
 // A Loader for this rank of `comm`: options.rank and options.world_size are
 // taken from the communicator. Collective: the ranks check that they agree on
 // the options that decide the permutation (sample count, seed, shuffle,
@@ -71,7 +76,9 @@ struct ShardLoaderStats {
 
 // Shard-local reading: target t of the volume lives on node t mod nodes
 // (pack with `--targets N` for N nodes and copy target t to node t's local
-// storage), and each node reads only its own target. A rank gets the samples
+// storage), and each node reads only its own target. Open the volume with
+// open_only = ShardTargetsOfNode(...) so a node needs only its own target
+// (and target 0) on its storage. A rank gets the samples
 // of other nodes from them over MPI: since the permutation is known, each
 // exchange fetches every remote sample of the next window_batches batches at
 // once (one MPI_Alltoallv for the requests, one for the bytes), so the global

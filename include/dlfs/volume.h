@@ -84,6 +84,14 @@ struct VolumeOpenOptions {
   // get. The directory bytes are used in place, not copied: they must stay
   // valid and unchanged for the Volume's life.
   const VolumeMetadata* metadata = nullptr;
+  // When non-empty, open only these targets (target 0, which holds the
+  // directory, always): a node holding just its own shard never needs to
+  // see the others. The others are described from target 0's table but not
+  // opened or checked; reading one of their samples is Unavailable naming
+  // the target. Ids the volume does not have are ignored. In `metadata`,
+  // the superblocks of targets not opened by the sender may be empty; this
+  // rank then reads its own targets' superblocks.
+  std::vector<uint32_t> open_only;
 };
 
 // Parses "1=/dev/nvme1n1,2=/data/v.dlfs.t2" (the CLI's --target-map) into a
@@ -144,7 +152,11 @@ class Volume {
 
   // The file descriptor of target `t` (read-only, close-on-exec), for I/O
   // engines that read the data region themselves. REQUIRES: t < target count.
-  int target_fd(uint32_t t) const { return fds_[t]; }
+  int target_fd(uint32_t t) const { return fds_[t]; }  // -1 if not opened (open_only)
+  bool target_open(uint32_t t) const { return fds_[t] >= 0; }
+  // info().targets with "" for targets not opened here: what an IoEngine
+  // for this volume is created with.
+  std::vector<std::string> OpenTargetPaths() const;
 
  private:
   Volume() = default;

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -26,7 +27,9 @@ std::string Hex32(uint32_t v) {
 }  // namespace
 
 Volume::~Volume() {
-  for (int fd : fds_) ::close(fd);
+  for (int fd : fds_) {
+    if (fd >= 0) ::close(fd);
+  }
 }
 
 Result<std::map<uint32_t, std::string>> ParseTargetMap(std::string_view spec) {
@@ -190,6 +193,14 @@ Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path,
                                                  : ResolveTargetPath(path, ti.stored_path);
     // Messages name the volume, then the target: "v.dlfs: target 1 (v.dlfs.t1): ...".
     const std::string name = "target " + std::to_string(t) + " (" + ti.path + ")";
+    if (!options.open_only.empty() && std::find(options.open_only.begin(), options.open_only.end(),
+                                                t) == options.open_only.end()) {
+      // Not needed here: described from target 0's table, not opened.
+      ti.size = sb.targets[t].size;
+      fds.emplace_back(-1);
+      kept.superblocks.emplace_back();
+      continue;
+    }
     ScopedFd tfd(::open(ti.path.c_str(), O_RDONLY | O_CLOEXEC));
     Status st = tfd.get() < 0 ? Status::FromErrno(errno, name) : Status::Ok();
     if (st.ok()) {
@@ -199,8 +210,9 @@ Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path,
     }
     format::Superblock tsb;
     if (st.ok()) {
-      st = md ? LoadSuperblock(md->superblocks[t], ti.size, name, &tsb)
-              : ReadSuperblock(tfd.get(), ti.size, name, &tsb);
+      st = md && !md->superblocks[t].empty()
+               ? LoadSuperblock(md->superblocks[t], ti.size, name, &tsb)
+               : ReadSuperblock(tfd.get(), ti.size, name, &tsb);
     }
     if (st.ok()) st = CheckMemberTarget(sb, tsb, t, name);
     if (!st.ok()) return st.WithContext(path);
@@ -284,6 +296,14 @@ Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path,
 
 VolumeMetadata Volume::metadata() const { return metadata_; }
 
+std::vector<std::string> Volume::OpenTargetPaths() const {
+  std::vector<std::string> paths = info_.targets;
+  for (uint32_t t = 0; t < fds_.size(); ++t) {
+    if (fds_[t] < 0) paths[t].clear();
+  }
+  return paths;
+}
+
 Status Volume::ReadInto(uint64_t index, std::span<std::byte> dst, bool verify) const {
   if (index >= directory_.size()) {
     return Status::InvalidArgument(path_ + ": sample index " + std::to_string(index) +
@@ -295,6 +315,11 @@ Status Volume::ReadInto(uint64_t index, std::span<std::byte> dst, bool verify) c
     return Status::InvalidArgument(path_ + ": buffer of " + std::to_string(dst.size()) +
                                    " bytes for sample " + std::to_string(index) + " of " +
                                    std::to_string(s.length));
+  }
+  if (fds_[s.target] < 0) {
+    return Status::Unavailable(path_ + ": sample " + std::to_string(index) + " is on target " +
+                               std::to_string(s.target) + " (" + info_.targets[s.target] +
+                               "), which is not open on this node");
   }
   Status st = PreadFull(fds_[s.target], dst.data(), dst.size(), s.offset, info_.targets[s.target]);
   if (!st.ok()) return st.WithContext("sample " + std::to_string(index));
@@ -319,6 +344,7 @@ Result<std::vector<std::byte>> Volume::Read(uint64_t index, bool verify) const {
 
 Status Volume::CheckBackupSuperblock() const {
   for (uint32_t t = 0; t < fds_.size(); ++t) {
+    if (fds_[t] < 0) continue;  // not opened here (open_only)
     const TargetInfo& ti = info_.target_details[t];
     const std::string name = t == 0 ? path_ : "target " + std::to_string(t) + " (" + ti.path + ")";
     format::Superblock primary, copy;

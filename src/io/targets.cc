@@ -23,6 +23,12 @@ Result<std::unique_ptr<Targets>> OpenTargets(const std::vector<std::string>& pat
   t->direct = direct;
   if (!direct) t->note = "direct I/O off by option";
   for (const std::string& path : paths) {
+    if (path.empty()) {
+      // A target this process does not read (a shard held by another
+      // node): no file; a read of it fails with EBADF, naming the target.
+      t->fds.push_back(-1);
+      continue;
+    }
     int fd = -1;
     if (t->direct) {
       fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
@@ -56,6 +62,7 @@ Result<std::unique_ptr<Targets>> OpenTargets(const std::vector<std::string>& pat
     // Some fds may have been opened with O_DIRECT before a later target
     // refused it; reopen all of them buffered so the engine is uniform.
     for (size_t i = 0; i < t->fds.size(); ++i) {
+      if (t->fds[i] < 0) continue;
       const int fd = ::open(paths[i].c_str(), O_RDONLY | O_CLOEXEC);
       if (fd < 0) return Status::FromErrno(errno, paths[i]);
       ::close(t->fds[i]);

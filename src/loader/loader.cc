@@ -359,7 +359,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
   // one thread pool.
   for (uint32_t k = 0; k < options.io_threads; ++k) {
     DLFS_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> engine,
-                          CreateEngine(volume->info().targets, eo));
+                          CreateEngine(volume->OpenTargetPaths(), eo));
     auto pool = std::make_shared<SlabPool>(engine->alignment());
     impl->workers_.push_back(Loader::Impl::Worker{std::move(engine), std::move(pool), {}});
   }

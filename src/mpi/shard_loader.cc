@@ -40,6 +40,14 @@ std::vector<uint64_t> PermutationKey(const Volume& volume, const LoaderOptions& 
 
 }  // namespace
 
+std::vector<uint32_t> ShardTargetsOfNode(int node_index, int node_count) {
+  std::vector<uint32_t> out;
+  for (uint32_t t = 0; t < 8; ++t) {  // format::kMaxTargets
+    if (node_count > 0 && static_cast<int>(t % node_count) == node_index) out.push_back(t);
+  }
+  return out;
+}
+
 Result<std::unique_ptr<Loader>> CreateLoader(MPI_Comm comm, std::shared_ptr<Volume> volume,
                                              LoaderOptions options) {
   int rank = 0, size = 1;
@@ -127,7 +135,7 @@ class ShardLoader::Impl {
       eo.queue_depth = o.queue_depth;
       eo.sqpoll = o.sqpoll;
       eo.faults = o.faults;
-      auto engine = CreateEngine(volume_->info().targets, eo);
+      auto engine = CreateEngine(volume_->OpenTargetPaths(), eo);
       if (engine.ok()) {
         engine_ = std::move(*engine);
         engine_description_ = engine_->description();

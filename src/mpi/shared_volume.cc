@@ -73,16 +73,18 @@ Result<std::shared_ptr<Volume>> OpenShared(MPI_Comm comm, const std::string& pat
   }
   DLFS_RETURN_IF_ERROR(AgreeOnStatus(comm, st));
 
-  // 2. Everyone gets the superblocks (a few KB).
-  uint64_t header[3] = {md.superblocks.size(),
-                        md.superblocks.empty() ? 0 : md.superblocks[0].size(), md.directory_bytes};
-  MPI_Bcast(header, 3, MPI_UINT64_T, 0, comm);
+  // 2. Everyone gets the superblocks (a few KB). One rank 0 did not open
+  // (open_only) arrives empty; the ranks holding that target read it.
+  uint64_t header[2] = {md.superblocks.size(), md.directory_bytes};
+  MPI_Bcast(header, 2, MPI_UINT64_T, 0, comm);
   md.superblocks.resize(header[0]);
+  md.directory_bytes = header[1];
   for (auto& sb : md.superblocks) {
-    sb.resize(header[1]);
+    uint64_t n = sb.size();
+    MPI_Bcast(&n, 1, MPI_UINT64_T, 0, comm);
+    sb.resize(n);
     BcastBytes(sb.data(), sb.size(), 0, comm);
   }
-  md.directory_bytes = header[2];
 
   // 3. One window per node; leaders receive the directory straight into it.
   auto holder = std::make_shared<SharedDirectory>();

@@ -257,9 +257,23 @@ TEST_F(DistributedTest, ShardLocalEqualsLocalReading) {
 // and the bytes equal the one-target volume's.
 TEST_F(DistributedTest, ShardLocalOverTwoTargets) {
   TwoFakeNodes nodes;
-  auto two = OpenShared(MPI_COMM_WORLD, *dir_ / "two.dlfs");
+  // Each node opens only its own target: node 0's ranks are even told that
+  // target 1 is somewhere that does not exist, and never notice.
+  const int node = Rank() / (Ranks() / 2);
+  VolumeOpenOptions oo;
+  oo.open_only = ShardTargetsOfNode(node, 2);
+  if (node == 0) oo.target_map[1] = *dir_ / "not-on-this-node";
+  auto two = OpenShared(MPI_COMM_WORLD, *dir_ / "two.dlfs", oo);
   ASSERT_TRUE(two.ok()) << two.status().ToString();
   ASSERT_EQ((*two)->target_count(), 2u);
+  EXPECT_TRUE((*two)->target_open(node));
+  EXPECT_EQ((*two)->target_open(1 - node), node == 1);  // target 0 is always open
+  if (node == 0) {
+    // Reading a sample of the other node's target directly is refused.
+    uint64_t other = 0;
+    while ((*two)->directory().sample(other).target != 1) ++other;
+    EXPECT_EQ((*two)->Read(other).status().code(), StatusCode::kUnavailable);
+  }
   auto one = OpenVolume("one.dlfs");
   ASSERT_TRUE(one);
   LoaderOptions o;
@@ -270,7 +284,9 @@ TEST_F(DistributedTest, ShardLocalOverTwoTargets) {
   so.window_batches = 3;
   auto shard = ShardLoader::Create(MPI_COMM_WORLD, *two, so);
   ASSERT_TRUE(shard.ok()) << shard.status().ToString();
-  auto local = CreateLoader(MPI_COMM_WORLD, *two, o);
+  auto all_targets = OpenVolume("two.dlfs");
+  ASSERT_TRUE(all_targets);
+  auto local = CreateLoader(MPI_COMM_WORLD, all_targets, o);
   auto single = CreateLoader(MPI_COMM_WORLD, one, o);
   ASSERT_TRUE(local.ok() && single.ok());
   const auto got = ReadAll(**shard, 2);
