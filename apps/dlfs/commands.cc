@@ -384,21 +384,10 @@ int RunEpoch(const EpochArgs& args) {
 
 namespace {
 
-double CpuSeconds() {
-  rusage ru;
-  ::getrusage(RUSAGE_SELF, &ru);
-  auto sec = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
-  return sec(ru.ru_utime) + sec(ru.ru_stime);
-}
-
 // Empties the page cache so the next epoch reads from the device: all of it
 // when we may (root), else just this volume's pages.
 std::string DropCache(const Volume& vol) {
-  ::sync();
-  if (FILE* f = std::fopen("/proc/sys/vm/drop_caches", "w")) {
-    const bool ok = std::fputs("3", f) >= 0;
-    if (std::fclose(f) == 0 && ok) return "dropped the page cache";
-  }
+  if (DropPageCache()) return "dropped the page cache";
   for (uint32_t t = 0; t < vol.target_count(); ++t) {
     ::posix_fadvise(vol.target_fd(t), 0, 0, POSIX_FADV_DONTNEED);
   }
@@ -421,21 +410,9 @@ int RunBench(const BenchArgs& args) {
   }
   auto vol = OpenVolume(args.volume, args.target_map);
   if (!vol.ok()) return Fail(vol.status());
-  auto engine = ParseEngineKind(args.engine);
-  if (!engine.ok()) return Fail(engine.status());
-  LoaderOptions o;
-  o.batch_size = args.batch;
-  o.seed = args.seed;
-  o.queue_depth = args.queue_depth;
-  o.io_threads = args.io_threads;
-  o.prefetch_batches = args.prefetch;
-  o.engine = *engine;
-  o.direct_io = !args.buffered;
-  o.sqpoll = args.sqpoll;
-  o.verify_checksums = !args.no_verify;
-  o.coalesce = !args.no_coalesce;
-  o.coalesce_gap = args.coalesce_gap;
-  auto loader = Loader::Create(*vol, o);
+  auto o = BenchLoaderOptions(args);
+  if (!o.ok()) return Fail(o.status());
+  auto loader = Loader::Create(*vol, *o);
   if (!loader.ok()) return Fail(loader.status());
 
   json epochs = json::array();
@@ -600,6 +577,42 @@ int RunLmdbInfo(const LmdbInfoArgs& args) {
   }
   if (!datum.is_null()) std::printf("caffe datum  %s (first record)\n", datum.dump().c_str());
   return kExitOk;
+}
+
+}  // namespace dlfs::cli
+
+namespace dlfs::cli {
+
+bool DropPageCache() {
+  ::sync();
+  std::FILE* f = std::fopen("/proc/sys/vm/drop_caches", "w");
+  if (f == nullptr) return false;
+  const bool ok = std::fputs("3", f) >= 0;
+  return std::fclose(f) == 0 && ok;
+}
+
+double CpuSeconds() {
+  rusage ru;
+  ::getrusage(RUSAGE_SELF, &ru);
+  auto sec = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
+  return sec(ru.ru_utime) + sec(ru.ru_stime);
+}
+
+Result<LoaderOptions> BenchLoaderOptions(const BenchArgs& args) {
+  DLFS_ASSIGN_OR_RETURN(const EngineKind engine, ParseEngineKind(args.engine));
+  LoaderOptions o;
+  o.batch_size = args.batch;
+  o.seed = args.seed;
+  o.queue_depth = args.queue_depth;
+  o.io_threads = args.io_threads;
+  o.prefetch_batches = args.prefetch;
+  o.engine = engine;
+  o.direct_io = !args.buffered;
+  o.sqpoll = args.sqpoll;
+  o.verify_checksums = !args.no_verify;
+  o.coalesce = !args.no_coalesce;
+  o.coalesce_gap = args.coalesce_gap;
+  return o;
 }
 
 }  // namespace dlfs::cli

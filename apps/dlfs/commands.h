@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+
 #include <vector>
+#include "dlfs/loader.h"
 
 namespace dlfs::cli {
 
@@ -101,6 +103,14 @@ struct BenchArgs {
   bool private_open = false;  // every rank reads the directory (no shared window)
 };
 int RunBench(const BenchArgs& args);
+
+// Shared by the commands (commands.cc):
+// sync, then drop the whole page cache; false when not allowed (not root).
+bool DropPageCache();
+// User + system CPU seconds of this process so far.
+double CpuSeconds();
+// The loader options `dlfs bench` asks for.
+Result<LoaderOptions> BenchLoaderOptions(const BenchArgs& args);
 
 // Launched by mpirun (OpenMPI, MPICH or PMIx variables are set)? Then
 // `dlfs epoch` and `dlfs bench` run as one MPI job (apps/dlfs/mpi_commands.cc).

@@ -75,13 +75,8 @@ int Run(const LmdbReadArgs& args, int rank, int ranks) {
   options.planned_iterations = args.iters;
 
   if (args.drop_cache) {
-    if (rank == 0) {
-      ::sync();
-      const int fd = ::open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC);
-      if (fd < 0 || ::write(fd, "3", 1) != 1) {
-        std::fprintf(stderr, "dlfs: warning: could not drop the page cache (needs root)\n");
-      }
-      if (fd >= 0) ::close(fd);
+    if (rank == 0 && !DropPageCache()) {
+      std::fprintf(stderr, "dlfs: warning: could not drop the page cache (needs root)\n");
     }
     MPI_Barrier(MPI_COMM_WORLD);
   }

@@ -22,13 +22,6 @@ namespace {
 
 using json = nlohmann::json;
 
-double CpuSeconds() {
-  rusage ru;
-  ::getrusage(RUSAGE_SELF, &ru);
-  auto sec = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
-  return sec(ru.ru_utime) + sec(ru.ru_stime);
-}
-
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -140,19 +133,9 @@ int RunBenchMpi(const BenchArgs& args) {
     if (!vol.ok()) return FailOnRank0(rank, vol.status());
     MPI_Barrier(MPI_COMM_WORLD);  // every rank has touched the shared copy
     const double pss_open = static_cast<double>(PssBytes()) - static_cast<double>(pss_before);
-    auto engine = ParseEngineKind(args.engine);
-    if (!engine.ok()) return FailOnRank0(rank, engine.status());
-    LoaderOptions o;
-    o.batch_size = args.batch;
-    o.seed = args.seed;
-    o.queue_depth = args.queue_depth;
-    o.io_threads = args.io_threads;
-    o.prefetch_batches = args.prefetch;
-    o.engine = *engine;
-    o.direct_io = !args.buffered;
-    o.verify_checksums = !args.no_verify;
-    o.coalesce = !args.no_coalesce;
-    o.coalesce_gap = args.coalesce_gap;
+    auto options = BenchLoaderOptions(args);
+    if (!options.ok()) return FailOnRank0(rank, options.status());
+    const LoaderOptions& o = *options;
 
     std::unique_ptr<Loader> loader;
     std::unique_ptr<ShardLoader> shard;
@@ -173,13 +156,8 @@ int RunBenchMpi(const BenchArgs& args) {
     double total_seconds = 0;
     uint64_t total_samples = 0;
     for (uint32_t e = 0; e < args.epochs; ++e) {
-      if (args.drop_cache && rank == 0) {
-        ::sync();
-        const int fd = ::open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC);
-        if (fd < 0 || ::write(fd, "3", 1) != 1) {
-          std::fprintf(stderr, "dlfs: warning: could not drop the page cache (needs root)\n");
-        }
-        if (fd >= 0) ::close(fd);
+      if (args.drop_cache && rank == 0 && !DropPageCache()) {
+        std::fprintf(stderr, "dlfs: warning: could not drop the page cache (needs root)\n");
       }
       MPI_Barrier(MPI_COMM_WORLD);
       const double cpu0 = CpuSeconds(), t0 = Now();

@@ -74,6 +74,11 @@ struct LoaderOptions {
   const FaultInjection* faults = nullptr;  // testing hook
 };
 
+// The parts of `options` that decide the permutation and the engine; every
+// loader (Loader, the MPI ShardLoader) derives them the same way.
+SamplerOptions SamplerOptionsOf(const LoaderOptions& options);
+EngineOptions EngineOptionsOf(const LoaderOptions& options);
+
 namespace loader_internal {
 struct BatchData;
 }  // namespace loader_internal

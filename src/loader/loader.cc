@@ -324,13 +324,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
   }
   if (options.queue_depth == 0) return Status::InvalidArgument("queue_depth must be at least 1");
   if (options.max_read < 4096) return Status::InvalidArgument("max_read must be at least 4096");
-  SamplerOptions so;
-  so.shuffle = options.shuffle;
-  so.seed = options.seed;
-  so.rank = options.rank;
-  so.world_size = options.world_size;
-  so.batch_size = options.batch_size;
-  so.drop_last = options.drop_last;
+  const SamplerOptions so = SamplerOptionsOf(options);
   for (uint64_t i : options.subset) {
     if (i >= volume->size()) {
       return Status::InvalidArgument("subset index " + std::to_string(i) + " is out of range (" +
@@ -341,12 +335,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
   const uint64_t n = options.subset.empty() ? volume->size() : options.subset.size();
   DLFS_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(n, so));
 
-  EngineOptions eo;
-  eo.kind = options.engine;
-  eo.queue_depth = options.queue_depth;
-  eo.direct_io = options.direct_io;
-  eo.sqpoll = options.sqpoll;
-  eo.faults = options.faults;
+  const EngineOptions eo = EngineOptionsOf(options);
   auto impl = std::make_unique<Impl>(volume, options, std::move(sampler));
   // Every engine opens every target of the volume (as resolved and remapped
   // by Volume::Open). A batch's reads go to whichever targets hold its
@@ -364,6 +353,27 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
     impl->workers_.push_back(Loader::Impl::Worker{std::move(engine), std::move(pool), {}});
   }
   return std::unique_ptr<Loader>(new Loader(std::move(impl)));
+}
+
+SamplerOptions SamplerOptionsOf(const LoaderOptions& options) {
+  SamplerOptions so;
+  so.shuffle = options.shuffle;
+  so.seed = options.seed;
+  so.rank = options.rank;
+  so.world_size = options.world_size;
+  so.batch_size = options.batch_size;
+  so.drop_last = options.drop_last;
+  return so;
+}
+
+EngineOptions EngineOptionsOf(const LoaderOptions& options) {
+  EngineOptions eo;
+  eo.kind = options.engine;
+  eo.queue_depth = options.queue_depth;
+  eo.direct_io = options.direct_io;
+  eo.sqpoll = options.sqpoll;
+  eo.faults = options.faults;
+  return eo;
 }
 
 void Loader::SetEpoch(uint64_t epoch) { impl_->Start(epoch); }

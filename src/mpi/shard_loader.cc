@@ -117,25 +117,13 @@ class ShardLoader::Impl {
       node_size_[all[3 * r]] = all[3 * r + 2];
     }
 
-    SamplerOptions so;
-    so.shuffle = o.shuffle;
-    so.seed = o.seed;
-    so.rank = o.rank;
-    so.world_size = o.world_size;
-    so.batch_size = o.batch_size;
-    so.drop_last = o.drop_last;
+    const SamplerOptions so = SamplerOptionsOf(o);
     const uint64_t n = o.subset.empty() ? volume_->size() : o.subset.size();
     Status st;
     auto sampler = Sampler::Create(n, so);
     if (sampler.ok()) {
       sampler_.emplace(std::move(*sampler));
-      EngineOptions eo;
-      eo.kind = o.engine;
-      eo.direct_io = o.direct_io;
-      eo.queue_depth = o.queue_depth;
-      eo.sqpoll = o.sqpoll;
-      eo.faults = o.faults;
-      auto engine = CreateEngine(volume_->OpenTargetPaths(), eo);
+      auto engine = CreateEngine(volume_->OpenTargetPaths(), EngineOptionsOf(o));
       if (engine.ok()) {
         engine_ = std::move(*engine);
         engine_description_ = engine_->description();
