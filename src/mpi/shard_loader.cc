@@ -273,41 +273,34 @@ class ShardLoader::Impl {
       out_bytes += n;
       in_bytes += m;
     }
-    // The served samples go straight from the read buffer: one hindexed
-    // datatype per requester over their addresses (MPI_Alltoallw), no
-    // staging copy.
+    // The data phase: contiguous buffers and a blocking MPI_Alltoallv, so
+    // Open MPI can use its single-copy path (CMA) and keeps driving progress.
+    // (Served samples sent in place through hindexed datatypes went through
+    // MPI's fragment pipeline, and polite waiting starved that pipeline.)
+    // Every rank arrives here straight from its own reads, so little time is
+    // spent waiting for others.
     std::vector<uint8_t> out_codes(served.size()), in_codes(send_ids.size());
-    std::vector<MPI_Datatype> send_types(ranks, MPI_BYTE), recv_types(ranks, MPI_BYTE);
-    std::vector<int> type_counts(ranks, 0), zero(ranks, 0);
+    std::vector<int> byte_send(ranks, 0), bsdispl(ranks, 0);
+    if (!send_buffer_.Reserve(out_bytes) || !bytes->received.Reserve(in_bytes)) {
+      return Status::Unavailable("out of memory for a shard window");
+    }
+    std::byte* out = send_buffer_.data.get();
+    uint64_t at = 0;
     for (int r = 0; r < ranks; ++r) {
-      if (recv_counts[r] == 0) continue;
-      std::vector<int> lengths(recv_counts[r]);
-      std::vector<MPI_Aint> where_at(recv_counts[r]);
+      bsdispl[r] = static_cast<int>(at);
       for (int j = 0; j < recv_counts[r]; ++j) {
         const size_t k = own.size() + rdispl[r] + j;
         out_codes[rdispl[r] + j] = static_cast<uint8_t>(got_status[k].code());
-        lengths[j] = static_cast<int>(got[k].size());
-        MPI_Get_address(got[k].data(), &where_at[j]);
+        if (got_status[k].ok()) std::memcpy(out + at, got[k].data(), got[k].size());
+        at += dir.sample(served[rdispl[r] + j]).length;
       }
-      MPI_Type_create_hindexed(recv_counts[r], lengths.data(), where_at.data(), MPI_BYTE,
-                               &send_types[r]);
-      MPI_Type_commit(&send_types[r]);
-      type_counts[r] = 1;
-    }
-    if (!bytes->received.Reserve(in_bytes)) {
-      return Status::Unavailable("out of memory for a shard window");
+      byte_send[r] = static_cast<int>(at - bsdispl[r]);
     }
     std::byte* received = bytes->received.data.get();
-    MPI_Ialltoallw(MPI_BOTTOM, type_counts.data(), zero.data(), send_types.data(), received,
-                   byte_recv.data(), brdispl.data(), recv_types.data(), comm_, &request);
-    WaitPolitely(&request);
-    for (MPI_Datatype& t : send_types) {
-      if (t != MPI_BYTE) MPI_Type_free(&t);
-    }
-    MPI_Ialltoallv(out_codes.data(), recv_counts.data(), rdispl.data(), MPI_UINT8_T,
-                   in_codes.data(), send_counts.data(), sdispl.data(), MPI_UINT8_T, comm_,
-                   &request);
-    WaitPolitely(&request);
+    MPI_Alltoallv(out, byte_send.data(), bsdispl.data(), MPI_BYTE, received, byte_recv.data(),
+                  brdispl.data(), MPI_BYTE, comm_);
+    MPI_Alltoallv(out_codes.data(), recv_counts.data(), rdispl.data(), MPI_UINT8_T, in_codes.data(),
+                  send_counts.data(), sdispl.data(), MPI_UINT8_T, comm_);
 
     // 4. This window's samples in reading order.
     std::vector<std::vector<uint64_t>> offset_in(ranks);
@@ -424,6 +417,7 @@ class ShardLoader::Impl {
   uint64_t window_end_ = 0;  // first batch after the window
   std::shared_ptr<WindowBytes> window_bytes_;
   std::vector<std::shared_ptr<WindowBytes>> pool_;
+  Buffer send_buffer_;  // served samples, packed per requester
   std::vector<std::span<const std::byte>> samples_;
   std::vector<Status> status_;
   ShardLoaderStats stats_;
