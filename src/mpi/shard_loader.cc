@@ -4,6 +4,7 @@
 #include <climits>
 #include <cstring>
 #include <optional>
+#include <thread>
 
 #include "common/file_util.h"
 #include "dlfs/distributed.h"
@@ -85,6 +86,7 @@ struct WindowBytes {
 class ShardLoader::Impl {
  public:
   ~Impl() {
+    Discard();
     int finalized = 0;
     MPI_Finalized(&finalized);
     topo_.reset();
@@ -143,6 +145,7 @@ class ShardLoader::Impl {
   }
 
   void SetEpoch(uint64_t epoch) {
+    Discard();
     epoch_ = epoch;
     next_batch_ = 0;
     window_end_ = 0;
@@ -189,81 +192,125 @@ class ShardLoader::Impl {
     return static_cast<int>(volume_->directory().sample(index).target % node_first_.size());
   }
 
-  // Fetches every sample of batches [first, first + window): own-node ones
-  // from storage, the others from their nodes. Collective.
-  Status Exchange(uint64_t first) {
-    const double start = Now();
+  // One window in flight: its plan (agreed with the other ranks) and the
+  // read of its own and served samples, which runs on a thread while the
+  // caller still consumes the previous window.
+  struct Pending {
+    uint64_t first_batch = 0, end_batch = 0;
+    uint64_t first_position = 0, count = 0;
+    std::vector<std::vector<uint64_t>> ask;       // per server: samples asked of it
+    std::vector<std::pair<int, uint64_t>> where;  // per position: (server or -1, slot)
+    std::vector<uint64_t> own, served;            // read here
+    std::vector<int> send_counts, recv_counts, sdispl, rdispl;
+    std::shared_ptr<WindowBytes> bytes;
+    std::vector<std::span<const std::byte>> got;  // own, then served
+    std::vector<Status> got_status;
+    double io_seconds = 0;
+    std::thread reader;
+  };
+
+  // Plans batches [first, first + window): which samples come from where,
+  // agreed with the other ranks (collective), then starts reading this
+  // node's part on a thread.
+  std::unique_ptr<Pending> Plan(uint64_t first) {
+    auto p = std::make_unique<Pending>();
     const uint64_t b = options_.loader.batch_size;
-    const uint64_t last =
+    p->first_batch = first;
+    p->end_batch =
         std::min<uint64_t>(first + options_.window_batches, sampler_->batches_per_epoch());
-    window_first_position_ = first * b;
-    const uint64_t end_position = std::min<uint64_t>(last * b, indices_.size());
-    const uint64_t count = end_position - window_first_position_;
-    window_end_ = last;
+    p->first_position = first * b;
+    p->count = std::min<uint64_t>(p->end_batch * b, indices_.size()) - p->first_position;
     const int ranks = topo_->size();
     const int my_node = topo_->node_index();
 
-    // 1. Requests: remote samples go to a rank of their node (spread by
-    // local rank, so a node's ranks share the serving).
-    std::vector<std::vector<uint64_t>> ask(ranks);
-    std::vector<std::pair<int, uint64_t>> where(count);  // (server or -1, position in its list)
-    std::vector<uint64_t> own;
-    for (uint64_t i = 0; i < count; ++i) {
-      const uint64_t index = indices_[window_first_position_ + i];
+    // Remote samples go to a rank of their node (spread by local rank, so a
+    // node's ranks share the serving).
+    p->ask.resize(ranks);
+    p->where.resize(p->count);
+    for (uint64_t i = 0; i < p->count; ++i) {
+      const uint64_t index = indices_[p->first_position + i];
       const int node = OwnerNode(index);
       if (node == my_node) {
-        where[i] = {-1, own.size()};
-        own.push_back(index);
+        p->where[i] = {-1, p->own.size()};
+        p->own.push_back(index);
       } else {
         const int server = node_first_[node] + topo_->local_rank() % node_size_[node];
-        where[i] = {server, ask[server].size()};
-        ask[server].push_back(index);
+        p->where[i] = {server, p->ask[server].size()};
+        p->ask[server].push_back(index);
       }
     }
-    std::vector<int> send_counts(ranks), recv_counts(ranks), sdispl(ranks), rdispl(ranks);
-    for (int r = 0; r < ranks; ++r) send_counts[r] = static_cast<int>(ask[r].size());
+    p->send_counts.assign(ranks, 0);
+    p->recv_counts.assign(ranks, 0);
+    p->sdispl.assign(ranks, 0);
+    p->rdispl.assign(ranks, 0);
+    for (int r = 0; r < ranks; ++r) p->send_counts[r] = static_cast<int>(p->ask[r].size());
     // Non-blocking collectives waited on politely: ranks that arrive early
     // must not spin on the cores the late ones need (more ranks than cores).
     MPI_Request request;
-    MPI_Ialltoall(send_counts.data(), 1, MPI_INT, recv_counts.data(), 1, MPI_INT, comm_, &request);
+    MPI_Ialltoall(p->send_counts.data(), 1, MPI_INT, p->recv_counts.data(), 1, MPI_INT, comm_,
+                  &request);
     WaitPolitely(&request);
-    std::vector<uint64_t> send_ids, served;
+    std::vector<uint64_t> send_ids;
     for (int r = 0; r < ranks; ++r) {
-      sdispl[r] = static_cast<int>(send_ids.size());
-      send_ids.insert(send_ids.end(), ask[r].begin(), ask[r].end());
+      p->sdispl[r] = static_cast<int>(send_ids.size());
+      send_ids.insert(send_ids.end(), p->ask[r].begin(), p->ask[r].end());
     }
     int total_in = 0;
     for (int r = 0; r < ranks; ++r) {
-      rdispl[r] = total_in;
-      total_in += recv_counts[r];
+      p->rdispl[r] = total_in;
+      total_in += p->recv_counts[r];
     }
-    served.resize(total_in);
-    MPI_Ialltoallv(send_ids.data(), send_counts.data(), sdispl.data(), MPI_UINT64_T, served.data(),
-                   recv_counts.data(), rdispl.data(), MPI_UINT64_T, comm_, &request);
+    p->served.resize(total_in);
+    MPI_Ialltoallv(send_ids.data(), p->send_counts.data(), p->sdispl.data(), MPI_UINT64_T,
+                   p->served.data(), p->recv_counts.data(), p->rdispl.data(), MPI_UINT64_T, comm_,
+                   &request);
     WaitPolitely(&request);
 
-    // 2. Read own samples and the ones asked of us, in one engine batch.
-    std::vector<uint64_t> to_read = own;
-    to_read.insert(to_read.end(), served.begin(), served.end());
-    std::vector<std::span<const std::byte>> got;
-    std::vector<Status> got_status;
-    std::shared_ptr<WindowBytes> bytes = AcquireWindowBytes();
-    const double io_start = Now();
-    Status engine_status = ReadLocal(to_read, my_node, &bytes->local, &got, &got_status);
-    stats_.io_seconds += Now() - io_start;
-    if (!engine_status.ok()) {
-      for (Status& s : got_status) s = engine_status;
-    }
+    // Own samples and the ones asked of us, in one engine batch, on a
+    // thread: the engine is used by that thread alone until it is joined.
+    p->bytes = AcquireWindowBytes();
+    Pending* raw = p.get();
+    raw->reader = std::thread([this, raw, my_node] {
+      std::vector<uint64_t> to_read = raw->own;
+      to_read.insert(to_read.end(), raw->served.begin(), raw->served.end());
+      const double start = Now();
+      const Status st =
+          ReadLocal(to_read, my_node, &raw->bytes->local, &raw->got, &raw->got_status);
+      if (!st.ok()) {
+        raw->got_status.assign(to_read.size(), st);
+        raw->got.assign(to_read.size(), {});
+      }
+      raw->io_seconds = Now() - start;
+    });
+    return p;
+  }
 
-    // 3. Send the served samples back: bytes, then one status code each.
-    std::vector<int> byte_recv(ranks, 0), brdispl(ranks);
+  // Makes batches [first, first + window) available: finishes (or plans and
+  // reads) that window, plans and starts reading the next one, then swaps
+  // the served samples with the other ranks. Collective.
+  Status Exchange(uint64_t first) {
+    const double start = Now();
+    if (!next_ || next_->first_batch != first) {
+      Discard();
+      next_ = Plan(first);
+    }
+    std::unique_ptr<Pending> p = std::move(next_);
+    p->reader.join();
+    stats_.io_seconds += p->io_seconds;
+    // Read ahead: the next window's reads run while this one is consumed.
+    if (p->end_batch < sampler_->batches_per_epoch()) next_ = Plan(p->end_batch);
+
+    const int ranks = topo_->size();
     const SampleDirectory& dir = volume_->directory();
+    std::vector<int> byte_recv(ranks, 0), brdispl(ranks);
     uint64_t out_bytes = 0, in_bytes = 0;
     for (int r = 0; r < ranks; ++r) {
       uint64_t n = 0;
-      for (int j = 0; j < recv_counts[r]; ++j) n += dir.sample(served[rdispl[r] + j]).length;
+      for (int j = 0; j < p->recv_counts[r]; ++j) {
+        n += dir.sample(p->served[p->rdispl[r] + j]).length;
+      }
       uint64_t m = 0;
-      for (uint64_t index : ask[r]) m += dir.sample(index).length;
+      for (uint64_t index : p->ask[r]) m += dir.sample(index).length;
       if (n > INT_MAX || m > INT_MAX || out_bytes + n > INT_MAX || in_bytes + m > INT_MAX) {
         return Status::InvalidArgument(
             "a shard exchange would move more than 2 GiB; use fewer window_batches");
@@ -277,51 +324,53 @@ class ShardLoader::Impl {
     // Open MPI can use its single-copy path (CMA) and keeps driving progress.
     // (Served samples sent in place through hindexed datatypes went through
     // MPI's fragment pipeline, and polite waiting starved that pipeline.)
-    // Every rank arrives here straight from its own reads, so little time is
-    // spent waiting for others.
-    std::vector<uint8_t> out_codes(served.size()), in_codes(send_ids.size());
+    uint64_t asked = 0;
+    for (const auto& a : p->ask) asked += a.size();
+    std::vector<uint8_t> out_codes(p->served.size()), in_codes(asked);
     std::vector<int> byte_send(ranks, 0), bsdispl(ranks, 0);
-    if (!send_buffer_.Reserve(out_bytes) || !bytes->received.Reserve(in_bytes)) {
+    if (!send_buffer_.Reserve(out_bytes) || !p->bytes->received.Reserve(in_bytes)) {
       return Status::Unavailable("out of memory for a shard window");
     }
     std::byte* out = send_buffer_.data.get();
     uint64_t at = 0;
     for (int r = 0; r < ranks; ++r) {
       bsdispl[r] = static_cast<int>(at);
-      for (int j = 0; j < recv_counts[r]; ++j) {
-        const size_t k = own.size() + rdispl[r] + j;
-        out_codes[rdispl[r] + j] = static_cast<uint8_t>(got_status[k].code());
-        if (got_status[k].ok()) std::memcpy(out + at, got[k].data(), got[k].size());
-        at += dir.sample(served[rdispl[r] + j]).length;
+      for (int j = 0; j < p->recv_counts[r]; ++j) {
+        const size_t k = p->own.size() + p->rdispl[r] + j;
+        out_codes[p->rdispl[r] + j] = static_cast<uint8_t>(p->got_status[k].code());
+        if (p->got_status[k].ok()) std::memcpy(out + at, p->got[k].data(), p->got[k].size());
+        at += dir.sample(p->served[p->rdispl[r] + j]).length;
       }
       byte_send[r] = static_cast<int>(at - bsdispl[r]);
     }
-    std::byte* received = bytes->received.data.get();
+    std::byte* received = p->bytes->received.data.get();
     MPI_Alltoallv(out, byte_send.data(), bsdispl.data(), MPI_BYTE, received, byte_recv.data(),
                   brdispl.data(), MPI_BYTE, comm_);
-    MPI_Alltoallv(out_codes.data(), recv_counts.data(), rdispl.data(), MPI_UINT8_T, in_codes.data(),
-                  send_counts.data(), sdispl.data(), MPI_UINT8_T, comm_);
+    MPI_Alltoallv(out_codes.data(), p->recv_counts.data(), p->rdispl.data(), MPI_UINT8_T,
+                  in_codes.data(), p->send_counts.data(), p->sdispl.data(), MPI_UINT8_T, comm_);
 
-    // 4. This window's samples in reading order.
+    // This window's samples in reading order.
     std::vector<std::vector<uint64_t>> offset_in(ranks);
     for (int r = 0; r < ranks; ++r) {
-      uint64_t at = brdispl[r];
-      for (uint64_t index : ask[r]) {
-        offset_in[r].push_back(at);
-        at += dir.sample(index).length;
+      uint64_t off = brdispl[r];
+      for (uint64_t index : p->ask[r]) {
+        offset_in[r].push_back(off);
+        off += dir.sample(index).length;
       }
     }
-    samples_.assign(count, {});
-    status_.assign(count, Status::Ok());
-    for (uint64_t i = 0; i < count; ++i) {
-      const uint64_t index = indices_[window_first_position_ + i];
-      const auto [server, slot] = where[i];
+    window_first_position_ = p->first_position;
+    window_end_ = p->end_batch;
+    samples_.assign(p->count, {});
+    status_.assign(p->count, Status::Ok());
+    for (uint64_t i = 0; i < p->count; ++i) {
+      const uint64_t index = indices_[p->first_position + i];
+      const auto [server, slot] = p->where[i];
       if (server < 0) {
-        samples_[i] = got[slot];
-        status_[i] = got_status[slot];
+        samples_[i] = p->got[slot];
+        status_[i] = p->got_status[slot];
         continue;
       }
-      const uint8_t code = in_codes[sdispl[server] + slot];
+      const uint8_t code = in_codes[p->sdispl[server] + slot];
       samples_[i] = {received + offset_in[server][slot], dir.sample(index).length};
       if (code != 0) {
         status_[i] =
@@ -332,10 +381,10 @@ class ShardLoader::Impl {
                        std::string(StatusCodeName(static_cast<StatusCode>(code))));
       }
     }
-    window_bytes_ = bytes;
-    stats_.local_samples += own.size();
-    stats_.remote_samples += send_ids.size();
-    stats_.served_samples += served.size();
+    window_bytes_ = p->bytes;
+    stats_.local_samples += p->own.size();
+    stats_.remote_samples += asked;
+    stats_.served_samples += p->served.size();
     stats_.bytes_received += in_bytes;
     stats_.bytes_sent += out_bytes;
     ++stats_.exchanges;
@@ -343,9 +392,12 @@ class ShardLoader::Impl {
     return Status::Ok();
   }
 
-  // Reads `indices` (all held by `node`) with the engine into one aligned
-  // buffer. Per-sample results go to *status; the return value is non-OK
-  // only when the engine itself broke.
+  // Drops a window read ahead that will not be used (a new epoch).
+  void Discard() {
+    if (next_ && next_->reader.joinable()) next_->reader.join();
+    next_.reset();
+  }
+
   // A window buffer no batch uses any more, or a new one (at most a few are
   // kept: batches the caller still holds keep theirs alive).
   std::shared_ptr<WindowBytes> AcquireWindowBytes() {
@@ -417,7 +469,8 @@ class ShardLoader::Impl {
   uint64_t window_end_ = 0;  // first batch after the window
   std::shared_ptr<WindowBytes> window_bytes_;
   std::vector<std::shared_ptr<WindowBytes>> pool_;
-  Buffer send_buffer_;  // served samples, packed per requester
+  Buffer send_buffer_;             // served samples, packed per requester
+  std::unique_ptr<Pending> next_;  // the next window, planned and being read
   std::vector<std::span<const std::byte>> samples_;
   std::vector<Status> status_;
   ShardLoaderStats stats_;
