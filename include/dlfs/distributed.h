@@ -82,7 +82,10 @@ struct ShardLoaderStats {
 // of other nodes from them over MPI: since the permutation is known, each
 // exchange fetches every remote sample of the next window_batches batches at
 // once (one MPI_Alltoallv for the requests, one for the bytes), so the global
-// shuffle stays exact while each node stores only its part.
+// shuffle stays exact while each node stores only its part. Windows are
+// planned one ahead and their local reads run on a thread, overlapping with
+// the caller's use of the window before; MPI is only called from the
+// caller's thread.
 //
 // Batches are byte-identical to those of a Loader with the same options.
 // Next() and SetEpoch() are collective: every rank calls them the same
