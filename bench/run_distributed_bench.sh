@@ -12,6 +12,7 @@
 #    cold cache: samples/s and bytes moved over MPI.
 #
 #   bench/run_distributed_bench.sh        (as root: B drops the page cache)
+#   PARTS=B bench/run_distributed_bench.sh   (only part B)
 #
 # Environment: DLFS_BENCH_DIR (/tmp/dlfs-bench), DLFS_BUILD_DIR (<repo>/build),
 # REPS (3). Needs the 10M volume (made here with dlfs_directory_bench) and
@@ -47,8 +48,9 @@ record() {  # label json...
 
 for rep in $(seq 1 "$reps"); do
   # A: alternate the two ways of opening, on one node and on 4 fake nodes.
-  cat "$big" >/dev/null  # warm
+  [[ ${PARTS:-AB} == *A* ]] && cat "$big" >/dev/null  # warm
   for nodes in 1 4; do
+    [[ ${PARTS:-AB} == *A* ]] || continue
     for open in collective private; do
       extra=()
       [[ $open == private ]] && extra=(--private-open)
@@ -60,13 +62,14 @@ for rep in $(seq 1 "$reps"); do
   done
   # B: local vs shard-local, with and without checksum verification, cold
   # cache, order rotating.
-  modes=(local shard-local local-noverify shard-local-noverify)
-  shift_by=$(((rep - 1) % 4))
+  modes=(local shard-local local-noverify shard-local-noverify shard-local-noahead)
+  shift_by=$(((rep - 1) % 5))
   modes=("${modes[@]:shift_by}" "${modes[@]:0:shift_by}")
   for mode in "${modes[@]}"; do
     extra=()
     [[ $mode == shard-local* ]] && extra+=(--shard-local)
     [[ $mode == *-noverify ]] && extra+=(--no-verify)
+    [[ $mode == *-noahead ]] && extra+=(--no-read-ahead)
     j=$(DLFS_RANKS_PER_NODE=2 "${mpirun[@]}" -np 4 "$dlfs" bench "$two" --drop-cache --json \
       "${extra[@]}")
     record "read $mode" "$j"
@@ -81,34 +84,36 @@ for line in open(sys.argv[1]):
     j = json.loads(line)
     runs[j["label"]].append(j)
 med = lambda label, key: statistics.median(r[key] for r in runs[label])
-print("\n### Collective open vs per-rank open, 8 ranks, 10M samples (median of %d)\n"
-      % len(runs["open nodes=1 collective"]))
-d = runs["open nodes=1 collective"][0]["directory_bytes"]
-print(f"Directory region: {d / 1e6:.1f} MB.\n")
-print("| nodes | open | open s (slowest rank) | metadata read from storage | "
-      "directory memory (ΔPss, all ranks) | memory / directory |")
-print("|---:|---|---:|---:|---:|---:|")
-for nodes in (1, 4):
-    for how in ("collective", "private"):
-        l = f"open nodes={nodes} {how}"
-        pss = med(l, "open_pss_bytes")
-        print(f"| {nodes} | {how} | {med(l, 'open_seconds_max'):.2f} | "
-              f"{med(l, 'metadata_bytes_read') / 1e6:.0f} MB | {pss / 1e6:.0f} MB | {pss / d:.2f}× |")
-    c, p = f"open nodes={nodes} collective", f"open nodes={nodes} private"
-    print(f"| {nodes} | **ratio** | {med(p, 'open_seconds_max') / med(c, 'open_seconds_max'):.2f}× faster | "
-          f"| {med(p, 'open_pss_bytes') / med(c, 'open_pss_bytes'):.2f}× less | |")
+if "open nodes=1 collective" in runs:
+    print("\n### Collective open vs per-rank open, 8 ranks, 10M samples (median of %d)\n"
+          % len(runs["open nodes=1 collective"]))
+    d = runs["open nodes=1 collective"][0]["directory_bytes"]
+    print(f"Directory region: {d / 1e6:.1f} MB.\n")
+    print("| nodes | open | open s (slowest rank) | metadata read from storage | "
+          "directory memory (ΔPss, all ranks) | memory / directory |")
+    print("|---:|---|---:|---:|---:|---:|")
+    for nodes in (1, 4):
+        for how in ("collective", "private"):
+            l = f"open nodes={nodes} {how}"
+            pss = med(l, "open_pss_bytes")
+            print(f"| {nodes} | {how} | {med(l, 'open_seconds_max'):.2f} | "
+                  f"{med(l, 'metadata_bytes_read') / 1e6:.0f} MB | {pss / 1e6:.0f} MB | {pss / d:.2f}× |")
+        c, p = f"open nodes={nodes} collective", f"open nodes={nodes} private"
+        print(f"| {nodes} | **ratio** | {med(p, 'open_seconds_max') / med(c, 'open_seconds_max'):.2f}× faster | "
+              f"| {med(p, 'open_pss_bytes') / med(c, 'open_pss_bytes'):.2f}× less | |")
 print("\n### Shard-local vs local reading, 4 ranks on 2 fake nodes, 2 targets, cold cache "
       "(median of %d)\n" % len(runs["read local"]))
 print("| mode | checksums | samples/s | MB over MPI | exchange s (slowest rank) | "
       "of which reading | × local |")
 print("|---|---|---:|---:|---:|---:|---:|")
-for verify in ("", "-noverify"):
+for verify, modes in (("", ("local", "shard-local")), ("-noverify", ("local", "shard-local")),
+                      ("", ("shard-local-noahead",))):
     base = med(f"read local{verify}", "samples_per_s")
-    for mode in ("local", "shard-local"):
+    for mode in modes:
         l = f"read {mode}{verify}"
         ex = f"{med(l, 'shard_exchange_seconds_max'):.2f}" if mode != "local" else "–"
         io = f"{med(l, 'shard_io_seconds_max'):.2f}" if mode != "local" else "–"
-        print(f"| {mode} | {'off' if verify else 'on'} | {med(l, 'samples_per_s'):,.0f} | "
+        print(f"| {mode.replace('-noahead', ' (no read-ahead)')} | {'off' if verify else 'on'} | {med(l, 'samples_per_s'):,.0f} | "
               f"{med(l, 'mpi_bytes_received') / 1e6:,.0f} | {ex} | {io} | "
               f"{med(l, 'samples_per_s') / base:.2f}× |")
 EOF

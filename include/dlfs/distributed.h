@@ -60,6 +60,10 @@ struct ShardLoaderOptions {
   // Batches whose remote samples are fetched in one exchange; the exchange
   // for the next window happens when the current one is used up.
   uint32_t window_batches = 8;
+  // Plan the next window and read its local part on a thread while the
+  // current one is consumed. Helps where cores are spare; on a 2-core VM
+  // with 4 ranks it measured slower (docs/benchmarks.md).
+  bool read_ahead = true;
 };
 
 // Counters of a ShardLoader, summed over its life.

@@ -298,7 +298,9 @@ class ShardLoader::Impl {
     p->reader.join();
     stats_.io_seconds += p->io_seconds;
     // Read ahead: the next window's reads run while this one is consumed.
-    if (p->end_batch < sampler_->batches_per_epoch()) next_ = Plan(p->end_batch);
+    if (options_.read_ahead && p->end_batch < sampler_->batches_per_epoch()) {
+      next_ = Plan(p->end_batch);
+    }
 
     const int ranks = topo_->size();
     const SampleDirectory& dir = volume_->directory();

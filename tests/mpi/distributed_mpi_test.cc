@@ -229,12 +229,13 @@ TEST_F(DistributedTest, ShardLocalEqualsLocalReading) {
   LoaderOptions o;
   o.batch_size = 24;
   o.seed = 3;
-  for (uint32_t window : {1u, 5u}) {
+  for (const auto& [window, ahead] : {std::pair{1u, true}, {5u, true}, {5u, false}}) {
     auto local = CreateLoader(MPI_COMM_WORLD, volume, o);
     ASSERT_TRUE(local.ok()) << local.status().ToString();
     ShardLoaderOptions so;
     so.loader = o;
     so.window_batches = window;
+    so.read_ahead = ahead;
     auto shard = ShardLoader::Create(MPI_COMM_WORLD, volume, so);
     ASSERT_TRUE(shard.ok()) << shard.status().ToString();
     const auto expected = ReadAll(**local, 2);
