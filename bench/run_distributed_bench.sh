@@ -62,14 +62,14 @@ for rep in $(seq 1 "$reps"); do
   done
   # B: local vs shard-local, with and without checksum verification, cold
   # cache, order rotating.
-  modes=(local shard-local local-noverify shard-local-noverify shard-local-noahead)
+  modes=(local shard-local local-noverify shard-local-noverify shard-local-ahead)
   shift_by=$(((rep - 1) % 5))
   modes=("${modes[@]:shift_by}" "${modes[@]:0:shift_by}")
   for mode in "${modes[@]}"; do
     extra=()
     [[ $mode == shard-local* ]] && extra+=(--shard-local)
     [[ $mode == *-noverify ]] && extra+=(--no-verify)
-    [[ $mode == *-noahead ]] && extra+=(--no-read-ahead)
+    [[ $mode == *-ahead ]] && extra+=(--read-ahead)
     j=$(DLFS_RANKS_PER_NODE=2 "${mpirun[@]}" -np 4 "$dlfs" bench "$two" --drop-cache --json \
       "${extra[@]}")
     record "read $mode" "$j"
@@ -107,13 +107,13 @@ print("| mode | checksums | samples/s | MB over MPI | exchange s (slowest rank) 
       "of which reading | × local |")
 print("|---|---|---:|---:|---:|---:|---:|")
 for verify, modes in (("", ("local", "shard-local")), ("-noverify", ("local", "shard-local")),
-                      ("", ("shard-local-noahead",))):
+                      ("", ("shard-local-ahead",))):
     base = med(f"read local{verify}", "samples_per_s")
     for mode in modes:
         l = f"read {mode}{verify}"
         ex = f"{med(l, 'shard_exchange_seconds_max'):.2f}" if mode != "local" else "–"
         io = f"{med(l, 'shard_io_seconds_max'):.2f}" if mode != "local" else "–"
-        print(f"| {mode.replace('-noahead', ' (no read-ahead)')} | {'off' if verify else 'on'} | {med(l, 'samples_per_s'):,.0f} | "
+        print(f"| {mode.replace('-ahead', ' --read-ahead')} | {'off' if verify else 'on'} | {med(l, 'samples_per_s'):,.0f} | "
               f"{med(l, 'mpi_bytes_received') / 1e6:,.0f} | {ex} | {io} | "
               f"{med(l, 'samples_per_s') / base:.2f}× |")
 EOF

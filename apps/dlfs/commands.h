@@ -98,10 +98,10 @@ struct BenchArgs {
   bool drop_cache = false;
   bool json = false;
   // Under mpirun only:
-  bool shard_local = false;    // read own node's target, fetch the rest over MPI
-  uint32_t window = 8;         // batches per shard exchange
-  bool no_read_ahead = false;  // shard-local: read each window only when it is needed
-  bool private_open = false;   // every rank reads the directory (no shared window)
+  bool shard_local = false;   // read own node's target, fetch the rest over MPI
+  uint32_t window = 8;        // batches per shard exchange
+  bool read_ahead = false;    // shard-local: read the next window on a thread
+  bool private_open = false;  // every rank reads the directory (no shared window)
 };
 int RunBench(const BenchArgs& args);
 

@@ -147,8 +147,8 @@ int main(int argc, char** argv) {
               "come from their node over MPI");
   b->add_option("--window", bench.window, "mpirun --shard-local: batches per exchange")
       ->capture_default_str();
-  b->add_flag("--no-read-ahead", bench.no_read_ahead,
-              "mpirun --shard-local: do not read the next window while this one is used");
+  b->add_flag("--read-ahead", bench.read_ahead,
+              "mpirun --shard-local: read the next window on a thread while this one is used");
   b->add_flag("--private-open", bench.private_open,
               "mpirun: every rank reads the directory itself (to compare with the collective "
               "open)");

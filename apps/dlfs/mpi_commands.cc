@@ -143,7 +143,7 @@ int RunBenchMpi(const BenchArgs& args) {
       ShardLoaderOptions so;
       so.loader = o;
       so.window_batches = args.window;
-      so.read_ahead = !args.no_read_ahead;
+      so.read_ahead = args.read_ahead;
       auto s = ShardLoader::Create(MPI_COMM_WORLD, *vol, so);
       if (!s.ok()) return FailOnRank0(rank, s.status());
       shard = std::move(*s);

@@ -61,9 +61,11 @@ struct ShardLoaderOptions {
   // for the next window happens when the current one is used up.
   uint32_t window_batches = 8;
   // Plan the next window and read its local part on a thread while the
-  // current one is consumed. Helps where cores are spare; on a 2-core VM
-  // with 4 ranks it measured slower (docs/benchmarks.md).
-  bool read_ahead = true;
+  // current one is consumed. Off by default: on the only machine measured
+  // (2 cores, 4 ranks) it made epochs 2.5x slower, the thread competing
+  // with the exchange and checksums (docs/benchmarks.md). Worth trying where
+  // cores are spare and storage latency is high.
+  bool read_ahead = false;
 };
 
 // Counters of a ShardLoader, summed over its life.
@@ -86,10 +88,10 @@ struct ShardLoaderStats {
 // of other nodes from them over MPI: since the permutation is known, each
 // exchange fetches every remote sample of the next window_batches batches at
 // once (one MPI_Alltoallv for the requests, one for the bytes), so the global
-// shuffle stays exact while each node stores only its part. Windows are
-// planned one ahead and their local reads run on a thread, overlapping with
-// the caller's use of the window before; MPI is only called from the
-// caller's thread.
+// shuffle stays exact while each node stores only its part. With
+// read_ahead, windows are planned one ahead and their local reads run on a
+// thread, overlapping with the caller's use of the window before; MPI is
+// only called from the caller's thread.
 //
 // Batches are byte-identical to those of a Loader with the same options.
 // Next() and SetEpoch() are collective: every rank calls them the same
