@@ -17,6 +17,7 @@
 #include "common/file_util.h"
 #include "dlfs/lmdb.h"
 #include "dlfs/lmdbio.h"
+#include "dlfs/mpi.h"
 
 namespace dlfs::cli {
 
@@ -86,10 +87,15 @@ int Run(const LmdbReadArgs& args, int rank, int ranks) {
   ScopedFd oracle_fd;
   if (args.check) {
     auto map = LmdbRecordMap::Build(args.db);
-    if (!map.ok()) return fail(map.status());
-    oracle = std::make_unique<LmdbRecordMap>(std::move(*map));
-    oracle_fd = ScopedFd(::open(oracle->path().c_str(), O_RDONLY | O_CLOEXEC));
-    if (oracle_fd.get() < 0) return fail(Status::FromErrno(errno, oracle->path()));
+    Status st = map.ok() ? Status::Ok() : map.status();
+    if (st.ok()) {
+      oracle = std::make_unique<LmdbRecordMap>(std::move(*map));
+      oracle_fd = ScopedFd(::open(oracle->path().c_str(), O_RDONLY | O_CLOEXEC));
+      if (oracle_fd.get() < 0) st = Status::FromErrno(errno, oracle->path());
+    }
+    // Every rank stops, or none does (the reader's open is collective).
+    st = AgreeOnStatus(MPI_COMM_WORLD, st);
+    if (!st.ok()) return fail(st);
   }
 
   rusage before{}, after{};

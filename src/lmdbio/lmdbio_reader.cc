@@ -320,7 +320,9 @@ class SharedWindow {
 
  private:
   void Free() {
-    if (win_ == MPI_WIN_NULL) return;
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (win_ == MPI_WIN_NULL || finalized) return;
     MPI_Win_unlock_all(win_);
     MPI_Win_free(&win_);
     base_ = nullptr;
@@ -480,6 +482,9 @@ class WindowReader final : public LmdbioReader {
       iters_per_step_ = static_cast<uint32_t>(std::clamp<double>(
           std::ceil(want), 1, std::max<uint32_t>(1, options.max_coalesce_iters)));
     }
+    // Every rank must read at the same iterations (reads are collective):
+    // nodes of different sizes would compute different factors.
+    MPI_Allreduce(MPI_IN_PLACE, &iters_per_step_, 1, MPI_UINT32_T, MPI_MIN, comm);
     table_bytes_ = pipelined() || mode_ == LmdbioMode::kLmm
                        ? AlignUp(node_count_ * iters_per_step_ * sizeof(Extent))
                        : 0;
@@ -496,6 +501,12 @@ class WindowReader final : public LmdbioReader {
 
   Status Next() override {
     if (!broken_.ok()) return broken_;
+    if (options_.planned_iterations > 0 && iteration_ >= options_.planned_iterations) {
+      // Reads were planned (and cut short) for this many iterations.
+      return Status::InvalidArgument("the reader was opened for " +
+                                     std::to_string(options_.planned_iterations) +
+                                     " iterations (LmdbioOptions::planned_iterations)");
+    }
     const uint64_t i = iteration_;
     const uint32_t t = static_cast<uint32_t>(i % iters_per_step_);
     if (t == 0) {

@@ -105,7 +105,15 @@ class ShardLoader::Impl {
     if (options_.window_batches == 0 || o.batch_size == 0) {
       return Status::InvalidArgument("window_batches and batch_size must be positive");
     }
-    DLFS_RETURN_IF_ERROR(CheckAgreement(comm_, PermutationKey(*volume_, o), "the permutation"));
+    std::vector<uint64_t> key = PermutationKey(*volume_, o);
+    key.push_back(options_.window_batches);  // exchanges must line up
+    key.push_back(options_.read_ahead ? 1 : 0);
+    DLFS_RETURN_IF_ERROR(CheckAgreement(comm_, key, "the permutation or the exchange window"));
+    if (!topo_->contiguous()) {
+      return Status::InvalidArgument(
+          "shard-local reading needs each node's ranks to be consecutive world ranks "
+          "(mpirun --map-by slot)");
+    }
 
     // Where each node's ranks are, so requests can be spread over them.
     const int nodes = topo_->node_count();
@@ -306,6 +314,7 @@ class ShardLoader::Impl {
     const SampleDirectory& dir = volume_->directory();
     std::vector<int> byte_recv(ranks, 0), brdispl(ranks);
     uint64_t out_bytes = 0, in_bytes = 0;
+    Status too_large;
     for (int r = 0; r < ranks; ++r) {
       uint64_t n = 0;
       for (int j = 0; j < p->recv_counts[r]; ++j) {
@@ -314,8 +323,9 @@ class ShardLoader::Impl {
       uint64_t m = 0;
       for (uint64_t index : p->ask[r]) m += dir.sample(index).length;
       if (n > INT_MAX || m > INT_MAX || out_bytes + n > INT_MAX || in_bytes + m > INT_MAX) {
-        return Status::InvalidArgument(
+        too_large = Status::InvalidArgument(
             "a shard exchange would move more than 2 GiB; use fewer window_batches");
+        break;
       }
       brdispl[r] = static_cast<int>(in_bytes);
       byte_recv[r] = static_cast<int>(m);
@@ -330,8 +340,20 @@ class ShardLoader::Impl {
     for (const auto& a : p->ask) asked += a.size();
     std::vector<uint8_t> out_codes(p->served.size()), in_codes(asked);
     std::vector<int> byte_send(ranks, 0), bsdispl(ranks, 0);
-    if (!send_buffer_.Reserve(out_bytes) || !p->bytes->received.Reserve(in_bytes)) {
-      return Status::Unavailable("out of memory for a shard window");
+    Status st = too_large;
+    if (st.ok() && (!send_buffer_.Reserve(out_bytes) || !p->bytes->received.Reserve(in_bytes))) {
+      st = Status::Unavailable("out of memory for a shard window");
+    }
+    // All ranks skip the data phase together, or none does; the window's
+    // batches then fail with the error and the next call moves on.
+    st = AgreeOnStatus(comm_, st);
+    if (!st.ok()) {
+      window_first_position_ = p->first_position;
+      window_end_ = p->end_batch;
+      samples_.assign(p->count, {});
+      status_.assign(p->count, st);
+      window_bytes_.reset();
+      return Status::Ok();
     }
     std::byte* out = send_buffer_.data.get();
     uint64_t at = 0;
@@ -448,7 +470,9 @@ class ShardLoader::Impl {
     DLFS_RETURN_IF_ERROR(engine_->Read(requests, results));
     for (size_t i = 0; i < results.size(); ++i) {
       if ((*status)[i].ok() && !results[i].ok()) {
-        (*status)[i] = results[i].WithContext("sample " + std::to_string(indices[i]));
+        (*status)[i] =
+            results[i].WithContext(volume_->path() + ": sample " + std::to_string(indices[i]) +
+                                   " '" + dir.Path(indices[i]) + "'");
       }
     }
     return Status::Ok();

@@ -115,6 +115,11 @@ TEST_F(DistributedTest, RanksThatDisagreeAreRefused) {
   auto loader = CreateLoader(MPI_COMM_WORLD, volume, o);
   EXPECT_EQ(loader.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(loader.status().message().find("disagree"), std::string::npos);
+  // Shard exchanges must line up: the window size too.
+  ShardLoaderOptions so;
+  so.window_batches = Rank() == 1 ? 2 : 3;
+  auto shard = ShardLoader::Create(MPI_COMM_WORLD, volume, so);
+  EXPECT_EQ(shard.status().code(), StatusCode::kInvalidArgument);
 }
 
 // The file (device, inode) and size of the mapping that holds `p` in this

@@ -281,6 +281,14 @@ TEST_F(LmdbioTest, BadOptionsAreRefusedOnEveryRank) {
     EXPECT_NE(missing.status().message().find("no-such-db"), std::string::npos)
         << missing.status().ToString();
   }
+  // Reads are planned for planned_iterations; asking for more is an error,
+  // not bytes that were never read.
+  o.mode = LmdbioMode::kLmmDioProvCoal;
+  o.planned_iterations = 3;
+  auto planned = LmdbioReader::Open(MPI_COMM_WORLD, Db("small"), o);
+  ASSERT_TRUE(planned.ok()) << planned.status().ToString();
+  for (int i = 0; i < 3; ++i) EXPECT_OK((*planned)->Next());
+  EXPECT_EQ((*planned)->Next().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseLmdbioMode("lmm-dio-prov").value(), LmdbioMode::kLmmDioProv);
   EXPECT_FALSE(ParseLmdbioMode("fast").ok());
 }
