@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -116,6 +117,9 @@ Result<LoaderOptions> BenchLoaderOptions(const BenchArgs& args);
 // Launched by mpirun (OpenMPI, MPICH or PMIx variables are set)? Then
 // `dlfs epoch` and `dlfs bench` run as one MPI job (apps/dlfs/mpi_commands.cc).
 bool LaunchedByMpirun();
+// Runs body(rank, world) between MPI_Init and MPI_Finalize (MPI builds
+// only); every rank exits with the worst exit code of the job.
+int RunWithMpi(const std::function<int(int rank, int world)>& body);
 int RunEpochMpi(const EpochArgs& args);
 int RunBenchMpi(const BenchArgs& args);
 

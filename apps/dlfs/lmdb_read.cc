@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "common/clock.h"
 #include "common/crc32c.h"
 #include "common/file_util.h"
 #include "dlfs/lmdb.h"
@@ -24,10 +25,6 @@ namespace dlfs::cli {
 namespace {
 
 using json = nlohmann::json;
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 double Seconds(const timeval& tv) { return tv.tv_sec + tv.tv_usec / 1e6; }
 
@@ -284,18 +281,8 @@ int Run(const LmdbReadArgs& args, int rank, int ranks) {
 }  // namespace
 
 int RunLmdbRead(const LmdbReadArgs& args) {
-  int provided = 0;
-  MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
-  int rank = 0, ranks = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   // The reader is destroyed inside Run, before MPI_Finalize.
-  int rc = Run(args, rank, ranks);
-  // Every rank leaves with the worst exit code.
-  int worst = rc;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Finalize();
-  return worst;
+  return RunWithMpi([&](int rank, int world) { return Run(args, rank, world); });
 }
 
 }  // namespace dlfs::cli

@@ -10,10 +10,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "common/clock.h"
 #include "dlfs/distributed.h"
 
 namespace dlfs::cli {
@@ -21,26 +23,6 @@ namespace dlfs::cli {
 namespace {
 
 using json = nlohmann::json;
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Runs `body(rank, world)` between MPI_Init and MPI_Finalize; every rank
-// exits with the worst exit code of the job.
-template <typename F>
-int WithMpi(F body) {
-  int provided = 0;
-  MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
-  int rank = 0, world = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  int rc = body(rank, world);
-  int worst = rc;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Finalize();
-  return worst;
-}
 
 // Errors are collective (the same on every rank); rank 0 prints them.
 int FailOnRank0(int rank, const Status& st) {
@@ -87,6 +69,19 @@ uint64_t PssBytes() {
 
 }  // namespace
 
+int RunWithMpi(const std::function<int(int rank, int world)>& body) {
+  int provided = 0;
+  MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  const int rc = body(rank, world);
+  int worst = rc;
+  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return worst;
+}
+
 bool LaunchedByMpirun() {
   for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"}) {
     if (std::getenv(var) != nullptr) return true;
@@ -95,7 +90,7 @@ bool LaunchedByMpirun() {
 }
 
 int RunEpochMpi(const EpochArgs& args) {
-  return WithMpi([&](int rank, int world) {
+  return RunWithMpi([&](int rank, int world) {
     SharedOpenStats stats;
     auto vol = OpenForJob(args.volume, args.target_map, false, false, &stats);
     if (!vol.ok()) return FailOnRank0(rank, vol.status());
@@ -125,7 +120,7 @@ int RunEpochMpi(const EpochArgs& args) {
 }
 
 int RunBenchMpi(const BenchArgs& args) {
-  return WithMpi([&](int rank, int world) {
+  return RunWithMpi([&](int rank, int world) {
     SharedOpenStats open;
     MPI_Barrier(MPI_COMM_WORLD);
     const uint64_t pss_before = PssBytes();

@@ -29,6 +29,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/file_util.h"
 #include "dlfs/lmdb.h"
 #include "dlfs/mpi.h"
@@ -43,10 +44,6 @@ constexpr int kCursorTag = 7301, kStaggerTag = 7302;
 
 uint64_t AlignDown(uint64_t x) { return x & ~(kAlign - 1); }
 uint64_t AlignUp(uint64_t x) { return (x + kAlign - 1) & ~(kAlign - 1); }
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // Adds the scope's wall time to `acc`.
 class Stopwatch {

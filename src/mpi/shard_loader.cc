@@ -6,6 +6,7 @@
 #include <optional>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/file_util.h"
 #include "dlfs/distributed.h"
 #include "dlfs/sampler.h"
@@ -14,10 +15,6 @@
 namespace dlfs {
 
 namespace {
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // InvalidArgument on every rank unless all ranks passed the same `values`.
 Status CheckAgreement(MPI_Comm comm, const std::vector<uint64_t>& values, const char* what) {
