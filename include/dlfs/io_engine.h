@@ -25,11 +25,15 @@
 #include <string_view>
 #include <vector>
 
+#include "dlfs/enum_names.h"
 #include "dlfs/status.h"
 
 namespace dlfs {
 
 enum class EngineKind { kAuto, kUring, kPread };
+
+inline constexpr EnumName<EngineKind> kEngineKindNames[] = {
+    {EngineKind::kAuto, "auto"}, {EngineKind::kUring, "uring"}, {EngineKind::kPread, "pread"}};
 
 std::string_view EngineKindName(EngineKind kind);  // "auto", "uring", "pread"
 Result<EngineKind> ParseEngineKind(std::string_view name);

@@ -43,6 +43,7 @@
 #include <string>
 #include <string_view>
 
+#include "dlfs/enum_names.h"
 #include "dlfs/io_engine.h"
 #include "dlfs/status.h"
 
@@ -57,6 +58,15 @@ enum class LmdbioMode {
   kLmmDioProvCoal,
   kLmmDioProvCoalStag,
 };
+
+inline constexpr EnumName<LmdbioMode> kLmdbioModeNames[] = {
+    {LmdbioMode::kBaseline, "baseline"},
+    {LmdbioMode::kLmm, "lmm"},
+    {LmdbioMode::kLmmDm, "lmm-dm"},
+    {LmdbioMode::kLmmDio, "lmm-dio"},
+    {LmdbioMode::kLmmDioProv, "lmm-dio-prov"},
+    {LmdbioMode::kLmmDioProvCoal, "lmm-dio-prov-coal"},
+    {LmdbioMode::kLmmDioProvCoalStag, "lmm-dio-prov-coal-stag"}};
 
 std::string_view LmdbioModeName(LmdbioMode mode);  // "baseline", "lmm-dio-prov", ...
 Result<LmdbioMode> ParseLmdbioMode(std::string_view name);

@@ -34,11 +34,19 @@
 #include <string>
 #include <vector>
 
+#include "dlfs/enum_names.h"
 #include "dlfs/status.h"
 
 namespace dlfs {
 
 enum class SourceKind { kAuto, kImageFolder, kIdx, kTar, kLmdb };
+
+inline constexpr EnumName<SourceKind> kSourceKindNames[] = {
+    {SourceKind::kAuto, "auto"},
+    {SourceKind::kImageFolder, "imagefolder"},
+    {SourceKind::kIdx, "idx"},
+    {SourceKind::kTar, "tar"},
+    {SourceKind::kLmdb, "lmdb"}};
 
 // "auto", "imagefolder", "idx", "tar", "lmdb".
 std::string_view SourceKindName(SourceKind kind);

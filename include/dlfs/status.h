@@ -61,6 +61,9 @@ class [[nodiscard]] Status {
   static Status Unavailable(std::string msg) {
     return Status(StatusCode::kUnavailable, std::move(msg));
   }
+  static Status IOError(std::string msg, int sys_errno = 0) {
+    return Status(StatusCode::kIOError, std::move(msg), sys_errno);
+  }
   static Status Cancelled(std::string msg) {
     return Status(StatusCode::kCancelled, std::move(msg));
   }

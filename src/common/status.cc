@@ -3,31 +3,24 @@
 #include <cerrno>
 #include <cstring>
 
+#include "dlfs/enum_names.h"
+
 namespace dlfs {
 
-std::string_view StatusCodeName(StatusCode code) {
-  switch (code) {
-    case StatusCode::kOk:
-      return "OK";
-    case StatusCode::kInvalidArgument:
-      return "InvalidArgument";
-    case StatusCode::kNotFound:
-      return "NotFound";
-    case StatusCode::kAlreadyExists:
-      return "AlreadyExists";
-    case StatusCode::kCorruption:
-      return "Corruption";
-    case StatusCode::kIOError:
-      return "IOError";
-    case StatusCode::kNotSupported:
-      return "NotSupported";
-    case StatusCode::kUnavailable:
-      return "Unavailable";
-    case StatusCode::kCancelled:
-      return "Cancelled";
-  }
-  return "Unknown";
-}
+namespace {
+constexpr EnumName<StatusCode> kStatusCodeNames[] = {
+    {StatusCode::kOk, "OK"},
+    {StatusCode::kInvalidArgument, "InvalidArgument"},
+    {StatusCode::kNotFound, "NotFound"},
+    {StatusCode::kAlreadyExists, "AlreadyExists"},
+    {StatusCode::kCorruption, "Corruption"},
+    {StatusCode::kIOError, "IOError"},
+    {StatusCode::kNotSupported, "NotSupported"},
+    {StatusCode::kUnavailable, "Unavailable"},
+    {StatusCode::kCancelled, "Cancelled"}};
+}  // namespace
+
+std::string_view StatusCodeName(StatusCode code) { return NameOf(kStatusCodeNames, code); }
 
 Status Status::FromErrno(int sys_errno, std::string_view context) {
   StatusCode code = StatusCode::kIOError;

@@ -199,14 +199,14 @@ Status MountVolume(std::shared_ptr<Volume> volume, const std::string& mountpoint
   if (fuse_mount(f, mountpoint.c_str()) != 0) {
     fuse_destroy(f);
     fuse_opt_free_args(&fargs);
-    return Status(StatusCode::kIOError, "cannot mount " + where + " (see the message above)");
+    return Status::IOError("cannot mount " + where + " (see the message above)");
   }
   fuse_session* se = fuse_get_session(f);
   Status result;
   if (fuse_set_signal_handlers(se) != 0) {
-    result = Status(StatusCode::kIOError, "cannot install signal handlers for " + where);
+    result = Status::IOError("cannot install signal handlers for " + where);
   } else if (fuse_daemonize(options.foreground || options.debug ? 1 : 0) != 0) {
-    result = Status(StatusCode::kIOError, "cannot go to the background after mounting " + where);
+    result = Status::IOError("cannot go to the background after mounting " + where);
   } else {
     fuse_loop_config* config = fuse_loop_cfg_create();
     fuse_loop_cfg_set_max_threads(config, 16);

@@ -62,8 +62,7 @@ class Engine final : public IoEngine {
       for (const Completion& c : completions) {
         const uint64_t i = c.tag;
         if (i >= reqs.size() || in_flight == 0) {
-          return Abandon(Status(StatusCode::kIOError, "I/O engine returned an unknown completion"),
-                         in_flight);
+          return Abandon(Status::IOError("I/O engine returned an unknown completion"), in_flight);
         }
         --in_flight;
         const ReadRequest& r = reqs[i];
@@ -77,7 +76,7 @@ class Engine final : public IoEngine {
         } else if (c.result < 0) {
           results[i] = Status::FromErrno(static_cast<int>(-c.result), Where(r, at));
         } else if (c.result == 0) {
-          results[i] = Status(StatusCode::kIOError, Where(r, at) + ": unexpected end of file");
+          results[i] = Status::IOError(Where(r, at) + ": unexpected end of file");
         } else {
           done_[i] += static_cast<uint64_t>(c.result);
           retries_[i] = 0;                              // progress: the retry budget is per stall
@@ -130,24 +129,10 @@ class Engine final : public IoEngine {
 
 }  // namespace
 
-std::string_view EngineKindName(EngineKind kind) {
-  switch (kind) {
-    case EngineKind::kAuto:
-      return "auto";
-    case EngineKind::kUring:
-      return "uring";
-    case EngineKind::kPread:
-      return "pread";
-  }
-  return "?";
-}
+std::string_view EngineKindName(EngineKind kind) { return NameOf(kEngineKindNames, kind); }
 
 Result<EngineKind> ParseEngineKind(std::string_view name) {
-  for (EngineKind k : {EngineKind::kAuto, EngineKind::kUring, EngineKind::kPread}) {
-    if (name == EngineKindName(k)) return k;
-  }
-  return Status::InvalidArgument("unknown engine '" + std::string(name) +
-                                 "' (expected auto, uring or pread)");
+  return ParseEnum(kEngineKindNames, name, "engine");
 }
 
 Result<std::unique_ptr<IoEngine>> CreateEngine(const std::vector<std::string>& target_paths,

@@ -64,7 +64,7 @@ std::string DataFile(const std::string& path) {
 
 Status MdbError(int rc, const std::string& path, const char* what) {
   if (rc == ENOENT) return Status::NotFound(path + ": " + what + ": " + mdb_strerror(rc));
-  return Status(StatusCode::kIOError, path + ": " + what + ": " + mdb_strerror(rc));
+  return Status::IOError(path + ": " + what + ": " + mdb_strerror(rc));
 }
 
 // Where liblmdb mapped `file` in this process. liblmdb does not export its
@@ -923,34 +923,10 @@ class WindowReader final : public LmdbioReader {
 
 }  // namespace
 
-std::string_view LmdbioModeName(LmdbioMode mode) {
-  switch (mode) {
-    case LmdbioMode::kBaseline:
-      return "baseline";
-    case LmdbioMode::kLmm:
-      return "lmm";
-    case LmdbioMode::kLmmDm:
-      return "lmm-dm";
-    case LmdbioMode::kLmmDio:
-      return "lmm-dio";
-    case LmdbioMode::kLmmDioProv:
-      return "lmm-dio-prov";
-    case LmdbioMode::kLmmDioProvCoal:
-      return "lmm-dio-prov-coal";
-    case LmdbioMode::kLmmDioProvCoalStag:
-      return "lmm-dio-prov-coal-stag";
-  }
-  return "?";
-}
+std::string_view LmdbioModeName(LmdbioMode mode) { return NameOf(kLmdbioModeNames, mode); }
 
 Result<LmdbioMode> ParseLmdbioMode(std::string_view name) {
-  for (int m = 0; m <= static_cast<int>(LmdbioMode::kLmmDioProvCoalStag); ++m) {
-    if (LmdbioModeName(static_cast<LmdbioMode>(m)) == name) return static_cast<LmdbioMode>(m);
-  }
-  return Status::InvalidArgument(
-      "unknown LMDBIO mode '" + std::string(name) +
-      "' (baseline, lmm, lmm-dm, lmm-dio, lmm-dio-prov, lmm-dio-prov-coal, "
-      "lmm-dio-prov-coal-stag)");
+  return ParseEnum(kLmdbioModeNames, name, "LMDBIO mode");
 }
 
 Result<std::unique_ptr<LmdbioReader>> LmdbioReader::Open(MPI_Comm comm, const std::string& path,

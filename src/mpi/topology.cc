@@ -14,8 +14,8 @@ Status MpiError(int code, const std::string& what) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) len = 0;
-  return Status(StatusCode::kIOError, what + ": MPI error " + std::to_string(code) +
-                                          (len > 0 ? " (" + std::string(text, len) + ")" : ""));
+  return Status::IOError(what + ": MPI error " + std::to_string(code) +
+                         (len > 0 ? " (" + std::string(text, len) + ")" : ""));
 }
 
 void WaitPolitely(MPI_Request* request, MPI_Status* status) {

@@ -2,8 +2,8 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <chrono>
 
+#include "common/clock.h"
 #include "dlfs/pack.h"
 #include "pack/importer.h"
 
@@ -12,11 +12,7 @@ namespace dlfs {
 namespace pack_internal {
 
 PackContext::PackContext(VolumeBuilder& builder, const PackOptions& options, PackStats& stats)
-    : builder_(builder),
-      options_(options),
-      stats_(stats),
-      start_(std::chrono::steady_clock::now()),
-      last_report_(start_) {}
+    : builder_(builder), options_(options), stats_(stats), start_(Now()), last_report_(start_) {}
 
 Status PackContext::Unreadable(const std::string& path, const Status& error) {
   if (!options_.skip_unreadable) {
@@ -35,13 +31,13 @@ Status PackContext::Tick() {
     return Status::Cancelled("packing interrupted");
   }
   if (!options_.on_progress) return Status::Ok();
-  const auto now = std::chrono::steady_clock::now();
-  if (now - last_report_ < std::chrono::milliseconds(100)) return Status::Ok();
+  const double now = Now();
+  if (now - last_report_ < 0.1) return Status::Ok();
   last_report_ = now;
   progress_.samples = builder_.sample_count();
   progress_.bytes = builder_.data_bytes();
   progress_.skipped = stats_.skipped;
-  progress_.seconds = std::chrono::duration<double>(now - start_).count();
+  progress_.seconds = now - start_;
   options_.on_progress(progress_);
   return Status::Ok();
 }
@@ -65,29 +61,10 @@ bool IsIdxName(std::string_view name) { return name.find("-ubyte") != name.npos;
 
 }  // namespace
 
-std::string_view SourceKindName(SourceKind kind) {
-  switch (kind) {
-    case SourceKind::kAuto:
-      return "auto";
-    case SourceKind::kImageFolder:
-      return "imagefolder";
-    case SourceKind::kIdx:
-      return "idx";
-    case SourceKind::kTar:
-      return "tar";
-    case SourceKind::kLmdb:
-      return "lmdb";
-  }
-  return "?";
-}
+std::string_view SourceKindName(SourceKind kind) { return NameOf(kSourceKindNames, kind); }
 
 Result<SourceKind> ParseSourceKind(std::string_view name) {
-  for (SourceKind k : {SourceKind::kAuto, SourceKind::kImageFolder, SourceKind::kIdx,
-                       SourceKind::kTar, SourceKind::kLmdb}) {
-    if (name == SourceKindName(k)) return k;
-  }
-  return Status::InvalidArgument("unknown source kind '" + std::string(name) +
-                                 "' (expected auto, imagefolder, idx, tar or lmdb)");
+  return ParseEnum(kSourceKindNames, name, "source kind");
 }
 
 Result<SourceKind> DetectSourceKind(const std::string& source) {
@@ -126,7 +103,7 @@ Result<SourceKind> DetectSourceKind(const std::string& source) {
 
 Result<PackStats> Pack(const std::string& source, const std::string& volume_path,
                        const PackOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
+  const double start = Now();
   PackStats stats;
   stats.from = options.from;
   if (stats.from == SourceKind::kAuto) {
@@ -162,7 +139,7 @@ Result<PackStats> Pack(const std::string& source, const std::string& volume_path
   stats.classes = builder->class_count();
   stats.bytes = builder->data_bytes();
   DLFS_RETURN_IF_ERROR(builder->Finish());
-  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stats.seconds = Now() - start;
   return stats;
 }
 
