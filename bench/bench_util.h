@@ -2,8 +2,6 @@
 // which deliberately do not link the dlfs library.
 #pragma once
 
-#include <sys/resource.h>
-
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -13,15 +11,12 @@
 #include <utility>
 #include <vector>
 
+#include "common/clock.h"
+
 namespace dlfs_bench {
 
-// User + system CPU seconds of this process so far.
-inline double CpuSeconds() {
-  rusage ru;
-  ::getrusage(RUSAGE_SELF, &ru);
-  auto sec = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
-  return sec(ru.ru_utime) + sec(ru.ru_stime);
-}
+using dlfs::CpuSeconds;  // header-only: the peers still do not link dlfs
+using dlfs::Now;
 
 // Fisher-Yates with a fixed generator and an unbiased bounded draw, so the
 // order depends on the seed only (std::shuffle's is the library's choice).

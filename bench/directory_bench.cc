@@ -28,7 +28,6 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -38,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/crc32c.h"
 #include "common/file_util.h"
 #include "dlfs/builder.h"
@@ -46,11 +46,7 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
+double Seconds(double a, double b) { return b - a; }
 
 struct Stats {
   double median = 0, min = 0, max = 0;
@@ -100,9 +96,9 @@ double OpenInChild(const std::string& file) {
   if (pid < 0) return -1;
   if (pid == 0) {
     ::close(fds[0]);
-    const auto t0 = Clock::now();
+    const auto t0 = dlfs::Now();
     auto v = dlfs::Volume::Open(file);
-    double ms = Seconds(t0, Clock::now()) * 1e3;
+    double ms = Seconds(t0, dlfs::Now()) * 1e3;
     if (!v.ok()) ms = -1;
     (void)!::write(fds[1], &ms, sizeof ms);
     ::_exit(0);
@@ -183,7 +179,7 @@ struct Options {
 
 // Builds the synthetic volume; returns the seconds it took.
 double Build(const Options& o, const std::string& file) {
-  const auto t0 = Clock::now();
+  const auto t0 = dlfs::Now();
   auto builder =
       Check(dlfs::VolumeBuilder::Create(file, {.align = 1, .overwrite = true}), "create builder");
   const int name_width = std::max(7, Digits(o.samples - 1));
@@ -205,7 +201,7 @@ double Build(const Options& o, const std::string& file) {
   if (::isatty(STDERR_FILENO)) std::fprintf(stderr, "\r\033[K  finishing...");
   Check(builder->Finish(), "finish volume");
   if (::isatty(STDERR_FILENO)) std::fprintf(stderr, "\r\033[K");
-  return Seconds(t0, Clock::now());
+  return Seconds(t0, dlfs::Now());
 }
 
 void Row(const char* metric, const std::string& median, const std::string& min,
@@ -295,9 +291,9 @@ int main(int argc, char** argv) {
   // --- Open, warm --------------------------------------------------------
   std::vector<double> open_ms;
   for (int r = 0; r < o.runs; ++r) {
-    const auto t0 = Clock::now();
+    const auto t0 = dlfs::Now();
     auto v = Check(dlfs::Volume::Open(file), "open");
-    const auto t1 = Clock::now();
+    const auto t1 = dlfs::Now();
     open_ms.push_back(Seconds(t0, t1) * 1e3);
     g_sink = v->size();
   }
@@ -323,7 +319,7 @@ int main(int argc, char** argv) {
   for (int r = 0; r < o.runs; ++r) {
     const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) Die(file + ": " + std::strerror(errno));
-    const auto t0 = Clock::now();
+    const auto t0 = dlfs::Now();
     // The same allocation Volume::Open uses (huge-page anonymous memory).
     std::shared_ptr<std::byte> buf = dlfs::AllocateLarge(info.directory_bytes);
     uint64_t done = 0;
@@ -333,12 +329,12 @@ int main(int argc, char** argv) {
       if (k <= 0) Die(file + ": short read of the directory region");
       done += static_cast<uint64_t>(k);
     }
-    const auto t1 = Clock::now();
+    const auto t1 = dlfs::Now();
     g_sink = dlfs::crc32c::Value(buf.get(), info.directory_bytes);
-    const auto t2 = Clock::now();
+    const auto t2 = dlfs::Now();
     auto dir = Check(dlfs::SampleDirectory::Create(buf, info.directory_bytes, expected, file),
                      "validate directory");
-    const auto t3 = Clock::now();
+    const auto t3 = dlfs::Now();
     ::close(fd);
     read_ms.push_back(Seconds(t0, t1) * 1e3);
     crc_ms.push_back(Seconds(t1, t2) * 1e3);
@@ -348,9 +344,9 @@ int main(int argc, char** argv) {
   bool cold_done = false;
   if (o.cold) {
     if (DropCaches()) {
-      const auto t0 = Clock::now();
+      const auto t0 = dlfs::Now();
       auto v = Check(dlfs::Volume::Open(file), "open (cold)");
-      cold_ms = Seconds(t0, Clock::now()) * 1e3;
+      cold_ms = Seconds(t0, dlfs::Now()) * 1e3;
       cold_done = true;
     } else {
       std::fprintf(stderr, "dlfs_directory_bench: cannot drop caches (not root?); no cold run\n");
@@ -386,32 +382,32 @@ int main(int argc, char** argv) {
   std::vector<uint64_t> found(o.lookups);
   std::vector<double> lookup_ns, sample_ns, path_ns;
   for (int r = 0; r < o.runs; ++r) {
-    auto t0 = Clock::now();
+    auto t0 = dlfs::Now();
     for (uint64_t k = 0; k < o.lookups; ++k) {
       auto res = d.Lookup(paths[k]);
       if (!res.ok()) Die("lookup '" + paths[k] + "': " + res.status().ToString());
       found[k] = *res;
     }
-    auto t1 = Clock::now();
+    auto t1 = dlfs::Now();
     lookup_ns.push_back(Seconds(t0, t1) * 1e9 / o.lookups);
     for (uint64_t k = 0; k < o.lookups; ++k) {
       if (found[k] != idx[k]) Die("lookup '" + paths[k] + "' found the wrong sample");
     }
 
     uint64_t sum = 0;
-    t0 = Clock::now();
+    t0 = dlfs::Now();
     for (uint64_t i : idx) {
       const dlfs::SampleInfo s = d.sample(i);
       sum += s.offset + s.length + s.label;
     }
-    t1 = Clock::now();
+    t1 = dlfs::Now();
     g_sink = sum;
     sample_ns.push_back(Seconds(t0, t1) * 1e9 / o.lookups);
 
     sum = 0;
-    t0 = Clock::now();
+    t0 = dlfs::Now();
     for (uint64_t i : idx) sum += d.Path(i).size();
-    t1 = Clock::now();
+    t1 = dlfs::Now();
     g_sink = sum;
     path_ns.push_back(Seconds(t0, t1) * 1e9 / o.lookups);
   }

@@ -25,7 +25,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -42,6 +41,7 @@
 namespace {
 
 using dlfs_bench::CpuSeconds;
+using dlfs_bench::Now;
 using dlfs_bench::Shuffle;
 
 constexpr char kProgram[] = "dlfs_file_reader";
@@ -159,19 +159,18 @@ int main(int argc, char** argv) {
   }
   if (threads < 1 || threads > 1024) Die("--threads must be between 1 and 1024");
 
-  const auto l0 = std::chrono::steady_clock::now();
+  const double l0 = Now();
   std::vector<std::string> files = ListFiles(source);
   if (files.empty()) Die(source + ": no files");
   Shuffle(&files, seed);
   if (limit > 0 && limit < files.size()) files.resize(limit);
-  const double list_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - l0).count();
+  const double list_seconds = Now() - l0;
 
   std::atomic<uint64_t> next{0};
   std::atomic<bool> failed{false};
   std::vector<ThreadResult> results(threads);
   const double cpu0 = CpuSeconds();
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = Now();
   {
     std::vector<std::thread> pool;
     for (uint64_t t = 0; t < threads; ++t) {
@@ -193,7 +192,7 @@ int main(int argc, char** argv) {
     }
     for (auto& th : pool) th.join();
   }
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double secs = Now() - t0;
   const double cpu = CpuSeconds() - cpu0;
   uint64_t nfiles = 0, nbytes = 0;
   for (const ThreadResult& r : results) {

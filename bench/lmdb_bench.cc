@@ -26,7 +26,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -43,6 +42,7 @@
 namespace {
 
 using dlfs_bench::CpuSeconds;
+using dlfs_bench::Now;
 using dlfs_bench::Shuffle;
 
 constexpr char kProgram[] = "dlfs_lmdb_bench";
@@ -80,7 +80,7 @@ int Build(const std::string& tree, const std::string& db) {
 
   fs::remove(db, ec);
   fs::remove(db + "-lock", ec);
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = Now();
   MDB_env* env = nullptr;
   Check(mdb_env_create(&env), "mdb_env_create");
   // Values take whole overflow pages: allow a page per value and 25% on top.
@@ -113,7 +113,7 @@ int Build(const std::string& tree, const std::string& db) {
   }
   Check(mdb_env_sync(env, 1), "mdb_env_sync");
   mdb_env_close(env);
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double secs = Now() - t0;
   struct stat st {};
   ::stat(db.c_str(), &st);
   std::printf("{\"entries\": %zu, \"bytes\": %llu, \"seconds\": %.3f, \"db_bytes\": %lld}\n",
@@ -131,7 +131,7 @@ int Read(const std::string& db, uint64_t threads, uint64_t seed, uint64_t limit,
   if (no_readahead) flags |= MDB_NORDAHEAD;
   Check(mdb_env_open(env, db.c_str(), flags, 0644), (db + ": mdb_env_open").c_str());
 
-  const auto l0 = std::chrono::steady_clock::now();
+  const double l0 = Now();
   std::vector<std::string> keys;
   MDB_dbi dbi;
   {
@@ -152,14 +152,13 @@ int Read(const std::string& db, uint64_t threads, uint64_t seed, uint64_t limit,
   if (keys.empty()) Die(db + ": empty");
   Shuffle(&keys, seed);
   if (limit > 0 && limit < keys.size()) keys.resize(limit);
-  const double list_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - l0).count();
+  const double list_seconds = Now() - l0;
 
   std::atomic<uint64_t> next{0};
   std::vector<uint64_t> files(threads), bytes(threads);
   std::vector<std::string> errors(threads);
   const double cpu0 = CpuSeconds();
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = Now();
   {
     std::vector<std::thread> pool;
     for (uint64_t t = 0; t < threads; ++t) {
@@ -196,7 +195,7 @@ int Read(const std::string& db, uint64_t threads, uint64_t seed, uint64_t limit,
     }
     for (auto& th : pool) th.join();
   }
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double secs = Now() - t0;
   const double cpu = CpuSeconds() - cpu0;
   uint64_t nfiles = 0, nbytes = 0;
   for (uint64_t t = 0; t < threads; ++t) {

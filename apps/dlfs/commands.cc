@@ -13,6 +13,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "common/clock.h"
 #include "common/file_util.h"
 #include "dlfs/builder.h"
 #include "dlfs/lmdb.h"
@@ -423,7 +424,7 @@ int RunBench(const BenchArgs& args) {
   for (uint32_t e = 0; e < args.epochs; ++e) {
     if (args.drop_cache) cache_note = DropCache(**vol);
     const double cpu0 = CpuSeconds();
-    const auto t0 = std::chrono::steady_clock::now();
+    const double t0 = Now();
     (*loader)->SetEpoch(e);
     uint64_t samples = 0, bytes = 0, device = 0;
     Batch batch;
@@ -436,8 +437,7 @@ int RunBench(const BenchArgs& args) {
       device += batch.device_bytes();
       latencies.push_back(batch.io_seconds());
     }
-    const double secs =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double secs = Now() - t0;
     const double cpu = CpuSeconds() - cpu0;
     epochs.push_back({{"epoch", e},
                       {"samples", samples},
@@ -589,13 +589,6 @@ bool DropPageCache() {
   if (f == nullptr) return false;
   const bool ok = std::fputs("3", f) >= 0;
   return std::fclose(f) == 0 && ok;
-}
-
-double CpuSeconds() {
-  rusage ru;
-  ::getrusage(RUSAGE_SELF, &ru);
-  auto sec = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
-  return sec(ru.ru_utime) + sec(ru.ru_stime);
 }
 
 Result<LoaderOptions> BenchLoaderOptions(const BenchArgs& args) {

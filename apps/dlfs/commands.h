@@ -109,8 +109,6 @@ int RunBench(const BenchArgs& args);
 // Shared by the commands (commands.cc):
 // sync, then drop the whole page cache; false when not allowed (not root).
 bool DropPageCache();
-// User + system CPU seconds of this process so far.
-double CpuSeconds();
 // The loader options `dlfs bench` asks for.
 Result<LoaderOptions> BenchLoaderOptions(const BenchArgs& args);
 

@@ -1,5 +1,9 @@
-// Monotonic wall-clock time for timing breakdowns.
+// Time for timing breakdowns and reports: monotonic wall-clock seconds and
+// this process's CPU seconds. Every module times through these two, so a
+// figure in one report means the same as in another.
 #pragma once
+
+#include <sys/resource.h>
 
 #include <chrono>
 
@@ -9,6 +13,14 @@ namespace dlfs {
 // anything.
 inline double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// User + system CPU seconds of this process (all threads) so far.
+inline double CpuSeconds() {
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  auto sec = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
+  return sec(ru.ru_utime) + sec(ru.ru_stime);
 }
 
 }  // namespace dlfs

@@ -1,11 +1,11 @@
 #include "dlfs/verify.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <numeric>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/file_util.h"
 
 namespace dlfs {
@@ -15,8 +15,7 @@ constexpr uint64_t kWindow = 8u << 20;
 }
 
 Status VerifyVolume(const Volume& volume, const VerifyOptions& options, VerifyReport* report) {
-  using Clock = std::chrono::steady_clock;
-  const auto start = Clock::now();
+  const double start = Now();
   auto last = start;
   *report = VerifyReport{};
   const SampleDirectory& dir = volume.directory();
@@ -57,16 +56,16 @@ Status VerifyVolume(const Volume& volume, const VerifyOptions& options, VerifyRe
       if (options.on_bad_sample) options.on_bad_sample(i, check);
     }
     if (options.on_progress && (report->samples_checked & 1023) == 0) {
-      const auto now = Clock::now();
-      if (now - last >= std::chrono::milliseconds(100)) {
+      const double now = Now();
+      if (now - last >= 0.1) {
         last = now;
-        report->seconds = std::chrono::duration<double>(now - start).count();
+        report->seconds = now - start;
         options.on_progress(*report);
       }
     }
   }
   report->backup_superblock = volume.CheckBackupSuperblock();
-  report->seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  report->seconds = Now() - start;
   return Status::Ok();
 }
 

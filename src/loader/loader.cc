@@ -2,7 +2,6 @@
 
 #include <sys/mman.h>
 #include <algorithm>
-#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +10,7 @@
 #include <system_error>
 #include <thread>
 
+#include "common/clock.h"
 #include "loader/batch_data.h"
 #include "loader/batch_planner.h"
 
@@ -239,9 +239,9 @@ class Loader::Impl {
           ReadRequest{r.target, r.offset, r.length, base + r.buffer_offset, data->slab->slot});
     }
     results->assign(requests->size(), Status::Ok());
-    const auto t0 = std::chrono::steady_clock::now();
+    const double t0 = Now();
     Status st = w.engine->Read(*requests, *results);
-    data->io_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    data->io_seconds = Now() - t0;
     if (!st.ok()) return st.WithContext(volume_->path());
 
     data->epoch = epoch_;

@@ -2,9 +2,9 @@
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 
+#include "common/clock.h"
 #include "dlfs/distributed.h"
 
 namespace dlfs {
@@ -50,7 +50,7 @@ void Prefault(std::byte* p, uint64_t n, bool write) {
 Result<std::shared_ptr<Volume>> OpenShared(MPI_Comm comm, const std::string& path,
                                            const VolumeOpenOptions& options,
                                            SharedOpenStats* stats) {
-  const auto start = std::chrono::steady_clock::now();
+  const double start = Now();
   SharedOpenStats local_stats;
   DLFS_ASSIGN_OR_RETURN(NodeTopology topo, NodeTopology::Create(comm));
 
@@ -125,8 +125,7 @@ Result<std::shared_ptr<Volume>> OpenShared(MPI_Comm comm, const std::string& pat
   auto v = Volume::Open(path, o);
   st = v.ok() ? Status::Ok() : v.status();
   DLFS_RETURN_IF_ERROR(AgreeOnStatus(comm, st));
-  local_stats.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  local_stats.seconds = Now() - start;
   if (stats) *stats = local_stats;
   return *v;
 }

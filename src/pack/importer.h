@@ -1,7 +1,6 @@
 // Internal interface between Pack() and the importers.
 #pragma once
 
-#include <chrono>
 #include <string>
 
 #include "dlfs/builder.h"
@@ -34,8 +33,8 @@ class PackContext {
   const PackOptions& options_;
   PackStats& stats_;
   PackProgress progress_;
-  std::chrono::steady_clock::time_point start_;
-  std::chrono::steady_clock::time_point last_report_;
+  double start_;        // Now() at construction
+  double last_report_;  // Now() at the last progress report
 };
 
 Status ImportImageFolder(const std::string& root, PackContext& ctx);
