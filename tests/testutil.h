@@ -16,16 +16,36 @@
 
 #include "dlfs/status.h"
 
-#define ASSERT_OK(expr)                                \
-  do {                                                 \
-    const ::dlfs::Status dlfs_st_ = (expr);            \
-    ASSERT_TRUE(dlfs_st_.ok()) << dlfs_st_.ToString(); \
-  } while (0)
-#define EXPECT_OK(expr)                                \
-  do {                                                 \
-    const ::dlfs::Status dlfs_st_ = (expr);            \
-    EXPECT_TRUE(dlfs_st_.ok()) << dlfs_st_.ToString(); \
-  } while (0)
+namespace dlfs::testing {
+// The Status of a Status or of a Result<T>, for the macros below.
+inline const Status& StatusOf(const Status& st) { return st; }
+template <typename T>
+Status StatusOf(const Result<T>& r) {
+  return r.status();
+}
+}  // namespace dlfs::testing
+
+// ASSERT_OK(expr) / EXPECT_OK(expr): expr is a Status or a Result; on failure
+// the message shows the expression and the status (code and message), and
+// more context can be streamed: ASSERT_OK(Open(p)) << "while reopening".
+#define DLFS_TEST_OK_(expr, fail)                                                         \
+  switch (0)                                                                              \
+  case 0:                                                                                 \
+  default:                                                                                \
+    if (const ::dlfs::Status dlfs_st_ = ::dlfs::testing::StatusOf(expr); dlfs_st_.ok()) { \
+    } else                                                                                \
+      fail() << #expr << " failed: " << dlfs_st_.ToString() << ' '
+#define ASSERT_OK(expr) DLFS_TEST_OK_(expr, FAIL)
+#define EXPECT_OK(expr) DLFS_TEST_OK_(expr, ADD_FAILURE)
+
+// ASSERT_OK_AND_ASSIGN(auto x, MakeX()): declares x from a Result's value, or
+// fails the test printing the status.
+#define ASSERT_OK_AND_ASSIGN(lhs, expr) \
+  ASSERT_OK_AND_ASSIGN_IMPL_(DLFS_CONCAT_(dlfs_test_result_, __LINE__), lhs, expr)
+#define ASSERT_OK_AND_ASSIGN_IMPL_(tmp, lhs, expr)                          \
+  auto tmp = (expr);                                                        \
+  ASSERT_TRUE(tmp.ok()) << #expr << " failed: " << tmp.status().ToString(); \
+  lhs = std::move(tmp).value()
 
 namespace dlfs::testing {
 

@@ -44,7 +44,7 @@ class DistributedTest : public ::testing::Test {
     dir_ = new SharedTempDir();
     if (Rank() == 0) {
       auto b = VolumeBuilder::Create(*dir_ / "one.dlfs", {.align = 4096});
-      EXPECT_TRUE(b.ok());
+      EXPECT_OK(b);
       for (uint64_t i = 0; i < kSamples; ++i) {
         EXPECT_OK((*b)->Add("c" + std::to_string(i % 5) + "/s" + std::to_string(i), SampleBytes(i),
                             static_cast<uint32_t>(i % 5)));
@@ -52,7 +52,7 @@ class DistributedTest : public ::testing::Test {
       EXPECT_OK((*b)->Finish());
       // The same samples over two targets: one per fake node.
       auto two = VolumeBuilder::Create(*dir_ / "two.dlfs", {.align = 4096, .targets = 2});
-      EXPECT_TRUE(two.ok());
+      EXPECT_OK(two);
       for (uint64_t i = 0; i < kSamples; ++i) {
         EXPECT_OK((*two)->Add("c" + std::to_string(i % 5) + "/s" + std::to_string(i),
                               SampleBytes(i), static_cast<uint32_t>(i % 5)));
@@ -68,7 +68,7 @@ class DistributedTest : public ::testing::Test {
 
   static std::shared_ptr<Volume> OpenVolume(const std::string& name) {
     auto v = Volume::Open(*dir_ / name);
-    EXPECT_TRUE(v.ok()) << v.status().ToString();
+    EXPECT_OK(v);
     return v.ok() ? *v : nullptr;
   }
 
@@ -87,7 +87,7 @@ TEST_F(DistributedTest, SamePermutationOnEveryRank) {
   o.batch_size = 16;
   o.seed = 42;
   auto loader = CreateLoader(MPI_COMM_WORLD, volume, o);
-  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  ASSERT_OK(loader);
   for (uint64_t epoch = 0; epoch < 3; ++epoch) {
     std::vector<uint64_t> perm = (*loader)->sampler().Permutation(epoch);
     std::vector<uint64_t> root = perm;
@@ -167,7 +167,7 @@ TEST_F(DistributedTest, CollectiveOpenSharesTheDirectoryPerNode) {
   TwoFakeNodes nodes;
   SharedOpenStats stats;
   auto shared = OpenShared(MPI_COMM_WORLD, *dir_ / "one.dlfs", {}, &stats);
-  ASSERT_TRUE(shared.ok()) << shared.status().ToString();
+  ASSERT_OK(shared);
   auto own = OpenVolume("one.dlfs");
   ASSERT_TRUE(own);
   const uint64_t dir_bytes = (*shared)->info().directory_bytes;
@@ -211,7 +211,7 @@ std::vector<std::pair<std::vector<uint64_t>, std::vector<std::vector<std::byte>>
     Batch batch;
     while (true) {
       auto more = loader.Next(&batch);
-      EXPECT_TRUE(more.ok()) << more.status().ToString();
+      EXPECT_OK(more);
       if (!more.ok() || !*more) break;
       std::vector<std::vector<std::byte>> bytes;
       for (size_t i = 0; i < batch.size(); ++i) {
@@ -236,13 +236,13 @@ TEST_F(DistributedTest, ShardLocalEqualsLocalReading) {
   o.seed = 3;
   for (const auto& [window, ahead] : {std::pair{1u, true}, {5u, true}, {5u, false}}) {
     auto local = CreateLoader(MPI_COMM_WORLD, volume, o);
-    ASSERT_TRUE(local.ok()) << local.status().ToString();
+    ASSERT_OK(local);
     ShardLoaderOptions so;
     so.loader = o;
     so.window_batches = window;
     so.read_ahead = ahead;
     auto shard = ShardLoader::Create(MPI_COMM_WORLD, volume, so);
-    ASSERT_TRUE(shard.ok()) << shard.status().ToString();
+    ASSERT_OK(shard);
     const auto expected = ReadAll(**local, 2);
     const auto got = ReadAll(**shard, 2);
     EXPECT_EQ(got.size(), expected.size());
@@ -270,7 +270,7 @@ TEST_F(DistributedTest, ShardLocalOverTwoTargets) {
   oo.open_only = ShardTargetsOfNode(node, 2);
   if (node == 0) oo.target_map[1] = *dir_ / "not-on-this-node";
   auto two = OpenShared(MPI_COMM_WORLD, *dir_ / "two.dlfs", oo);
-  ASSERT_TRUE(two.ok()) << two.status().ToString();
+  ASSERT_OK(two);
   ASSERT_EQ((*two)->target_count(), 2u);
   EXPECT_TRUE((*two)->target_open(node));
   EXPECT_EQ((*two)->target_open(1 - node), node == 1);  // target 0 is always open
@@ -289,7 +289,7 @@ TEST_F(DistributedTest, ShardLocalOverTwoTargets) {
   so.loader = o;
   so.window_batches = 3;
   auto shard = ShardLoader::Create(MPI_COMM_WORLD, *two, so);
-  ASSERT_TRUE(shard.ok()) << shard.status().ToString();
+  ASSERT_OK(shard);
   auto all_targets = OpenVolume("two.dlfs");
   ASSERT_TRUE(all_targets);
   auto local = CreateLoader(MPI_COMM_WORLD, all_targets, o);
@@ -319,7 +319,7 @@ TEST_F(DistributedTest, OwnerReadFailureReachesTheRequester) {
   so.loader.faults = &faults;
   so.window_batches = 4;
   auto shard = ShardLoader::Create(MPI_COMM_WORLD, volume, so);
-  ASSERT_TRUE(shard.ok()) << shard.status().ToString();
+  ASSERT_OK(shard);
   uint64_t errors = 0, batches = 0, owner_errors = 0;
   Batch batch;
   for (uint64_t k = 0; k < (*shard)->batches_per_epoch(); ++k) {

@@ -134,14 +134,14 @@ class LmdbioTest : public ::testing::Test {
   uint32_t ReadAndCheck(const std::string& db, const std::vector<std::string>& oracle,
                         LmdbioOptions options, uint64_t iters, std::vector<uint32_t>* hits) {
     auto reader = LmdbioReader::Open(MPI_COMM_WORLD, db, options);
-    EXPECT_TRUE(reader.ok()) << LmdbioModeName(options.mode) << ": " << reader.status().ToString();
+    EXPECT_OK(reader) << LmdbioModeName(options.mode) << ": " << reader.status().ToString();
     if (!reader.ok()) return 0;  // every rank got the same status
     const uint64_t b = options.batch_size / Ranks();
     uint32_t digest = 0;
     uint64_t wrong = 0;
     for (uint64_t i = 0; i < iters; ++i) {
       const Status st = (*reader)->Next();
-      EXPECT_TRUE(st.ok()) << st.ToString();
+      EXPECT_OK(st);
       if (!st.ok()) return 0;
       EXPECT_EQ((*reader)->count(), b);
       for (uint32_t j = 0; j < (*reader)->count(); ++j) {
@@ -173,7 +173,7 @@ TEST(NodeTopology, FakeNodesSplitTheHost) {
   {
     FakeNodes fake(2);
     auto topo = NodeTopology::Create(MPI_COMM_WORLD);
-    ASSERT_TRUE(topo.ok()) << topo.status().ToString();
+    ASSERT_OK(topo);
     EXPECT_EQ(topo->node_count(), (Ranks() + 1) / 2);
     EXPECT_EQ(topo->node_index(), Rank() / 2);
     EXPECT_EQ(topo->local_rank(), Rank() % 2);
@@ -184,7 +184,7 @@ TEST(NodeTopology, FakeNodesSplitTheHost) {
   {
     FakeNodes none(0);
     auto topo = NodeTopology::Create(MPI_COMM_WORLD);
-    ASSERT_TRUE(topo.ok());
+    ASSERT_OK(topo);
     EXPECT_EQ(topo->node_count(), 1);  // one host
     EXPECT_EQ(topo->local_size(), Ranks());
   }
@@ -286,7 +286,7 @@ TEST_F(LmdbioTest, BadOptionsAreRefusedOnEveryRank) {
   o.mode = LmdbioMode::kLmmDioProvCoal;
   o.planned_iterations = 3;
   auto planned = LmdbioReader::Open(MPI_COMM_WORLD, Db("small"), o);
-  ASSERT_TRUE(planned.ok()) << planned.status().ToString();
+  ASSERT_OK(planned);
   for (int i = 0; i < 3; ++i) EXPECT_OK((*planned)->Next());
   EXPECT_EQ((*planned)->Next().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseLmdbioMode("lmm-dio-prov").value(), LmdbioMode::kLmmDioProv);
@@ -330,7 +330,7 @@ TEST_F(LmdbioTest, DamagedDatabaseIsAnErrorOnEveryRank) {
   for (LmdbioMode mode : {LmdbioMode::kLmmDioProv, LmdbioMode::kLmmDioProvCoalStag}) {
     o.mode = mode;
     auto reader = LmdbioReader::Open(MPI_COMM_WORLD, damaged, o);
-    ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+    ASSERT_OK(reader);
     Status st;
     for (int i = 0; i < 100 && st.ok(); ++i) st = (*reader)->Next();
     EXPECT_EQ(st.code(), StatusCode::kCorruption) << st.ToString();
@@ -349,7 +349,7 @@ TEST_F(LmdbioTest, DamagedDatabaseIsAnErrorOnEveryRank) {
   o.mode = LmdbioMode::kLmmDioProv;
   o.readers_per_node = 2;
   auto reader = LmdbioReader::Open(MPI_COMM_WORLD, shrinking, o);
-  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  ASSERT_OK(reader);
   MPI_Barrier(MPI_COMM_WORLD);
   if (Rank() == 0) {
     EXPECT_EQ(::truncate((shrinking + "/data.mdb").c_str(), 8 * 4096), 0);

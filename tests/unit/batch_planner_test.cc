@@ -16,7 +16,7 @@ class PlannerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto b = VolumeBuilder::Create(tmp_ / "v.dlfs");
-    ASSERT_TRUE(b.ok());
+    ASSERT_OK(b);
     std::mt19937 rng(1);
     for (int i = 0; i < 300; ++i) {
       // Mostly small samples, a few large ones (one over max_read).
@@ -30,7 +30,7 @@ class PlannerTest : public ::testing::Test {
     }
     ASSERT_OK((*b)->Finish());
     auto v = Volume::Open(tmp_ / "v.dlfs");
-    ASSERT_TRUE(v.ok());
+    ASSERT_OK(v);
     vol_ = *v;
     file_ = testing::ReadFile(tmp_ / "v.dlfs");
   }
@@ -107,7 +107,7 @@ TEST_F(PlannerTest, CoalescingMergesNeighboursAndSplitsHugeSamples) {
 TEST(PlannerTargetsTest, ReadsNeverSpanTargets) {
   TempDir tmp;
   auto b = VolumeBuilder::Create(tmp / "v.dlfs", {.targets = 4});
-  ASSERT_TRUE(b.ok());
+  ASSERT_OK(b);
   for (int i = 0; i < 400; ++i) {
     char name[16];
     std::snprintf(name, sizeof name, "%05d", i);
@@ -115,7 +115,7 @@ TEST(PlannerTargetsTest, ReadsNeverSpanTargets) {
   }
   ASSERT_OK((*b)->Finish());
   auto v = Volume::Open(tmp / "v.dlfs");
-  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_OK(v);
   const SampleDirectory& d = (*v)->directory();
   std::vector<uint64_t> all(d.size());
   for (uint64_t i = 0; i < all.size(); ++i) all[i] = i;

@@ -33,11 +33,11 @@ TEST(BuilderTest, RefusesToOverwriteUnlessAsked) {
   EXPECT_EQ(testing::ReadFile(vol), Bytes("user data"));
 
   auto f = VolumeBuilder::Create(vol, {.overwrite = true});
-  ASSERT_TRUE(f.ok());
+  ASSERT_OK(f);
   ASSERT_OK((*f)->Add("x", Bytes("new")));
   ASSERT_OK((*f)->Finish());
   auto v = Volume::Open(vol);
-  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_OK(v);
   EXPECT_EQ(*(*v)->Read(0), Bytes("new"));
 }
 
@@ -45,7 +45,7 @@ TEST(BuilderTest, DestinationCreatedDuringPackIsNotReplaced) {
   TempDir tmp;
   const std::string vol = tmp / "v.dlfs";
   auto b = VolumeBuilder::Create(vol);
-  ASSERT_TRUE(b.ok());
+  ASSERT_OK(b);
   ASSERT_OK((*b)->Add("x", Bytes("abc")));
   testing::WriteFile(vol, Bytes("appeared meanwhile"));
   const Status st = (*b)->Finish();
@@ -58,7 +58,7 @@ TEST(BuilderTest, UnfinishedBuilderLeavesNothing) {
   TempDir tmp;
   {
     auto b = VolumeBuilder::Create(tmp / "v.dlfs");
-    ASSERT_TRUE(b.ok());
+    ASSERT_OK(b);
     ASSERT_OK((*b)->Add("x", testing::RandomBytes(100000, 1)));
     EXPECT_TRUE(std::filesystem::exists((*b)->temp_path()));
     // The temporary file is not a volume while packing goes on.
@@ -71,7 +71,7 @@ TEST(BuilderTest, DuplicatePathsAndSampleDirectoryClashesAreRefused) {
   TempDir tmp;
   {
     auto b = VolumeBuilder::Create(tmp / "v.dlfs");
-    ASSERT_TRUE(b.ok());
+    ASSERT_OK(b);
     ASSERT_OK((*b)->Add("a/x", Bytes("1")));
     ASSERT_OK((*b)->Add("a/x", Bytes("2")));
     const Status st = (*b)->Finish();
@@ -80,7 +80,7 @@ TEST(BuilderTest, DuplicatePathsAndSampleDirectoryClashesAreRefused) {
   }
   {
     auto b = VolumeBuilder::Create(tmp / "v.dlfs");
-    ASSERT_TRUE(b.ok());
+    ASSERT_OK(b);
     ASSERT_OK((*b)->Add("a/x", Bytes("1")));
     ASSERT_OK((*b)->Add("a/x/y", Bytes("2")));
     const Status st = (*b)->Finish();
@@ -98,7 +98,7 @@ TEST(BuilderTest, BadPathsAndOptionsAreRefused) {
   EXPECT_EQ(VolumeBuilder::Create(tmp / "v", {.align = 2u << 20}).status().code(),
             StatusCode::kInvalidArgument);
   auto b = VolumeBuilder::Create(tmp / "v");
-  ASSERT_TRUE(b.ok());
+  ASSERT_OK(b);
   for (const char* bad : {"", "a//b", "../x", "a/./b", "a/", "x/.."}) {
     EXPECT_EQ((*b)->Add(bad, Bytes("1")).code(), StatusCode::kInvalidArgument) << bad;
   }
@@ -107,7 +107,7 @@ TEST(BuilderTest, BadPathsAndOptionsAreRefused) {
   ASSERT_OK((*b)->Add("ok", Bytes("1")));
   ASSERT_OK((*b)->Finish());
   auto v = Volume::Open(tmp / "v");
-  ASSERT_TRUE(v.ok());
+  ASSERT_OK(v);
   EXPECT_EQ((*v)->size(), 1u);
   EXPECT_EQ((*v)->directory().dir_count(), 1u);  // rejected paths left no directories
 }
@@ -115,7 +115,7 @@ TEST(BuilderTest, BadPathsAndOptionsAreRefused) {
 TEST(BuilderTest, AbortedSamplesLeaveNoTrace) {
   TempDir tmp;
   auto b = VolumeBuilder::Create(tmp / "v.dlfs");
-  ASSERT_TRUE(b.ok());
+  ASSERT_OK(b);
   const auto first = testing::RandomBytes(3000, 1);
   const auto big = testing::RandomBytes(20u << 20, 2);  // spans several write buffers
   const auto last = testing::RandomBytes(5000, 3);
@@ -130,7 +130,7 @@ TEST(BuilderTest, AbortedSamplesLeaveNoTrace) {
   EXPECT_EQ((*b)->data_bytes(), first.size() + last.size());
   ASSERT_OK((*b)->Finish());
   auto v = Volume::Open(tmp / "v.dlfs");
-  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_OK(v);
   ASSERT_EQ((*v)->size(), 2u);
   EXPECT_EQ(*(*v)->Read(*(*v)->directory().Lookup("first")), first);
   EXPECT_EQ(*(*v)->Read(*(*v)->directory().Lookup("last")), last);
@@ -141,13 +141,13 @@ TEST(BuilderTest, AbortedSamplesLeaveNoTrace) {
 TEST(BuilderTest, ClassCountCoversNamesAndLabels) {
   TempDir tmp;
   auto b = VolumeBuilder::Create(tmp / "v.dlfs");
-  ASSERT_TRUE(b.ok());
+  ASSERT_OK(b);
   (*b)->SetClassNames({"zero", "one"});
   ASSERT_OK((*b)->Add("a", Bytes("1"), 4));
   EXPECT_EQ((*b)->class_count(), 5u);
   ASSERT_OK((*b)->Finish());
   auto v = Volume::Open(tmp / "v.dlfs");
-  ASSERT_TRUE(v.ok());
+  ASSERT_OK(v);
   const SampleDirectory& d = (*v)->directory();
   ASSERT_EQ(d.class_count(), 5u);
   EXPECT_EQ(d.class_name(1), "one");

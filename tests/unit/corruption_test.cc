@@ -27,7 +27,7 @@ class CorruptionTest : public ::testing::Test {
   void SetUp() override {
     path_ = tmp_ / "v.dlfs";
     auto b = VolumeBuilder::Create(path_);
-    ASSERT_TRUE(b.ok());
+    ASSERT_OK(b);
     (*b)->SetClassNames({"cat", "dog"});
     ASSERT_OK((*b)->Add("cat/1.jpg", Bytes("first cat"), 0));
     ASSERT_OK((*b)->Add("cat/2.jpg", Bytes("second cat"), 0));
@@ -36,7 +36,7 @@ class CorruptionTest : public ::testing::Test {
     ASSERT_OK((*b)->Finish());
     original_ = testing::ReadFile(path_);
     auto v = Volume::Open(path_);
-    ASSERT_TRUE(v.ok());
+    ASSERT_OK(v);
     info_ = (*v)->info();
   }
 
@@ -73,7 +73,7 @@ TEST_F(CorruptionTest, EveryFlippedSuperblockByteIsRefused) {
     Poke(off, original_[off]);
     if (::testing::Test::HasFailure()) return;
   }
-  EXPECT_TRUE(Volume::Open(path_).ok());
+  EXPECT_OK(Volume::Open(path_));
 }
 
 TEST_F(CorruptionTest, EveryFlippedDirectoryByteIsRefused) {
@@ -116,7 +116,7 @@ TEST_F(CorruptionTest, ResealedDirectoryDamageNeverReadsOutOfRange) {
       for (uint64_t s = 0; s < d.size(); ++s) {
         const std::string p = d.Path(s);
         auto found = d.Lookup(p);
-        ASSERT_TRUE(found.ok()) << "byte " << i << ": " << p;
+        ASSERT_OK(found) << "byte " << i << ": " << p;
         EXPECT_EQ(*found, s);
         (void)(*v)->Read(s);  // may fail its checksum, must not read out of range
       }
@@ -160,7 +160,7 @@ TEST_F(CorruptionTest, DamagedPrimaryMentionsIntactCopy) {
 TEST_F(CorruptionTest, DamagedCopyIsReportedByVerify) {
   Poke(original_.size() - 100, original_[original_.size() - 100] ^ std::byte{1});
   auto v = Volume::Open(path_);
-  ASSERT_TRUE(v.ok());  // the primary is what readers use
+  ASSERT_OK(v);  // the primary is what readers use
   VerifyReport report;
   ASSERT_OK(VerifyVolume(**v, {}, &report));
   EXPECT_EQ(report.bad_samples, 0u);
@@ -169,20 +169,20 @@ TEST_F(CorruptionTest, DamagedCopyIsReportedByVerify) {
 
 TEST_F(CorruptionTest, FlippedSampleByteIsCaughtByReadAndVerify) {
   auto v0 = Volume::Open(path_);
-  ASSERT_TRUE(v0.ok());
+  ASSERT_OK(v0);
   const uint64_t idx = *(*v0)->directory().Lookup("cat/2.jpg");
   const SampleInfo s = (*v0)->directory().sample(idx);
   Poke(s.offset + 3, original_[s.offset + 3] ^ std::byte{0x20});
 
   auto v = Volume::Open(path_);
-  ASSERT_TRUE(v.ok());
+  ASSERT_OK(v);
   auto bytes = (*v)->Read(idx, /*verify=*/true);
   ASSERT_FALSE(bytes.ok());
   EXPECT_EQ(bytes.status().code(), StatusCode::kCorruption);
   EXPECT_NE(bytes.status().message().find("'cat/2.jpg': checksum mismatch"), std::string::npos)
       << bytes.status().message();
   auto raw = (*v)->Read(idx, /*verify=*/false);
-  ASSERT_TRUE(raw.ok());
+  ASSERT_OK(raw);
   EXPECT_NE(*raw, Bytes("second cat"));
 
   std::vector<uint64_t> bad;
@@ -196,7 +196,7 @@ TEST_F(CorruptionTest, FlippedSampleByteIsCaughtByReadAndVerify) {
   EXPECT_EQ(report.samples_checked, 4u);
   EXPECT_EQ(report.bad_samples, 1u);
   EXPECT_EQ(bad, std::vector<uint64_t>{idx});
-  EXPECT_TRUE(report.backup_superblock.ok());
+  EXPECT_OK(report.backup_superblock);
 }
 
 }  // namespace

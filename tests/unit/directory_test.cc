@@ -23,17 +23,17 @@ std::shared_ptr<Volume> Build(const TempDir& tmp, const std::vector<Item>& items
                               std::vector<std::string> classes = {},
                               VolumeBuilder::Options opt = {}) {
   auto b = VolumeBuilder::Create(tmp / "v.dlfs", opt);
-  EXPECT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_OK(b);
   if (!b.ok()) return nullptr;
   (*b)->SetClassNames(std::move(classes));
   for (const Item& it : items) {
     const Status st = (*b)->Add(it.path, Bytes(it.data), it.label);
-    EXPECT_TRUE(st.ok()) << st.ToString();
+    EXPECT_OK(st);
   }
   const Status st = (*b)->Finish();
-  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_OK(st);
   auto v = Volume::Open(tmp / "v.dlfs");
-  EXPECT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_OK(v);
   return v.ok() ? *v : nullptr;
 }
 
@@ -61,7 +61,7 @@ TEST(DirectoryTest, IndexPathAndListing) {
   for (uint64_t i = 0; i < expected.size(); ++i) {
     EXPECT_EQ(d.Path(i), expected[i]);
     auto found = d.Lookup(expected[i]);
-    ASSERT_TRUE(found.ok()) << found.status().ToString();
+    ASSERT_OK(found);
     EXPECT_EQ(*found, i);
   }
   EXPECT_EQ(d.label(0), kNoLabel);
@@ -70,21 +70,21 @@ TEST(DirectoryTest, IndexPathAndListing) {
   EXPECT_EQ(d.name(4), "x.jpg");
 
   auto bytes = v->Read(*d.Lookup("dog/b.jpg"));
-  ASSERT_TRUE(bytes.ok());
+  ASSERT_OK(bytes);
   EXPECT_EQ(*bytes, Bytes("dog-b"));
 
   auto cat = d.Resolve("cat/");
-  ASSERT_TRUE(cat.ok());
+  ASSERT_OK(cat);
   EXPECT_TRUE(cat->is_dir);
   EXPECT_EQ(d.DirPath(cat->index), "cat");
   const DirInfo ci = d.dir(cat->index);
   EXPECT_EQ(ci.sample_count, 1u);
   EXPECT_EQ(ci.child_count, 1u);
   EXPECT_EQ(d.DirPath(ci.first_child), "cat/deep");
-  EXPECT_TRUE(d.Resolve("//cat//deep/x.jpg").ok());
+  EXPECT_OK(d.Resolve("//cat//deep/x.jpg"));
 
   auto root = d.Resolve("");
-  ASSERT_TRUE(root.ok());
+  ASSERT_OK(root);
   EXPECT_TRUE(root->is_dir);
   EXPECT_EQ(root->index, 0u);
 
@@ -111,7 +111,7 @@ TEST(DirectoryTest, AlignmentPlacesEverySampleOnTheBoundary) {
   ASSERT_NE(v, nullptr);
   for (uint64_t i = 0; i < v->size(); ++i) {
     EXPECT_EQ(v->directory().sample(i).offset % 4096, 0u);
-    EXPECT_TRUE(v->Read(i).ok());
+    EXPECT_OK(v->Read(i));
   }
   EXPECT_EQ(v->info().data_alignment, 4096u);
 }
@@ -151,11 +151,11 @@ TEST(DirectoryTest, RandomTreeMatchesModel) {
   EXPECT_EQ(d.dir_count(), dirs.size() + 1);
   for (const auto& [path, it] : model) {
     auto idx = d.Lookup(path);
-    ASSERT_TRUE(idx.ok()) << path;
+    ASSERT_OK(idx) << path;
     EXPECT_EQ(d.Path(*idx), path);
     EXPECT_EQ(d.label(*idx), it.label);
     auto bytes = v->Read(*idx);
-    ASSERT_TRUE(bytes.ok());
+    ASSERT_OK(bytes);
     EXPECT_EQ(*bytes, Bytes(it.data));
   }
   for (const std::string& dir : dirs) {

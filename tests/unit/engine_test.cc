@@ -28,7 +28,7 @@ class EngineTest : public ::testing::TestWithParam<EngineKind> {
       skipped_ = e.status().message();
       return nullptr;
     }
-    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    EXPECT_OK(e);
     return e.ok() ? std::move(e).value() : nullptr;
   }
 
@@ -55,7 +55,7 @@ class EngineTest : public ::testing::TestWithParam<EngineKind> {
           EXPECT_NE(results[i].message().find(path_), std::string::npos);
           continue;
         }
-        ASSERT_TRUE(results[i].ok()) << results[i].ToString();
+        ASSERT_OK(results[i]);
         ASSERT_EQ(std::memcmp(reqs[i].buffer, contents_.data() + reqs[i].offset, reqs[i].length), 0)
             << "request " << i;
       }

@@ -38,7 +38,7 @@ class LmdbTest : public ::testing::Test {
   void ExpectMatchesCursor() {
     mdb_env_sync(env_, 1);
     auto map = LmdbRecordMap::Build(tmp_.path());
-    ASSERT_TRUE(map.ok()) << map.status().ToString();
+    ASSERT_OK(map);
     const auto file = testing::ReadFile(tmp_ / "data.mdb");
     MDB_txn* txn;
     MDB_cursor* cur;
@@ -70,7 +70,7 @@ class LmdbTest : public ::testing::Test {
     LmdbMapOptions fast;
     fast.check_overflow_headers = false;
     auto lazy = LmdbRecordMap::Build(tmp_.path(), fast);
-    ASSERT_TRUE(lazy.ok()) << lazy.status().ToString();
+    ASSERT_OK(lazy);
     ASSERT_EQ(lazy->size(), map->size());
     EXPECT_EQ(lazy->stats().overflow_pages, st.ms_overflow_pages);
     for (uint64_t r = 0; r < map->size(); ++r) {
@@ -125,7 +125,7 @@ TEST_F(LmdbTest, HundredThousandEntriesMultiLevel) {
       Range(100000), [](uint64_t i) { return Bytes(i, 16 + i % 64); }, 10000);
   ExpectMatchesCursor();
   auto map = LmdbRecordMap::Build(tmp_.path());
-  ASSERT_TRUE(map.ok());
+  ASSERT_OK(map);
   EXPECT_GE(map->stats().depth, 3u);
 }
 
@@ -147,7 +147,7 @@ TEST_F(LmdbTest, RewrittenDatabaseWithFreePageReuse) {
   ExpectMatchesCursor();
   // The point of provenance: values are not laid out in key order here.
   auto map = LmdbRecordMap::Build(tmp_.path());
-  ASSERT_TRUE(map.ok());
+  ASSERT_OK(map);
   uint64_t backwards = 0;
   for (uint64_t i = 1; i < map->size(); ++i) {
     backwards += map->value_offset(i) < map->value_offset(i - 1);
@@ -215,7 +215,7 @@ TEST(DatumTest, DecodesCaffeWireFormat) {
                                 'c',  'd',  'e',  'f',  0x28, 0x07, 0x35, 0,    0,   0x80,
                                 0x3f, 0x35, 0,    0,    0,    0x40, 0x38, 0x01};
   auto d = ParseDatum({reinterpret_cast<const std::byte*>(wire), sizeof wire});
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_OK(d);
   EXPECT_EQ(d->channels, 3);
   EXPECT_EQ(d->height, 2);
   EXPECT_EQ(d->width, 1);

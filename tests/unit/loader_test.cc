@@ -19,7 +19,7 @@ using testing::TempDir;
 // sample bytes are derived from the index so tests can check them.
 std::shared_ptr<Volume> MakeVolume(const std::string& path, uint64_t n, uint32_t align = 1) {
   auto b = VolumeBuilder::Create(path, {.align = align});
-  EXPECT_TRUE(b.ok());
+  EXPECT_OK(b);
   std::mt19937 rng(9);
   for (uint64_t i = 0; i < n; ++i) {
     size_t len = rng() % 6000;
@@ -33,7 +33,7 @@ std::shared_ptr<Volume> MakeVolume(const std::string& path, uint64_t n, uint32_t
   }
   EXPECT_OK((*b)->Finish());
   auto v = Volume::Open(path);
-  EXPECT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_OK(v);
   return *v;
 }
 
@@ -61,7 +61,7 @@ EpochResult ReadEpoch(Loader& loader, const Volume& vol, uint64_t epoch) {
       const uint64_t idx = batch.index(i);
       out.order.push_back(idx);
       auto want = vol.Read(idx);
-      EXPECT_TRUE(want.ok());
+      EXPECT_OK(want);
       const auto got = batch.sample(i);
       EXPECT_EQ(got.size(), want->size()) << "sample " << idx;
       EXPECT_TRUE(std::equal(got.begin(), got.end(), want->begin())) << "sample " << idx;
@@ -79,7 +79,7 @@ class LoaderTest : public ::testing::TestWithParam<EngineKind> {
     o.engine = GetParam();
     auto l = Loader::Create(vol_, o);
     if (!l.ok() && l.status().code() == StatusCode::kUnavailable) return nullptr;
-    EXPECT_TRUE(l.ok()) << l.status().ToString();
+    EXPECT_OK(l);
     return l.ok() ? std::move(l).value() : nullptr;
   }
 
@@ -128,7 +128,7 @@ TEST_P(LoaderTest, EnginesAgreeByteForByte) {
   if (!a) GTEST_SKIP() << "engine unavailable";
   auto b = Loader::Create(
       vol_, {.batch_size = 64, .seed = 2, .engine = EngineKind::kPread, .direct_io = false});
-  ASSERT_TRUE(b.ok());
+  ASSERT_OK(b);
   a->SetEpoch(0);
   (*b)->SetEpoch(0);
   Batch x, y;

@@ -106,16 +106,16 @@ TEST_F(MultiTargetTest, ReadsBackExactlyThroughVolumeAndVerify) {
   EXPECT_EQ(DirEntries(tmp_.path()),
             (std::vector<std::string>{"v.dlfs", "v.dlfs.t1", "v.dlfs.t2"}));
   auto v = Volume::Open(path_);
-  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_OK(v);
   ASSERT_EQ((*v)->target_count(), kTargets);
   const SampleDirectory& d = (*v)->directory();
   ASSERT_EQ(d.size(), kN);
   std::vector<int> per_target(kTargets, 0);
   for (uint64_t i = 0; i < kN; ++i) {
     auto idx = d.Lookup(SampleName(i));
-    ASSERT_TRUE(idx.ok());
+    ASSERT_OK(idx);
     auto bytes = (*v)->Read(*idx);
-    ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+    ASSERT_OK(bytes);
     EXPECT_EQ(*bytes, SampleBytes(i)) << SampleName(i);
     ++per_target[d.sample(*idx).target];
   }
@@ -138,7 +138,7 @@ TEST_F(MultiTargetTest, ReadsBackExactlyThroughVolumeAndVerify) {
 
 TEST_F(MultiTargetTest, BytesAreBalancedAndPlacementIsDeterministic) {
   auto v = Volume::Open(path_);
-  ASSERT_TRUE(v.ok());
+  ASSERT_OK(v);
   const SampleDirectory& d = (*v)->directory();
   std::vector<uint64_t> bytes(kTargets, 0);
   uint64_t largest = 0;
@@ -154,7 +154,7 @@ TEST_F(MultiTargetTest, BytesAreBalancedAndPlacementIsDeterministic) {
   TempDir again;
   ASSERT_OK(Build(again / "v.dlfs", kN, {.align = 1, .targets = kTargets}));
   auto w = Volume::Open(again / "v.dlfs");
-  ASSERT_TRUE(w.ok());
+  ASSERT_OK(w);
   for (uint64_t i = 0; i < d.size(); ++i) {
     const SampleInfo a = d.sample(i), b = (*w)->directory().sample(i);
     ASSERT_EQ(a.target, b.target) << i;
@@ -182,7 +182,7 @@ TEST_F(MultiTargetTest, EverySuperblockDescribesTheWholeVolume) {
 
 TEST_F(MultiTargetTest, LoaderReadsEveryTargetWithEachEngine) {
   auto v = Volume::Open(path_);
-  ASSERT_TRUE(v.ok());
+  ASSERT_OK(v);
   for (EngineKind engine : {EngineKind::kUring, EngineKind::kPread}) {
     for (bool coalesce : {true, false}) {
       auto l = Loader::Create(*v, {.batch_size = 50,
@@ -193,12 +193,12 @@ TEST_F(MultiTargetTest, LoaderReadsEveryTargetWithEachEngine) {
                                    .coalesce = coalesce,
                                    .coalesce_gap = 1 << 20});
       if (!l.ok() && l.status().code() == StatusCode::kUnavailable) continue;
-      ASSERT_TRUE(l.ok()) << l.status().ToString();
+      ASSERT_OK(l);
       Batch batch;
       uint64_t seen = 0;
       while (true) {
         auto more = (*l)->Next(&batch);
-        ASSERT_TRUE(more.ok()) << more.status().ToString();
+        ASSERT_OK(more);
         if (!*more) break;
         for (size_t k = 0; k < batch.size(); ++k) {
           const uint64_t idx = batch.index(k);
@@ -298,7 +298,7 @@ TEST_F(MultiTargetTest, ResealedInconsistentTargetIsRefused) {
 
 TEST_F(MultiTargetTest, DamageOnATargetIsFoundByReadAndVerify) {
   auto v0 = Volume::Open(path_);
-  ASSERT_TRUE(v0.ok());
+  ASSERT_OK(v0);
   const SampleDirectory& d = (*v0)->directory();
   uint64_t victim = 0;
   while (d.sample(victim).target != 2 || d.sample(victim).length == 0) ++victim;
@@ -309,7 +309,7 @@ TEST_F(MultiTargetTest, DamageOnATargetIsFoundByReadAndVerify) {
   Poke(Target(1), copy_at, originals_[1][copy_at] ^ std::byte{1});
 
   auto v = Volume::Open(path_);
-  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_OK(v);
   auto bytes = (*v)->Read(victim);
   ASSERT_FALSE(bytes.ok());
   EXPECT_EQ(bytes.status().code(), StatusCode::kCorruption);
@@ -335,10 +335,10 @@ TEST_F(MultiTargetTest, TargetMapFindsMovedTargets) {
   VolumeOpenOptions o;
   o.target_map = {{2, elsewhere + "/renamed"}};
   auto v = Volume::Open(path_, o);
-  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_OK(v);
   EXPECT_EQ((*v)->info().targets[2], elsewhere + "/renamed");
   EXPECT_EQ((*v)->info().target_details[2].stored_path, "v.dlfs.t2");
-  for (uint64_t i = 0; i < kN; ++i) ASSERT_TRUE((*v)->Read(i).ok()) << i;
+  for (uint64_t i = 0; i < kN; ++i) ASSERT_OK((*v)->Read(i)) << i;
   VerifyReport report;
   ASSERT_OK(VerifyVolume(**v, {}, &report));
   EXPECT_EQ(report.bad_samples, 0u);
@@ -362,17 +362,17 @@ TEST_F(MultiTargetTest, VolumeMovesAsASet) {
     fs::rename(Target(t), moved + "/" + fs::path(Target(t)).filename().string());
   }
   auto v = Volume::Open(moved + "/v.dlfs");
-  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_OK(v);
   EXPECT_EQ((*v)->info().targets[1], moved + "/v.dlfs.t1");
   auto five = (*v)->directory().Lookup(SampleName(5));
-  ASSERT_TRUE(five.ok());
+  ASSERT_OK(five);
   EXPECT_EQ(*(*v)->Read(*five), SampleBytes(5));
   // Opened by a relative name, the other targets resolve relative to it too.
   const fs::path cwd = fs::current_path();
   fs::current_path(moved);
   auto r = Volume::Open("v.dlfs");
   fs::current_path(cwd);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ((*r)->info().targets[2], "v.dlfs.t2");
 }
 
@@ -392,11 +392,11 @@ TEST(MultiTargetPathsTest, ExplicitPathsAreStoredRelativeWhenInsideElseAbsolute)
   EXPECT_EQ(format::TargetPath(sb.targets[1]), "sub/deeper/part1");
   EXPECT_EQ(format::TargetPath(sb.targets[2]), outside);
   auto v = Volume::Open(tmp / "v.dlfs");
-  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_OK(v);
   EXPECT_EQ((*v)->info().targets[1], tmp / "sub/deeper/part1");
   for (uint64_t i = 0; i < 50; ++i) {
     auto idx = (*v)->directory().Lookup(SampleName(i));
-    ASSERT_TRUE(idx.ok());
+    ASSERT_OK(idx);
     EXPECT_EQ(*(*v)->Read(*idx), SampleBytes(i));
     EXPECT_EQ((*v)->directory().sample(*idx).offset % 4096, 0u);
   }
@@ -434,7 +434,7 @@ TEST(MultiTargetAtomicityTest, ExistingTargetIsNotReplacedAndNothingIsLeft) {
 
   // With overwrite, all three are replaced.
   ASSERT_OK(Build(vol, 20, {.overwrite = true, .targets = 3}));
-  EXPECT_TRUE(Volume::Open(vol).ok());
+  EXPECT_OK(Volume::Open(vol));
   EXPECT_EQ(DirEntries(tmp.path()), (std::vector<std::string>{"v.dlfs", "v.dlfs.t1", "v.dlfs.t2"}));
 }
 
@@ -445,7 +445,7 @@ TEST(MultiTargetAtomicityTest, TargetAppearingDuringPackRollsBackTheOthers) {
     TempDir tmp;
     const std::string vol = tmp / "v.dlfs";
     auto b = VolumeBuilder::Create(vol, {.targets = 3});
-    ASSERT_TRUE(b.ok());
+    ASSERT_OK(b);
     for (uint64_t i = 0; i < 30; ++i) ASSERT_OK((*b)->Add(SampleName(i), SampleBytes(i)));
     EXPECT_EQ(DirEntries(tmp.path()).size(), 3u);  // the temporary files
     testing::WriteFile(tmp / taken, Bytes("appeared meanwhile"));
@@ -460,7 +460,7 @@ TEST(MultiTargetAtomicityTest, UnfinishedBuilderLeavesNothingAndTempsAreNotVolum
   TempDir tmp;
   {
     auto b = VolumeBuilder::Create(tmp / "v.dlfs", {.targets = 4});
-    ASSERT_TRUE(b.ok());
+    ASSERT_OK(b);
     for (uint64_t i = 0; i < 40; ++i) ASSERT_OK((*b)->Add(SampleName(i), SampleBytes(i)));
     const std::vector<std::string> temps = (*b)->temp_paths();
     ASSERT_EQ(temps.size(), 4u);
@@ -477,12 +477,12 @@ TEST(MultiTargetAtomicityTest, EmptyTargetsAndEmptyVolumes) {
   TempDir tmp;
   ASSERT_OK(Build(tmp / "v.dlfs", 2, {.targets = 5}));
   auto v = Volume::Open(tmp / "v.dlfs");
-  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_OK(v);
   EXPECT_EQ((*v)->info().target_details[4].size, 8192u);
   EXPECT_EQ(*(*v)->Read(0), SampleBytes(0));
   ASSERT_OK(Build(tmp / "empty.dlfs", 0, {.targets = 2}));
   auto e = Volume::Open(tmp / "empty.dlfs");
-  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  ASSERT_OK(e);
   EXPECT_EQ((*e)->size(), 0u);
 }
 

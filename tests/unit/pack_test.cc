@@ -42,20 +42,20 @@ TEST(PackImageFolderTest, LabelsFollowSortedClassDirectories) {
   std::filesystem::create_directories(src + "/empty_class");
 
   auto stats = PackQuiet(src, tmp / "v.dlfs");
-  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  ASSERT_OK(stats);
   EXPECT_EQ(stats->from, SourceKind::kImageFolder);
   EXPECT_EQ(stats->samples, files.size());
   EXPECT_EQ(stats->classes, 4u);
 
   auto v = Volume::Open(tmp / "v.dlfs");
-  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_OK(v);
   const SampleDirectory& d = (*v)->directory();
   const std::vector<std::string> classes = {"Zebra", "apple", "banana", "empty_class"};
   ASSERT_EQ(d.class_count(), classes.size());
   for (size_t c = 0; c < classes.size(); ++c) EXPECT_EQ(d.class_name(c), classes[c]);
   for (const auto& [p, data] : files) {
     auto idx = d.Lookup(p);
-    ASSERT_TRUE(idx.ok()) << p;
+    ASSERT_OK(idx) << p;
     EXPECT_EQ(*(*v)->Read(*idx), Bytes(data)) << p;
     const std::string top = p.substr(0, p.find('/'));
     const auto it = std::find(classes.begin(), classes.end(), top);
@@ -83,7 +83,7 @@ TEST(PackImageFolderTest, UnreadableSourceIsNamedOrSkipped) {
   PackOptions skip;
   skip.skip_unreadable = true;
   auto stats = PackQuiet(src, tmp / "v.dlfs", skip);
-  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  ASSERT_OK(stats);
   EXPECT_EQ(stats->samples, 2u);
   EXPECT_EQ(stats->skipped, 1u);
   ASSERT_EQ(stats->skipped_examples.size(), 1u);
@@ -119,8 +119,8 @@ TEST(PackTest, ExistingVolumeNeedsForceAndCancelLeavesNothing) {
   EXPECT_EQ(DirEntries(tmp.path()), (std::vector<std::string>{"src", "v.dlfs"}));
 
   cancel = false;
-  ASSERT_TRUE(PackQuiet(src, tmp / "v.dlfs", opt).ok());
-  EXPECT_TRUE(Volume::Open(tmp / "v.dlfs").ok());
+  ASSERT_OK(PackQuiet(src, tmp / "v.dlfs", opt));
+  EXPECT_OK(Volume::Open(tmp / "v.dlfs"));
 }
 
 // ---- IDX ---------------------------------------------------------------------
@@ -166,18 +166,18 @@ TEST(PackIdxTest, GzippedAndPlainSplits) {
   WriteIdx(tmp / "src", "train", 25, 4, 3, /*gzip=*/true);
   WriteIdx(tmp / "src", "t10k", 7, 4, 3, /*gzip=*/false);
   auto stats = PackQuiet(tmp / "src", tmp / "v.dlfs");
-  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  ASSERT_OK(stats);
   EXPECT_EQ(stats->from, SourceKind::kIdx);
   EXPECT_EQ(stats->samples, 32u);
   auto v = Volume::Open(tmp / "v.dlfs");
-  ASSERT_TRUE(v.ok());
+  ASSERT_OK(v);
   const SampleDirectory& d = (*v)->directory();
   for (auto [split, n] : {std::pair{"train", 25u}, std::pair{"test", 7u}}) {
     for (uint32_t i = 0; i < n; ++i) {
       char name[32];
       std::snprintf(name, sizeof name, "%s/%05u", split, i);
       auto idx = d.Lookup(name);
-      ASSERT_TRUE(idx.ok()) << name;
+      ASSERT_OK(idx) << name;
       EXPECT_EQ(d.label(*idx), i % 10);
       std::vector<std::byte> want(12);
       for (uint32_t j = 0; j < 12; ++j) want[j] = static_cast<std::byte>(i * 7 + j);
@@ -229,12 +229,12 @@ TEST(PackIdxTest, FashionMnistFromDebianPackage) {
   }
   TempDir tmp;
   auto stats = PackQuiet(src, tmp / "f.dlfs");
-  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  ASSERT_OK(stats);
   EXPECT_EQ(stats->samples, 70000u);
   EXPECT_EQ(stats->bytes, 70000u * 784);
   EXPECT_EQ(stats->classes, 10u);
   auto v = Volume::Open(tmp / "f.dlfs");
-  ASSERT_TRUE(v.ok());
+  ASSERT_OK(v);
   const SampleDirectory& d = (*v)->directory();
 
   // Labels and pixels read independently from the IDX files.
@@ -258,7 +258,7 @@ TEST(PackIdxTest, FashionMnistFromDebianPackage) {
       ASSERT_EQ(d.label(idx), labels[8 + i]) << name;
       if (i % 997 == 0) {
         auto bytes = (*v)->Read(idx);
-        ASSERT_TRUE(bytes.ok());
+        ASSERT_OK(bytes);
         ASSERT_EQ(std::memcmp(bytes->data(), images.data() + 16 + size_t{i} * 784, 784), 0);
       }
     }
@@ -301,11 +301,11 @@ TEST(PackTarTest, WebDatasetKeysAndClsLabels) {
            false);
   WriteTar(tmp / "shards/shard-001.tar.gz", {{"t/100.seg.png", "seg"}, {"t/100.cls", "1"}}, true);
   auto stats = PackQuiet(tmp / "shards", tmp / "v.dlfs");
-  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  ASSERT_OK(stats);
   EXPECT_EQ(stats->from, SourceKind::kTar);
   EXPECT_EQ(stats->samples, 5u);
   auto v = Volume::Open(tmp / "v.dlfs");
-  ASSERT_TRUE(v.ok());
+  ASSERT_OK(v);
   const SampleDirectory& d = (*v)->directory();
   const std::vector<std::tuple<std::string, std::string, uint32_t>> want = {
       {"s/000.jpg", "jpeg-0", 3},
@@ -315,7 +315,7 @@ TEST(PackTarTest, WebDatasetKeysAndClsLabels) {
       {"t/100.seg.png", "seg", 1}};
   for (const auto& [path, data, label] : want) {
     auto idx = d.Lookup(path);
-    ASSERT_TRUE(idx.ok()) << path;
+    ASSERT_OK(idx) << path;
     EXPECT_EQ(*(*v)->Read(*idx), Bytes(data)) << path;
     EXPECT_EQ(d.label(*idx), label) << path;
   }

@@ -11,7 +11,7 @@ namespace {
 
 Sampler Make(uint64_t n, SamplerOptions o) {
   auto s = Sampler::Create(n, o);
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_OK(s);
   return *s;
 }
 

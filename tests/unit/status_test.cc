@@ -29,11 +29,11 @@ TEST(StatusTest, ToStringAndContext) {
   EXPECT_EQ(Status().ToString(), "OK");
   const Status s = Status::Corruption("bad crc").WithContext("vol.dlfs");
   EXPECT_EQ(s.ToString(), "Corruption: vol.dlfs: bad crc");
-  EXPECT_TRUE(Status().WithContext("x").ok());
+  EXPECT_OK(Status().WithContext("x"));
 }
 
 TEST(StatusTest, ResultPropagatesThroughMacros) {
-  ASSERT_TRUE(Quarter(8).ok());
+  ASSERT_OK(Quarter(8));
   EXPECT_EQ(*Quarter(8), 2);
   const Result<int> bad = Quarter(6);  // 6 -> 3 -> odd
   ASSERT_FALSE(bad.ok());

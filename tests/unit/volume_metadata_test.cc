@@ -16,14 +16,14 @@ class VolumeMetadataTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto b = VolumeBuilder::Create(path_, {.targets = 2});
-    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    ASSERT_OK(b);
     for (int i = 0; i < 200; ++i) {
       ASSERT_OK((*b)->Add("d" + std::to_string(i % 4) + "/s" + std::to_string(i),
                           testing::RandomBytes(10 + i * 13, i), i % 4));
     }
     ASSERT_OK((*b)->Finish());
     auto v = Volume::Open(path_);
-    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    ASSERT_OK(v);
     volume_ = *v;
   }
 
@@ -46,7 +46,7 @@ TEST_F(VolumeMetadataTest, OpensTheSameVolumeWithoutReadingMetadata) {
   VolumeMetadata md = CopyOfMetadata();
   ASSERT_EQ(md.superblocks.size(), 2u);
   auto v = Volume::Open(path_, {.metadata = &md});
-  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_OK(v);
   EXPECT_EQ((*v)->info().uuid, volume_->info().uuid);
   // The directory is used in place, not copied.
   EXPECT_EQ((*v)->metadata().directory.get(), md.directory.get());
