@@ -15,6 +15,7 @@
 
 #include "dlfs/loader.h"
 #include "dlfs/pack.h"
+#include "dlfs/summary.h"
 #include "dlfs/verify.h"
 #include "dlfs/volume.h"
 
@@ -83,29 +84,35 @@ py::object LabelOrNone(uint32_t label) {
   return label == kNoLabel ? py::object(py::none()) : py::object(py::int_(label));
 }
 
+// The same document as `dlfs info --json` (both come from SummarizeVolume).
 py::dict InfoDict(const Volume& v) {
-  const VolumeInfo& i = v.info();
-  py::dict d;
-  d["path"] = v.path();
-  d["format_version"] = i.format_version;
-  d["uuid"] = i.uuid;
-  d["samples"] = i.sample_count;
-  d["directories"] = i.dir_count;
-  d["classes"] = i.class_count;
-  d["bytes"] = i.data_bytes;
-  d["volume_bytes"] = i.volume_size;
-  d["directory_bytes"] = i.directory_bytes;
-  d["alignment"] = i.data_alignment;
-  d["targets"] = i.targets;
-  py::list details;
-  for (const TargetInfo& t : i.target_details) {
+  const VolumeSummary s = SummarizeVolume(v);
+  py::list targets;
+  for (const TargetSummary& t : s.target_details) {
     py::dict td;
+    td["index"] = t.index;
     td["path"] = t.path;
     td["stored_path"] = t.stored_path;
     td["size"] = t.size;
-    details.append(td);
+    td["samples"] = t.samples;
+    td["bytes"] = t.bytes;
+    targets.append(td);
   }
-  d["target_details"] = details;
+  py::dict d;
+  d["path"] = s.path;
+  d["format_version"] = s.format_version;
+  d["uuid"] = s.uuid;
+  d["samples"] = s.samples;
+  d["directories"] = s.directories;
+  d["bytes"] = s.bytes;
+  d["volume_bytes"] = s.volume_bytes;
+  d["directory_bytes"] = s.directory_bytes;
+  d["alignment"] = s.alignment;
+  d["classes"] = s.classes();
+  d["class_names"] = s.class_names;
+  d["targets"] = s.targets;
+  d["target_details"] = targets;
+  d["created_unix_ns"] = s.created_unix_ns;
   return d;
 }
 
@@ -360,6 +367,8 @@ the Batch itself is referenced.
       .def_property_readonly("sequence", &Batch::sequence, "Batch number within the epoch.")
       .def_property_readonly("payload_bytes", &Batch::payload_bytes);
 
+  // Every keyword default comes from LoaderOptions (written once, in C++).
+  static const LoaderOptions kDefaults;
   py::class_<PyLoader>(m, "Loader", R"doc(
 Loader(volume, batch_size, shuffle=True, seed=0, rank=0, world_size=1,
        drop_last=False, prefetch_batches=4, queue_depth=64, io_threads=1,
@@ -399,28 +408,33 @@ The GIL is released while waiting for I/O.
                vol = Unwrap(Volume::Open(py::str(volume).cast<std::string>()));
              }
              LoaderOptions o;
-             o.batch_size = batch_size;
-             o.shuffle = shuffle;
-             o.seed = seed;
-             o.rank = rank;
-             o.world_size = world_size;
-             o.drop_last = drop_last;
+             o.sampler.batch_size = batch_size;
+             o.sampler.shuffle = shuffle;
+             o.sampler.seed = seed;
+             o.sampler.rank = rank;
+             o.sampler.world_size = world_size;
+             o.sampler.drop_last = drop_last;
              o.prefetch_batches = prefetch_batches;
-             o.queue_depth = queue_depth;
+             o.engine.queue_depth = queue_depth;
              o.io_threads = io_threads;
-             o.engine = Unwrap(ParseEngineKind(engine));
-             o.direct_io = direct_io;
+             o.engine.kind = Unwrap(ParseEngineKind(engine));
+             o.engine.direct_io = direct_io;
              o.verify_checksums = verify_checksums;
-             o.coalesce = coalesce;
+             o.plan.coalesce = coalesce;
              if (indices) o.subset = std::move(*indices);
              return std::make_unique<PyLoader>(std::move(vol), o);
            }),
-           py::arg("volume"), py::arg("batch_size"), py::arg("shuffle") = true, py::arg("seed") = 0,
-           py::arg("rank") = 0, py::arg("world_size") = 1, py::arg("drop_last") = false,
-           py::arg("prefetch_batches") = 4, py::arg("queue_depth") = 64, py::arg("io_threads") = 1,
-           py::arg("engine") = "auto", py::arg("direct_io") = true,
-           py::arg("verify_checksums") = true, py::arg("coalesce") = true,
-           py::arg("indices") = py::none())
+           py::arg("volume"), py::arg("batch_size"), py::arg("shuffle") = kDefaults.sampler.shuffle,
+           py::arg("seed") = kDefaults.sampler.seed, py::arg("rank") = kDefaults.sampler.rank,
+           py::arg("world_size") = kDefaults.sampler.world_size,
+           py::arg("drop_last") = kDefaults.sampler.drop_last,
+           py::arg("prefetch_batches") = kDefaults.prefetch_batches,
+           py::arg("queue_depth") = kDefaults.engine.queue_depth,
+           py::arg("io_threads") = kDefaults.io_threads,
+           py::arg("engine") = std::string(EngineKindName(kDefaults.engine.kind)),
+           py::arg("direct_io") = kDefaults.engine.direct_io,
+           py::arg("verify_checksums") = kDefaults.verify_checksums,
+           py::arg("coalesce") = kDefaults.plan.coalesce, py::arg("indices") = py::none())
       .def("set_epoch", &PyLoader::set_epoch, py::arg("epoch"),
            "Sets the epoch the next iteration reads (its order depends on it).")
       .def_property_readonly("epoch", &PyLoader::epoch)
@@ -442,7 +456,7 @@ The GIL is released while waiting for I/O.
           },
           "This rank's sample indices for the current epoch, in reading order.")
       .def_property_readonly(
-          "engine_description", [](PyLoader& l) { return l.loader().engine_description(); },
+          "engine_description", [](PyLoader& l) { return l.loader().description(); },
           "What the I/O engine is, e.g. 'io_uring, O_DIRECT, ... queue depth 64'.");
 
   m.def(
@@ -451,8 +465,8 @@ The GIL is released while waiting for I/O.
          bool force, uint32_t align, bool skip_unreadable, std::vector<std::string> class_names) {
         PackOptions o;
         o.from = Unwrap(ParseSourceKind(source_kind));
-        o.overwrite = force;
-        o.align = align;
+        o.volume.overwrite = force;
+        o.volume.align = align;
         o.skip_unreadable = skip_unreadable;
         o.class_names = std::move(class_names);
         Result<PackStats> r = Status::Cancelled("not run");
@@ -471,8 +485,8 @@ The GIL is released while waiting for I/O.
         return d;
       },
       py::arg("source"), py::arg("output"), py::arg("source_kind") = "auto",
-      py::arg("force") = false, py::arg("align") = 1, py::arg("skip_unreadable") = false,
-      py::arg("class_names") = std::vector<std::string>{},
+      py::arg("force") = false, py::arg("align") = PackOptions{}.volume.align,
+      py::arg("skip_unreadable") = false, py::arg("class_names") = std::vector<std::string>{},
       R"doc(Packs a data set into a new volume (like `dlfs pack`) and returns stats.
 
 source_kind: "auto", "imagefolder", "idx" or "tar". Raises FileExistsError if

@@ -9,7 +9,13 @@
 #include <string>
 
 #include <vector>
+
+#include "dlfs/bench.h"
 #include "dlfs/loader.h"
+#include "dlfs/mount.h"
+#include "dlfs/pack.h"
+#include "dlfs/shard_options.h"
+#include "dlfs/volume.h"
 
 namespace dlfs::cli {
 
@@ -17,31 +23,32 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitDamaged = 1;
 inline constexpr int kExitError = 2;
 
+// The volume a verb opens, and where its targets are on this node.
+struct VolumeArgs {
+  std::string path;
+  std::string target_map;  // --target-map "1=PATH,2=PATH"
+};
+// Opens args.path with args.target_map.
+Result<std::shared_ptr<Volume>> OpenVolume(const VolumeArgs& args);
+
 struct PackArgs {
   std::string source;
   std::string output;
-  std::string from = "auto";
-  uint32_t align = 1;
-  bool force = false;
-  bool skip_unreadable = false;
-  std::string class_names;  // "a,b,c" or "@file" (one name per line)
-  bool datum_payload = false;
+  PackOptions options;
+  std::string class_names;          // "a,b,c" or "@file" (one name per line)
+  std::optional<uint32_t> targets;  // --targets N (else implied by --target-path)
   bool quiet = false;
-  std::optional<uint32_t> targets;        // --targets N
-  std::vector<std::string> target_paths;  // --target-path P (repeatable)
 };
-int RunPack(const PackArgs& args);
+int RunPack(PackArgs args);
 
 struct InfoArgs {
-  std::string volume;
-  std::string target_map;  // --target-map "1=PATH,2=PATH"
+  VolumeArgs volume;
   bool json = false;
 };
 int RunInfo(const InfoArgs& args);
 
 struct LsArgs {
-  std::string volume;
-  std::string target_map;  // --target-map "1=PATH,2=PATH"
+  VolumeArgs volume;
   std::string dir;
   bool json = false;
   bool recursive = false;
@@ -49,68 +56,43 @@ struct LsArgs {
 int RunLs(const LsArgs& args);
 
 struct CatArgs {
-  std::string volume;
-  std::string target_map;  // --target-map "1=PATH,2=PATH"
+  VolumeArgs volume;
   std::string path;
   std::optional<uint64_t> index;
-  bool no_verify = false;
+  bool verify = true;
 };
 int RunCat(const CatArgs& args);
 
 struct VerifyArgs {
-  std::string volume;
-  std::string target_map;  // --target-map "1=PATH,2=PATH"
+  VolumeArgs volume;
   bool quiet = false;
 };
 int RunVerify(const VerifyArgs& args);
 
-}  // namespace dlfs::cli
-
-namespace dlfs::cli {
-
 struct EpochArgs {
-  std::string volume;
-  std::string target_map;  // --target-map "1=PATH,2=PATH"
-  uint64_t seed = 0;
+  VolumeArgs volume;
+  SamplerOptions sampler;
   uint64_t epoch = 0;
-  uint32_t rank = 0;
-  uint32_t world = 1;
-  uint32_t batch = 1;
-  bool drop_last = false;
-  bool no_shuffle = false;
 };
 int RunEpoch(const EpochArgs& args);
 
 struct BenchArgs {
-  std::string volume;
-  std::string target_map;  // --target-map "1=PATH,2=PATH"
-  std::string engine = "auto";
-  uint32_t queue_depth = 64;
-  uint32_t batch = 256;
-  uint32_t epochs = 1;
-  uint32_t io_threads = 1;
-  uint32_t prefetch = 4;
-  uint64_t seed = 0;
-  uint64_t coalesce_gap = 0;
-  bool no_coalesce = false;
-  bool no_verify = false;
-  bool buffered = false;
-  bool sqpoll = false;
-  bool drop_cache = false;
+  VolumeArgs volume;
+  ShardLoaderOptions source;  // .loader: the loader; the rest: --shard-local exchanges
+  BenchOptions bench;
   bool json = false;
   // Under mpirun only:
   bool shard_local = false;   // read own node's target, fetch the rest over MPI
-  uint32_t window = 8;        // batches per shard exchange
-  bool read_ahead = false;    // shard-local: read the next window on a thread
   bool private_open = false;  // every rank reads the directory (no shared window)
 };
 int RunBench(const BenchArgs& args);
 
-// Shared by the commands (commands.cc):
-// sync, then drop the whole page cache; false when not allowed (not root).
-bool DropPageCache();
-// The loader options `dlfs bench` asks for.
-Result<LoaderOptions> BenchLoaderOptions(const BenchArgs& args);
+struct MountArgs {
+  VolumeArgs volume;
+  std::string mountpoint;
+  MountOptions options;
+};
+int RunMount(const MountArgs& args);
 
 // Launched by mpirun (OpenMPI, MPICH or PMIx variables are set)? Then
 // `dlfs epoch` and `dlfs bench` run as one MPI job (apps/dlfs/mpi_commands.cc).
@@ -121,23 +103,10 @@ int RunWithMpi(const std::function<int(int rank, int world)>& body);
 int RunEpochMpi(const EpochArgs& args);
 int RunBenchMpi(const BenchArgs& args);
 
-}  // namespace dlfs::cli
-
-namespace dlfs::cli {
-
-struct MountArgs {
-  std::string volume;
-  std::string target_map;  // --target-map "1=PATH,2=PATH"
-  std::string mountpoint;
-  bool foreground = false;
-  bool debug = false;
-  bool allow_other = false;
-};
-int RunMount(const MountArgs& args);
-
-}  // namespace dlfs::cli
-
-namespace dlfs::cli {
+// Prints "dlfs: MESSAGE" to stderr; returns kExitError.
+int Fail(const Status& st);
+// "54.9 MB": decimal units, for reports.
+std::string HumanBytes(double bytes);
 
 struct LmdbInfoArgs {
   std::string db;

@@ -1,11 +1,68 @@
-// dlfs: command-line front end. It parses options and dispatches; the work
-// is done by the library (see commands.cc).
+// dlfs: command-line front end. It parses options into the library's option
+// structs and dispatches; the work is done by the library (see commands.cc).
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
+#include "dlfs/enum_names.h"
+
+namespace {
+
+using namespace dlfs;
+using namespace dlfs::cli;
+
+// The volume argument and --target-map, as every verb that opens a volume has them.
+void AddVolumeArgs(CLI::App* verb, VolumeArgs* args) {
+  verb->add_option("volume", args->path, "Volume file (its target 0)")->required();
+  verb->add_option("--target-map", args->target_map,
+                   "Where to find targets other than 0, e.g. 1=/dev/nvme1n1,2=/data/v.t2\n"
+                   "(instead of the paths recorded in the volume)");
+}
+
+// A flag that sets *value to false (e.g. --no-verify for a default-on check).
+void AddOffFlag(CLI::App* verb, const std::string& name, bool* value, const std::string& help) {
+  verb->add_flag_callback(
+      name, [value] { *value = false; }, help);
+}
+
+// An option taking one of an enum's names (see dlfs/enum_names.h).
+template <typename E, size_t N>
+CLI::Option* AddEnumOption(CLI::App* verb, const std::string& name, E* value,
+                           const EnumName<E> (&table)[N], const std::string& help) {
+  return verb
+      ->add_option_function<std::string>(
+          name,
+          [value, &table](const std::string& text) {
+            Result<E> parsed = ParseEnum(table, text, "value");
+            if (!parsed.ok()) throw CLI::ValidationError(parsed.status().message());
+            *value = *parsed;
+          },
+          help + ": " + JoinNames(table))
+      ->default_str(std::string(NameOf(table, *value)))
+      ->check(CLI::IsMember(NamesOf(table)));
+}
+
+// The options of the batch loader that `dlfs bench` exposes.
+void AddLoaderOptions(CLI::App* verb, LoaderOptions* o) {
+  AddEnumOption(verb, "--engine", &o->engine.kind, kEngineKindNames, "I/O engine");
+  verb->add_option("--queue-depth", o->engine.queue_depth, "Reads in flight per I/O thread")
+      ->capture_default_str();
+  verb->add_option("--batch", o->sampler.batch_size, "Samples per batch")->capture_default_str();
+  verb->add_option("--io-threads", o->io_threads, "I/O threads (one ring each)")
+      ->capture_default_str();
+  verb->add_option("--prefetch", o->prefetch_batches, "Batches read ahead")->capture_default_str();
+  verb->add_option("--seed", o->sampler.seed, "Shuffle seed")->capture_default_str();
+  verb->add_option("--coalesce-gap", o->plan.coalesce_gap, "Merge reads whose gap is at most this")
+      ->capture_default_str();
+  AddOffFlag(verb, "--no-coalesce", &o->plan.coalesce, "One read per sample");
+  AddOffFlag(verb, "--no-verify", &o->verify_checksums, "Skip CRC32C checks of samples");
+  AddOffFlag(verb, "--buffered", &o->engine.direct_io, "Read through the page cache (no O_DIRECT)");
+  verb->add_flag("--sqpoll", o->engine.sqpoll,
+                 "io_uring SQPOLL (a kernel thread polls; uses a core)");
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  using namespace dlfs::cli;
   CLI::App app{
       "dlfs: pack many small training samples into one volume and read them back fast.\n"
       "Exit codes: 0 ok, 1 damaged samples found (verify), 2 error or bad input."};
@@ -18,18 +75,16 @@ int main(int argc, char** argv) {
       "pack", "Pack a data set (ImageFolder tree, IDX files, tar shards) into a volume");
   p->add_option("source", pack.source, "Data set to pack: a directory or a tar shard")->required();
   p->add_option("-o,--output", pack.output, "Volume file to create")->required();
-  p->add_option("--from", pack.from, "Importer: auto, imagefolder, idx, tar or lmdb")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "imagefolder", "idx", "tar", "lmdb"}));
-  p->add_option("--align", pack.align,
+  AddEnumOption(p, "--from", &pack.options.from, kSourceKindNames, "Importer");
+  p->add_option("--align", pack.options.volume.align,
                 "Start every sample at a multiple of this many bytes (power of two, <= 1 MiB)")
       ->capture_default_str();
-  p->add_flag("-f,--force", pack.force, "Replace the output if it exists");
-  p->add_flag("--skip-unreadable", pack.skip_unreadable,
+  p->add_flag("-f,--force", pack.options.volume.overwrite, "Replace the output if it exists");
+  p->add_flag("--skip-unreadable", pack.options.skip_unreadable,
               "Skip (and count) source files that cannot be read instead of stopping");
   p->add_option("--class-names", pack.class_names,
                 "Names of labels 0, 1, ...: \"a,b,c\" or @FILE with one name per line");
-  p->add_flag("--datum-payload", pack.datum_payload,
+  p->add_flag("--datum-payload", pack.options.lmdb_payload_only,
               "lmdb: store only each Caffe Datum's data (e.g. the JPEG), not the whole record");
   p->add_option("--targets", pack.targets,
                 "Spread the samples over N target files (1..8), e.g. on N devices. Target 0 is\n"
@@ -37,7 +92,7 @@ int main(int argc, char** argv) {
                 "unless named with --target-path. Each sample goes to the target holding the\n"
                 "fewest bytes so far")
       ->check(CLI::Range(1, 8));
-  p->add_option("--target-path", pack.target_paths,
+  p->add_option("--target-path", pack.options.volume.target_paths,
                 "Path of the next target (repeat: target 1, target 2, ...); implies --targets.\n"
                 "Stored relative to OUT's directory when inside it, else absolute")
       ->expected(1)
@@ -47,19 +102,13 @@ int main(int argc, char** argv) {
 
   InfoArgs info;
   auto* i = app.add_subcommand("info", "Show a volume's summary: samples, bytes, classes, format");
-  i->add_option("volume", info.volume, "Volume file")->required();
-  i->add_option("--target-map", info.target_map,
-                "Where to find targets other than 0, e.g. 1=/dev/nvme1n1,2=/data/v.t2\n"
-                "(instead of the paths recorded in the volume)");
+  AddVolumeArgs(i, &info.volume);
   i->add_flag("--json", info.json, "One JSON object instead of text");
   i->callback([&] { rc = RunInfo(info); });
 
   LsArgs ls;
   auto* l = app.add_subcommand("ls", "List a directory of a volume");
-  l->add_option("volume", ls.volume, "Volume file")->required();
-  l->add_option("--target-map", ls.target_map,
-                "Where to find targets other than 0, e.g. 1=/dev/nvme1n1,2=/data/v.t2\n"
-                "(instead of the paths recorded in the volume)");
+  AddVolumeArgs(l, &ls.volume);
   l->add_option("dir", ls.dir, "Directory inside the volume (default: the root)");
   l->add_flag("-r,--recursive", ls.recursive, "List every sample below DIR instead");
   l->add_flag("--json", ls.json,
@@ -68,14 +117,11 @@ int main(int argc, char** argv) {
 
   CatArgs cat;
   auto* c = app.add_subcommand("cat", "Write one sample's exact bytes to stdout");
-  c->add_option("volume", cat.volume, "Volume file")->required();
-  c->add_option("--target-map", cat.target_map,
-                "Where to find targets other than 0, e.g. 1=/dev/nvme1n1,2=/data/v.t2\n"
-                "(instead of the paths recorded in the volume)");
+  AddVolumeArgs(c, &cat.volume);
   auto* path_opt = c->add_option("path", cat.path, "Sample path inside the volume");
   auto* index_opt = c->add_option("--index", cat.index, "Sample index instead of a path");
   path_opt->excludes(index_opt);
-  c->add_flag("--no-verify", cat.no_verify, "Do not check the sample's checksum");
+  AddOffFlag(c, "--no-verify", &cat.verify, "Do not check the sample's checksum");
   c->callback([&] {
     if (cat.path.empty() && !cat.index) throw CLI::ValidationError("give a PATH or --index N");
     rc = RunCat(cat);
@@ -84,32 +130,28 @@ int main(int argc, char** argv) {
   VerifyArgs verify;
   auto* v = app.add_subcommand(
       "verify", "Read every sample and check every checksum; exit 1 naming each bad sample");
-  v->add_option("volume", verify.volume, "Volume file")->required();
-  v->add_option("--target-map", verify.target_map,
-                "Where to find targets other than 0, e.g. 1=/dev/nvme1n1,2=/data/v.t2\n"
-                "(instead of the paths recorded in the volume)");
+  AddVolumeArgs(v, &verify.volume);
   v->add_flag("-q,--quiet", verify.quiet, "No progress output");
   v->callback([&] { rc = RunVerify(verify); });
 
   EpochArgs epoch;
+  // A batch only matters here with --drop-last; by default every sample is printed.
+  epoch.sampler.batch_size = 1;
   auto* e = app.add_subcommand(
       "epoch",
       "Print the sample indices one rank reads in one epoch, one per line, in order.\n"
       "Under mpirun: rank and world come from MPI, and rank 0 prints RANK<TAB>INDEX lines\n"
       "for every rank.");
-  e->add_option("volume", epoch.volume, "Volume file")->required();
-  e->add_option("--target-map", epoch.target_map,
-                "Where to find targets other than 0, e.g. 1=/dev/nvme1n1,2=/data/v.t2\n"
-                "(instead of the paths recorded in the volume)");
-  e->add_option("--seed", epoch.seed, "Shuffle seed")->capture_default_str();
+  AddVolumeArgs(e, &epoch.volume);
+  e->add_option("--seed", epoch.sampler.seed, "Shuffle seed")->capture_default_str();
   e->add_option("--epoch", epoch.epoch, "Epoch number")->capture_default_str();
-  e->add_option("--rank", epoch.rank, "This rank")->capture_default_str();
-  e->add_option("--world", epoch.world, "Number of ranks")->capture_default_str();
-  e->add_option("--batch", epoch.batch, "Batch size (matters with --drop-last)")
+  e->add_option("--rank", epoch.sampler.rank, "This rank")->capture_default_str();
+  e->add_option("--world", epoch.sampler.world_size, "Number of ranks")->capture_default_str();
+  e->add_option("--batch", epoch.sampler.batch_size, "Batch size (matters with --drop-last)")
       ->capture_default_str();
-  e->add_flag("--drop-last", epoch.drop_last,
+  e->add_flag("--drop-last", epoch.sampler.drop_last,
               "Drop the tail instead of padding by wrapping around (as DistributedSampler)");
-  e->add_flag("--no-shuffle", epoch.no_shuffle, "Volume order instead of a permutation");
+  AddOffFlag(e, "--no-shuffle", &epoch.sampler.shuffle, "Volume order instead of a permutation");
   e->callback([&] { rc = RunEpoch(epoch); });
 
   BenchArgs bench;
@@ -118,36 +160,19 @@ int main(int argc, char** argv) {
       "Read full shuffled epochs through the batch loader and report throughput.\n"
       "Under mpirun: one job; the volume is opened collectively (one directory copy per\n"
       "node) and rank 0 reports samples/s of all ranks together.");
-  b->add_option("volume", bench.volume, "Volume file")->required();
-  b->add_option("--target-map", bench.target_map,
-                "Where to find targets other than 0, e.g. 1=/dev/nvme1n1,2=/data/v.t2\n"
-                "(instead of the paths recorded in the volume)");
-  b->add_option("--engine", bench.engine, "I/O engine: auto, uring or pread")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "uring", "pread"}));
-  b->add_option("--queue-depth", bench.queue_depth, "Reads in flight per I/O thread")
-      ->capture_default_str();
-  b->add_option("--batch", bench.batch, "Samples per batch")->capture_default_str();
-  b->add_option("--epochs", bench.epochs, "Epochs to read")->capture_default_str();
-  b->add_option("--io-threads", bench.io_threads, "I/O threads (one ring each)")
-      ->capture_default_str();
-  b->add_option("--prefetch", bench.prefetch, "Batches read ahead")->capture_default_str();
-  b->add_option("--seed", bench.seed, "Shuffle seed")->capture_default_str();
-  b->add_option("--coalesce-gap", bench.coalesce_gap, "Merge reads whose gap is at most this")
-      ->capture_default_str();
-  b->add_flag("--no-coalesce", bench.no_coalesce, "One read per sample");
-  b->add_flag("--no-verify", bench.no_verify, "Skip CRC32C checks of samples");
-  b->add_flag("--buffered", bench.buffered, "Read through the page cache (no O_DIRECT)");
-  b->add_flag("--sqpoll", bench.sqpoll, "io_uring SQPOLL (a kernel thread polls; uses a core)");
-  b->add_flag("--drop-cache", bench.drop_cache,
+  AddVolumeArgs(b, &bench.volume);
+  AddLoaderOptions(b, &bench.source.loader);
+  b->add_option("--epochs", bench.bench.epochs, "Epochs to read")->capture_default_str();
+  b->add_flag("--drop-cache", bench.bench.drop_cache,
               "Drop the page cache before each epoch (root), else fadvise(DONTNEED) the volume");
   b->add_flag("--json", bench.json, "One JSON object instead of text");
   b->add_flag("--shard-local", bench.shard_local,
               "mpirun: each node reads only target (node index mod targets); other samples "
               "come from their node over MPI");
-  b->add_option("--window", bench.window, "mpirun --shard-local: batches per exchange")
+  b->add_option("--window", bench.source.window_batches,
+                "mpirun --shard-local: batches per exchange")
       ->capture_default_str();
-  b->add_flag("--read-ahead", bench.read_ahead,
+  b->add_flag("--read-ahead", bench.source.read_ahead,
               "mpirun --shard-local: read the next window on a thread while this one is used");
   b->add_flag("--private-open", bench.private_open,
               "mpirun: every rank reads the directory itself (to compare with the collective "
@@ -207,14 +232,12 @@ int main(int argc, char** argv) {
       app.add_subcommand("mount",
                          "Mount a volume read-only with FUSE: its tree as directories and files.\n"
                          "Unmount with `fusermount3 -u MOUNTPOINT` (or Ctrl-C / SIGTERM with -f).");
-  mnt->add_option("volume", mount.volume, "Volume file")->required();
-  mnt->add_option("--target-map", mount.target_map,
-                  "Where to find targets other than 0, e.g. 1=/dev/nvme1n1,2=/data/v.t2\n"
-                  "(instead of the paths recorded in the volume)");
+  AddVolumeArgs(mnt, &mount.volume);
   mnt->add_option("mountpoint", mount.mountpoint, "An existing empty directory")->required();
-  mnt->add_flag("-f,--foreground", mount.foreground, "Stay in the foreground until unmounted");
-  mnt->add_flag("--debug", mount.debug, "libfuse debug output (implies -f)");
-  mnt->add_flag("--allow-other", mount.allow_other,
+  mnt->add_flag("-f,--foreground", mount.options.foreground,
+                "Stay in the foreground until unmounted");
+  mnt->add_flag("--debug", mount.options.debug, "libfuse debug output (implies -f)");
+  mnt->add_flag("--allow-other", mount.options.allow_other,
                 "Let other users read the mount (needs user_allow_other in /etc/fuse.conf)");
   mnt->callback([&] { rc = RunMount(mount); });
 

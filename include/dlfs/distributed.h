@@ -11,8 +11,11 @@
 #include <memory>
 #include <vector>
 
+#include "dlfs/batch_source.h"
+#include "dlfs/bench.h"
 #include "dlfs/loader.h"
 #include "dlfs/mpi.h"
+#include "dlfs/shard_options.h"
 #include "dlfs/status.h"
 #include "dlfs/volume.h"
 
@@ -55,19 +58,6 @@ std::vector<uint32_t> ShardTargetsOfNode(int node_index, int node_count);
 Result<std::unique_ptr<Loader>> CreateLoader(MPI_Comm comm, std::shared_ptr<Volume> volume,
                                              LoaderOptions options);
 
-struct ShardLoaderOptions {
-  LoaderOptions loader;  // rank and world_size are taken from the communicator
-  // Batches whose remote samples are fetched in one exchange; the exchange
-  // for the next window happens when the current one is used up.
-  uint32_t window_batches = 8;
-  // Plan the next window and read its local part on a thread while the
-  // current one is consumed. Off by default: on the only machine measured
-  // (2 cores, 4 ranks) it made epochs 2.5x slower, the thread competing
-  // with the exchange and checksums (docs/benchmarks.md). Worth trying where
-  // cores are spare and storage latency is high.
-  bool read_ahead = false;
-};
-
 // Counters of a ShardLoader, summed over its life.
 struct ShardLoaderStats {
   uint64_t local_samples = 0;   // read from this node's own target
@@ -98,25 +88,63 @@ struct ShardLoaderStats {
 // number of times (the sampler gives every rank the same number of batches).
 // A sample the owner cannot read makes the requester's Next() fail for that
 // batch with an error naming the sample and the owner; the next call goes on.
-class ShardLoader {
+class ShardLoader final : public BatchSource {
  public:
   static Result<std::unique_ptr<ShardLoader>> Create(MPI_Comm comm, std::shared_ptr<Volume> volume,
                                                      const ShardLoaderOptions& options);
-  ~ShardLoader();
+  ~ShardLoader() override;
 
-  void SetEpoch(uint64_t epoch);
-  // As Loader::Next.
-  Result<bool> Next(Batch* batch);
+  // BatchSource; both are collective (see above).
+  void SetEpoch(uint64_t epoch) override;
+  Result<bool> Next(Batch* batch) override;
+  uint64_t batches_per_epoch() const override;
+  // The engine reading this node's targets.
+  const std::string& description() const override;
 
-  uint64_t batches_per_epoch() const;
   const ShardLoaderStats& stats() const;
-  const std::string& engine_description() const;
-
-  class Impl;
 
  private:
+  class Impl;
   explicit ShardLoader(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// Rank 0 gets every rank's indices for `epoch` (rank by rank, each in
+// reading order, rank r's starting at r * loader.sampler().samples_per_rank());
+// the other ranks get an empty vector. Collective.
+std::vector<uint64_t> GatherRankIndices(MPI_Comm comm, const Loader& loader, uint64_t epoch);
+
+// Measuring a job, as `dlfs bench` does under mpirun.
+struct BenchJobOptions {
+  VolumeOpenOptions open;     // e.g. a target map
+  bool private_open = false;  // every rank reads the metadata itself (vs OpenShared)
+  bool shard_local = false;   // a ShardLoader over node-local targets instead of a Loader
+  ShardLoaderOptions source;  // .loader configures the Loader; all of it the ShardLoader
+  BenchOptions bench;         // read_through_errors is always on (reading is collective)
+};
+
+struct BenchJobReport {
+  int ranks = 0;
+  // Per epoch for the whole job: samples, bytes and CPU summed over ranks;
+  // seconds of the slowest rank (the job's epoch lasts that long).
+  BenchReport bench;
+  double open_seconds_max = 0;
+  uint64_t metadata_bytes_read = 0;  // from storage, all ranks
+  uint64_t directory_window_bytes = 0;
+  uint64_t directory_bytes = 0;  // one copy
+  double open_pss_bytes = 0;     // growth of the proportional set size over all ranks
+  ShardLoaderStats shard;        // summed over ranks (shard_local)
+  double shard_io_seconds_max = 0;
+  double shard_exchange_seconds_max = 0;
+};
+
+// Opens `path` (collectively unless private_open; each node only its own
+// targets when shard_local), reads options.bench.epochs epochs on every rank,
+// and reduces the measurements. Rank 0 drops the page cache before each
+// epoch when asked (a warning on stderr when not allowed), and epochs start
+// together. bench.on_epoch is called on every rank with the job's epoch.
+// Collective; the same report, or the same error, on every rank.
+Result<BenchJobReport> RunBenchJob(MPI_Comm comm, const std::string& path,
+                                   const BenchJobOptions& options);
 
 }  // namespace dlfs

@@ -38,22 +38,12 @@ inline constexpr EnumName<EngineKind> kEngineKindNames[] = {
 std::string_view EngineKindName(EngineKind kind);  // "auto", "uring", "pread"
 Result<EngineKind> ParseEngineKind(std::string_view name);
 
-// Faults to inject below the completion loop, for tests. Counting is over
-// completions seen by the engine, starting at 1.
-struct FaultInjection {
-  uint32_t eio_every = 0;     // every Nth completion fails with EIO
-  uint32_t short_every = 0;   // every Nth completion transfers only half its bytes
-  uint32_t eagain_every = 0;  // every Nth completion fails with EAGAIN (retried)
-  uint32_t delay_us = 0;      // sleep before reaping each completion
-};
-
 struct EngineOptions {
   EngineKind kind = EngineKind::kAuto;
-  uint32_t queue_depth = 64;               // reads in flight (ring size; pread threads)
-  bool direct_io = true;                   // O_DIRECT where the file system supports it
-  bool sqpoll = false;                     // io_uring SQPOLL: a kernel thread polls (burns a core)
-  uint32_t buffer_slots = 64;              // registered-buffer table size (uring)
-  const FaultInjection* faults = nullptr;  // testing hook; must outlive the engine
+  uint32_t queue_depth = 64;   // reads in flight (ring size; pread threads)
+  bool direct_io = true;       // O_DIRECT where the file system supports it
+  bool sqpoll = false;         // io_uring SQPOLL: a kernel thread polls (burns a core)
+  uint32_t buffer_slots = 64;  // registered-buffer table size (uring)
 };
 
 // One read: `length` bytes at `offset` of target `target` into `buffer`.

@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "dlfs/builder.h"
 #include "dlfs/enum_names.h"
 #include "dlfs/status.h"
 
@@ -68,13 +69,9 @@ struct PackProgress {
 
 struct PackOptions {
   SourceKind from = SourceKind::kAuto;
-  uint32_t align = 1;      // see VolumeBuilder::Options::align
-  bool overwrite = false;  // replace an existing volume
-  // Spread the samples over this many target files (1..8); see
-  // VolumeBuilder::Options::targets and target_paths.
-  uint32_t targets = 1;
-  std::vector<std::string> target_paths;  // targets 1..; empty: "<volume_path>.t<N>"
-  bool skip_unreadable = false;           // count and skip sources that fail to read
+  // The volume to write: alignment, overwriting, targets (dlfs/builder.h).
+  VolumeBuilder::Options volume;
+  bool skip_unreadable = false;  // count and skip sources that fail to read
   // Class names for label ids 0..n-1, overriding what the importer knows
   // (idx and tar sources carry only numbers).
   std::vector<std::string> class_names;

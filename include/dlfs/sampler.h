@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "dlfs/status.h"
@@ -30,7 +31,7 @@ struct SamplerOptions {
   uint64_t seed = 0;
   uint32_t rank = 0;
   uint32_t world_size = 1;
-  uint32_t batch_size = 1;
+  uint32_t batch_size = 256;
   bool drop_last = false;
 };
 
@@ -46,6 +47,10 @@ class Sampler {
   // This rank's sample indices for `epoch`, in reading order;
   // samples_per_rank() of them.
   std::vector<uint64_t> RankIndices(uint64_t epoch) const;
+  // The same, with each position p replaced by subset[p] when `subset` is
+  // non-empty (a loader reading only part of a volume). REQUIRES: subset is
+  // empty or has the sample_count the sampler was created with.
+  std::vector<uint64_t> RankIndices(uint64_t epoch, std::span<const uint64_t> subset) const;
 
   uint64_t samples_per_rank() const { return per_rank_; }
   uint64_t batches_per_epoch() const { return batches_; }

@@ -26,10 +26,11 @@ bool PathExists(const std::string& path);
 // Flushes the directory entry of `path` (after a rename) to stable storage.
 Status SyncParentDirectory(const std::string& path);
 
-// A zeroed buffer of `n` bytes for large, long-lived, read-mostly data (the
-// directory region): anonymous memory with transparent huge pages requested,
-// because filling hundreds of MB through 4 KiB first-touch faults costs more
-// than reading it (10x on VMs with shadow paging). nullptr when out of memory.
+// A zeroed, page-aligned buffer of `n` bytes for large data (the directory
+// region, loader and exchange buffers): anonymous memory with transparent
+// huge pages requested, because filling hundreds of MB through 4 KiB
+// first-touch faults costs more than reading it on VMs with shadow paging
+// (docs/benchmarks.md). nullptr when out of memory.
 std::shared_ptr<std::byte> AllocateLarge(size_t n);
 
 // Closes fd on scope exit.

@@ -2,6 +2,7 @@
 // or short reads, so the completion loop's recovery paths run for real.
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 
 #include "io/io_backend.h"
@@ -12,7 +13,8 @@ namespace {
 
 class FaultInjectingBackend final : public Backend {
  public:
-  FaultInjectingBackend(std::unique_ptr<Backend> inner, const FaultInjection& f, uint32_t align)
+  FaultInjectingBackend(std::unique_ptr<Backend> inner, const testing::FaultInjection& f,
+                        uint32_t align)
       : inner_(std::move(inner)), faults_(f), align_(align) {}
 
   uint32_t capacity() const override { return inner_->capacity(); }
@@ -46,7 +48,7 @@ class FaultInjectingBackend final : public Backend {
 
  private:
   std::unique_ptr<Backend> inner_;
-  FaultInjection faults_;
+  testing::FaultInjection faults_;
   uint32_t align_;
   uint64_t count_ = 0;
 };
@@ -54,10 +56,27 @@ class FaultInjectingBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> CreateFaultInjectingBackend(std::unique_ptr<Backend> inner,
-                                                     const FaultInjection& faults,
+                                                     const testing::FaultInjection& faults,
                                                      uint32_t alignment) {
   return std::make_unique<FaultInjectingBackend>(std::move(inner), faults,
                                                  alignment ? alignment : 1);
 }
 
 }  // namespace dlfs::io_internal
+
+namespace dlfs::testing {
+
+namespace {
+// Engines read it when created; scopes are set up by tests outside engine
+// creation, so an atomic pointer is enough.
+std::atomic<const FaultInjection*> g_active{nullptr};
+}  // namespace
+
+ScopedFaultInjection::ScopedFaultInjection(const FaultInjection& faults)
+    : faults_(faults), previous_(g_active.exchange(&faults_)) {}
+
+ScopedFaultInjection::~ScopedFaultInjection() { g_active.store(previous_); }
+
+const FaultInjection* ActiveFaultInjection() { return g_active.load(); }
+
+}  // namespace dlfs::testing

@@ -12,6 +12,7 @@
 
 #include "dlfs/io_engine.h"
 #include "dlfs/status.h"
+#include "dlfs/testing.h"
 
 namespace dlfs::io_internal {
 
@@ -65,7 +66,7 @@ Result<std::unique_ptr<Backend>> CreatePreadBackend(const Targets& targets,
                                                     const EngineOptions& options);
 // Wraps `inner`, altering completions as `faults` says.
 std::unique_ptr<Backend> CreateFaultInjectingBackend(std::unique_ptr<Backend> inner,
-                                                     const FaultInjection& faults,
+                                                     const testing::FaultInjection& faults,
                                                      uint32_t alignment);
 
 }  // namespace dlfs::io_internal

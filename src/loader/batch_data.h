@@ -1,5 +1,5 @@
-// What a Batch holds (shared by the Loader and the MPI ShardLoader, which
-// build batches).
+// What a Batch holds (filled in by the batch sources: the Loader, the MPI
+// ShardLoader, and stages that make new batches).
 #pragma once
 
 #include <cstddef>
@@ -8,15 +8,14 @@
 #include <span>
 #include <vector>
 
-#include "dlfs/loader.h"
+#include "dlfs/batch.h"
 
-namespace dlfs::loader_internal {
+namespace dlfs {
 
-struct Slab;
-
-struct BatchData {
-  std::shared_ptr<Slab> slab;         // the Loader's buffer, or
-  std::shared_ptr<const void> owner;  // any other owner of the samples' bytes
+struct Batch::Data {
+  // Whatever owns the samples' bytes (a loader's slab, an exchange window);
+  // released with the last Batch copy.
+  std::shared_ptr<const void> owner;
   uint64_t epoch = 0;
   uint64_t sequence = 0;
   std::vector<uint64_t> indices;
@@ -27,7 +26,4 @@ struct BatchData {
   double io_seconds = 0;
 };
 
-// Wraps `data` as a Batch.
-Batch MakeBatch(std::shared_ptr<const BatchData> data);
-
-}  // namespace dlfs::loader_internal
+}  // namespace dlfs

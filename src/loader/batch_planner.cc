@@ -12,7 +12,7 @@ void PlanBatch(const SampleDirectory& dir, std::span<const uint64_t> indices,
   plan->buffer_bytes = 0;
   plan->sample_bytes = 0;
   const uint64_t a = std::max<uint32_t>(options.alignment, 1);
-  const uint64_t max_read = std::max<uint64_t>(options.max_read / a * a, a);
+  const uint64_t max_read = std::max<uint64_t>(options.read.max_read / a * a, a);
 
   std::vector<uint32_t> order(indices.size());
   std::iota(order.begin(), order.end(), 0u);
@@ -43,8 +43,8 @@ void PlanBatch(const SampleDirectory& dir, std::span<const uint64_t> indices,
     plan->sample_bytes += s.length;
     const uint64_t begin = s.offset / a * a;
     const uint64_t end = std::max((s.offset + s.length + a - 1) / a * a, begin + a);
-    const bool joins = open && options.coalesce && s.target == run_target &&
-                       begin <= run_end + options.coalesce_gap &&
+    const bool joins = open && options.read.coalesce && s.target == run_target &&
+                       begin <= run_end + options.read.coalesce_gap &&
                        std::max(end, run_end) - run_begin <= max_read;
     if (!joins) {
       close_run();

@@ -15,14 +15,13 @@
 #include <vector>
 
 #include "dlfs/directory.h"
+#include "dlfs/loader.h"
 
 namespace dlfs::loader_internal {
 
 struct PlanOptions {
   uint32_t alignment = 4096;  // power of two; 1 = no widening
-  bool coalesce = true;
-  uint64_t coalesce_gap = 0;    // merge extents this close (bytes); 0: touching only
-  uint64_t max_read = 1 << 20;  // largest single read (bytes, multiple of alignment)
+  ReadPlanOptions read;       // coalescing and the largest read (dlfs/loader.h)
 };
 
 struct PlannedRead {

@@ -1,6 +1,5 @@
 #include "dlfs/loader.h"
 
-#include <sys/mman.h>
 #include <algorithm>
 #include <condition_variable>
 #include <cstdio>
@@ -11,6 +10,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "common/file_util.h"
 #include "loader/batch_data.h"
 #include "loader/batch_planner.h"
 
@@ -18,28 +18,18 @@ namespace dlfs {
 
 namespace loader_internal {
 
-// A page-aligned buffer that one batch at a time reads into. Anonymous
-// memory with transparent huge pages requested: batch buffers are hundreds of
-// MB in all, and filling them through 4 KiB first-touch faults showed up as
-// most of the loader's CPU time on VMs.
+// A page-aligned buffer (AllocateLarge: huge pages where available) that one
+// batch at a time reads into.
 struct Slab {
+  std::shared_ptr<std::byte> memory;
   std::byte* data = nullptr;
   uint64_t capacity = 0;
   uint32_t slot = ReadRequest::kNoSlot;  // registered-buffer slot in the owner's engine
-  ~Slab() { Release(); }
   bool Allocate(uint64_t bytes) {
-    Release();
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return false;
-    ::madvise(p, bytes, MADV_HUGEPAGE);
-    data = static_cast<std::byte*>(p);
-    capacity = bytes;
-    return true;
-  }
-  void Release() {
-    if (data != nullptr) ::munmap(data, capacity);
-    data = nullptr;
-    capacity = 0;
+    memory = AllocateLarge(bytes);
+    data = memory.get();
+    capacity = memory ? bytes : 0;
+    return memory != nullptr;
   }
 };
 
@@ -96,32 +86,9 @@ class SlabPool : public std::enable_shared_from_this<SlabPool> {
   uint32_t next_slot_ = 0;
 };
 
-Batch MakeBatch(std::shared_ptr<const BatchData> data) {
-  Batch b;
-  b.data_ = std::move(data);
-  return b;
-}
-
 }  // namespace loader_internal
 
-using loader_internal::BatchData;
 using loader_internal::SlabPool;
-
-size_t Batch::size() const { return data_ ? data_->indices.size() : 0; }
-uint64_t Batch::epoch() const { return data_ ? data_->epoch : 0; }
-uint64_t Batch::sequence() const { return data_ ? data_->sequence : 0; }
-uint64_t Batch::index(size_t i) const { return data_->indices[i]; }
-uint32_t Batch::label(size_t i) const { return data_->labels[i]; }
-std::span<const std::byte> Batch::sample(size_t i) const { return data_->samples[i]; }
-std::span<const uint64_t> Batch::indices() const {
-  return data_ ? std::span<const uint64_t>(data_->indices) : std::span<const uint64_t>();
-}
-std::span<const uint32_t> Batch::labels() const {
-  return data_ ? std::span<const uint32_t>(data_->labels) : std::span<const uint32_t>();
-}
-uint64_t Batch::payload_bytes() const { return data_ ? data_->payload_bytes : 0; }
-uint64_t Batch::device_bytes() const { return data_ ? data_->device_bytes : 0; }
-double Batch::io_seconds() const { return data_ ? data_->io_seconds : 0; }
 
 class Loader::Impl {
  public:
@@ -147,9 +114,12 @@ class Loader::Impl {
   bool stop_ = false;
   std::vector<uint64_t> order_;  // this rank's samples for the epoch
   Status start_error_;
+  loader_internal::PlanOptions po_;  // alignment set per engine
 
   Impl(std::shared_ptr<Volume> v, const LoaderOptions& o, Sampler s)
-      : volume_(std::move(v)), options_(o), sampler_(std::move(s)) {}
+      : volume_(std::move(v)), options_(o), sampler_(std::move(s)) {
+    po_.read = options_.plan;
+  }
 
   ~Impl() { StopWorkers(); }
 
@@ -214,30 +184,29 @@ class Loader::Impl {
   Result<Batch> ReadBatch(Worker& w, uint64_t seq, loader_internal::BatchPlan* plan,
                           std::vector<ReadRequest>* requests, std::vector<Status>* results) {
     const SampleDirectory& dir = volume_->directory();
-    const uint64_t b = options_.batch_size;
+    const uint64_t b = options_.sampler.batch_size;
     const uint64_t first = seq * b;
     const uint64_t count = std::min<uint64_t>(b, order_.size() - first);
     const std::span<const uint64_t> indices(order_.data() + first, count);
 
-    loader_internal::PlanOptions po;
+    loader_internal::PlanOptions po = po_;
     po.alignment = w.engine->alignment();
-    po.coalesce = options_.coalesce;
-    po.coalesce_gap = options_.coalesce_gap;
-    po.max_read = options_.max_read;
     loader_internal::PlanBatch(dir, indices, po, plan);
 
-    auto data = std::make_shared<BatchData>();
-    data->slab = w.pool->Acquire(plan->buffer_bytes, w.engine.get(), 64);
-    if (!data->slab) {
+    auto data = std::make_shared<Batch::Data>();
+    std::shared_ptr<loader_internal::Slab> slab =
+        w.pool->Acquire(plan->buffer_bytes, w.engine.get(), options_.engine.buffer_slots);
+    if (!slab) {
       return Status::Unavailable(volume_->path() + ": out of memory for a batch of " +
                                  std::to_string(plan->buffer_bytes) + " bytes");
     }
-    std::byte* base = data->slab->data;
+    std::byte* base = slab->data;
     requests->clear();
     for (const auto& r : plan->reads) {
       requests->push_back(
-          ReadRequest{r.target, r.offset, r.length, base + r.buffer_offset, data->slab->slot});
+          ReadRequest{r.target, r.offset, r.length, base + r.buffer_offset, slab->slot});
     }
+    data->owner = std::move(slab);
     results->assign(requests->size(), Status::Ok());
     const double t0 = Now();
     Status st = w.engine->Read(*requests, *results);
@@ -267,17 +236,11 @@ class Loader::Impl {
       data->samples[i] = std::span<const std::byte>(base + off, s.length);
       data->labels[i] = s.label;
     }
-    Batch batch;
-    batch.data_ = std::move(data);
-    return batch;
+    return Batch(std::move(data));
   }
 
   std::vector<uint64_t> RankIndices(uint64_t epoch) const {
-    std::vector<uint64_t> order = sampler_.RankIndices(epoch);
-    if (!options_.subset.empty()) {
-      for (uint64_t& i : order) i = options_.subset[i];
-    }
-    return order;
+    return sampler_.RankIndices(epoch, options_.subset);
   }
 
   std::string SampleName(uint64_t index) const {
@@ -322,9 +285,11 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
   if (options.io_threads == 0 || options.io_threads > 64) {
     return Status::InvalidArgument("io_threads must be between 1 and 64");
   }
-  if (options.queue_depth == 0) return Status::InvalidArgument("queue_depth must be at least 1");
-  if (options.max_read < 4096) return Status::InvalidArgument("max_read must be at least 4096");
-  const SamplerOptions so = SamplerOptionsOf(options);
+  if (options.engine.queue_depth == 0) {
+    return Status::InvalidArgument("queue_depth must be at least 1");
+  }
+  if (options.plan.max_read < 4096)
+    return Status::InvalidArgument("max_read must be at least 4096");
   for (uint64_t i : options.subset) {
     if (i >= volume->size()) {
       return Status::InvalidArgument("subset index " + std::to_string(i) + " is out of range (" +
@@ -333,9 +298,8 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
     }
   }
   const uint64_t n = options.subset.empty() ? volume->size() : options.subset.size();
-  DLFS_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(n, so));
+  DLFS_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(n, options.sampler));
 
-  const EngineOptions eo = EngineOptionsOf(options);
   auto impl = std::make_unique<Impl>(volume, options, std::move(sampler));
   // Every engine opens every target of the volume (as resolved and remapped
   // by Volume::Open). A batch's reads go to whichever targets hold its
@@ -348,32 +312,11 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
   // one thread pool.
   for (uint32_t k = 0; k < options.io_threads; ++k) {
     DLFS_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> engine,
-                          CreateEngine(volume->OpenTargetPaths(), eo));
+                          CreateEngine(volume->OpenTargetPaths(), options.engine));
     auto pool = std::make_shared<SlabPool>(engine->alignment());
     impl->workers_.push_back(Loader::Impl::Worker{std::move(engine), std::move(pool), {}});
   }
   return std::unique_ptr<Loader>(new Loader(std::move(impl)));
-}
-
-SamplerOptions SamplerOptionsOf(const LoaderOptions& options) {
-  SamplerOptions so;
-  so.shuffle = options.shuffle;
-  so.seed = options.seed;
-  so.rank = options.rank;
-  so.world_size = options.world_size;
-  so.batch_size = options.batch_size;
-  so.drop_last = options.drop_last;
-  return so;
-}
-
-EngineOptions EngineOptionsOf(const LoaderOptions& options) {
-  EngineOptions eo;
-  eo.kind = options.engine;
-  eo.queue_depth = options.queue_depth;
-  eo.direct_io = options.direct_io;
-  eo.sqpoll = options.sqpoll;
-  eo.faults = options.faults;
-  return eo;
 }
 
 void Loader::SetEpoch(uint64_t epoch) { impl_->Start(epoch); }
@@ -385,7 +328,7 @@ std::vector<uint64_t> Loader::RankIndices(uint64_t epoch) const {
   return impl_->RankIndices(epoch);
 }
 const Volume& Loader::volume() const { return *impl_->volume_; }
-const std::string& Loader::engine_description() const {
+const std::string& Loader::description() const {
   return impl_->workers_.front().engine->description();
 }
 

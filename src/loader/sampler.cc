@@ -94,4 +94,12 @@ std::vector<uint64_t> Sampler::RankIndices(uint64_t epoch) const {
   return mine;
 }
 
+std::vector<uint64_t> Sampler::RankIndices(uint64_t epoch, std::span<const uint64_t> subset) const {
+  std::vector<uint64_t> order = RankIndices(epoch);
+  if (!subset.empty()) {
+    for (uint64_t& i : order) i = subset[i];
+  }
+  return order;
+}
+
 }  // namespace dlfs

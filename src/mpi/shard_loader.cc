@@ -33,7 +33,8 @@ Status CheckAgreement(MPI_Comm comm, const std::vector<uint64_t>& values, const 
 
 std::vector<uint64_t> PermutationKey(const Volume& volume, const LoaderOptions& o) {
   const uint64_t n = o.subset.empty() ? volume.size() : o.subset.size();
-  return {n, o.seed, o.shuffle ? 1u : 0u, o.batch_size, o.drop_last ? 1u : 0u, volume.size()};
+  const SamplerOptions& s = o.sampler;
+  return {n, s.seed, s.shuffle ? 1u : 0u, s.batch_size, s.drop_last ? 1u : 0u, volume.size()};
 }
 
 }  // namespace
@@ -51,8 +52,8 @@ Result<std::unique_ptr<Loader>> CreateLoader(MPI_Comm comm, std::shared_ptr<Volu
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
-  options.rank = static_cast<uint32_t>(rank);
-  options.world_size = static_cast<uint32_t>(size);
+  options.sampler.rank = static_cast<uint32_t>(rank);
+  options.sampler.world_size = static_cast<uint32_t>(size);
   DLFS_RETURN_IF_ERROR(CheckAgreement(comm, PermutationKey(*volume, options), "the permutation"));
   return Loader::Create(std::move(volume), options);
 }
@@ -97,9 +98,9 @@ class ShardLoader::Impl {
     volume_ = std::move(volume);
     options_ = options;
     LoaderOptions& o = options_.loader;
-    o.rank = static_cast<uint32_t>(topo_->rank());
-    o.world_size = static_cast<uint32_t>(topo_->size());
-    if (options_.window_batches == 0 || o.batch_size == 0) {
+    o.sampler.rank = static_cast<uint32_t>(topo_->rank());
+    o.sampler.world_size = static_cast<uint32_t>(topo_->size());
+    if (options_.window_batches == 0 || o.sampler.batch_size == 0) {
       return Status::InvalidArgument("window_batches and batch_size must be positive");
     }
     std::vector<uint64_t> key = PermutationKey(*volume_, o);
@@ -124,13 +125,12 @@ class ShardLoader::Impl {
       node_size_[all[3 * r]] = all[3 * r + 2];
     }
 
-    const SamplerOptions so = SamplerOptionsOf(o);
     const uint64_t n = o.subset.empty() ? volume_->size() : o.subset.size();
     Status st;
-    auto sampler = Sampler::Create(n, so);
+    auto sampler = Sampler::Create(n, o.sampler);
     if (sampler.ok()) {
       sampler_.emplace(std::move(*sampler));
-      auto engine = CreateEngine(volume_->OpenTargetPaths(), EngineOptionsOf(o));
+      auto engine = CreateEngine(volume_->OpenTargetPaths(), o.engine);
       if (engine.ok()) {
         engine_ = std::move(*engine);
         engine_description_ = engine_->description();
@@ -154,20 +154,17 @@ class ShardLoader::Impl {
     epoch_ = epoch;
     next_batch_ = 0;
     window_end_ = 0;
-    indices_ = sampler_->RankIndices(epoch);
-    if (!options_.loader.subset.empty()) {
-      for (uint64_t& i : indices_) i = options_.loader.subset[i];
-    }
+    indices_ = sampler_->RankIndices(epoch, options_.loader.subset);
   }
 
   Result<bool> Next(Batch* batch) {
     if (next_batch_ >= sampler_->batches_per_epoch()) return false;
     if (next_batch_ >= window_end_) DLFS_RETURN_IF_ERROR(Exchange(next_batch_));
     const uint64_t k = next_batch_++;
-    const uint64_t b = options_.loader.batch_size;
+    const uint64_t b = options_.loader.sampler.batch_size;
     const uint64_t begin = k * b, end = std::min<uint64_t>(begin + b, indices_.size());
 
-    auto data = std::make_shared<loader_internal::BatchData>();
+    auto data = std::make_shared<Batch::Data>();
     data->owner = window_bytes_;
     data->epoch = epoch_;
     data->sequence = k;
@@ -184,7 +181,7 @@ class ShardLoader::Impl {
       data->samples.push_back(bytes);
       data->payload_bytes += bytes.size();
     }
-    *batch = loader_internal::MakeBatch(std::move(data));
+    *batch = Batch(std::move(data));
     return true;
   }
 
@@ -219,7 +216,7 @@ class ShardLoader::Impl {
   // node's part on a thread.
   std::unique_ptr<Pending> Plan(uint64_t first) {
     auto p = std::make_unique<Pending>();
-    const uint64_t b = options_.loader.batch_size;
+    const uint64_t b = options_.loader.sampler.batch_size;
     p->first_batch = first;
     p->end_batch =
         std::min<uint64_t>(first + options_.window_batches, sampler_->batches_per_epoch());
@@ -514,6 +511,6 @@ void ShardLoader::SetEpoch(uint64_t epoch) { impl_->SetEpoch(epoch); }
 Result<bool> ShardLoader::Next(Batch* batch) { return impl_->Next(batch); }
 uint64_t ShardLoader::batches_per_epoch() const { return impl_->batches_per_epoch(); }
 const ShardLoaderStats& ShardLoader::stats() const { return impl_->stats(); }
-const std::string& ShardLoader::engine_description() const { return impl_->engine_description(); }
+const std::string& ShardLoader::description() const { return impl_->engine_description(); }
 
 }  // namespace dlfs

@@ -110,10 +110,7 @@ Result<PackStats> Pack(const std::string& source, const std::string& volume_path
     DLFS_ASSIGN_OR_RETURN(stats.from, DetectSourceKind(source));
   }
   DLFS_ASSIGN_OR_RETURN(std::unique_ptr<VolumeBuilder> builder,
-                        VolumeBuilder::Create(volume_path, {.align = options.align,
-                                                            .overwrite = options.overwrite,
-                                                            .targets = options.targets,
-                                                            .target_paths = options.target_paths}));
+                        VolumeBuilder::Create(volume_path, options.volume));
   pack_internal::PackContext ctx(*builder, options, stats);
   Status st;
   switch (stats.from) {

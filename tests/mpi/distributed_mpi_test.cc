@@ -16,6 +16,7 @@
 #include "dlfs/distributed.h"
 #include "dlfs/loader.h"
 #include "dlfs/mpi.h"
+#include "dlfs/testing.h"
 #include "dlfs/volume.h"
 #include "mpi/mpi_testutil.h"
 #include "testutil.h"
@@ -84,8 +85,8 @@ TEST_F(DistributedTest, SamePermutationOnEveryRank) {
   auto volume = OpenVolume("one.dlfs");
   ASSERT_TRUE(volume);
   LoaderOptions o;
-  o.batch_size = 16;
-  o.seed = 42;
+  o.sampler.batch_size = 16;
+  o.sampler.seed = 42;
   auto loader = CreateLoader(MPI_COMM_WORLD, volume, o);
   ASSERT_OK(loader);
   for (uint64_t epoch = 0; epoch < 3; ++epoch) {
@@ -111,7 +112,7 @@ TEST_F(DistributedTest, RanksThatDisagreeAreRefused) {
   auto volume = OpenVolume("one.dlfs");
   ASSERT_TRUE(volume);
   LoaderOptions o;
-  o.seed = Rank() == 1 ? 7 : 8;
+  o.sampler.seed = Rank() == 1 ? 7 : 8;
   auto loader = CreateLoader(MPI_COMM_WORLD, volume, o);
   EXPECT_EQ(loader.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(loader.status().message().find("disagree"), std::string::npos);
@@ -232,8 +233,8 @@ TEST_F(DistributedTest, ShardLocalEqualsLocalReading) {
   auto volume = OpenVolume("one.dlfs");
   ASSERT_TRUE(volume);
   LoaderOptions o;
-  o.batch_size = 24;
-  o.seed = 3;
+  o.sampler.batch_size = 24;
+  o.sampler.seed = 3;
   for (const auto& [window, ahead] : {std::pair{1u, true}, {5u, true}, {5u, false}}) {
     auto local = CreateLoader(MPI_COMM_WORLD, volume, o);
     ASSERT_OK(local);
@@ -283,8 +284,8 @@ TEST_F(DistributedTest, ShardLocalOverTwoTargets) {
   auto one = OpenVolume("one.dlfs");
   ASSERT_TRUE(one);
   LoaderOptions o;
-  o.batch_size = 16;
-  o.seed = 11;
+  o.sampler.batch_size = 16;
+  o.sampler.seed = 11;
   ShardLoaderOptions so;
   so.loader = o;
   so.window_batches = 3;
@@ -311,12 +312,10 @@ TEST_F(DistributedTest, OwnerReadFailureReachesTheRequester) {
   TwoFakeNodes nodes;
   auto volume = OpenVolume("one.dlfs");
   ASSERT_TRUE(volume);
-  FaultInjection faults;
-  faults.eio_every = 97;
+  testing::ScopedFaultInjection faults({.eio_every = 97});
   ShardLoaderOptions so;
-  so.loader.batch_size = 24;
-  so.loader.engine = EngineKind::kPread;
-  so.loader.faults = &faults;
+  so.loader.sampler.batch_size = 24;
+  so.loader.engine.kind = EngineKind::kPread;
   so.window_batches = 4;
   auto shard = ShardLoader::Create(MPI_COMM_WORLD, volume, so);
   ASSERT_OK(shard);

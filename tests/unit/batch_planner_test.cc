@@ -43,7 +43,7 @@ class PlannerTest : public ::testing::Test {
     for (const PlannedRead& r : plan->reads) {
       ASSERT_EQ(r.offset % o.alignment, 0u);
       ASSERT_EQ(r.length % o.alignment, 0u);
-      ASSERT_LE(r.length, o.max_read);
+      ASSERT_LE(r.length, o.read.max_read);
       ASSERT_EQ(r.buffer_offset, expect_at);  // back to back
       ASSERT_LE(r.offset + r.length, file_.size());
       std::memcpy(buf.data() + r.buffer_offset, file_.data() + r.offset, r.length);
@@ -72,7 +72,7 @@ TEST_F(PlannerTest, EverySampleLandsIntactUnderAllOptions) {
     idx.push_back(idx.front());  // duplicates are allowed
     for (uint32_t align : {1u, 512u, 4096u}) {
       for (bool coalesce : {false, true}) {
-        PlanOptions o{align, coalesce, uint64_t{1} << (rng() % 18), 1 << 20};
+        PlanOptions o{align, {coalesce, uint64_t{1} << (rng() % 18), 1 << 20}};
         BatchPlan plan;
         CheckPlan(idx, o, &plan);
         if (HasFatalFailure()) return;
@@ -85,8 +85,8 @@ TEST_F(PlannerTest, CoalescingMergesNeighboursAndSplitsHugeSamples) {
   std::vector<uint64_t> all(vol_->size());
   for (uint64_t i = 0; i < all.size(); ++i) all[i] = i;
   BatchPlan separate, merged;
-  CheckPlan(all, {4096, false, 0, 1 << 20}, &separate);
-  CheckPlan(all, {4096, true, 64 << 10, 1 << 20}, &merged);
+  CheckPlan(all, {4096, {false, 0, 1 << 20}}, &separate);
+  CheckPlan(all, {4096, {true, 64 << 10, 1 << 20}}, &merged);
   EXPECT_LT(merged.reads.size(), separate.reads.size() / 10);
   // The whole data region is wanted: merged reads cover it, re-reading at
   // most the block where two runs meet.
@@ -97,7 +97,7 @@ TEST_F(PlannerTest, CoalescingMergesNeighboursAndSplitsHugeSamples) {
   EXPECT_LE(merged.buffer_bytes, region + merged.reads.size() * 4096);
   // Sample 123 (3 MiB) alone needs at least 3 reads of at most 1 MiB.
   BatchPlan huge;
-  CheckPlan({123}, {4096, true, 64 << 10, 1 << 20}, &huge);
+  CheckPlan({123}, {4096, {true, 64 << 10, 1 << 20}}, &huge);
   EXPECT_GE(huge.reads.size(), 3u);
 }
 
@@ -122,7 +122,7 @@ TEST(PlannerTargetsTest, ReadsNeverSpanTargets) {
   std::shuffle(all.begin(), all.end(), std::mt19937(4));
   for (uint64_t gap : {uint64_t{0}, uint64_t{1} << 30}) {
     BatchPlan plan;
-    PlanBatch(d, all, {.alignment = 4096, .coalesce = true, .coalesce_gap = gap}, &plan);
+    PlanBatch(d, all, {.alignment = 4096, .read = {.coalesce = true, .coalesce_gap = gap}}, &plan);
     std::vector<bool> targets_seen(4, false);
     for (size_t k = 0; k < all.size(); ++k) {
       const SampleInfo s = d.sample(all[k]);

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <random>
 
+#include "dlfs/testing.h"
 #include "testutil.h"
 
 namespace dlfs {
@@ -94,15 +95,15 @@ TEST_P(EngineTest, RegisteredBuffersReadTheSameBytes) {
 }
 
 TEST_P(EngineTest, ShortReadsAndEagainAreRetriedToCompletion) {
-  FaultInjection f{.short_every = 2, .eagain_every = 3};
-  auto e = Make({.queue_depth = 8, .faults = &f});
+  testing::ScopedFaultInjection faults({.short_every = 2, .eagain_every = 3});
+  auto e = Make({.queue_depth = 8});
   if (!e) GTEST_SKIP() << skipped_;
   ReadAndCheck(*e, 10);
 }
 
 TEST_P(EngineTest, EioFailsOnlyTheAffectedRequestsNamingTheFile) {
-  FaultInjection f{.eio_every = 5};
-  auto e = Make({.queue_depth = 4, .faults = &f});
+  testing::ScopedFaultInjection faults({.eio_every = 5});
+  auto e = Make({.queue_depth = 4});
   if (!e) GTEST_SKIP() << skipped_;
   ReadAndCheck(*e, 5, /*expect_all_ok=*/false);
   // Exactly which requests fail depends on completion order; some must.

@@ -5,9 +5,11 @@
 
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <random>
 
 #include "dlfs/builder.h"
+#include "dlfs/testing.h"
 #include "testutil.h"
 
 namespace dlfs {
@@ -76,7 +78,7 @@ class LoaderTest : public ::testing::TestWithParam<EngineKind> {
   void SetUp() override { vol_ = MakeVolume(tmp_ / "v.dlfs", 1000); }
 
   std::unique_ptr<Loader> Make(LoaderOptions o) {
-    o.engine = GetParam();
+    o.engine.kind = GetParam();
     auto l = Loader::Create(vol_, o);
     if (!l.ok() && l.status().code() == StatusCode::kUnavailable) return nullptr;
     EXPECT_OK(l);
@@ -90,12 +92,11 @@ class LoaderTest : public ::testing::TestWithParam<EngineKind> {
 TEST_P(LoaderTest, BatchesFollowTheSamplerWithExactBytes) {
   for (bool coalesce : {true, false}) {
     for (uint32_t threads : {1u, 3u}) {
-      auto loader = Make({.batch_size = 37,
-                          .seed = 5,
+      auto loader = Make({.sampler = {.seed = 5, .batch_size = 37},
+                          .engine = {.queue_depth = 16},
+                          .plan = {.coalesce = coalesce},
                           .prefetch_batches = 3,
-                          .queue_depth = 16,
-                          .io_threads = threads,
-                          .coalesce = coalesce});
+                          .io_threads = threads});
       if (!loader) GTEST_SKIP() << "engine unavailable";
       for (uint64_t epoch : {0, 1}) {
         const EpochResult r = ReadEpoch(*loader, *vol_, epoch);
@@ -111,8 +112,9 @@ TEST_P(LoaderTest, EverySampleOnceAcrossRanks) {
   for (uint32_t world : {2u, 3u}) {
     std::map<uint64_t, int> seen;
     for (uint32_t rank = 0; rank < world; ++rank) {
-      auto loader =
-          Make({.batch_size = 16, .seed = 1, .rank = rank, .world_size = world, .drop_last = true});
+      auto loader = Make(
+          {.sampler = {
+               .seed = 1, .rank = rank, .world_size = world, .batch_size = 16, .drop_last = true}});
       if (!loader) GTEST_SKIP() << "engine unavailable";
       const EpochResult r = ReadEpoch(*loader, *vol_, 4);
       ASSERT_OK(r.error);
@@ -124,10 +126,10 @@ TEST_P(LoaderTest, EverySampleOnceAcrossRanks) {
 }
 
 TEST_P(LoaderTest, EnginesAgreeByteForByte) {
-  auto a = Make({.batch_size = 64, .seed = 2});
+  auto a = Make({.sampler = {.seed = 2, .batch_size = 64}});
   if (!a) GTEST_SKIP() << "engine unavailable";
-  auto b = Loader::Create(
-      vol_, {.batch_size = 64, .seed = 2, .engine = EngineKind::kPread, .direct_io = false});
+  auto b = Loader::Create(vol_, {.sampler = {.seed = 2, .batch_size = 64},
+                                 .engine = {.kind = EngineKind::kPread, .direct_io = false}});
   ASSERT_OK(b);
   a->SetEpoch(0);
   (*b)->SetEpoch(0);
@@ -146,7 +148,7 @@ TEST_P(LoaderTest, EnginesAgreeByteForByte) {
 TEST_P(LoaderTest, ViewsOutliveTheLoader) {
   std::vector<Batch> kept;
   {
-    auto loader = Make({.batch_size = 50, .prefetch_batches = 2});
+    auto loader = Make({.sampler = {.batch_size = 50}, .prefetch_batches = 2});
     if (!loader) GTEST_SKIP() << "engine unavailable";
     loader->SetEpoch(0);
     Batch b;
@@ -174,7 +176,7 @@ TEST_P(LoaderTest, ChecksumMismatchNamesTheSampleAndLoadingGoesOn) {
     ASSERT_EQ(::pwrite(fd, &junk, 1, static_cast<off_t>(s.offset + s.length / 2)), 1);
     ::close(fd);
   }
-  auto loader = Make({.batch_size = 10, .shuffle = false});
+  auto loader = Make({.sampler = {.shuffle = false, .batch_size = 10}});
   if (!loader) GTEST_SKIP() << "engine unavailable";
   loader->SetEpoch(0);
   Batch b;
@@ -199,16 +201,18 @@ TEST_P(LoaderTest, ChecksumMismatchNamesTheSampleAndLoadingGoesOn) {
 
 TEST_P(LoaderTest, InjectedFaults) {
   // Short reads and EAGAIN: retried, data exact.
-  FaultInjection retry{.short_every = 3, .eagain_every = 4, .delay_us = 10};
-  auto ok = Make({.batch_size = 40, .queue_depth = 8, .faults = &retry});
+  std::optional<testing::ScopedFaultInjection> faults;
+  faults.emplace(testing::FaultInjection{.short_every = 3, .eagain_every = 4, .delay_us = 10});
+  auto ok = Make({.sampler = {.batch_size = 40}, .engine = {.queue_depth = 8}});
   if (!ok) GTEST_SKIP() << "engine unavailable";
   const EpochResult r = ReadEpoch(*ok, *vol_, 0);
   ASSERT_OK(r.error);
   EXPECT_EQ(r.order.size(), 1000u);
 
   // EIO: an error naming the file and a sample; never data.
-  FaultInjection eio{.eio_every = 7};
-  auto bad = Make({.batch_size = 40, .queue_depth = 8, .faults = &eio});
+  faults.reset();
+  faults.emplace(testing::FaultInjection{.eio_every = 7});
+  auto bad = Make({.sampler = {.batch_size = 40}, .engine = {.queue_depth = 8}});
   bad->SetEpoch(0);
   Batch b;
   int errors = 0, batches = 0;
@@ -233,7 +237,8 @@ TEST_P(LoaderTest, InjectedFaults) {
 TEST_P(LoaderTest, AlignedVolumeAndBufferedMode) {
   auto aligned = MakeVolume(tmp_ / "a.dlfs", 300, 4096);
   for (bool direct : {true, false}) {
-    auto l = Loader::Create(aligned, {.batch_size = 32, .engine = GetParam(), .direct_io = direct});
+    auto l = Loader::Create(aligned, {.sampler = {.batch_size = 32},
+                                      .engine = {.kind = GetParam(), .direct_io = direct}});
     if (!l.ok()) GTEST_SKIP() << l.status().ToString();
     const EpochResult r = ReadEpoch(**l, *aligned, 0);
     ASSERT_OK(r.error);
@@ -246,7 +251,7 @@ TEST_P(LoaderTest, VolumeOnTmpfs) {
   const std::string path = "/dev/shm/dlfs-loader-test-" + std::to_string(::getpid()) + ".dlfs";
   std::filesystem::remove(path);
   auto v = MakeVolume(path, 200);
-  auto l = Loader::Create(v, {.batch_size = 32, .engine = GetParam()});
+  auto l = Loader::Create(v, {.sampler = {.batch_size = 32}, .engine = {.kind = GetParam()}});
   if (!l.ok()) {
     std::filesystem::remove(path);
     GTEST_SKIP() << l.status().ToString();
@@ -264,9 +269,10 @@ INSTANTIATE_TEST_SUITE_P(Engines, LoaderTest,
 TEST(LoaderOptionsTest, BadOptionsAreRefused) {
   TempDir tmp;
   auto v = MakeVolume(tmp / "v.dlfs", 10);
-  EXPECT_EQ(Loader::Create(v, {.rank = 3, .world_size = 2}).status().code(),
+  EXPECT_EQ(Loader::Create(v, {.sampler = {.rank = 3, .world_size = 2}}).status().code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(Loader::Create(v, {.batch_size = 0}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Loader::Create(v, {.sampler = {.batch_size = 0}}).status().code(),
+            StatusCode::kInvalidArgument);
   EXPECT_EQ(Loader::Create(v, {.io_threads = 0}).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(Loader::Create(nullptr, {}).status().code(), StatusCode::kInvalidArgument);
 }

@@ -185,13 +185,10 @@ TEST_F(MultiTargetTest, LoaderReadsEveryTargetWithEachEngine) {
   ASSERT_OK(v);
   for (EngineKind engine : {EngineKind::kUring, EngineKind::kPread}) {
     for (bool coalesce : {true, false}) {
-      auto l = Loader::Create(*v, {.batch_size = 50,
-                                   .seed = 3,
-                                   .queue_depth = 8,
-                                   .io_threads = 2,
-                                   .engine = engine,
-                                   .coalesce = coalesce,
-                                   .coalesce_gap = 1 << 20});
+      auto l = Loader::Create(*v, {.sampler = {.seed = 3, .batch_size = 50},
+                                   .engine = {.kind = engine, .queue_depth = 8},
+                                   .plan = {.coalesce = coalesce, .coalesce_gap = 1 << 20},
+                                   .io_threads = 2});
       if (!l.ok() && l.status().code() == StatusCode::kUnavailable) continue;
       ASSERT_OK(l);
       Batch batch;

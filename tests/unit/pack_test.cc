@@ -111,7 +111,7 @@ TEST(PackTest, ExistingVolumeNeedsForceAndCancelLeavesNothing) {
 
   std::atomic<bool> cancel{true};
   PackOptions opt;
-  opt.overwrite = true;
+  opt.volume.overwrite = true;
   opt.cancel = &cancel;
   r = PackQuiet(src, tmp / "v.dlfs", opt);
   EXPECT_EQ(r.status().code(), StatusCode::kCancelled);

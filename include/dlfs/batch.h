@@ -1,0 +1,45 @@
+// Batch: one batch of samples as a BatchSource (dlfs/batch_source.h) hands
+// it out — sample indices, labels, and each sample's bytes as a span into a
+// buffer the batch shares.
+//
+// Memory: the bytes live in a buffer owned by the batch (usually a loader's
+// recycled I/O buffer); copies of a Batch share it, and it is released when
+// the last copy is destroyed — even after the source that made it is gone.
+//
+// Thread safety: a Batch is an immutable value; copies may be read and
+// destroyed from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+namespace dlfs {
+
+class Batch {
+ public:
+  // What a batch holds; defined by the library (src/loader/batch_data.h).
+  struct Data;
+
+  Batch() = default;  // empty: size() == 0
+  // For batch sources: wraps data the source filled in.
+  explicit Batch(std::shared_ptr<const Data> data) : data_(std::move(data)) {}
+
+  size_t size() const;
+  uint64_t epoch() const;
+  uint64_t sequence() const;       // batch number within the epoch
+  uint64_t index(size_t i) const;  // REQUIRES: i < size()
+  uint32_t label(size_t i) const;  // kNoLabel when the sample has none
+  std::span<const std::byte> sample(size_t i) const;
+  std::span<const uint64_t> indices() const;
+  std::span<const uint32_t> labels() const;
+  uint64_t payload_bytes() const;  // sum of sample sizes
+  uint64_t device_bytes() const;   // bytes read from storage (alignment, gaps)
+  double io_seconds() const;       // from submitting the batch's reads to the last completion
+
+ private:
+  std::shared_ptr<const Data> data_;
+};
+
+}  // namespace dlfs

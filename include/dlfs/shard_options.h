@@ -1,0 +1,23 @@
+// Options of the MPI ShardLoader (dlfs/distributed.h), in a header that needs
+// no MPI so that programs built either way can hold them.
+#pragma once
+
+#include <cstdint>
+
+#include "dlfs/loader.h"
+
+namespace dlfs {
+
+struct ShardLoaderOptions {
+  LoaderOptions loader;  // rank and world_size are taken from the communicator
+  // Batches whose remote samples are fetched in one exchange; the exchange
+  // for the next window happens when the current one is used up.
+  uint32_t window_batches = 8;
+  // Plan the next window and read its local part on a thread while the
+  // current one is consumed. Off by default: the thread competes with the
+  // exchange and checksums for cores (measured in docs/benchmarks.md); worth
+  // trying where cores are spare and storage latency is high.
+  bool read_ahead = false;
+};
+
+}  // namespace dlfs

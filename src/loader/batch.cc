@@ -1,0 +1,23 @@
+#include "dlfs/batch.h"
+
+#include "loader/batch_data.h"
+
+namespace dlfs {
+
+size_t Batch::size() const { return data_ ? data_->indices.size() : 0; }
+uint64_t Batch::epoch() const { return data_ ? data_->epoch : 0; }
+uint64_t Batch::sequence() const { return data_ ? data_->sequence : 0; }
+uint64_t Batch::index(size_t i) const { return data_->indices[i]; }
+uint32_t Batch::label(size_t i) const { return data_->labels[i]; }
+std::span<const std::byte> Batch::sample(size_t i) const { return data_->samples[i]; }
+std::span<const uint64_t> Batch::indices() const {
+  return data_ ? std::span<const uint64_t>(data_->indices) : std::span<const uint64_t>();
+}
+std::span<const uint32_t> Batch::labels() const {
+  return data_ ? std::span<const uint32_t>(data_->labels) : std::span<const uint32_t>();
+}
+uint64_t Batch::payload_bytes() const { return data_ ? data_->payload_bytes : 0; }
+uint64_t Batch::device_bytes() const { return data_ ? data_->device_bytes : 0; }
+double Batch::io_seconds() const { return data_ ? data_->io_seconds : 0; }
+
+}  // namespace dlfs

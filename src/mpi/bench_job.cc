@@ -1,0 +1,154 @@
+// RunBenchJob and GatherRankIndices: the measurements of `dlfs bench` and
+// `dlfs epoch` under mpirun.
+#include <mpi.h>
+
+#include <cstdio>
+#include <type_traits>
+
+#include "common/clock.h"
+#include "dlfs/distributed.h"
+
+namespace dlfs {
+
+namespace {
+
+// Reduces a struct made only of doubles field by field over `comm` (every
+// rank gets the result), so reports travel as named fields.
+template <typename T>
+T AllReduceFields(MPI_Comm comm, const T& mine, MPI_Op op) {
+  static_assert(std::is_trivially_copyable_v<T> && sizeof(T) % sizeof(double) == 0);
+  T out{};
+  MPI_Allreduce(&mine, &out, static_cast<int>(sizeof(T) / sizeof(double)), MPI_DOUBLE, op, comm);
+  return out;
+}
+
+// What each rank measured of one epoch.
+struct EpochFields {
+  double samples, payload_bytes, device_bytes, seconds, cpu_seconds;
+};
+
+// What each rank measured of the open and of the shard exchanges.
+struct JobFields {
+  double open_seconds, metadata_bytes_read, window_bytes, pss_bytes;
+  double remote_samples, local_samples, served_samples, bytes_received, bytes_sent, exchanges;
+  double io_seconds, exchange_seconds;
+};
+
+Result<std::shared_ptr<Volume>> OpenForJob(MPI_Comm comm, const std::string& path,
+                                           const BenchJobOptions& options, SharedOpenStats* stats) {
+  VolumeOpenOptions o = options.open;
+  if (options.shard_local) {
+    DLFS_ASSIGN_OR_RETURN(NodeTopology topo, NodeTopology::Create(comm));
+    o.open_only = ShardTargetsOfNode(topo.node_index(), topo.node_count());
+  }
+  if (!options.private_open) return OpenShared(comm, path, o, stats);
+  const double start = Now();
+  auto v = Volume::Open(path, o);
+  stats->seconds = Now() - start;
+  DLFS_RETURN_IF_ERROR(AgreeOnStatus(comm, v.ok() ? Status::Ok() : v.status()));
+  stats->metadata_bytes_read = (*v)->info().directory_bytes;
+  return v;
+}
+
+}  // namespace
+
+std::vector<uint64_t> GatherRankIndices(MPI_Comm comm, const Loader& loader, uint64_t epoch) {
+  int rank = 0, world = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &world);
+  const std::vector<uint64_t> mine = loader.RankIndices(epoch);
+  const int n = static_cast<int>(mine.size());
+  std::vector<uint64_t> all(rank == 0 ? size_t(n) * world : 0);
+  MPI_Gather(mine.data(), n, MPI_UINT64_T, all.data(), n, MPI_UINT64_T, 0, comm);
+  return all;
+}
+
+Result<BenchJobReport> RunBenchJob(MPI_Comm comm, const std::string& path,
+                                   const BenchJobOptions& options) {
+  int rank = 0;
+  BenchJobReport report;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &report.ranks);
+
+  SharedOpenStats open;
+  MPI_Barrier(comm);
+  const uint64_t pss_before = ProportionalSetSize();
+  DLFS_ASSIGN_OR_RETURN(std::shared_ptr<Volume> volume, OpenForJob(comm, path, options, &open));
+  MPI_Barrier(comm);  // every rank has touched the shared copy
+  const double pss_open =
+      static_cast<double>(ProportionalSetSize()) - static_cast<double>(pss_before);
+
+  std::unique_ptr<BatchSource> source;
+  ShardLoader* shard = nullptr;
+  if (options.shard_local) {
+    DLFS_ASSIGN_OR_RETURN(std::unique_ptr<ShardLoader> s,
+                          ShardLoader::Create(comm, volume, options.source));
+    shard = s.get();
+    source = std::move(s);
+  } else {
+    DLFS_ASSIGN_OR_RETURN(source, CreateLoader(comm, volume, options.source.loader));
+  }
+  report.bench.source = source->description();
+  report.bench.cache = "as is";
+
+  for (uint32_t e = 0; e < options.bench.epochs; ++e) {
+    if (options.bench.drop_cache) {
+      if (rank == 0 && !DropPageCache()) {
+        std::fprintf(stderr, "dlfs: warning: could not drop the page cache (needs root)\n");
+      }
+      report.bench.cache = "dropped the page cache";
+    }
+    MPI_Barrier(comm);
+    // Collective reading goes on to the epoch's end whatever fails.
+    Result<EpochReport> r = RunEpoch(*source, e, /*read_through_errors=*/true);
+    DLFS_RETURN_IF_ERROR(AgreeOnStatus(comm, r.ok() ? Status::Ok() : r.status()));
+    const EpochFields mine{static_cast<double>(r->samples), static_cast<double>(r->payload_bytes),
+                           static_cast<double>(r->device_bytes), r->seconds, r->cpu_seconds};
+    const EpochFields sum = AllReduceFields(comm, mine, MPI_SUM);
+    const EpochFields max = AllReduceFields(comm, mine, MPI_MAX);
+    EpochReport job;
+    job.epoch = e;
+    job.samples = static_cast<uint64_t>(sum.samples);
+    job.payload_bytes = static_cast<uint64_t>(sum.payload_bytes);
+    job.device_bytes = static_cast<uint64_t>(sum.device_bytes);
+    job.seconds = max.seconds;
+    job.cpu_seconds = sum.cpu_seconds;
+    if (options.bench.on_epoch) options.bench.on_epoch(job);
+    report.bench.total.Add(job);
+    report.bench.epochs.push_back(job);
+  }
+
+  const ShardLoaderStats ss = shard ? shard->stats() : ShardLoaderStats{};
+  const JobFields mine{open.seconds,
+                       static_cast<double>(open.metadata_bytes_read),
+                       static_cast<double>(open.window_bytes),
+                       pss_open,
+                       static_cast<double>(ss.remote_samples),
+                       static_cast<double>(ss.local_samples),
+                       static_cast<double>(ss.served_samples),
+                       static_cast<double>(ss.bytes_received),
+                       static_cast<double>(ss.bytes_sent),
+                       static_cast<double>(ss.exchanges),
+                       ss.io_seconds,
+                       ss.exchange_seconds};
+  const JobFields sum = AllReduceFields(comm, mine, MPI_SUM);
+  const JobFields max = AllReduceFields(comm, mine, MPI_MAX);
+  report.open_seconds_max = max.open_seconds;
+  report.metadata_bytes_read = static_cast<uint64_t>(sum.metadata_bytes_read);
+  report.directory_window_bytes = static_cast<uint64_t>(sum.window_bytes);
+  report.directory_bytes = volume->info().directory_bytes;
+  report.open_pss_bytes = sum.pss_bytes;
+  report.shard.remote_samples = static_cast<uint64_t>(sum.remote_samples);
+  report.shard.local_samples = static_cast<uint64_t>(sum.local_samples);
+  report.shard.served_samples = static_cast<uint64_t>(sum.served_samples);
+  report.shard.bytes_received = static_cast<uint64_t>(sum.bytes_received);
+  report.shard.bytes_sent = static_cast<uint64_t>(sum.bytes_sent);
+  report.shard.exchanges = static_cast<uint64_t>(sum.exchanges);
+  report.shard.io_seconds = sum.io_seconds;
+  report.shard.exchange_seconds = sum.exchange_seconds;
+  report.shard_io_seconds_max = max.io_seconds;
+  report.shard_exchange_seconds_max = max.exchange_seconds;
+  return report;
+}
+
+}  // namespace dlfs
