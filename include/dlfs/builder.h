@@ -98,9 +98,8 @@ class VolumeBuilder {
   // target paths (`path` itself for target 0).
   static std::string DefaultTargetPath(const std::string& path, uint32_t target);
 
-  class Impl;
-
  private:
+  class Impl;
   explicit VolumeBuilder(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -86,10 +87,10 @@ class SampleDirectory {
 
   // Validates `region` (the directory region of `volume_path`, `size` bytes)
   // against `expected` and builds a view over it. Takes shared ownership of
-  // the bytes; they must stay unmodified. Every structural rule of
-  // docs/format.md §4 is checked (bounds, ordering, coverage), so a region
-  // that passes cannot make a later query read out of range. Returns
-  // Corruption naming `volume_path` otherwise.
+  // the bytes; they must stay unmodified and be 8-byte aligned. Every
+  // structural rule of docs/format.md §4 is checked (bounds, ordering,
+  // coverage), so a region that passes cannot make a later query read out of
+  // range. Returns Corruption naming `volume_path` otherwise.
   static Result<SampleDirectory> Create(std::shared_ptr<const std::byte> region, uint64_t size,
                                         const Expected& expected, const std::string& volume_path);
 
@@ -130,9 +131,9 @@ class SampleDirectory {
 
  private:
   std::string_view String(uint32_t offset, uint32_t length) const;
-  // Binary search among children [first, first + count) of a directory.
-  bool FindChildDir(const DirInfo& d, std::string_view name, uint64_t* out) const;
-  bool FindSample(const DirInfo& d, std::string_view name, uint64_t* out) const;
+  // Binary searches among a directory's children and its samples.
+  std::optional<uint64_t> FindChildDir(const DirInfo& d, std::string_view name) const;
+  std::optional<uint64_t> FindSample(const DirInfo& d, std::string_view name) const;
 
   std::shared_ptr<const std::byte> region_;
   uint64_t region_size_ = 0;
@@ -143,7 +144,6 @@ class SampleDirectory {
   const format::DirEntry* dirs_ = nullptr;
   const format::ClassEntry* classes_ = nullptr;
   const char* strings_ = nullptr;
-  uint64_t string_bytes_ = 0;
 };
 
 }  // namespace dlfs

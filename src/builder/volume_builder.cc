@@ -15,6 +15,7 @@
 #include "common/crc32c.h"
 #include "common/file_util.h"
 #include "dlfs/builder.h"
+#include "format/directory_codec.h"
 #include "format/format.h"
 #include "format/superblock.h"
 
@@ -24,23 +25,10 @@ namespace {
 
 constexpr size_t kWriteBuffer = 8u << 20;
 
-// Entry kept per added sample until Finish() sorts them into volume order.
-struct PendingSample {
-  uint64_t offset;  // in its target
-  uint32_t target;
-  uint32_t length;
-  uint32_t crc32c;
-  uint32_t label;
-  uint32_t dir;          // builder-local directory id
-  uint64_t name_offset;  // into names_
-  uint32_t name_length;
-};
-
-struct PendingDir {
-  uint32_t parent;
-  uint64_t name_offset;
-  uint32_t name_length;
-};
+// Entries kept per added sample and directory until Finish() orders them:
+// the codec's tree types, so Finish hands them over without a copy.
+using PendingSample = format::TreeSample;
+using PendingDir = format::TreeDir;
 
 Status ValidateComponent(std::string_view c, std::string_view path) {
   if (c.empty() || c == "." || c == "..") {
@@ -196,15 +184,47 @@ class VolumeBuilder::Impl {
     return id;
   }
 
-  std::string_view Name(uint64_t off, uint32_t len) const {
-    return std::string_view(names_).substr(off, len);
-  }
+  uint64_t class_count() const;
 
+  // ---- Finish, step by step ----
+
+  // Where Finish places the regions. A target's data region is
+  // [kDataOffset, data_end[t]); the directory region is target 0's
+  // [dir_offset, dir_offset + dir_length).
+  struct Layout {
+    static constexpr uint64_t kDataOffset = format::kSuperblockSize;
+    std::vector<uint64_t> data_end;  // per target
+    uint64_t dir_offset = 0;
+    uint64_t dir_length = 0;
+    uint32_t dir_crc32c = 0;
+  };
+
+  // Runs the steps below in order; the first failure is returned.
   Status Finish();
+  // Ends every target's data region: pads it to the region boundary and
+  // flushes it. Returns the data extents and where the directory goes.
+  Result<Layout> EndDataRegions();
+  // The samples, directories and class names added so far, as the codec's
+  // tree (borrowing this builder's entries).
+  format::DirectoryTree Tree() const;
+  // Encodes `tree` in `order` and appends the region to target 0 at
+  // layout->dir_offset, padded and flushed; records its length and CRC.
+  Status WriteDirectory(const format::DirectoryTree& tree, const format::DirectoryOrder& order,
+                        Layout* layout);
+  // The volume-wide superblock for `layout` (fresh uuid and time, counts,
+  // region and target tables); target_index, volume_size and the CRC are
+  // left for Seal.
+  Result<format::Superblock> Describe(const Layout& layout) const;
+  // Gives each target its own sealed copy of `sb` at both ends, truncates it
+  // to its size and makes it durable. Nothing is published yet.
+  Status Seal(const format::Superblock& sb);
+  // Renames every sealed target to its path (RenameAll) and syncs the
+  // directories holding them.
+  Status Publish();
 
   // Moves target `t`'s finished temporary file to its path, never replacing
   // an existing file unless overwrite was asked for.
-  Status Publish(TargetFile& t) {
+  Status Rename(TargetFile& t) {
     const auto exists = [&] {
       return Status::AlreadyExists(t.path + ": already exists (use --force to replace it)");
     };
@@ -232,13 +252,13 @@ class VolumeBuilder::Impl {
     return Status::Ok();
   }
 
-  // Publishes every target, target 0 last: target 0 is the only way into the
+  // Renames every target, target 0 last: target 0 is the only way into the
   // volume, so until its rename nothing that opens as a volume exists (a
   // lone target t > 0 is refused by readers). If a rename fails, the targets
-  // already published are removed again.
-  Status PublishAll() {
+  // already renamed are removed again.
+  Status RenameAll() {
     Status st;
-    for (size_t t = targets_.size(); t-- > 0 && st.ok();) st = Publish(targets_[t]);
+    for (size_t t = targets_.size(); t-- > 0 && st.ok();) st = Rename(targets_[t]);
     if (st.ok()) return st;
     for (TargetFile& t : targets_) {
       if (t.published) ::unlink(t.path.c_str());
@@ -396,155 +416,53 @@ Status VolumeBuilder::Finish() {
   return st;
 }
 
+// Finish in steps, each leaving the temporary files as the next expects.
+// Any failure leaves no published file: VolumeBuilder::Finish then removes
+// the temporary files.
 Status VolumeBuilder::Impl::Finish() {
   if (in_sample_) return Status::InvalidArgument("Finish with a sample still open");
+  DLFS_ASSIGN_OR_RETURN(Layout layout, EndDataRegions());
+  // Order: the canonical order, refusing paths no directory can hold.
+  const format::DirectoryTree tree = Tree();
+  DLFS_ASSIGN_OR_RETURN(const format::DirectoryOrder order, format::OrderDirectory(tree));
+  // Encode: the directory region, after target 0's data.
+  DLFS_RETURN_IF_ERROR(WriteDirectory(tree, order, &layout));
+  // Seal: every target complete and durable under its temporary name ...
+  DLFS_ASSIGN_OR_RETURN(const format::Superblock sb, Describe(layout));
+  DLFS_RETURN_IF_ERROR(Seal(sb));
+  // ... before any of them is published.
+  return Publish();
+}
+
+Result<VolumeBuilder::Impl::Layout> VolumeBuilder::Impl::EndDataRegions() {
   // Every target's data region runs from 4096 to the end of its last sample;
-  // target 0's directory region follows its data.
-  const uint64_t data_offset = format::kSuperblockSize;
-  std::vector<uint64_t> data_end(targets_.size());
-  for (size_t t = 0; t < targets_.size(); ++t) {
-    data_end[t] = targets_[t].Tell();
-    DLFS_RETURN_IF_ERROR(Pad(targets_[t], format::kRegionAlignment));
-    DLFS_RETURN_IF_ERROR(Flush(targets_[t]));
+  // target 0's directory region follows its data, on the next 4096 boundary.
+  Layout layout;
+  for (TargetFile& t : targets_) {
+    layout.data_end.push_back(t.Tell());
+    DLFS_RETURN_IF_ERROR(Pad(t, format::kRegionAlignment));
+    DLFS_RETURN_IF_ERROR(Flush(t));
   }
+  layout.dir_offset = targets_[0].Tell();
+  return layout;
+}
+
+format::DirectoryTree VolumeBuilder::Impl::Tree() const {
+  return format::DirectoryTree{names_, dirs_, samples_, class_names_, class_count()};
+}
+
+Status VolumeBuilder::Impl::WriteDirectory(const format::DirectoryTree& tree,
+                                           const format::DirectoryOrder& order, Layout* layout) {
+  DLFS_ASSIGN_OR_RETURN(const std::vector<std::byte> region, format::EncodeDirectory(tree, order));
+  layout->dir_length = region.size();
+  layout->dir_crc32c = crc32c::Value(region.data(), region.size());
   TargetFile& target0 = targets_[0];
-  const uint64_t dir_offset = target0.Tell();
-
-  // Breadth-first directory order with each directory's children sorted by
-  // name (docs/format.md §4).
-  std::vector<std::vector<uint32_t>> children(dirs_.size());
-  for (uint32_t d = 1; d < dirs_.size(); ++d) children[dirs_[d].parent].push_back(d);
-  auto dir_name = [&](uint32_t d) { return Name(dirs_[d].name_offset, dirs_[d].name_length); };
-  std::vector<uint32_t> order{0};  // builder ids in volume order
-  std::vector<uint32_t> new_id(dirs_.size());
-  for (size_t i = 0; i < order.size(); ++i) {
-    new_id[order[i]] = static_cast<uint32_t>(i);
-    auto& c = children[order[i]];
-    std::sort(c.begin(), c.end(),
-              [&](uint32_t a, uint32_t b) { return dir_name(a) < dir_name(b); });
-    order.insert(order.end(), c.begin(), c.end());
-  }
-
-  std::vector<uint32_t> perm(samples_.size());
-  for (uint32_t i = 0; i < perm.size(); ++i) perm[i] = i;
-  auto sample_name = [&](uint32_t s) {
-    return Name(samples_[s].name_offset, samples_[s].name_length);
-  };
-  std::sort(perm.begin(), perm.end(), [&](uint32_t a, uint32_t b) {
-    const uint32_t da = new_id[samples_[a].dir], db = new_id[samples_[b].dir];
-    if (da != db) return da < db;
-    return sample_name(a) < sample_name(b);
-  });
-
-  auto full_path = [&](uint32_t dir, std::string_view leaf) {
-    std::string p(leaf);
-    for (; dir != 0; dir = dirs_[dir].parent) p.insert(0, std::string(dir_name(dir)) + "/");
-    return p;
-  };
-  for (size_t i = 1; i < perm.size(); ++i) {
-    const PendingSample& a = samples_[perm[i - 1]];
-    const PendingSample& b = samples_[perm[i]];
-    if (a.dir == b.dir && sample_name(perm[i - 1]) == sample_name(perm[i])) {
-      return Status::InvalidArgument("two samples have the path '" +
-                                     full_path(b.dir, sample_name(perm[i])) + "'");
-    }
-  }
-
-  // Lay out the region: header, samples, dirs, classes, strings.
-  const uint64_t n = samples_.size(), nd = dirs_.size();
-  const uint64_t nc = std::max<uint64_t>(class_names_.size(), max_label_plus_one_);
-  format::DirectoryHeader h{};
-  h.magic = format::kDirectoryMagic;
-  h.header_size = format::kDirectoryHeaderSize;
-  h.sample_count = n;
-  h.dir_count = nd;
-  h.class_count = nc;
-  h.sample_entry_size = sizeof(format::SampleEntry);
-  h.dir_entry_size = sizeof(format::DirEntry);
-  h.class_entry_size = sizeof(format::ClassEntry);
-  h.samples_offset = format::kDirectoryHeaderSize;
-  h.dirs_offset = h.samples_offset + n * sizeof(format::SampleEntry);
-  h.classes_offset = h.dirs_offset + nd * sizeof(format::DirEntry);
-  h.strings_offset = h.classes_offset + nc * sizeof(format::ClassEntry);
-
-  std::string pool;
-  pool.reserve(names_.size());
-  auto intern = [&](std::string_view s) -> Result<uint32_t> {
-    if (pool.size() + s.size() >= format::kNone) {
-      return Status::InvalidArgument("names exceed the 4 GiB string pool of format v1");
-    }
-    const uint32_t off = static_cast<uint32_t>(pool.size());
-    pool.append(s);
-    return off;
-  };
-
-  std::vector<format::DirEntry> dir_entries(nd);
-  std::vector<uint32_t> first_sample(nd, 0), sample_count(nd, 0);
-  for (uint32_t s : perm) ++sample_count[new_id[samples_[s].dir]];
-  for (uint64_t k = 1; k < nd; ++k) first_sample[k] = first_sample[k - 1] + sample_count[k - 1];
-  uint32_t next_child = 1;
-  for (uint64_t k = 0; k < nd; ++k) {
-    const uint32_t old = order[k];
-    format::DirEntry& e = dir_entries[k];
-    e.parent = k == 0 ? format::kNone : new_id[dirs_[old].parent];
-    DLFS_ASSIGN_OR_RETURN(e.name_offset, intern(dir_name(old)));
-    e.name_length = static_cast<uint16_t>(dirs_[old].name_length);
-    e.first_child = next_child;
-    e.child_count = static_cast<uint32_t>(children[old].size());
-    next_child += e.child_count;
-    e.first_sample = first_sample[k];
-    e.sample_count = sample_count[k];
-  }
-
-  std::vector<format::SampleEntry> sample_entries(n);
-  for (uint64_t i = 0; i < n; ++i) {
-    const PendingSample& p = samples_[perm[i]];
-    format::SampleEntry& e = sample_entries[i];
-    e.offset = p.offset;
-    e.length = p.length;
-    e.crc32c = p.crc32c;
-    e.label = p.label;
-    e.parent = new_id[p.dir];
-    DLFS_ASSIGN_OR_RETURN(e.name_offset, intern(sample_name(perm[i])));
-    e.name_length = static_cast<uint16_t>(p.name_length);
-    e.target = static_cast<uint16_t>(p.target);
-  }
-  // A sub-directory and a sample with one name would make a path ambiguous.
-  for (uint64_t k = 0; k < nd; ++k) {
-    for (uint32_t c : children[order[k]]) {
-      const auto first = sample_entries.begin() + first_sample[k];
-      const auto name_of = [&](const format::SampleEntry& e) {
-        return std::string_view(pool).substr(e.name_offset, e.name_length);
-      };
-      if (std::ranges::binary_search(first, first + sample_count[k], dir_name(c), {}, name_of)) {
-        return Status::InvalidArgument("'" + full_path(dirs_[c].parent, dir_name(c)) +
-                                       "' is both a sample and a directory");
-      }
-    }
-  }
-
-  std::vector<format::ClassEntry> class_entries(nc);
-  for (uint64_t c = 0; c < nc; ++c) {
-    const std::string name = c < class_names_.size() ? class_names_[c] : std::to_string(c);
-    DLFS_ASSIGN_OR_RETURN(class_entries[c].name_offset, intern(name));
-    class_entries[c].name_length = static_cast<uint32_t>(name.size());
-  }
-  h.string_bytes = pool.size();
-
-  std::vector<std::byte> region(h.strings_offset + pool.size());
-  auto put = [&](uint64_t off, const void* src, size_t len) {
-    if (len) std::memcpy(region.data() + off, src, len);
-  };
-  put(0, &h, sizeof h);
-  put(h.samples_offset, sample_entries.data(), n * sizeof(format::SampleEntry));
-  put(h.dirs_offset, dir_entries.data(), nd * sizeof(format::DirEntry));
-  put(h.classes_offset, class_entries.data(), nc * sizeof(format::ClassEntry));
-  put(h.strings_offset, pool.data(), pool.size());
-  const uint32_t region_crc = crc32c::Value(region.data(), region.size());
   DLFS_RETURN_IF_ERROR(Write(target0, region));
   DLFS_RETURN_IF_ERROR(Pad(target0, format::kRegionAlignment));
-  DLFS_RETURN_IF_ERROR(Flush(target0));
+  return Flush(target0);
+}
 
+Result<format::Superblock> VolumeBuilder::Impl::Describe(const Layout& layout) const {
   // One superblock describes the whole volume; each target gets a copy that
   // differs only in target_index and volume_size (docs/format.md §2).
   format::Superblock sb{};
@@ -557,9 +475,9 @@ Status VolumeBuilder::Impl::Finish() {
       static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                 std::chrono::system_clock::now().time_since_epoch())
                                 .count());
-  sb.sample_count = n;
-  sb.dir_count = nd;
-  sb.class_count = nc;
+  sb.sample_count = samples_.size();
+  sb.dir_count = dirs_.size();
+  sb.class_count = class_count();
   sb.data_bytes = data_bytes_;
   sb.data_alignment = options_.align;
   sb.target_count = static_cast<uint32_t>(targets_.size());
@@ -567,19 +485,16 @@ Status VolumeBuilder::Impl::Finish() {
   // single-target volumes), then the data regions of targets 1, 2, ...
   sb.region_count = 1 + sb.target_count;
   auto data_region = [&](uint32_t t) {
-    return format::RegionEntry{static_cast<uint32_t>(format::RegionKind::kData),
-                               t,
-                               data_offset,
-                               data_end[t] - data_offset,
-                               0,
-                               0};
+    return format::RegionEntry{
+        static_cast<uint32_t>(format::RegionKind::kData), t, Layout::kDataOffset,
+        layout.data_end[t] - Layout::kDataOffset,         0, 0};
   };
   sb.regions[0] = data_region(0);
   sb.regions[1] = {static_cast<uint32_t>(format::RegionKind::kDirectory),
                    0,
-                   dir_offset,
-                   region.size(),
-                   region_crc,
+                   layout.dir_offset,
+                   layout.dir_length,
+                   layout.dir_crc32c,
                    0};
   for (uint32_t t = 1; t < sb.target_count; ++t) sb.regions[1 + t] = data_region(t);
   for (uint32_t t = 0; t < sb.target_count; ++t) {
@@ -588,7 +503,10 @@ Status VolumeBuilder::Impl::Finish() {
     e.path_length = static_cast<uint32_t>(targets_[t].stored_path.size());
     std::memcpy(e.path, targets_[t].stored_path.data(), e.path_length);
   }
+  return sb;
+}
 
+Status VolumeBuilder::Impl::Seal(const format::Superblock& sb) {
   for (uint32_t t = 0; t < sb.target_count; ++t) {
     TargetFile& tf = targets_[t];
     format::Superblock own = sb;
@@ -607,20 +525,24 @@ Status VolumeBuilder::Impl::Finish() {
     DLFS_RETURN_IF_ERROR(PwriteFull(tf.fd, &own, sizeof own, 0, tf.temp_path));
     if (::fsync(tf.fd) != 0) return Status::FromErrno(errno, tf.temp_path + ": fsync");
   }
-  // Every target is complete and durable under its temporary name before
-  // any of them is published.
-  DLFS_RETURN_IF_ERROR(PublishAll());
+  return Status::Ok();
+}
+
+Status VolumeBuilder::Impl::Publish() {
+  DLFS_RETURN_IF_ERROR(RenameAll());
   for (size_t t = targets_.size(); t-- > 0;) {
     DLFS_RETURN_IF_ERROR(SyncParentDirectory(targets_[t].path));
   }
   return Status::Ok();
 }
 
+uint64_t VolumeBuilder::Impl::class_count() const {
+  return std::max<uint64_t>(class_names_.size(), max_label_plus_one_);
+}
+
 uint64_t VolumeBuilder::sample_count() const { return impl_->samples_.size(); }
 uint64_t VolumeBuilder::data_bytes() const { return impl_->data_bytes_; }
-uint64_t VolumeBuilder::class_count() const {
-  return std::max<uint64_t>(impl_->class_names_.size(), impl_->max_label_plus_one_);
-}
+uint64_t VolumeBuilder::class_count() const { return impl_->class_count(); }
 const std::string& VolumeBuilder::path() const { return impl_->path_; }
 const std::string& VolumeBuilder::temp_path() const { return impl_->targets_[0].temp_path; }
 std::vector<std::string> VolumeBuilder::target_paths() const {

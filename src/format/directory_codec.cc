@@ -1,0 +1,369 @@
+#include "format/directory_codec.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+namespace dlfs::format {
+
+namespace {
+
+// ---- Writing -----------------------------------------------------------------
+
+std::string_view DirName(const DirectoryTree& t, uint32_t d) {
+  return t.names.substr(t.dirs[d].name_offset, t.dirs[d].name_length);
+}
+
+std::string_view SampleName(const DirectoryTree& t, uint32_t s) {
+  return t.names.substr(t.samples[s].name_offset, t.samples[s].name_length);
+}
+
+std::string ClassName(const DirectoryTree& t, uint64_t c) {
+  return c < t.class_names.size() ? t.class_names[c] : std::to_string(c);
+}
+
+// "a/b/leaf" for `leaf` in tree directory `dir`, for error messages.
+std::string TreePath(const DirectoryTree& t, uint32_t dir, std::string_view leaf) {
+  std::string p(leaf);
+  for (; dir != 0; dir = t.dirs[dir].parent) p.insert(0, std::string(DirName(t, dir)) + "/");
+  return p;
+}
+
+// Samples per directory index k, from an order.
+std::vector<uint32_t> SampleCounts(const DirectoryTree& t, const DirectoryOrder& o) {
+  std::vector<uint32_t> counts(o.dirs.size(), 0);
+  for (const TreeSample& s : t.samples) ++counts[o.dir_index[s.dir]];
+  return counts;
+}
+
+// ---- Reading -----------------------------------------------------------------
+
+// Checks that [offset, offset + count * elem) lies inside [0, size) without
+// overflowing.
+bool ArrayFits(uint64_t offset, uint64_t count, uint64_t elem, uint64_t size) {
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(count, elem, &bytes)) return false;
+  return offset <= size && bytes <= size - offset && offset % 8 == 0;
+}
+
+// One reader pass over a region; every failure is "<path>: directory region: ...".
+class Checker {
+ public:
+  Checker(const SampleDirectory::Expected& expected, const std::string& volume_path)
+      : x_(expected), path_(volume_path) {}
+
+  Status Bad(const std::string& what) const {
+    return Status::Corruption(path_ + ": directory region: " + what);
+  }
+
+  // §5 checks 26-33: the header, then where the arrays are.
+  Result<DirectoryArrays> Header(const std::byte* region, uint64_t size) const {
+    if (size < sizeof(DirectoryHeader)) return Bad("shorter than its header");
+    DirectoryHeader h;
+    std::memcpy(&h, region, sizeof h);
+    if (h.magic != kDirectoryMagic) return Bad("bad magic");
+    if (h.header_size != kDirectoryHeaderSize) return Bad("unexpected header size");
+    if (h.sample_entry_size != sizeof(SampleEntry) || h.dir_entry_size != sizeof(DirEntry) ||
+        h.class_entry_size != sizeof(ClassEntry)) {
+      return Bad("unexpected entry sizes");
+    }
+    const uint64_t ns = x_.sample_count, nd = x_.dir_count, nc = x_.class_count;
+    if (h.sample_count != ns || h.dir_count != nd || h.class_count != nc) {
+      return Bad("entry counts disagree with the superblock");
+    }
+    // Indices are stored as u32; kNone is reserved.
+    if (ns >= kNone || nd >= kNone || nc >= kNone || nd == 0) {
+      return Bad("entry counts out of range");
+    }
+    // The arrays follow the header in this order without overlapping.
+    if (h.samples_offset < sizeof(DirectoryHeader) ||
+        h.dirs_offset < h.samples_offset + ns * sizeof(SampleEntry) ||
+        h.classes_offset < h.dirs_offset + nd * sizeof(DirEntry) ||
+        h.strings_offset < h.classes_offset + nc * sizeof(ClassEntry)) {
+      return Bad("arrays overlap or are out of order");
+    }
+    if (!ArrayFits(h.samples_offset, ns, sizeof(SampleEntry), size) ||
+        !ArrayFits(h.dirs_offset, nd, sizeof(DirEntry), size) ||
+        !ArrayFits(h.classes_offset, nc, sizeof(ClassEntry), size) || h.strings_offset > size ||
+        h.string_bytes > size - h.strings_offset || h.string_bytes >= kNone) {
+      return Bad("an array lies outside the region");
+    }
+    const char* base = reinterpret_cast<const char*>(region);
+    DirectoryArrays a;
+    a.samples = reinterpret_cast<const SampleEntry*>(base + h.samples_offset);
+    a.dirs = reinterpret_cast<const DirEntry*>(base + h.dirs_offset);
+    a.classes = reinterpret_cast<const ClassEntry*>(base + h.classes_offset);
+    a.strings = base + h.strings_offset;
+    a.sample_count = ns;
+    a.dir_count = nd;
+    a.class_count = nc;
+    a.string_bytes = h.string_bytes;
+    return a;
+  }
+
+  // §5 checks 34-41: every entry, over arrays whose bounds Header checked.
+  Status Entries(const DirectoryArrays& a) const {
+    for (uint64_t c = 0; c < a.class_count; ++c) {
+      if (!NameOk(a, a.classes[c].name_offset, a.classes[c].name_length)) {
+        return Bad("class " + std::to_string(c) + " has its name outside the string pool");
+      }
+    }
+    DLFS_RETURN_IF_ERROR(Tree(a));
+    DLFS_RETURN_IF_ERROR(Samples(a));
+    return NoClashes(a);
+  }
+
+ private:
+  static bool NameOk(const DirectoryArrays& a, uint32_t off, uint64_t len) {
+    return off <= a.string_bytes && len <= a.string_bytes - off;
+  }
+  // A single path component inside the pool (§4.6 rule 5).
+  static bool ComponentOk(const DirectoryArrays& a, uint32_t off, uint64_t len) {
+    if (len == 0 || !NameOk(a, off, len)) return false;
+    const std::string_view s(a.strings + off, len);
+    return s.find('/') == s.npos && s.find('\0') == s.npos && s != "." && s != "..";
+  }
+
+  // Checks 35-38. Breadth-first order with contiguous, canonical child and
+  // sample ranges: directory k's children start right after those of
+  // directories < k, and likewise its samples. This makes every range check
+  // below sufficient for the whole tree to be well formed (no cycles, no
+  // sharing, full coverage).
+  Status Tree(const DirectoryArrays& a) const {
+    for (uint64_t k = 0; k < a.dir_count; ++k) {
+      const DirEntry& e = a.dirs[k];
+      if (k == 0) {
+        if (e.parent != kNone || e.name_length != 0 || !NameOk(a, e.name_offset, 0)) {
+          return Bad("root entry is malformed");
+        }
+      } else if (e.parent >= k || !ComponentOk(a, e.name_offset, e.name_length)) {
+        return Bad("directory " + std::to_string(k) + " has a bad parent or name");
+      }
+    }
+    uint64_t next_child = 1;
+    uint64_t next_sample = 0;
+    for (uint64_t k = 0; k < a.dir_count; ++k) {
+      const DirEntry& e = a.dirs[k];
+      auto where = [k] { return "directory " + std::to_string(k); };
+      if (e.first_child != next_child || e.child_count > a.dir_count - next_child) {
+        return Bad(where() + " has a bad child range");
+      }
+      if (e.first_sample != next_sample || e.sample_count > a.sample_count - next_sample) {
+        return Bad(where() + " has a bad sample range");
+      }
+      for (uint64_t c = e.first_child; c < e.first_child + e.child_count; ++c) {
+        if (a.dirs[c].parent != k) return Bad(where() + ": child's parent link is wrong");
+        if (c > e.first_child && a.dir_name(c - 1) >= a.dir_name(c)) {
+          return Bad(where() + ": children are not sorted by name");
+        }
+      }
+      next_child += e.child_count;
+      next_sample += e.sample_count;
+    }
+    if (next_child != a.dir_count) return Bad("some directories have no parent");
+    if (next_sample != a.sample_count) return Bad("some samples belong to no directory");
+    return Status::Ok();
+  }
+
+  // Checks 39-40, over the ranges Tree checked.
+  Status Samples(const DirectoryArrays& a) const {
+    uint64_t data_bytes = 0;
+    for (uint64_t k = 0; k < a.dir_count; ++k) {
+      const DirEntry& e = a.dirs[k];
+      for (uint64_t i = e.first_sample; i < uint64_t{e.first_sample} + e.sample_count; ++i) {
+        const SampleEntry& s = a.samples[i];
+        auto where = [i] { return "sample " + std::to_string(i); };
+        if (s.parent != k) return Bad(where() + " has a wrong parent");
+        if (!ComponentOk(a, s.name_offset, s.name_length)) return Bad(where() + " has a bad name");
+        if (i > e.first_sample && a.sample_name(i - 1) >= a.sample_name(i)) {
+          return Bad(where() + " is not sorted by name within its directory");
+        }
+        if (s.label != kNone && s.label >= a.class_count) {
+          return Bad(where() + " has label " + std::to_string(s.label) + " but there are only " +
+                     std::to_string(a.class_count) + " classes");
+        }
+        if (s.target >= x_.data_regions.size()) return Bad(where() + " names a missing target");
+        // Each target holds one data region; a sample lies in its target's.
+        const SampleDirectory::Expected::DataRange& data = x_.data_regions[s.target];
+        if (s.offset < data.begin || s.offset > data.end || s.length > data.end - s.offset) {
+          return Bad(where() + " lies outside the data region");
+        }
+        if (s.offset % x_.data_alignment != 0) {
+          return Bad(where() + " is not aligned to " + std::to_string(x_.data_alignment));
+        }
+        data_bytes += s.length;
+      }
+    }
+    if (data_bytes != x_.data_bytes) {
+      return Bad("sample lengths add up to " + std::to_string(data_bytes) +
+                 " bytes, the superblock says " + std::to_string(x_.data_bytes));
+    }
+    return Status::Ok();
+  }
+
+  // Check 41: a sample and a sub-directory with one name would make paths
+  // ambiguous.
+  Status NoClashes(const DirectoryArrays& a) const {
+    for (uint64_t k = 0; k < a.dir_count; ++k) {
+      const DirEntry& e = a.dirs[k];
+      for (uint64_t c = e.first_child; c < uint64_t{e.first_child} + e.child_count; ++c) {
+        if (FindByName(e.first_sample, e.sample_count, a.dir_name(c),
+                       [&](uint64_t i) { return a.sample_name(i); })) {
+          return Bad("directory " + std::to_string(k) +
+                     " has a sample and a sub-directory named '" + std::string(a.dir_name(c)) +
+                     "'");
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+  const SampleDirectory::Expected& x_;
+  const std::string& path_;
+};
+
+}  // namespace
+
+Result<DirectoryOrder> OrderDirectory(const DirectoryTree& tree) {
+  const size_t nd = tree.dirs.size();
+  DirectoryOrder o;
+  // Breadth-first directory order with each directory's children sorted by
+  // name (docs/format.md §4.6 rules 1-3).
+  std::vector<std::vector<uint32_t>> children(nd);
+  for (uint32_t d = 1; d < nd; ++d) children[tree.dirs[d].parent].push_back(d);
+  const auto dir_name = [&](uint32_t d) { return DirName(tree, d); };
+  o.dirs.reserve(nd);
+  o.dirs.push_back(0);
+  o.dir_index.resize(nd);
+  for (size_t k = 0; k < o.dirs.size(); ++k) {
+    o.dir_index[o.dirs[k]] = static_cast<uint32_t>(k);
+    std::vector<uint32_t>& c = children[o.dirs[k]];
+    std::ranges::sort(c, {}, dir_name);
+    o.dirs.insert(o.dirs.end(), c.begin(), c.end());
+  }
+
+  // Samples by directory index, then name (rule 4). Equal keys are the
+  // duplicates refused below, so an unstable sort gives one order.
+  o.samples.resize(tree.samples.size());
+  std::iota(o.samples.begin(), o.samples.end(), 0u);
+  const auto sample_name = [&](uint32_t s) { return SampleName(tree, s); };
+  std::ranges::sort(o.samples, [&](uint32_t a, uint32_t b) {
+    const uint32_t da = o.dir_index[tree.samples[a].dir], db = o.dir_index[tree.samples[b].dir];
+    if (da != db) return da < db;
+    return sample_name(a) < sample_name(b);
+  });
+  for (size_t i = 1; i < o.samples.size(); ++i) {
+    const uint32_t a = o.samples[i - 1], b = o.samples[i];
+    if (tree.samples[a].dir == tree.samples[b].dir && sample_name(a) == sample_name(b)) {
+      return Status::InvalidArgument("two samples have the path '" +
+                                     TreePath(tree, tree.samples[b].dir, sample_name(b)) + "'");
+    }
+  }
+
+  // Rule 6: within a directory, no sample may share a sub-directory's name.
+  const std::vector<uint32_t> counts = SampleCounts(tree, o);
+  uint64_t first = 0;
+  for (size_t k = 0; k < nd; ++k) {
+    for (uint32_t c : children[o.dirs[k]]) {
+      if (FindByName(first, counts[k], dir_name(c),
+                     [&](uint64_t i) { return sample_name(o.samples[i]); })) {
+        return Status::InvalidArgument("'" + TreePath(tree, tree.dirs[c].parent, dir_name(c)) +
+                                       "' is both a sample and a directory");
+      }
+    }
+    first += counts[k];
+  }
+  return o;
+}
+
+Result<std::vector<std::byte>> EncodeDirectory(const DirectoryTree& tree,
+                                               const DirectoryOrder& order) {
+  const uint64_t n = tree.samples.size(), nd = tree.dirs.size(), nc = tree.class_count;
+  // The pool holds every name once, in the order written below.
+  uint64_t pool_bytes = 0;
+  for (const TreeDir& d : tree.dirs) pool_bytes += d.name_length;
+  for (const TreeSample& s : tree.samples) pool_bytes += s.name_length;
+  for (uint64_t c = 0; c < nc; ++c) pool_bytes += ClassName(tree, c).size();
+  if (pool_bytes >= kNone) {
+    return Status::InvalidArgument("names exceed the 4 GiB string pool of format v1");
+  }
+
+  DirectoryHeader h{};
+  h.magic = kDirectoryMagic;
+  h.header_size = kDirectoryHeaderSize;
+  h.sample_count = n;
+  h.dir_count = nd;
+  h.class_count = nc;
+  h.string_bytes = pool_bytes;
+  h.sample_entry_size = sizeof(SampleEntry);
+  h.dir_entry_size = sizeof(DirEntry);
+  h.class_entry_size = sizeof(ClassEntry);
+  h.samples_offset = kDirectoryHeaderSize;
+  h.dirs_offset = h.samples_offset + n * sizeof(SampleEntry);
+  h.classes_offset = h.dirs_offset + nd * sizeof(DirEntry);
+  h.strings_offset = h.classes_offset + nc * sizeof(ClassEntry);
+
+  std::vector<std::byte> region(h.strings_offset + pool_bytes);
+  const auto put = [&](uint64_t off, const void* src, size_t len) {
+    if (len) std::memcpy(region.data() + off, src, len);
+  };
+  put(0, &h, sizeof h);
+  // Names go to the pool in entry order: directories, samples, classes.
+  uint64_t pool_end = 0;
+  const auto intern = [&](std::string_view s) {
+    put(h.strings_offset + pool_end, s.data(), s.size());
+    pool_end += s.size();
+    return static_cast<uint32_t>(pool_end - s.size());
+  };
+
+  std::vector<uint32_t> child_count(nd, 0);
+  for (uint64_t d = 1; d < nd; ++d) ++child_count[order.dir_index[tree.dirs[d].parent]];
+  const std::vector<uint32_t> sample_count = SampleCounts(tree, order);
+  uint32_t next_child = 1, next_sample = 0;
+  for (uint64_t k = 0; k < nd; ++k) {
+    const uint32_t id = order.dirs[k];
+    DirEntry e{};
+    e.parent = k == 0 ? kNone : order.dir_index[tree.dirs[id].parent];
+    e.name_offset = intern(DirName(tree, id));
+    e.name_length = static_cast<uint16_t>(tree.dirs[id].name_length);
+    e.first_child = next_child;
+    e.child_count = child_count[k];
+    e.first_sample = next_sample;
+    e.sample_count = sample_count[k];
+    next_child += e.child_count;
+    next_sample += e.sample_count;
+    put(h.dirs_offset + k * sizeof e, &e, sizeof e);
+  }
+  for (uint64_t i = 0; i < n; ++i) {
+    const TreeSample& p = tree.samples[order.samples[i]];
+    SampleEntry e{};
+    e.offset = p.offset;
+    e.length = p.length;
+    e.crc32c = p.crc32c;
+    e.label = p.label;
+    e.parent = order.dir_index[p.dir];
+    e.name_offset = intern(SampleName(tree, order.samples[i]));
+    e.name_length = static_cast<uint16_t>(p.name_length);
+    e.target = static_cast<uint16_t>(p.target);
+    put(h.samples_offset + i * sizeof e, &e, sizeof e);
+  }
+  for (uint64_t c = 0; c < nc; ++c) {
+    const std::string name = ClassName(tree, c);
+    ClassEntry e{};
+    e.name_offset = intern(name);
+    e.name_length = static_cast<uint32_t>(name.size());
+    put(h.classes_offset + c * sizeof e, &e, sizeof e);
+  }
+  return region;
+}
+
+Result<DirectoryArrays> DecodeDirectory(const std::byte* region, uint64_t size,
+                                        const SampleDirectory::Expected& expected,
+                                        const std::string& volume_path) {
+  const Checker check(expected, volume_path);
+  DLFS_ASSIGN_OR_RETURN(DirectoryArrays arrays, check.Header(region, size));
+  if (!expected.already_validated) DLFS_RETURN_IF_ERROR(check.Entries(arrays));
+  return arrays;
+}
+
+}  // namespace dlfs::format
