@@ -19,6 +19,7 @@
 #include "dlfs/testing.h"
 #include "dlfs/volume.h"
 #include "mpi/mpi_testutil.h"
+#include "synthetic_volume.h"
 #include "testutil.h"
 
 namespace dlfs {
@@ -44,21 +45,12 @@ class DistributedTest : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new SharedTempDir();
     if (Rank() == 0) {
-      auto b = VolumeBuilder::Create(*dir_ / "one.dlfs", {.align = 4096});
-      EXPECT_OK(b);
-      for (uint64_t i = 0; i < kSamples; ++i) {
-        EXPECT_OK((*b)->Add("c" + std::to_string(i % 5) + "/s" + std::to_string(i), SampleBytes(i),
-                            static_cast<uint32_t>(i % 5)));
-      }
-      EXPECT_OK((*b)->Finish());
+      testing::SyntheticVolume spec{
+          .samples = kSamples, .classes = 5, .volume = {.align = 4096}, .bytes = SampleBytes};
+      EXPECT_OK(testing::WriteSyntheticVolume(*dir_ / "one.dlfs", spec));
       // The same samples over two targets: one per fake node.
-      auto two = VolumeBuilder::Create(*dir_ / "two.dlfs", {.align = 4096, .targets = 2});
-      EXPECT_OK(two);
-      for (uint64_t i = 0; i < kSamples; ++i) {
-        EXPECT_OK((*two)->Add("c" + std::to_string(i % 5) + "/s" + std::to_string(i),
-                              SampleBytes(i), static_cast<uint32_t>(i % 5)));
-      }
-      EXPECT_OK((*two)->Finish());
+      spec.volume.targets = 2;
+      EXPECT_OK(testing::WriteSyntheticVolume(*dir_ / "two.dlfs", spec));
     }
     MPI_Barrier(MPI_COMM_WORLD);
   }
