@@ -515,12 +515,9 @@ int RunLmdbInfo(const LmdbInfoArgs& args) {
   json datum = nullptr;
   if (s.first_datum) {
     const DatumShape& d = *s.first_datum;
-    datum = {{"channels", d.channels},
-             {"height", d.height},
-             {"width", d.width},
-             {"encoded", d.encoded},
-             {"data_bytes", d.data_bytes},
-             {"label", d.has_label ? json(d.label) : json(nullptr)}};
+    datum = {{"channels", d.channels},     {"height", d.height},
+             {"width", d.width},           {"encoded", d.encoded},
+             {"data_bytes", d.data_bytes}, {"label", d.has_label ? json(d.label) : json(nullptr)}};
   }
   json j = {{"path", s.path},
             {"entries", st.entries},
