@@ -413,36 +413,18 @@ int RunMount(const MountArgs& args) {
 }
 
 int RunLmdbInfo(const LmdbInfoArgs& args) {
-  auto map = LmdbRecordMap::Build(args.db);
-  if (!map.ok()) return Fail(map.status());
-  const LmdbStats& st = map->stats();
-  uint64_t min = map->size() ? ~uint64_t{0} : 0, max = 0, total = 0;
-  for (uint64_t i = 0; i < map->size(); ++i) {
-    min = std::min(min, map->value_length(i));
-    max = std::max(max, map->value_length(i));
-    total += map->value_length(i);
-  }
+  auto summary = SummarizeLmdb(args.db);
+  if (!summary.ok()) return Fail(summary.status());
+  const LmdbSummary& s = *summary;
+  const LmdbStats& st = s.stats;
   json datum = nullptr;
-  if (map->size() > 0) {
-    // Is it Caffe's format? Look at the first record.
-    std::vector<std::byte> first(map->value_length(0));
-    ScopedFd fd(::open(map->path().c_str(), O_RDONLY | O_CLOEXEC));
-    if (fd.get() >= 0 &&
-        ::pread(fd.get(), first.data(), first.size(), static_cast<off_t>(map->value_offset(0))) ==
-            static_cast<ssize_t>(first.size())) {
-      auto d = ParseDatum(first);
-      if (d.ok()) {
-        datum = {{"channels", d->channels},
-                 {"height", d->height},
-                 {"width", d->width},
-                 {"encoded", d->encoded},
-                 {"data_bytes", d->data.size()},
-                 {"label", d->has_label ? json(d->label) : json(nullptr)}};
-      }
-    }
+  if (s.first_datum) {
+    const DatumShape& d = *s.first_datum;
+    datum = {{"channels", d.channels},     {"height", d.height},
+             {"width", d.width},           {"encoded", d.encoded},
+             {"data_bytes", d.data_bytes}, {"label", d.has_label ? json(d.label) : json(nullptr)}};
   }
-  const double mean = map->size() ? static_cast<double>(total) / map->size() : 0;
-  json j = {{"path", map->path()},
+  json j = {{"path", s.path},
             {"entries", st.entries},
             {"depth", st.depth},
             {"page_size", st.page_size},
@@ -452,20 +434,20 @@ int RunLmdbInfo(const LmdbInfoArgs& args) {
             {"last_page", st.last_page},
             {"txnid", st.txnid},
             {"file_bytes", st.file_size},
-            {"value_bytes", total},
-            {"value_min", min},
-            {"value_mean", mean},
-            {"value_max", max},
+            {"value_bytes", s.value_bytes},
+            {"value_min", s.value_min},
+            {"value_mean", s.value_mean},
+            {"value_max", s.value_max},
             {"first_datum", datum}};
-  if (map->size() > 0) {
-    j["first_key"] = std::string(map->key(0));
-    j["last_key"] = std::string(map->key(map->size() - 1));
+  if (st.entries > 0) {
+    j["first_key"] = s.first_key;
+    j["last_key"] = s.last_key;
   }
   if (args.json) {
     std::cout << j.dump(2, ' ', false, json::error_handler_t::replace) << '\n';
     return kExitOk;
   }
-  std::printf("lmdb         %s\n", map->path().c_str());
+  std::printf("lmdb         %s\n", s.path.c_str());
   std::printf(
       "entries      %llu (depth %u; pages: %llu branch, %llu leaf, %llu overflow; "
       "page size %u)\n",
@@ -474,11 +456,10 @@ int RunLmdbInfo(const LmdbInfoArgs& args) {
       static_cast<unsigned long long>(st.leaf_pages),
       static_cast<unsigned long long>(st.overflow_pages), st.page_size);
   std::printf("values       %s in total; min %llu, mean %.0f, max %llu bytes\n",
-              HumanBytes(total).c_str(), static_cast<unsigned long long>(min), mean,
-              static_cast<unsigned long long>(max));
-  if (map->size() > 0) {
-    std::printf("keys         '%s' .. '%s'\n", std::string(map->key(0)).c_str(),
-                std::string(map->key(map->size() - 1)).c_str());
+              HumanBytes(s.value_bytes).c_str(), static_cast<unsigned long long>(s.value_min),
+              s.value_mean, static_cast<unsigned long long>(s.value_max));
+  if (st.entries > 0) {
+    std::printf("keys         '%s' .. '%s'\n", s.first_key.c_str(), s.last_key.c_str());
   }
   if (!datum.is_null()) std::printf("caffe datum  %s (first record)\n", datum.dump().c_str());
   return kExitOk;

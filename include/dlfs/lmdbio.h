@@ -114,6 +114,11 @@ class LmdbioReader {
   // InvalidArgument (batch not a multiple of the ranks, bad option), NotFound
   // / IOError for the file, Corruption / NotSupported from the parser, and
   // the same status on every rank when any rank fails to open.
+  // The ranks first check that they agree on the options that shape the
+  // reads (all but prefetch, engine and direct_io), on the database (its
+  // file size and meta page: the paths may differ, the contents may not)
+  // and on the node layout (NodeTopology::Create); a difference is
+  // InvalidArgument on every rank, naming the ranks and their values.
   static Result<std::unique_ptr<LmdbioReader>> Open(MPI_Comm comm, const std::string& path,
                                                     const LmdbioOptions& options);
   virtual ~LmdbioReader() = default;
