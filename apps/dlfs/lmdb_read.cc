@@ -36,8 +36,8 @@ json RankJson(int rank, const LmdbReadRankResult& r) {
           {"involuntary_switches", r.involuntary_switches}};
 }
 
-json ReportJson(const LmdbReadArgs& args, const LmdbReadOptions& options,
-                const LmdbReadReport& report) {
+json ReportJson(const LmdbReadArgs& args, const LmdbReadReport& report) {
+  const LmdbReadOptions& options = args.options;
   const LmdbReadRankResult& sum = report.total;
   json per_rank = json::array();
   for (size_t r = 0; r < report.per_rank.size(); ++r) {
@@ -47,11 +47,11 @@ json ReportJson(const LmdbReadArgs& args, const LmdbReadOptions& options,
             {"mode", std::string(LmdbioModeName(options.reader.mode))},
             {"description", report.description},
             {"ranks", report.ranks},
-            {"batch", args.batch},
-            {"iters", args.iters},
+            {"batch", options.reader.batch_size},
+            {"iters", options.iterations},
             {"entries", report.entries},
             {"wall_s", report.wall_s},
-            {"ms_per_iter", args.iters ? report.wall_s * 1e3 / args.iters : 0.0},
+            {"ms_per_iter", options.iterations ? report.wall_s * 1e3 / options.iterations : 0.0},
             {"setup_s_max", report.setup_s_max},
             {"digest", report.digest},
             {"user_s", sum.user_s},
@@ -74,7 +74,8 @@ void PrintText(const LmdbReadArgs& args, const LmdbReadReport& report) {
   std::printf("lmdb read    %s\n", args.db.c_str());
   std::printf("mode         %s\n", report.description.c_str());
   std::printf("job          %d ranks, batch %u, %llu iterations, %llu records in the database\n",
-              report.ranks, args.batch, static_cast<unsigned long long>(args.iters),
+              report.ranks, args.options.reader.batch_size,
+              static_cast<unsigned long long>(args.options.iterations),
               static_cast<unsigned long long>(report.entries));
   std::printf("%4s %9s %12s %10s %8s %8s %8s %8s %10s\n", "rank", "records", "bytes", "digest",
               "io s", "copy s", "wait s", "skip s", "skipped");
@@ -91,7 +92,8 @@ void PrintText(const LmdbReadArgs& args, const LmdbReadReport& report) {
   std::printf("digest       0x%08x (all ranks; equal across modes for the same job)\n",
               report.digest);
   std::printf("time         %.3f s, %.3f ms/iteration; open %.3f s (slowest rank)\n", report.wall_s,
-              report.wall_s * 1e3 / std::max<uint64_t>(args.iters, 1), report.setup_s_max);
+              report.wall_s * 1e3 / std::max<uint64_t>(args.options.iterations, 1),
+              report.setup_s_max);
   std::printf(
       "cpu          %.3f s user, %.3f s sys; context switches %llu voluntary, %llu "
       "involuntary (all ranks)\n",
@@ -114,23 +116,7 @@ int Run(const LmdbReadArgs& args, int rank) {
     if (rank == 0) std::fprintf(stderr, "dlfs: %s\n", st.message().c_str());
     return kExitError;
   };
-  auto mode = ParseLmdbioMode(args.mode);
-  if (!mode.ok()) return fail(mode.status());
-  auto engine = ParseEngineKind(args.engine);
-  if (!engine.ok()) return fail(engine.status());
-  LmdbReadOptions options;
-  options.reader.mode = *mode;
-  options.reader.batch_size = args.batch;
-  options.reader.readers_per_node = args.readers_per_node;
-  options.reader.prefetch = !args.no_prefetch;
-  options.reader.engine = *engine;
-  options.reader.direct_io = args.direct;
-  options.reader.coalesce_bytes = args.coalesce_bytes;
-  options.reader.max_coalesce_iters = args.max_coalesce_iters;
-  options.reader.stagger_group = args.stagger;
-  options.iterations = args.iters;
-  options.check = args.check;
-
+  const LmdbReadOptions& options = args.options;
   if (args.drop_cache) {
     if (rank == 0 && !DropPageCache()) {
       std::fprintf(stderr, "dlfs: warning: could not drop the page cache (needs root)\n");
@@ -147,7 +133,7 @@ int Run(const LmdbReadArgs& args, int rank) {
     return kExitDamaged;
   }
   if (args.json) {
-    std::cout << ReportJson(args, options, *report).dump(2) << '\n';
+    std::cout << ReportJson(args, *report).dump(2) << '\n';
   } else {
     PrintText(args, *report);
   }

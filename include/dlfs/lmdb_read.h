@@ -15,19 +15,10 @@
 #include <vector>
 
 #include "dlfs/lmdbio.h"
+#include "dlfs/lmdbio_options.h"
 #include "dlfs/status.h"
 
 namespace dlfs {
-
-struct LmdbReadOptions {
-  // The reader's options; its planned_iterations is set to `iterations`.
-  LmdbioOptions reader;
-  uint64_t iterations = 100;
-  // Compare every record with the bytes the record map (LmdbRecordMap,
-  // plain pread) finds at its index, and count how often each record was
-  // read.
-  bool check = false;
-};
 
 // What one rank measured over the run. Trivially copyable: rank 0 gathers
 // it from every rank as bytes.

@@ -62,12 +62,6 @@ Result<NodeTopology> AgreeOnJob(MPI_Comm comm, const std::string& path,
 
 }  // namespace
 
-std::string_view LmdbioModeName(LmdbioMode mode) { return NameOf(kLmdbioModeNames, mode); }
-
-Result<LmdbioMode> ParseLmdbioMode(std::string_view name) {
-  return ParseEnum(kLmdbioModeNames, name, "LMDBIO mode");
-}
-
 Result<std::unique_ptr<LmdbioReader>> LmdbioReader::Open(MPI_Comm comm, const std::string& path,
                                                          const LmdbioOptions& options) {
   const double start = Now();
