@@ -615,6 +615,8 @@ int main(int argc, char** argv) {
     switch (c) {
       case 'h':
         Usage(stdout);
+        free(eio_specs);
+        fuse_opt_free_args(&args);
         return 0;
       case 'o':
         if (!AddArg(&args, "-o") || !AddArg(&args, optarg)) UsageError("out of memory");
