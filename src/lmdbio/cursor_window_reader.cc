@@ -1,12 +1,11 @@
-// lmm, lmm-dm, lmm-dio: the node's readers walk a liblmdb cursor to find
-// their records and put them into the window, behind a table of where each
-// node list entry landed.
+// lmm, lmm-dm: the node's readers walk a liblmdb cursor every iteration to
+// find their records and copy them from the mmap into the window, behind a
+// table of where each node list entry landed.
 //   lmm      one reader per node; its cursor steps over the other nodes'
-//            records; values are copied from the mmap.
+//            records.
 //   lmm-dm   readers pass the cursor (the key of the next record) along, so
 //            no reader walks past records it does not read; each prefetches
 //            its predicted next fetch.
-//   lmm-dio  as lmm-dm, but values reach the window with explicit reads.
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -55,7 +54,7 @@ class CursorWindowReader final : public WindowReader {
     Status st;
     data_file_ = LmdbDataFile(path);
     if (is_reader_) {
-      auto cursor = MdbCursor::Open(path, /*walk_only=*/features_.explicit_reads);
+      auto cursor = MdbCursor::Open(path);
       if (cursor.ok()) {
         cursor_ = std::move(*cursor);
         entries_ = cursor_->entries();
@@ -64,17 +63,18 @@ class CursorWindowReader final : public WindowReader {
         st = cursor.status();
       }
     }
-    if (st.ok()) st = OpenEngine();
     DLFS_RETURN_IF_ERROR(AgreeOnStatus(comm_, st));
     // Readers know the record count; share it with the rest of the node.
-    MPI_Bcast(&entries_, 1, MPI_UINT64_T, 0, topo_->node());
-    MPI_Bcast(&file_size_, 1, MPI_UINT64_T, 0, topo_->node());
+    uint64_t known[3] = {entries_, file_size_, is_reader_ ? cursor_->value().size() : 0};
+    MPI_Bcast(known, 3, MPI_UINT64_T, 0, topo_->node());
+    entries_ = known[0];
+    file_size_ = known[1];
     // One step is one iteration; the window starts with the node list's
-    // extent table.
+    // extent table. The first record's size stands for the others'.
     iters_per_step_ = 1;
     table_bytes_ = AlignUp(node_count_ * sizeof(Extent));
-    FinishInit();
-    return Status::Ok();
+    return AgreeOnStatus(
+        comm_, FinishInit(table_bytes_ + node_count_ * known[2] + readers_here_ * kAlign));
   }
 
  private:
@@ -94,15 +94,9 @@ class CursorWindowReader final : public WindowReader {
 
     // Each reader's part of the window follows the previous readers' parts.
     uint64_t my_bytes = 0;
-    std::vector<Run> runs;
     if (is_reader_ && st.ok()) {
-      if (features_.explicit_reads) {
-        runs = PlanRuns(mine, file_size_, 0);
-        my_bytes = RunsEnd(runs, 0);
-      } else {
-        for (const Extent& e : mine) my_bytes += e.length;
-        my_bytes = AlignUp(my_bytes);
-      }
+      for (const Extent& e : mine) my_bytes += e.length;
+      my_bytes = AlignUp(my_bytes);
     }
     std::vector<uint64_t> sizes(topo_->local_size());
     {
@@ -122,13 +116,7 @@ class CursorWindowReader final : public WindowReader {
 
     std::byte* base = window_->base();
     auto* table = reinterpret_cast<Extent*>(base);
-    if (features_.explicit_reads) {
-      for (Run& r : runs) r.window += my_base;
-      st = ReadRuns(runs, base);
-      for (size_t n = 0; n < mine.size(); ++n) {
-        table[begin + n] = {Locate(runs, mine[n].offset), mine[n].length};
-      }
-    } else {
+    {
       Stopwatch w(times_.copy);
       uint64_t at = my_base;
       for (size_t n = 0; n < mine.size(); ++n) {

@@ -69,6 +69,7 @@ Result<std::unique_ptr<MdbCursor>> MdbCursor::Open(const std::string& path, bool
   MDB_envinfo info;
   mdb_env_info(c->env_, &info);
   c->map_size_ = (info.me_last_pgno + 1) * uint64_t{stat.ms_psize};
+  c->page_size_ = stat.ms_psize;
   DLFS_ASSIGN_OR_RETURN(c->map_, FindMapping(LmdbDataFile(path)));
   if (c->entries_ == 0) return Status::InvalidArgument(path + ": the database has no records");
   DLFS_RETURN_IF_ERROR(c->Get(MDB_FIRST));

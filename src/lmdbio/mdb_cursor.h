@@ -32,6 +32,7 @@ class MdbCursor {
   // liblmdb's map of data.mdb: values are views into it.
   const std::byte* map() const { return map_; }
   uint64_t map_size() const { return map_size_; }  // bytes of the used pages
+  uint32_t page_size() const { return page_size_; }
 
   // Moves to the next record, wrapping to the first after the last.
   Status Step();
@@ -57,6 +58,7 @@ class MdbCursor {
   uint64_t entries_ = 0;
   const std::byte* map_ = nullptr;
   uint64_t map_size_ = 0;
+  uint32_t page_size_ = 0;
 };
 
 }  // namespace dlfs::lmdbio
