@@ -207,7 +207,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   AddEnumOption(lr, "--engine", &reader.engine, kEngineKindNames,
                 "Explicit reads (dio modes); auto picks uring where available");
-  lr->add_flag("--direct", reader.direct_io, "O_DIRECT for explicit reads (dio modes)");
+  AddOffFlag(lr, "--buffered", &reader.direct_io,
+             "Explicit reads (dio modes) through the page cache (no O_DIRECT)");
   AddOffFlag(lr, "--no-prefetch", &reader.prefetch, "lmm-dm: no speculative prefetch");
   lr->add_option("--coalesce-bytes", reader.coalesce_bytes,
                  "coal: bytes each reader reads per step (sets iterations per read)")
