@@ -1,6 +1,11 @@
 // lmm, lmm-dm: the node's readers walk a liblmdb cursor every iteration to
 // find their records and copy them from the mmap into the window, behind a
-// table of where each node list entry landed.
+// table of where each node list entry landed. Before copying, a reader asks
+// the kernel for exactly the pages it will copy (madvise WILLNEED, one call
+// per run of nearby values), and the map has no read-around: faults on tree
+// pages then read one page, not the 128 KiB around it (mostly other nodes'
+// records), and the values arrive in parallel requests instead of one fault
+// after another.
 //   lmm      one reader per node; its cursor steps over the other nodes'
 //            records.
 //   lmm-dm   readers pass the cursor (the key of the next record) along, so
@@ -24,6 +29,10 @@ namespace dlfs::lmdbio {
 namespace {
 
 constexpr int kCursorTag = 7301;
+// madvise(WILLNEED) reads at most the file's readahead window per call (the
+// kernel caps it: 128 KiB by default, FUSE's too), so longer ranges are
+// asked for in pieces of this size.
+constexpr uint64_t kWillNeedBytes = 128 * 1024;
 // A handed-off cursor: a status byte and the key (liblmdb keys are at most
 // 511 bytes by default).
 constexpr int kCursorMessage = 1 + 512;
@@ -54,7 +63,7 @@ class CursorWindowReader final : public WindowReader {
     Status st;
     data_file_ = LmdbDataFile(path);
     if (is_reader_) {
-      auto cursor = MdbCursor::Open(path);
+      auto cursor = MdbCursor::Open(path, /*no_readahead=*/true);
       if (cursor.ok()) {
         cursor_ = std::move(*cursor);
         entries_ = cursor_->entries();
@@ -118,6 +127,7 @@ class CursorWindowReader final : public WindowReader {
     auto* table = reinterpret_cast<Extent*>(base);
     {
       Stopwatch w(times_.copy);
+      WillNeed(mine);
       uint64_t at = my_base;
       for (size_t n = 0; n < mine.size(); ++n) {
         std::memcpy(base + at, cursor_->map() + mine[n].offset, mine[n].length);
@@ -200,6 +210,21 @@ class CursorWindowReader final : public WindowReader {
     return Status::Ok();
   }
 
+  // Asks the kernel to read the pages of `extents` now, in parallel, rather
+  // than fault them in one after another while copying.
+  void WillNeed(const std::vector<Extent>& extents) {
+    for (const Run& r : PlanRuns(extents, cursor_->map_size(), 0)) AdviseWillNeed(r.file, r.length);
+  }
+
+  // madvise(WILLNEED) of [offset, offset + length) of the map, in pieces
+  // the kernel reads whole.
+  void AdviseWillNeed(uint64_t offset, uint64_t length) {
+    auto* map = const_cast<std::byte*>(cursor_->map());
+    for (uint64_t at = offset; at < offset + length; at += kWillNeedBytes) {
+      ::madvise(map + at, std::min(kWillNeedBytes, offset + length - at), MADV_WILLNEED);
+    }
+  }
+
   // Speculative prefetch: the next fetch is predicted to cover this fetch's
   // byte span shifted by the stride seen between the last two fetches; the
   // kernel is asked to read it ahead (MADV_WILLNEED) while this reader
@@ -216,7 +241,7 @@ class CursorWindowReader final : public WindowReader {
       const uint64_t from = AlignDown(lo + stride);
       const uint64_t to = std::min(AlignUp(hi + stride), cursor_->map_size());
       if (from < to) {
-        ::madvise(const_cast<std::byte*>(cursor_->map()) + from, to - from, MADV_WILLNEED);
+        AdviseWillNeed(from, to - from);
         counters_.prefetch_bytes += to - from;
       }
     }

@@ -114,7 +114,7 @@ class MapWindowReader final : public WindowReader {
   // place in the map is its byte range in the file.
   Status WalkRecordMap(const std::string& path) {
     DLFS_ASSIGN_OR_RETURN(std::unique_ptr<MdbCursor> cursor,
-                          MdbCursor::Open(path, /*walk_only=*/true));
+                          MdbCursor::Open(path, /*no_readahead=*/true));
     entries_ = cursor->entries();
     file_size_ = cursor->map_size();
     page_size_ = cursor->page_size();

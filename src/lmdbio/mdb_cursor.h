@@ -20,12 +20,15 @@ namespace dlfs::lmdbio {
 class MdbCursor {
  public:
   // Opens `path` (the LMDB directory or its data.mdb) read-only, without a
-  // lock file, positioned at the first record. `walk_only`: the map is only
-  // used to walk the tree (values are read with explicit reads), so kernel
-  // read-around on its page faults would only pull in value pages early and
-  // disturb the explicit reads' readahead: MDB_NORDAHEAD turns it off.
+  // lock file, positioned at the first record. `no_readahead`
+  // (MDB_NORDAHEAD): a page fault reads only the faulted page. For callers
+  // that read values some other way (explicit reads) or ask for the pages
+  // they will copy (madvise WILLNEED): kernel read-around on a tree page's
+  // fault would pull in the 128 KiB around it, mostly values nobody here
+  // wants, one fault at a time.
   // NotFound / IOError from liblmdb, InvalidArgument for an empty database.
-  static Result<std::unique_ptr<MdbCursor>> Open(const std::string& path, bool walk_only = false);
+  static Result<std::unique_ptr<MdbCursor>> Open(const std::string& path,
+                                                 bool no_readahead = false);
   ~MdbCursor();
 
   uint64_t entries() const { return entries_; }
