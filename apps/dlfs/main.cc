@@ -221,6 +221,9 @@ int main(int argc, char** argv) {
   lr->add_flag("--check", lmdb_read.options.check,
                "Compare every record with the value the parser finds at its index, and count "
                "how often each record was read");
+  lr->add_option("--counters", lmdb_read.options.counters_file,
+                 "A file of \"name value\" counters (e.g. pfs-emu's MOUNT/.pfs-emu-stats) read "
+                 "before and after the iterations; reports how much each grew");
   lr->add_flag("--drop-cache", lmdb_read.drop_cache,
                "Drop the page cache before reading (root; for benchmarks)");
   lr->add_flag("--json", lmdb_read.json, "One JSON object (from rank 0) instead of text");

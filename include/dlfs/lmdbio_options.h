@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "dlfs/enum_names.h"
@@ -67,6 +68,11 @@ struct LmdbReadOptions {
   // plain pread) finds at its index, and count how often each record was
   // read.
   bool check = false;
+  // A file of "name value" counter lines, e.g. pfs-emu's MOUNT/.pfs-emu-stats
+  // (empty: none). Rank 0 reads it right before and right after the
+  // iterations, so the report's counters are what the file system served
+  // for them (the open excluded).
+  std::string counters_file;
 };
 
 }  // namespace dlfs
