@@ -61,6 +61,11 @@ json ReportJson(const LmdbReadArgs& args, const LmdbReadReport& report) {
             {"read_bytes", sum.counters.read_bytes},
             {"record_bytes", sum.counters.record_bytes},
             {"per_rank", per_rank}};
+  if (!report.counters.empty()) {
+    json counters = json::object();
+    for (const auto& [name, value] : report.counters) counters[name] = value;
+    j["counters"] = counters;
+  }
   if (report.check) {
     j["check"] = {{"mismatches", report.check->mismatches},
                   {"min_reads_per_record", report.check->min_reads_per_record},
@@ -102,6 +107,9 @@ void PrintText(const LmdbReadArgs& args, const LmdbReadReport& report) {
   std::printf("bytes        %llu read for %llu of records\n",
               static_cast<unsigned long long>(sum.counters.read_bytes),
               static_cast<unsigned long long>(sum.counters.record_bytes));
+  for (const auto& [name, value] : report.counters) {
+    std::printf("counter      %s +%.15g\n", name.c_str(), value);
+  }
   if (report.check) {
     std::printf("check        %llu mismatches; each record read %u to %u times\n",
                 static_cast<unsigned long long>(report.check->mismatches),

@@ -207,7 +207,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   AddEnumOption(lr, "--engine", &reader.engine, kEngineKindNames,
                 "Explicit reads (dio modes); auto picks uring where available");
-  lr->add_flag("--direct", reader.direct_io, "O_DIRECT for explicit reads (dio modes)");
+  AddOffFlag(lr, "--buffered", &reader.direct_io,
+             "Explicit reads (dio modes) through the page cache (no O_DIRECT)");
   AddOffFlag(lr, "--no-prefetch", &reader.prefetch, "lmm-dm: no speculative prefetch");
   lr->add_option("--coalesce-bytes", reader.coalesce_bytes,
                  "coal: bytes each reader reads per step (sets iterations per read)")
@@ -220,6 +221,9 @@ int main(int argc, char** argv) {
   lr->add_flag("--check", lmdb_read.options.check,
                "Compare every record with the value the parser finds at its index, and count "
                "how often each record was read");
+  lr->add_option("--counters", lmdb_read.options.counters_file,
+                 "A file of \"name value\" counters (e.g. pfs-emu's MOUNT/.pfs-emu-stats) read "
+                 "before and after the iterations; reports how much each grew");
   lr->add_flag("--drop-cache", lmdb_read.drop_cache,
                "Drop the page cache before reading (root; for benchmarks)");
   lr->add_flag("--json", lmdb_read.json, "One JSON object (from rank 0) instead of text");

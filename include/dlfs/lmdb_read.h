@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dlfs/lmdbio.h"
@@ -58,14 +59,19 @@ struct LmdbReadReport {
   // the same job (same ranks, batch and iterations).
   uint32_t digest = 0;
   std::optional<LmdbReadCheck> check;  // with options.check
+  // With options.counters_file: each numeric counter's increase over the
+  // iterations, in the file's order.
+  std::vector<std::pair<std::string, double>> counters;
 };
 
 // Collective over `comm`: every rank calls it with the same options (and a
-// path to the same database). The ranks first agree on `iterations` and
-// `check` (AgreeOnValues), then LmdbioReader::Open checks the rest. Errors
+// path to the same database). The ranks first agree on `iterations`,
+// `check` and whether there is a counters file (AgreeOnValues; only rank
+// 0's file is read), then LmdbioReader::Open checks the rest. Errors
 // are the same on every rank: those of LmdbioReader::Open and Next(), and
-// of building the record map for check. Mismatches are not errors: they
-// are counted in the report.
+// of building the record map for check, and IOError / Corruption naming
+// options.counters_file when it cannot be read or has no "name value"
+// counter. Mismatches are not errors: they are counted in the report.
 Result<LmdbReadReport> RunLmdbRead(MPI_Comm comm, const std::string& db,
                                    const LmdbReadOptions& options);
 

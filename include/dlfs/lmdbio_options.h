@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "dlfs/enum_names.h"
@@ -44,8 +45,13 @@ struct LmdbioOptions {
   uint32_t readers_per_node = 1;
   bool prefetch = true;  // lmm-dm's speculative prefetch (madvise WILLNEED)
   // Explicit reads (lmm-dio on): the engine and whether to use O_DIRECT.
+  // O_DIRECT by default: values go straight into the node's window, which is
+  // the cache, and buffered reads would add the kernel's readahead past the
+  // end of every run (other nodes' records) and split each read into
+  // readahead-sized requests. Where the file system has no O_DIRECT the
+  // engine reads through the page cache and says so in its description.
   EngineKind engine = EngineKind::kPread;
-  bool direct_io = false;
+  bool direct_io = true;
   uint64_t coalesce_bytes = uint64_t{4} << 20;  // target bytes per read step per reader (coal)
   uint32_t max_coalesce_iters = 64;             // never coalesce more iterations than this
   // Iterations the job will run, when known (0: unknown): coalesced reads
@@ -62,6 +68,11 @@ struct LmdbReadOptions {
   // plain pread) finds at its index, and count how often each record was
   // read.
   bool check = false;
+  // A file of "name value" counter lines, e.g. pfs-emu's MOUNT/.pfs-emu-stats
+  // (empty: none). Rank 0 reads it right before and right after the
+  // iterations, so the report's counters are what the file system served
+  // for them (the open excluded).
+  std::string counters_file;
 };
 
 }  // namespace dlfs

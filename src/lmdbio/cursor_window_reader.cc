@@ -1,12 +1,16 @@
-// lmm, lmm-dm, lmm-dio: the node's readers walk a liblmdb cursor to find
-// their records and put them into the window, behind a table of where each
-// node list entry landed.
+// lmm, lmm-dm: the node's readers walk a liblmdb cursor every iteration to
+// find their records and copy them from the mmap into the window, behind a
+// table of where each node list entry landed. Before copying, a reader asks
+// the kernel for exactly the pages it will copy (madvise WILLNEED, one call
+// per run of nearby values), and the map has no read-around: faults on tree
+// pages then read one page, not the 128 KiB around it (mostly other nodes'
+// records), and the values arrive in parallel requests instead of one fault
+// after another.
 //   lmm      one reader per node; its cursor steps over the other nodes'
-//            records; values are copied from the mmap.
+//            records.
 //   lmm-dm   readers pass the cursor (the key of the next record) along, so
 //            no reader walks past records it does not read; each prefetches
 //            its predicted next fetch.
-//   lmm-dio  as lmm-dm, but values reach the window with explicit reads.
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -25,6 +29,10 @@ namespace dlfs::lmdbio {
 namespace {
 
 constexpr int kCursorTag = 7301;
+// madvise(WILLNEED) reads at most the file's readahead window per call (the
+// kernel caps it: 128 KiB by default, FUSE's too), so longer ranges are
+// asked for in pieces of this size.
+constexpr uint64_t kWillNeedBytes = 128 * 1024;
 // A handed-off cursor: a status byte and the key (liblmdb keys are at most
 // 511 bytes by default).
 constexpr int kCursorMessage = 1 + 512;
@@ -55,7 +63,7 @@ class CursorWindowReader final : public WindowReader {
     Status st;
     data_file_ = LmdbDataFile(path);
     if (is_reader_) {
-      auto cursor = MdbCursor::Open(path, /*walk_only=*/features_.explicit_reads);
+      auto cursor = MdbCursor::Open(path, /*no_readahead=*/true);
       if (cursor.ok()) {
         cursor_ = std::move(*cursor);
         entries_ = cursor_->entries();
@@ -64,17 +72,18 @@ class CursorWindowReader final : public WindowReader {
         st = cursor.status();
       }
     }
-    if (st.ok()) st = OpenEngine();
     DLFS_RETURN_IF_ERROR(AgreeOnStatus(comm_, st));
     // Readers know the record count; share it with the rest of the node.
-    MPI_Bcast(&entries_, 1, MPI_UINT64_T, 0, topo_->node());
-    MPI_Bcast(&file_size_, 1, MPI_UINT64_T, 0, topo_->node());
+    uint64_t known[3] = {entries_, file_size_, is_reader_ ? cursor_->value().size() : 0};
+    MPI_Bcast(known, 3, MPI_UINT64_T, 0, topo_->node());
+    entries_ = known[0];
+    file_size_ = known[1];
     // One step is one iteration; the window starts with the node list's
-    // extent table.
+    // extent table. The first record's size stands for the others'.
     iters_per_step_ = 1;
     table_bytes_ = AlignUp(node_count_ * sizeof(Extent));
-    FinishInit();
-    return Status::Ok();
+    return AgreeOnStatus(
+        comm_, FinishInit(table_bytes_ + node_count_ * known[2] + readers_here_ * kAlign));
   }
 
  private:
@@ -94,15 +103,9 @@ class CursorWindowReader final : public WindowReader {
 
     // Each reader's part of the window follows the previous readers' parts.
     uint64_t my_bytes = 0;
-    std::vector<Run> runs;
     if (is_reader_ && st.ok()) {
-      if (features_.explicit_reads) {
-        runs = PlanRuns(mine, file_size_, 0);
-        my_bytes = RunsEnd(runs, 0);
-      } else {
-        for (const Extent& e : mine) my_bytes += e.length;
-        my_bytes = AlignUp(my_bytes);
-      }
+      for (const Extent& e : mine) my_bytes += e.length;
+      my_bytes = AlignUp(my_bytes);
     }
     std::vector<uint64_t> sizes(topo_->local_size());
     {
@@ -122,14 +125,9 @@ class CursorWindowReader final : public WindowReader {
 
     std::byte* base = window_->base();
     auto* table = reinterpret_cast<Extent*>(base);
-    if (features_.explicit_reads) {
-      for (Run& r : runs) r.window += my_base;
-      st = ReadRuns(runs, base);
-      for (size_t n = 0; n < mine.size(); ++n) {
-        table[begin + n] = {Locate(runs, mine[n].offset), mine[n].length};
-      }
-    } else {
+    {
       Stopwatch w(times_.copy);
+      WillNeed(mine);
       uint64_t at = my_base;
       for (size_t n = 0; n < mine.size(); ++n) {
         std::memcpy(base + at, cursor_->map() + mine[n].offset, mine[n].length);
@@ -212,6 +210,21 @@ class CursorWindowReader final : public WindowReader {
     return Status::Ok();
   }
 
+  // Asks the kernel to read the pages of `extents` now, in parallel, rather
+  // than fault them in one after another while copying.
+  void WillNeed(const std::vector<Extent>& extents) {
+    for (const Run& r : PlanRuns(extents, cursor_->map_size(), 0)) AdviseWillNeed(r.file, r.length);
+  }
+
+  // madvise(WILLNEED) of [offset, offset + length) of the map, in pieces
+  // the kernel reads whole.
+  void AdviseWillNeed(uint64_t offset, uint64_t length) {
+    auto* map = const_cast<std::byte*>(cursor_->map());
+    for (uint64_t at = offset; at < offset + length; at += kWillNeedBytes) {
+      ::madvise(map + at, std::min(kWillNeedBytes, offset + length - at), MADV_WILLNEED);
+    }
+  }
+
   // Speculative prefetch: the next fetch is predicted to cover this fetch's
   // byte span shifted by the stride seen between the last two fetches; the
   // kernel is asked to read it ahead (MADV_WILLNEED) while this reader
@@ -228,7 +241,7 @@ class CursorWindowReader final : public WindowReader {
       const uint64_t from = AlignDown(lo + stride);
       const uint64_t to = std::min(AlignUp(hi + stride), cursor_->map_size());
       if (from < to) {
-        ::madvise(const_cast<std::byte*>(cursor_->map()) + from, to - from, MADV_WILLNEED);
+        AdviseWillNeed(from, to - from);
         counters_.prefetch_bytes += to - from;
       }
     }

@@ -4,8 +4,12 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <type_traits>
 
 #include "common/clock.h"
@@ -72,6 +76,26 @@ class Oracle {
   std::vector<std::byte> expected_;
 };
 
+// The "name value" lines of `path` whose value is a number, in order.
+Result<std::vector<std::pair<std::string, double>>> ReadCounters(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::FromErrno(errno, path);
+  std::vector<std::pair<std::string, double>> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string name, value, extra;
+    if (!(fields >> name >> value) || (fields >> extra) || name[0] == '#') continue;
+    char* end = nullptr;
+    const double v = std::strtod(value.c_str(), &end);
+    if (end != value.c_str() + value.size()) continue;
+    out.emplace_back(name, v);
+  }
+  if (in.bad()) return Status::IOError(path + ": read failed");
+  if (out.empty()) return Status::Corruption(path + ": no \"name value\" counter lines");
+  return out;
+}
+
 }  // namespace
 
 Result<LmdbReadReport> RunLmdbRead(MPI_Comm comm, const std::string& db,
@@ -81,8 +105,12 @@ Result<LmdbReadReport> RunLmdbRead(MPI_Comm comm, const std::string& db,
   MPI_Comm_size(comm, &report.ranks);
   const int rank = report.rank;
   // The loop below and the check's reduction are collective.
-  DLFS_RETURN_IF_ERROR(AgreeOnValues(comm, {{"iterations", std::to_string(options.iterations)},
-                                            {"check", options.check ? "on" : "off"}}));
+  // Only rank 0 reads the counters file, but whether there is one decides
+  // which collectives run.
+  DLFS_RETURN_IF_ERROR(
+      AgreeOnValues(comm, {{"iterations", std::to_string(options.iterations)},
+                           {"check", options.check ? "on" : "off"},
+                           {"counters file", options.counters_file.empty() ? "none" : "given"}}));
   Oracle oracle;
   if (options.check) {
     // Every rank stops, or none does (the reader's open is collective).
@@ -102,6 +130,16 @@ Result<LmdbReadReport> RunLmdbRead(MPI_Comm comm, const std::string& db,
   uint32_t digest = 0;
   uint64_t mismatches = 0;
   MPI_Barrier(comm);
+  std::vector<std::pair<std::string, double>> counters_before;
+  if (!options.counters_file.empty()) {
+    Status st;
+    if (rank == 0) {
+      auto c = ReadCounters(options.counters_file);
+      if (c.ok()) counters_before = std::move(*c);
+      st = c.status();
+    }
+    DLFS_RETURN_IF_ERROR(AgreeOnStatus(comm, st));
+  }
   const double start = Now();
   for (uint64_t i = 0; i < options.iterations; ++i) {
     DLFS_RETURN_IF_ERROR(reader->Next());  // collective: the same error on every rank
@@ -125,6 +163,20 @@ Result<LmdbReadReport> RunLmdbRead(MPI_Comm comm, const std::string& db,
   MPI_Barrier(comm);
   report.wall_s = Now() - start;
   getrusage(RUSAGE_SELF, &after);
+  if (!options.counters_file.empty()) {
+    Status st;
+    if (rank == 0) {
+      auto c = ReadCounters(options.counters_file);
+      st = c.status();
+      for (size_t k = 0; c.ok() && k < c->size(); ++k) {
+        const auto& [name, value] = (*c)[k];
+        const auto was = std::find_if(counters_before.begin(), counters_before.end(),
+                                      [&](const auto& b) { return b.first == name; });
+        if (was != counters_before.end()) report.counters.emplace_back(name, value - was->second);
+      }
+    }
+    DLFS_RETURN_IF_ERROR(AgreeOnStatus(comm, st));
+  }
 
   LmdbReadRankResult mine;
   std::memset(static_cast<void*>(&mine), 0, sizeof mine);  // padding too: it is sent as bytes

@@ -5,11 +5,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <unordered_set>
 
 #include "common/file_util.h"
+#include "dlfs/io_engine.h"
 #include "dlfs/lmdb.h"
 
 namespace dlfs {
@@ -24,6 +27,11 @@ constexpr uint16_t kPageBranch = 0x01, kPageLeaf = 0x02, kPageOverflow = 0x04, k
                    kPageLeaf2 = 0x20;
 constexpr uint16_t kNodeBigData = 0x01, kNodeSubData = 0x02, kNodeDupData = 0x04;
 constexpr uint32_t kMaxDepth = 32;  // CURSOR_STACK in mdb.c
+// Tree pages (and overflow headers) read at once: a branch page's children
+// are independent reads, and on a file system with a per-request latency
+// (a parallel file system) reading them one after the other costs one
+// round trip per leaf.
+constexpr uint32_t kParallelReads = 32;
 // Offsets inside a meta page (after the page header), x86-64.
 constexpr size_t kMetaMagic = 16, kMetaVersion = 20, kMetaFreeDb = 40, kMetaMainDb = 88,
                  kMetaLastPage = 136, kMetaTxnid = 144;
@@ -73,8 +81,16 @@ class LmdbParser {
     }
     out_->offsets_.reserve(st.entries);
     out_->lengths_.reserve(st.entries);
-    page_.resize(st.page_size);
-    DLFS_RETURN_IF_ERROR(Walk(root, 1));
+    EngineOptions eo;
+    eo.kind = EngineKind::kPread;
+    eo.direct_io = false;
+    eo.queue_depth = kParallelReads;
+    auto engine = CreateEngine({path_}, eo);
+    if (!engine.ok()) return engine.status();
+    engine_ = std::move(*engine);
+    std::vector<std::vector<std::byte>> pages;
+    DLFS_RETURN_IF_ERROR(ReadPages({root}, &pages));
+    DLFS_RETURN_IF_ERROR(Walk(root, 1, pages[0]));
     if (out_->offsets_.size() != st.entries) {
       return Bad("the tree holds " + std::to_string(out_->offsets_.size()) +
                  " records, the meta page says " + std::to_string(st.entries));
@@ -141,25 +157,45 @@ class LmdbParser {
     return Status::Ok();
   }
 
-  Status ReadPage(uint64_t pgno, std::vector<std::byte>* buf) {
+  // Reads pages `pgnos` (all at once) into (*pages)[i], checking that each
+  // is in range, reached only once, and names itself.
+  Status ReadPages(const std::vector<uint64_t>& pgnos, std::vector<std::vector<std::byte>>* pages) {
     const uint32_t psize = out_->stats_.page_size;
-    if (pgno < 2 || pgno > out_->stats_.last_page) {
-      return BadPage(pgno, "page number out of range (last page " +
-                               std::to_string(out_->stats_.last_page) + ")");
+    pages->assign(pgnos.size(), std::vector<std::byte>(psize));
+    std::vector<ReadRequest> requests(pgnos.size());
+    for (size_t i = 0; i < pgnos.size(); ++i) {
+      const uint64_t pgno = pgnos[i];
+      if (pgno < 2 || pgno > out_->stats_.last_page) {
+        return BadPage(pgno, "page number out of range (last page " +
+                                 std::to_string(out_->stats_.last_page) + ")");
+      }
+      if (!visited_.insert(pgno).second) return BadPage(pgno, "page reached twice (a cycle)");
+      requests[i].offset = pgno * psize;
+      requests[i].length = psize;
+      requests[i].buffer = (*pages)[i].data();
     }
-    buf->resize(psize);
-    DLFS_RETURN_IF_ERROR(PreadFull(fd_, buf->data(), psize, pgno * psize, path_));
-    if (Load<uint64_t>(buf->data()) != pgno) return BadPage(pgno, "page header names another page");
+    DLFS_RETURN_IF_ERROR(ReadAll(requests));
+    for (size_t i = 0; i < pgnos.size(); ++i) {
+      if (Load<uint64_t>((*pages)[i].data()) != pgnos[i]) {
+        return BadPage(pgnos[i], "page header names another page");
+      }
+    }
     return Status::Ok();
   }
 
-  // Depth-first, left to right: records come out in key order.
-  Status Walk(uint64_t pgno, uint32_t depth) {
+  Status ReadAll(const std::vector<ReadRequest>& requests) {
+    if (requests.empty()) return Status::Ok();
+    std::vector<Status> results(requests.size());
+    DLFS_RETURN_IF_ERROR(engine_->Read(requests, results));
+    for (const Status& r : results) DLFS_RETURN_IF_ERROR(r);
+    return Status::Ok();
+  }
+
+  // Depth-first, left to right: records come out in key order. `page` is
+  // page `pgno`, already read; a branch page's children are read together.
+  Status Walk(uint64_t pgno, uint32_t depth, const std::vector<std::byte>& page) {
     LmdbStats& st = out_->stats_;
     if (depth > st.depth) return BadPage(pgno, "tree deeper than the meta page says");
-    if (!visited_.insert(pgno).second) return BadPage(pgno, "page reached twice (a cycle)");
-    std::vector<std::byte> page;
-    DLFS_RETURN_IF_ERROR(ReadPage(pgno, &page));
     const uint32_t psize = st.page_size;
     const uint16_t flags = Load<uint16_t>(page.data() + 10);
     const uint16_t lower = Load<uint16_t>(page.data() + 12);
@@ -175,6 +211,8 @@ class LmdbParser {
     const uint32_t nkeys = (lower - kPageHeader) / 2;
     if (nkeys == 0) return BadPage(pgno, "empty page in the tree");
     (leaf ? st.leaf_pages : st.branch_pages) += 1;
+    std::vector<uint64_t> children;
+    std::vector<std::pair<uint64_t, uint64_t>> overflow;  // (first page, value bytes) to check
     for (uint32_t k = 0; k < nkeys; ++k) {
       const uint16_t at = Load<uint16_t>(page.data() + kPageHeader + 2 * k);
       if (at < lower || at > psize - kNodeHeader) return BadPage(pgno, "node outside the page");
@@ -185,8 +223,7 @@ class LmdbParser {
       if (at + kNodeHeader + ksize > psize) return BadPage(pgno, "key runs past the page");
       const std::string_view key(reinterpret_cast<const char*>(node + kNodeHeader), ksize);
       if (branch) {
-        const uint64_t child = lo | uint64_t{hi} << 16 | uint64_t{nflags} << 32;
-        DLFS_RETURN_IF_ERROR(Walk(child, depth + 1));
+        children.push_back(lo | uint64_t{hi} << 16 | uint64_t{nflags} << 32);
         continue;
       }
       if (nflags & (kNodeSubData | kNodeDupData)) {
@@ -200,6 +237,7 @@ class LmdbParser {
         if (data_at + 8 > psize) return BadPage(pgno, "overflow reference runs past the page");
         const uint64_t ov = Load<uint64_t>(node + kNodeHeader + ksize);
         DLFS_RETURN_IF_ERROR(CheckOverflow(ov, dsize));
+        if (options_.check_overflow_headers) overflow.emplace_back(ov, dsize);
         offset = ov * psize + kPageHeader;
       } else {
         if (data_at + dsize > psize) return BadPage(pgno, "value runs past the page");
@@ -216,6 +254,35 @@ class LmdbParser {
       out_->offsets_.push_back(offset);
       out_->lengths_.push_back(dsize);
     }
+    if (!overflow.empty()) DLFS_RETURN_IF_ERROR(CheckOverflowHeaders(overflow));
+    // Children in groups of kParallelReads: few pages in memory at a time,
+    // one round trip per group.
+    for (size_t first = 0; first < children.size(); first += kParallelReads) {
+      const size_t n = std::min<size_t>(kParallelReads, children.size() - first);
+      const std::vector<uint64_t> group(children.begin() + first, children.begin() + first + n);
+      std::vector<std::vector<std::byte>> pages;
+      DLFS_RETURN_IF_ERROR(ReadPages(group, &pages));
+      for (size_t i = 0; i < n; ++i) DLFS_RETURN_IF_ERROR(Walk(group[i], depth + 1, pages[i]));
+    }
+    return Status::Ok();
+  }
+
+  // Reads the first page header of each overflow run, all at once, and checks it.
+  Status CheckOverflowHeaders(const std::vector<std::pair<uint64_t, uint64_t>>& runs) {
+    const uint32_t psize = out_->stats_.page_size;
+    std::vector<std::byte> headers(runs.size() * kPageHeader);
+    std::vector<ReadRequest> requests(runs.size());
+    for (size_t i = 0; i < runs.size(); ++i) {
+      requests[i].offset = runs[i].first * psize;
+      requests[i].length = kPageHeader;
+      requests[i].buffer = headers.data() + i * kPageHeader;
+    }
+    DLFS_RETURN_IF_ERROR(ReadAll(requests));
+    for (size_t i = 0; i < runs.size(); ++i) {
+      DLFS_RETURN_IF_ERROR(CheckLmdbOverflowHeader({headers.data() + i * kPageHeader, kPageHeader},
+                                                   runs[i].first * psize + kPageHeader,
+                                                   runs[i].second, psize, path_));
+    }
     return Status::Ok();
   }
 
@@ -228,12 +295,6 @@ class LmdbParser {
       return BadPage(pgno, "overflow run of " + std::to_string(pages) + " pages runs past page " +
                                std::to_string(st.last_page));
     }
-    if (options_.check_overflow_headers) {
-      std::byte hdr[kPageHeader];
-      DLFS_RETURN_IF_ERROR(PreadFull(fd_, hdr, sizeof hdr, pgno * st.page_size, path_));
-      DLFS_RETURN_IF_ERROR(CheckLmdbOverflowHeader(hdr, pgno * st.page_size + kPageHeader, dsize,
-                                                   st.page_size, path_));
-    }
     st.overflow_pages += pages;
     return Status::Ok();
   }
@@ -244,8 +305,8 @@ class LmdbParser {
   LmdbMapOptions options_;
   LmdbRecordMap* out_;
   std::vector<std::byte> meta_;
-  std::byte db_[48] = {};  // the main database's MDB_db record
-  std::vector<std::byte> page_;
+  std::byte db_[48] = {};             // the main database's MDB_db record
+  std::unique_ptr<IoEngine> engine_;  // reads the tree pages and overflow headers
   std::unordered_set<uint64_t> visited_;
 };
 

@@ -23,8 +23,12 @@ struct LmdbioFeatures {
   // Values reach the window by pread / io_uring of their byte ranges, not
   // by copying from liblmdb's mmap.
   bool explicit_reads = false;
-  // The record map (every value's byte range) is parsed from data.mdb once,
-  // by rank 0, and broadcast: no cursor and no mmap during training.
+  // The record map (every value's byte range) is found once, at open, by
+  // rank 0 walking a liblmdb cursor over the records the run will read,
+  // and broadcast (LMDBIO's DIO): no cursor and no mmap during training.
+  bool record_map_from_cursor = false;
+  // The record map is parsed from data.mdb's tree pages instead (parallel
+  // preads, no liblmdb): PROV.
   bool record_map_from_parser = false;
   // One read step serves several iterations (about coalesce_bytes per reader).
   bool coalesce_iterations = false;
@@ -43,7 +47,9 @@ constexpr LmdbioFeatures FeaturesOf(const LmdbioOptions& options) {
       return {
           .shared_window = true, .cursor_handoff = true, .speculative_prefetch = options.prefetch};
     case LmdbioMode::kLmmDio:
-      return {.shared_window = true, .cursor_handoff = true, .explicit_reads = true};
+      // A branch of lmm, as in LMDBIO: DM's cursor hand-off is not needed
+      // once the offsets are known up front.
+      return {.shared_window = true, .explicit_reads = true, .record_map_from_cursor = true};
     case LmdbioMode::kLmmDioProv:
       return {.shared_window = true, .explicit_reads = true, .record_map_from_parser = true};
     case LmdbioMode::kLmmDioProvCoal:

@@ -76,7 +76,7 @@ Result<std::unique_ptr<LmdbioReader>> LmdbioReader::Open(MPI_Comm comm, const st
   const lmdbio::LmdbioFeatures features = lmdbio::FeaturesOf(options);
   Result<std::unique_ptr<LmdbioReader>> reader =
       !features.shared_window ? lmdbio::OpenBaselineReader(own, path, options)
-      : features.record_map_from_parser
+      : features.record_map_from_parser || features.record_map_from_cursor
           ? lmdbio::OpenMapWindowReader(own, std::move(*topo), path, options, features)
           : lmdbio::OpenCursorWindowReader(own, std::move(*topo), path, options, features);
   if (reader.ok()) (*reader)->times_.setup = Now() - start;

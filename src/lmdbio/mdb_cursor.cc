@@ -45,7 +45,7 @@ Result<const std::byte*> FindMapping(const std::string& file) {
 
 }  // namespace
 
-Result<std::unique_ptr<MdbCursor>> MdbCursor::Open(const std::string& path, bool walk_only) {
+Result<std::unique_ptr<MdbCursor>> MdbCursor::Open(const std::string& path, bool no_readahead) {
   auto c = std::unique_ptr<MdbCursor>(new MdbCursor(path));
   int rc = mdb_env_create(&c->env_);
   if (rc != 0) return MdbError(rc, path, "mdb_env_create");
@@ -54,7 +54,8 @@ Result<std::unique_ptr<MdbCursor>> MdbCursor::Open(const std::string& path, bool
   // Caffe opens read-only without thread-local slots; no lock file, so a
   // read-only directory works and ranks do not contend on the lock.
   const unsigned flags = MDB_RDONLY | MDB_NOTLS | MDB_NOLOCK |
-                         (S_ISDIR(st.st_mode) ? 0 : MDB_NOSUBDIR) | (walk_only ? MDB_NORDAHEAD : 0);
+                         (S_ISDIR(st.st_mode) ? 0 : MDB_NOSUBDIR) |
+                         (no_readahead ? MDB_NORDAHEAD : 0);
   if ((rc = mdb_env_open(c->env_, path.c_str(), flags, 0)) != 0)
     return MdbError(rc, path, "mdb_env_open");
   if ((rc = mdb_txn_begin(c->env_, nullptr, MDB_RDONLY, &c->txn_)) != 0)
@@ -69,6 +70,7 @@ Result<std::unique_ptr<MdbCursor>> MdbCursor::Open(const std::string& path, bool
   MDB_envinfo info;
   mdb_env_info(c->env_, &info);
   c->map_size_ = (info.me_last_pgno + 1) * uint64_t{stat.ms_psize};
+  c->page_size_ = stat.ms_psize;
   DLFS_ASSIGN_OR_RETURN(c->map_, FindMapping(LmdbDataFile(path)));
   if (c->entries_ == 0) return Status::InvalidArgument(path + ": the database has no records");
   DLFS_RETURN_IF_ERROR(c->Get(MDB_FIRST));

@@ -20,18 +20,22 @@ namespace dlfs::lmdbio {
 class MdbCursor {
  public:
   // Opens `path` (the LMDB directory or its data.mdb) read-only, without a
-  // lock file, positioned at the first record. `walk_only`: the map is only
-  // used to walk the tree (values are read with explicit reads), so kernel
-  // read-around on its page faults would only pull in value pages early and
-  // disturb the explicit reads' readahead: MDB_NORDAHEAD turns it off.
+  // lock file, positioned at the first record. `no_readahead`
+  // (MDB_NORDAHEAD): a page fault reads only the faulted page. For callers
+  // that read values some other way (explicit reads) or ask for the pages
+  // they will copy (madvise WILLNEED): kernel read-around on a tree page's
+  // fault would pull in the 128 KiB around it, mostly values nobody here
+  // wants, one fault at a time.
   // NotFound / IOError from liblmdb, InvalidArgument for an empty database.
-  static Result<std::unique_ptr<MdbCursor>> Open(const std::string& path, bool walk_only = false);
+  static Result<std::unique_ptr<MdbCursor>> Open(const std::string& path,
+                                                 bool no_readahead = false);
   ~MdbCursor();
 
   uint64_t entries() const { return entries_; }
   // liblmdb's map of data.mdb: values are views into it.
   const std::byte* map() const { return map_; }
   uint64_t map_size() const { return map_size_; }  // bytes of the used pages
+  uint32_t page_size() const { return page_size_; }
 
   // Moves to the next record, wrapping to the first after the last.
   Status Step();
@@ -57,6 +61,7 @@ class MdbCursor {
   uint64_t entries_ = 0;
   const std::byte* map_ = nullptr;
   uint64_t map_size_ = 0;
+  uint32_t page_size_ = 0;
 };
 
 }  // namespace dlfs::lmdbio

@@ -52,13 +52,19 @@ std::pair<uint64_t, uint64_t> ReaderPart(uint64_t total, uint32_t readers, uint3
 
 std::vector<Run> ReaderShare(const std::vector<Run>& runs, uint64_t total, uint32_t readers,
                              uint32_t k, uint64_t read_bytes) {
-  const uint64_t share = AlignUp((total + readers - 1) / readers);
+  // Reader k's share is [k*share, (k+1)*share) of the window, whatever the
+  // runs look like: pieces are cut at share boundaries as well as every
+  // `cap` bytes, so no reader reads more than a page beyond an even share
+  // (a step's time is its slowest reader's).
+  const uint64_t share = std::max(kAlign, AlignUp((total + readers - 1) / readers));
   const uint64_t cap = std::max(kAlign, std::min(AlignUp(read_bytes), share));
+  const uint64_t lo = uint64_t{k} * share, hi = lo + share;
   std::vector<Run> mine;
   for (const Run& r : runs) {
-    for (uint64_t at = 0; at < r.length; at += cap) {
-      const Run piece{r.file + at, std::min(cap, r.length - at), r.window + at};
-      if (piece.window * readers / std::max<uint64_t>(total, 1) == k) mine.push_back(piece);
+    const uint64_t begin = std::max(r.window, lo), end = std::min(r.window + r.length, hi);
+    for (uint64_t at = begin; at < end; at += cap) {
+      const uint64_t n = std::min(cap, end - at);
+      mine.push_back({r.file + (at - r.window), n, at});
     }
   }
   return mine;

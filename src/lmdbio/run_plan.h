@@ -52,9 +52,9 @@ const Run* FindRun(const std::vector<Run>& runs, uint64_t offset);
 std::pair<uint64_t, uint64_t> ReaderPart(uint64_t total, uint32_t readers, uint32_t k);
 
 // Reader `k`'s share of the runs of one step, which fill [0, total) of the
-// window: the runs are cut into reads of at most `read_bytes` (and no more
-// than an even share per reader), and each reader gets the reads that
-// start in its contiguous share of the window.
+// window: the window is cut into `readers` even, page-aligned shares, and
+// reader k gets the parts of the runs in its share, as reads of at most
+// `read_bytes` (sorted by file offset, as the runs are).
 std::vector<Run> ReaderShare(const std::vector<Run>& runs, uint64_t total, uint32_t readers,
                              uint32_t k, uint64_t read_bytes);
 

@@ -1,5 +1,7 @@
 #include "lmdbio/shared_window.h"
 
+#include <sys/mman.h>
+
 #include <string>
 
 #include "dlfs/mpi.h"
@@ -29,6 +31,12 @@ Status SharedWindow::Reserve(MPI_Comm node, uint64_t bytes) {
   capacity_ = static_cast<uint64_t>(size) - (AlignUp(addr) - addr);
   MPI_Win_lock_all(MPI_MODE_NOCHECK, win_);
   ++generation_;
+#ifdef MADV_POPULATE_WRITE
+  // Every rank maps the pages now, in one call, rather than faulting them in
+  // one by one during the first step's reads and copies. Contents are not
+  // touched; a kernel without MADV_POPULATE_WRITE simply faults later.
+  ::madvise(base_, capacity_, MADV_POPULATE_WRITE);
+#endif
   return Status::Ok();
 }
 

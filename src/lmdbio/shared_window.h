@@ -23,7 +23,8 @@ class SharedWindow {
   ~SharedWindow() { Free(); }
 
   // Collective over `node`; every rank passes the same `bytes`. Keeps the
-  // contents only when no reallocation is needed.
+  // contents only when no reallocation is needed. A new window is mapped
+  // (page tables populated) in every rank before this returns.
   Status Reserve(MPI_Comm node, uint64_t bytes);
 
   // Makes this process's stores visible to the node (MPI_Win_sync).

@@ -60,7 +60,7 @@ Status WindowReader::OpenEngine() {
   return Status::Ok();
 }
 
-void WindowReader::FinishInit() {
+Status WindowReader::FinishInit(uint64_t step_bytes) {
   window_ = std::make_unique<SharedWindow>();
   description_ = std::string(LmdbioModeName(options_.mode)) + ": " + std::to_string(readers_here_) +
                  " reader(s)/node, " + std::to_string(topo_->node_count()) + " node(s)";
@@ -71,6 +71,7 @@ void WindowReader::FinishInit() {
     description_ += ", stagger group " + std::to_string(options_.stagger_group);
   }
   if (engine_) description_ += "; " + engine_->description();
+  return window_->Reserve(topo_->node(), step_bytes);
 }
 
 Status WindowReader::Next() {

@@ -47,8 +47,11 @@ class WindowReader : public LmdbioReader {
   Status SetUpReaders();
   // Init, on readers with explicit reads: the engine over data_file_. Local.
   Status OpenEngine();
-  // Init, last part: the window and the description.
-  void FinishInit();
+  // Init, last part (collective over the node): the window, sized for a
+  // step of `step_bytes` (it grows later if a step needs more), and the
+  // description. Allocating and mapping the window at open keeps that
+  // one-time cost out of the first iteration.
+  Status FinishInit(uint64_t step_bytes);
 
   // Fills the window with the node list of step `s`; every rank of the node
   // calls it, after the node's previous step is no longer in use.

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -20,6 +21,7 @@
 #include "dlfs/lmdbio.h"
 #include "dlfs/mpi.h"
 #include "lmdb_writer.h"
+#include "lmdbio/run_plan.h"
 #include "mpi/mpi_testutil.h"
 #include "testutil.h"
 
@@ -298,6 +300,85 @@ TEST_F(LmdbioTest, EachRecordOncePerEpoch) {
     uint64_t not_once = 0;
     for (uint32_t h : total) not_once += h != 1;
     EXPECT_EQ(not_once, 0u) << LmdbioModeName(mode);
+  }
+}
+
+// With planned_iterations, lmm-dio walks only the records the run reads
+// and coal cuts its last read short; every mode still returns the baseline's
+// records, including when the run wraps around the end of the database,
+// and no more iterations than planned.
+TEST_F(LmdbioTest, PlannedIterationsReadTheSameRecords) {
+  const auto oracle = OracleValues(Db("mixed"));
+  FakeNodes nodes(2);
+  for (uint64_t iters : {uint64_t{5}, oracle.size() / 16 + 3}) {
+    for (LmdbioMode mode : kAllModes) {
+      LmdbioOptions o;
+      o.mode = mode;
+      o.batch_size = 16;
+      o.readers_per_node = 2;
+      o.coalesce_bytes = 256 * 1024;
+      o.planned_iterations = iters;
+      SCOPED_TRACE(std::string(LmdbioModeName(mode)) + " " + std::to_string(iters) + " iterations");
+      auto reader = LmdbioReader::Open(MPI_COMM_WORLD, Db("mixed"), o);
+      ASSERT_OK(reader);
+      std::vector<uint32_t> hits(oracle.size());
+      for (uint64_t i = 0; i < iters; ++i) {
+        ASSERT_OK((*reader)->Next());
+        for (uint32_t j = 0; j < (*reader)->count(); ++j) {
+          const uint64_t expected = (i * 16 + Rank() * (16 / Ranks()) + j) % oracle.size();
+          const auto bytes = (*reader)->record(j);
+          ASSERT_EQ((*reader)->record_index(j), expected);
+          ASSERT_EQ(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
+                    oracle[expected]);
+        }
+      }
+      // The baseline reads as it goes; the others planned their reads.
+      if (mode != LmdbioMode::kBaseline) {
+        EXPECT_EQ((*reader)->Next().code(), StatusCode::kInvalidArgument);
+      }
+    }
+  }
+}
+
+// A node's readers split each step evenly, whatever the runs: each reads
+// its page-aligned share, in reads of at most the given size, and together
+// they cover every run exactly once.
+TEST(RunPlan, ReaderSharesAreEvenAndCoverTheRuns) {
+  using lmdbio::Extent;
+  using lmdbio::Run;
+  constexpr uint64_t kMiB = 1 << 20;
+  // Five runs of 1.6 MB (16 ImageNet-like records each), far apart.
+  std::vector<Extent> extents;
+  for (uint64_t r = 0; r < 5; ++r) extents.push_back({r * 10 * kMiB + 16, 1'600'000});
+  const std::vector<Run> runs = lmdbio::PlanRuns(extents, 100 * kMiB, 0);
+  ASSERT_EQ(runs.size(), 5u);
+  const uint64_t total = lmdbio::RunsEnd(runs, 0);
+  for (uint32_t readers : {1u, 2u, 3u, 7u}) {
+    std::vector<std::pair<uint64_t, uint64_t>> pieces;  // (window, length)
+    uint64_t most = 0;
+    for (uint32_t k = 0; k < readers; ++k) {
+      uint64_t mine = 0;
+      for (const Run& p : lmdbio::ReaderShare(runs, total, readers, k, kMiB)) {
+        EXPECT_LE(p.length, kMiB);
+        EXPECT_EQ(p.file % 4096, 0u);
+        // The piece reads the file bytes that sit at its window offset.
+        const Run* r = lmdbio::FindRun(runs, p.file);
+        ASSERT_NE(r, nullptr);
+        EXPECT_EQ(p.window - r->window, p.file - r->file);
+        pieces.emplace_back(p.window, p.length);
+        mine += p.length;
+      }
+      most = std::max(most, mine);
+    }
+    // No reader reads more than an even share, rounded up to a page.
+    EXPECT_LE(most, (total + readers - 1) / readers + 4096) << readers << " readers";
+    std::sort(pieces.begin(), pieces.end());
+    uint64_t at = 0;
+    for (const auto& [w, n] : pieces) {
+      EXPECT_EQ(w, at);  // no gap, no overlap
+      at = w + n;
+    }
+    EXPECT_EQ(at, total);
   }
 }
 
