@@ -80,6 +80,12 @@ class VolumeBuilder {
   Status EndSample();
   void AbortSample();
 
+  // Sets the label of the n-th sample added (counting from 0, aborted
+  // samples not counted), e.g. once a label that arrives after the sample's
+  // bytes is known. InvalidArgument for n >= sample_count() or a label out
+  // of range.
+  Status SetLabel(uint64_t n, uint32_t label);
+
   // Writes the directory and superblocks, syncs and publishes the volume.
   // InvalidArgument if two samples share a path or a sample's path is also
   // a directory. The builder is unusable afterwards, whatever the result.

@@ -355,6 +355,12 @@ Status VolumeBuilder::BeginSample(std::string_view path, uint32_t label) {
   if (m.closed_) return Status::InvalidArgument("builder already finished");
   if (m.in_sample_) return Status::InvalidArgument("BeginSample while a sample is open");
   if (label == format::kNone - 1) return Status::InvalidArgument("label out of range");
+  // Components are checked below; a leading '/' would otherwise vanish with
+  // the empty component before it ("/etc/x" stored as "etc/x").
+  if (path.starts_with('/')) {
+    return Status::InvalidArgument("bad sample path '" + std::string(path) +
+                                   "': absolute (paths in a volume are relative)");
+  }
   const size_t slash = path.rfind('/');
   const std::string_view dir = slash == path.npos ? std::string_view() : path.substr(0, slash);
   const std::string_view name = slash == path.npos ? path : path.substr(slash + 1);
@@ -400,6 +406,20 @@ void VolumeBuilder::AbortSample() {
   m.in_sample_ = false;
   m.names_.resize(m.cur_.name_offset);
   Impl::Rewind(m.targets_[m.cur_.target], m.cur_.offset);
+}
+
+Status VolumeBuilder::SetLabel(uint64_t n, uint32_t label) {
+  Impl& m = *impl_;
+  if (m.closed_) return Status::InvalidArgument("builder already finished");
+  if (n >= m.samples_.size()) {
+    return Status::InvalidArgument("SetLabel: no sample " + std::to_string(n) + " (" +
+                                   std::to_string(m.samples_.size()) + " added)");
+  }
+  if (label == format::kNone - 1) return Status::InvalidArgument("label out of range");
+  m.samples_[n].label = label;
+  // Not lowered when a label is replaced: class_count() never shrinks.
+  if (label != format::kNone) m.max_label_plus_one_ = std::max(m.max_label_plus_one_, label + 1);
+  return Status::Ok();
 }
 
 Status VolumeBuilder::Finish() {
