@@ -121,8 +121,9 @@ class VolumeBuilder::Impl {
   }
 
   Status Write(TargetFile& t, std::span<const std::byte> data) {
-    // Reserved on first use: a target may never receive a sample.
-    if (t.buf.capacity() < kWriteBuffer) t.buf.reserve(kWriteBuffer);
+    // Grown as data comes (up to kWriteBuffer), not reserved whole: a small
+    // volume, or a target that never receives a sample, does not pay for
+    // 8 MiB.
     while (!data.empty()) {
       const size_t room = kWriteBuffer - t.buf.size();
       const size_t n = std::min(room, data.size());

@@ -36,7 +36,7 @@ constexpr size_t kChunk = 1u << 20;
 class TarImport {
  public:
   TarImport(const std::vector<std::string>& shards, PackContext& ctx)
-      : shards_(shards), ctx_(ctx), buf_(kChunk) {}
+      : shards_(shards), ctx_(ctx) {}
 
   Status Run() {
     for (uint32_t s = 0; s < shards_.size(); ++s) DLFS_RETURN_IF_ERROR(ImportShard(s));
@@ -121,6 +121,10 @@ class TarImport {
     const auto known = key_ids_.find(std::string(key));
     const uint32_t label = known != key_ids_.end() ? labels_[known->second] : kNoLabel;
     DLFS_RETURN_IF_ERROR(b.BeginSample(path, label).WithContext(shard));
+    // Sized by the largest member so far (bytes that exist: a member whose
+    // declared size was beyond the archive never gets here), at most kChunk.
+    if (buf_.size() < std::min<uint64_t>(size, kChunk))
+      buf_.resize(std::min<uint64_t>(size, kChunk));
     while (true) {
       Result<size_t> n = reader.Read(buf_);
       Status st = n.status();

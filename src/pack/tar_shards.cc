@@ -52,6 +52,8 @@ Status CheckTarMemberPath(const std::string& shard, std::string_view path) {
 
 namespace {
 
+constexpr uint64_t kMaxBlock = 1 << 20;
+
 std::string StripDotSlash(const char* p) {
   std::string s = p != nullptr ? p : "";
   while (s.starts_with("./")) s.erase(0, 2);
@@ -85,7 +87,12 @@ Status TarShardReader::Open() {
   struct stat st;
   if (::stat(path_.c_str(), &st) != 0) return Status::FromErrno(errno, path_);
   file_size_ = S_ISREG(st.st_mode) ? static_cast<uint64_t>(st.st_size) : 0;
-  if (archive_read_open_filename(a_.get(), path_.c_str(), 1 << 20) != ARCHIVE_OK) return Error();
+  // Reads of 1 MiB, or of the whole file when it is smaller: a small shard
+  // need not allocate (and, under ASan, poison) a 1 MiB buffer per open.
+  const uint64_t block =
+      file_size_ == 0 ? kMaxBlock
+                      : std::clamp<uint64_t>((file_size_ + 4095) / 4096 * 4096, 4096, kMaxBlock);
+  if (archive_read_open_filename(a_.get(), path_.c_str(), block) != ARCHIVE_OK) return Error();
   return Status::Ok();
 }
 
