@@ -14,6 +14,8 @@ PACKAGES=(
   pybind11-dev python3-dev python3-numpy python3-torch libfuse3-dev fuse3
   # tests and benchmarks
   libgtest-dev libbenchmark-dev python3 python3-pytest python3-torchvision python3-lmdb
+  # fuzzing (scripts/fuzz.sh): clang and libFuzzer
+  clang-14 libfuzzer-14-dev
   # the built-in default data set
   dataset-fashion-mnist
 )
