@@ -92,12 +92,17 @@ struct PackStats {
   uint64_t classes = 0;
   uint64_t skipped = 0;
   std::vector<std::string> skipped_examples;  // "path: reason", the first few
+  // Temporary files of killed earlier packs to the same destination, removed
+  // before this one started (VolumeBuilder::removed_temporaries).
+  std::vector<std::string> removed_temporaries;
   double seconds = 0;
 };
 
 // Packs `source` into a new volume at `volume_path` (its target 0). Errors
 // name the source file at fault; on any error no volume is left at
-// `volume_path` nor at any other target path.
+// `volume_path` nor at any other target path. InvalidArgument when a target
+// lies inside a directory `source` (packing would read its own output) or
+// is the source file itself.
 Result<PackStats> Pack(const std::string& source, const std::string& volume_path,
                        const PackOptions& options);
 

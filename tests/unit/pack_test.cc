@@ -2,7 +2,9 @@
 
 #include <archive.h>
 #include <archive_entry.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -123,6 +125,102 @@ TEST(PackTest, ExistingVolumeNeedsForceAndCancelLeavesNothing) {
   cancel = false;
   ASSERT_OK(PackQuiet(src, tmp / "v.dlfs", opt));
   EXPECT_OK(Volume::Open(tmp / "v.dlfs"));
+}
+
+void WriteTar(const std::string& path,
+              const std::vector<std::pair<std::string, std::string>>& members, bool gzip);
+
+// Issue 13 #8: "dlfs pack SRC -o SRC/sub/v.dlfs" packed its own temporary
+// file (and on a small disk read its growing output until ENOSPC).
+TEST(PackTest, OutputInsideTheSourceIsRefused) {
+  TempDir tmp;
+  const std::string src = tmp / "src";
+  testing::WriteFile(src + "/a/1.png", Bytes("1"));
+  std::filesystem::create_directories(src + "/sub");
+  std::filesystem::create_directory_symlink(src, tmp / "link");
+  for (const std::string out :
+       {src + "/sub/v.dlfs", src + "/v.dlfs", tmp / "link/sub/v.dlfs", src + "/../src/v.dlfs"}) {
+    auto r = PackQuiet(src, out);
+    ASSERT_FALSE(r.ok()) << out;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(out + ": is inside the source directory " + src +
+                                        ", so packing would read its own output"),
+              std::string::npos)
+        << r.status().message();
+  }
+  // A second target inside the source is refused too.
+  PackOptions two;
+  two.volume.targets = 2;
+  two.volume.target_paths = {src + "/sub/v.t1"};
+  auto r = PackQuiet(src, tmp / "v.dlfs", two);
+  EXPECT_NE(r.status().message().find("v.t1: is inside the source directory"), std::string::npos)
+      << r.status().message();
+  EXPECT_EQ(DirEntries(src), (std::vector<std::string>{"a", "sub"}));
+  EXPECT_TRUE(std::filesystem::is_empty(src + "/sub"));
+  // Beside it is fine, even with a name that starts the same.
+  ASSERT_OK(PackQuiet(src, tmp / "src2.dlfs"));
+  // A single-file source cannot be its own output, --force or not.
+  WriteTar(tmp / "x.tar", {{"a.jpg", "1"}}, false);
+  PackOptions force;
+  force.volume.overwrite = true;
+  r = PackQuiet(tmp / "x.tar", tmp / "x.tar", force);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("x.tar: is the source"), std::string::npos)
+      << r.status().message();
+}
+
+// Issue 13 #9: a pack killed with SIGKILL left "v.dlfs.tmp.PID.N" forever.
+// The next pack to that path removes such files when their process is gone
+// and nobody holds their lock, and says so.
+TEST(PackTest, StaleTemporariesOfDeadPacksAreRemoved) {
+  TempDir tmp;
+  const std::string src = tmp / "src";
+  testing::WriteFile(src + "/a/1.png", Bytes("1"));
+  // A process id that is certainly not running: a child that has exited.
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  const std::string dead = std::to_string(child);
+  const std::string stale = tmp / ("v.dlfs.tmp." + dead + ".3");
+  testing::WriteFile(stale, testing::RandomBytes(5000, 1));
+  // Left alone: a running process's (pid 1), a locked one (a builder on
+  // another host whose pid means nothing here), other names.
+  const std::string running = tmp / "v.dlfs.tmp.1.0";
+  const std::string locked = tmp / ("v.dlfs.tmp." + dead + ".4");
+  testing::WriteFile(running, Bytes("live"));
+  testing::WriteFile(locked, Bytes("locked"));
+  const int fd = ::open(locked.c_str(), O_RDWR);
+  struct flock lk {};
+  lk.l_type = F_WRLCK;
+  ASSERT_EQ(::fcntl(fd, F_OFD_SETLK, &lk), 0);
+  for (const char* other : {"v.dlfs.tmp.x.0", "v.dlfs.tmp.12", "w.dlfs.tmp.1234567.0"}) {
+    testing::WriteFile(tmp / other, Bytes("other"));
+  }
+  std::filesystem::create_directory(tmp / ("v.dlfs.tmp." + dead + ".5"));
+
+  auto stats = PackQuiet(src, tmp / "v.dlfs");
+  ASSERT_OK(stats);
+  ASSERT_EQ(stats->removed_temporaries.size(), 1u);
+  EXPECT_EQ(stats->removed_temporaries[0], stale + " (left by process " + dead + ", 5000 bytes)");
+  std::vector<std::string> left = {"src",
+                                   "v.dlfs",
+                                   "v.dlfs.tmp." + dead + ".4",
+                                   "v.dlfs.tmp." + dead + ".5",
+                                   "v.dlfs.tmp.1.0",
+                                   "v.dlfs.tmp.12",
+                                   "v.dlfs.tmp.x.0",
+                                   "w.dlfs.tmp.1234567.0"};
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(DirEntries(tmp.path()), left);
+  ::close(fd);
+  // A live builder holds the lock on its temporary file, which is what
+  // protects it from builders that cannot see its pid.
+  ASSERT_OK_AND_ASSIGN(auto b, VolumeBuilder::Create(tmp / "w.dlfs"));
+  const int probe = ::open(b->temp_path().c_str(), O_RDWR);
+  ASSERT_GE(probe, 0);
+  EXPECT_NE(::fcntl(probe, F_OFD_SETLK, &lk), 0);
+  ::close(probe);
 }
 
 // ---- IDX ---------------------------------------------------------------------
