@@ -151,7 +151,8 @@ def soak_fuse(dlfs_bin, vol_path, workdir, args, deadline):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dlfs", required=True, help="the dlfs CLI")
-    ap.add_argument("--epochs", type=int, default=1000000, help="epochs per part (default: no limit)")
+    ap.add_argument("--epochs", type=int, default=1000000,
+                    help="epochs per part (default: no limit)")
     ap.add_argument("--minutes", type=float, default=None, help="total time for both parts")
     ap.add_argument("--min-epochs", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=None, help="epochs (default: 10%%, at least 3)")
