@@ -14,7 +14,12 @@
 //                them, optionally compressed): members grouped by key (path
 //                up to the first '.' of the file name); every member except
 //                a ".cls" one is a sample under its member path, labelled
-//                with the integer in its key's ".cls" member, if any.
+//                with the integer in its key's ".cls" member, if any —
+//                wherever that member sits (before or after, in any shard;
+//                two that disagree are an error). A hard link gets its
+//                target's bytes; symbolic links, FIFOs and devices are an
+//                error (skipped and counted with skip_unreadable); absolute
+//                member paths and ".." components are refused.
 //   lmdb         an LMDB database (a directory with data.mdb, or the file),
 //                e.g. Caffe's: one sample per record in key order, named by
 //                its key (or its zero-padded record index when some key is
@@ -23,9 +28,11 @@
 //                record's value, or only the Datum's data with
 //                lmdb_payload_only.
 //
-// Packing streams: memory holds one sample (or one tar key group) plus the
-// directory entries, whatever the data set's size. The volume is written
-// atomically by VolumeBuilder.
+// Packing streams: sample bytes pass through buffers of at most a few MiB,
+// whatever a sample's size or what a header claims; memory grows only with
+// the directory entries (and, for tar, one entry per labelled key). Counts
+// and sizes read from a source are checked against the source before they
+// size anything. The volume is written atomically by VolumeBuilder.
 #pragma once
 
 #include <atomic>
