@@ -15,6 +15,8 @@ PACKAGES=(
   # tests and benchmarks
   libgtest-dev libbenchmark-dev python3 python3-pytest python3-torchvision python3-lmdb
   python3-matplotlib
+  # fuzzing (scripts/fuzz.sh): clang and libFuzzer
+  clang-14 libfuzzer-14-dev
   # the built-in default data set
   dataset-fashion-mnist
 )

@@ -1,14 +1,28 @@
 #!/usr/bin/env bash
-# Runs every test: installs dependencies, builds (Release + ASan/UBSan) and
-# runs CTest, which runs the GoogleTest suite and the pytest suite.
+# Runs every test: installs dependencies, then
+#   1. builds (RelWithDebInfo) and runs CTest: GoogleTest, pytest, MPI programs;
+#   2. the same under AddressSanitizer + UBSan;
+#   3. the tests of concurrent code (engines, loader, volume reads, stress)
+#      under ThreadSanitizer, building only them;
+#   4. each libFuzzer harness for 20 s (scripts/fuzz.sh) as a smoke check.
+# Prints how long each stage took.
 #   scripts/test.sh            everything
-#   DLFS_NO_SANITIZE=1 ...     skip the sanitizer build (faster local runs)
+#   DLFS_NO_SANITIZE=1 ...     skip stages 2-4 (faster local runs)
+#   DLFS_FUZZ_SECONDS=N ...    fuzz each harness N s in stage 4 (default 20)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
 
 jobs=$(nproc)
+times=()
+stage() {  # name, command...
+  local name=$1 start=$SECONDS
+  shift
+  echo "== $name =="
+  "$@"
+  times+=("$(printf '%-40s %5d s' "$name" $((SECONDS - start)))")
+}
 run_suite() {  # build dir, extra cmake args...
   local dir=$1
   shift
@@ -16,13 +30,22 @@ run_suite() {  # build dir, extra cmake args...
   cmake --build "$dir" -j "$jobs"
   ctest --test-dir "$dir" -j "$jobs" --output-on-failure
 }
+run_tsan() {
+  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLFS_SANITIZE=thread \
+    -DDLFS_BUILD_BENCHMARKS=OFF -DDLFS_BUILD_PYTHON=OFF >/dev/null
+  cmake --build build-tsan -j "$jobs" --target dlfs_tsan_tests
+  ctest --test-dir build-tsan -L tsan -j "$jobs" --output-on-failure
+}
 
-echo "== build and test (RelWithDebInfo) =="
-run_suite build
+stage "build and test (RelWithDebInfo)" run_suite build
 
 if [[ -z "${DLFS_NO_SANITIZE:-}" ]]; then
-  echo "== build and test under AddressSanitizer + UBSan =="
   export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp"
-  run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DDLFS_SANITIZE=address,undefined \
-    -DDLFS_BUILD_BENCHMARKS=OFF -DDLFS_BUILD_PYTHON=OFF
+  stage "build and test under ASan + UBSan" run_suite build-asan -DCMAKE_BUILD_TYPE=Debug \
+    -DDLFS_SANITIZE=address,undefined -DDLFS_BUILD_BENCHMARKS=OFF -DDLFS_BUILD_PYTHON=OFF
+  stage "concurrency tests under ThreadSanitizer" run_tsan
+  stage "fuzz smoke (${DLFS_FUZZ_SECONDS:-20} s per harness)" scripts/fuzz.sh "${DLFS_FUZZ_SECONDS:-20}"
 fi
+
+echo "== stage times =="
+printf '%s\n' "${times[@]}"

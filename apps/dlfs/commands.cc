@@ -177,6 +177,9 @@ int RunPack(PackArgs args) {
   auto stats = Pack(args.source, args.output, options);
   if (progress) std::fprintf(stderr, "\r\033[K");
   if (!stats.ok()) return Fail(stats.status());
+  for (const std::string& r : stats->removed_temporaries) {
+    std::fprintf(stderr, "dlfs: removed stale temporary file %s\n", r.c_str());
+  }
   std::printf("packed %llu samples (%s, %llu classes) from %s source %s into %s in %.2f s\n",
               static_cast<unsigned long long>(stats->samples), HumanBytes(stats->bytes).c_str(),
               static_cast<unsigned long long>(stats->classes),

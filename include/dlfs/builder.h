@@ -13,7 +13,10 @@
 // whole to the target holding the fewest bytes so far. All targets are
 // written and fsynced before any is renamed into place, target 0 last, and
 // a failed rename removes the targets already renamed; see docs/format.md §6
-// for what a crash can leave.
+// for what a crash can leave. Each temporary file carries a write lock
+// (F_OFD_SETLK) while its builder lives, so that the next builder for the
+// same path can tell a killed builder's leftovers from a running one's and
+// remove them.
 //
 // Paths are relative, '/'-separated ("cat/001.jpg"); intermediate directories
 // are created implicitly. A path may hold one sample; a name cannot be both a
@@ -55,7 +58,10 @@ class VolumeBuilder {
     std::vector<std::string> target_paths;
   };
 
-  // Creates the temporary files. AlreadyExists if a destination exists and
+  // Creates the temporary files, first removing stale ones a builder killed
+  // while writing the same destination left ("<path>.tmp.<pid>.<n>" of a
+  // process no longer running here, whose file lock nobody holds; see
+  // removed_temporaries()). AlreadyExists if a destination exists and
   // !options.overwrite; InvalidArgument for a bad alignment, target count or
   // target path (two targets naming one file, too long).
   static Result<std::unique_ptr<VolumeBuilder>> Create(const std::string& path, Options options);
@@ -80,6 +86,12 @@ class VolumeBuilder {
   Status EndSample();
   void AbortSample();
 
+  // Sets the label of the n-th sample added (counting from 0, aborted
+  // samples not counted), e.g. once a label that arrives after the sample's
+  // bytes is known. InvalidArgument for n >= sample_count() or a label out
+  // of range.
+  Status SetLabel(uint64_t n, uint32_t label);
+
   // Writes the directory and superblocks, syncs and publishes the volume.
   // InvalidArgument if two samples share a path or a sample's path is also
   // a directory. The builder is unusable afterwards, whatever the result.
@@ -90,7 +102,10 @@ class VolumeBuilder {
   // Classes the volume will have: max(class names set, largest label + 1).
   uint64_t class_count() const;
   const std::string& path() const;
-  const std::string& temp_path() const;           // target 0's
+  const std::string& temp_path() const;  // target 0's
+  // The stale temporary files Create removed: "<file> (left by process
+  // <pid>, <n> bytes)".
+  const std::vector<std::string>& removed_temporaries() const;
   std::vector<std::string> target_paths() const;  // final names, target 0 first
   std::vector<std::string> temp_paths() const;    // same order
 

@@ -14,7 +14,12 @@
 //                them, optionally compressed): members grouped by key (path
 //                up to the first '.' of the file name); every member except
 //                a ".cls" one is a sample under its member path, labelled
-//                with the integer in its key's ".cls" member, if any.
+//                with the integer in its key's ".cls" member, if any —
+//                wherever that member sits (before or after, in any shard;
+//                two that disagree are an error). A hard link gets its
+//                target's bytes; symbolic links, FIFOs and devices are an
+//                error (skipped and counted with skip_unreadable); absolute
+//                member paths and ".." components are refused.
 //   lmdb         an LMDB database (a directory with data.mdb, or the file),
 //                e.g. Caffe's: one sample per record in key order, named by
 //                its key (or its zero-padded record index when some key is
@@ -23,9 +28,11 @@
 //                record's value, or only the Datum's data with
 //                lmdb_payload_only.
 //
-// Packing streams: memory holds one sample (or one tar key group) plus the
-// directory entries, whatever the data set's size. The volume is written
-// atomically by VolumeBuilder.
+// Packing streams: sample bytes pass through buffers of at most a few MiB,
+// whatever a sample's size or what a header claims; memory grows only with
+// the directory entries (and, for tar, one entry per labelled key). Counts
+// and sizes read from a source are checked against the source before they
+// size anything. The volume is written atomically by VolumeBuilder.
 #pragma once
 
 #include <atomic>
@@ -92,12 +99,17 @@ struct PackStats {
   uint64_t classes = 0;
   uint64_t skipped = 0;
   std::vector<std::string> skipped_examples;  // "path: reason", the first few
+  // Temporary files of killed earlier packs to the same destination, removed
+  // before this one started (VolumeBuilder::removed_temporaries).
+  std::vector<std::string> removed_temporaries;
   double seconds = 0;
 };
 
 // Packs `source` into a new volume at `volume_path` (its target 0). Errors
 // name the source file at fault; on any error no volume is left at
-// `volume_path` nor at any other target path.
+// `volume_path` nor at any other target path. InvalidArgument when a target
+// lies inside a directory `source` (packing would read its own output) or
+// is the source file itself.
 Result<PackStats> Pack(const std::string& source, const std::string& volume_path,
                        const PackOptions& options);
 

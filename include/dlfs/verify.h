@@ -28,7 +28,10 @@ struct VerifyOptions {
 };
 
 // Reads every target's data region in large sequential windows (target by
-// target, in offset order) and checks every sample, then compares each
+// target, in offset order) and checks every sample. Where a window cannot
+// be read (EIO from a bad range), its samples are read one by one: exactly
+// those whose own bytes cannot be read are reported (as IOError naming the
+// sample), and checking goes on with the rest. Then it compares each
 // target's superblock copy with its primary (the primaries were checked by
 // Volume::Open). Returns an error only when verification itself could not
 // run; corrupt samples are counted in the report and passed to

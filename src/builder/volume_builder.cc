@@ -1,6 +1,8 @@
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -70,6 +72,60 @@ Result<std::string> StoredTargetPath(const std::string& target0, const std::stri
   return stored;
 }
 
+// Takes (or tests) a write lock on the whole file behind `fd`: an open file
+// description lock, held until the descriptor is closed, released by the
+// kernel when its process dies (SIGKILL included).
+bool LockWhole(int fd) {
+  struct flock lk {};
+  lk.l_type = F_WRLCK;
+  lk.l_whence = SEEK_SET;
+  return ::fcntl(fd, F_OFD_SETLK, &lk) == 0;
+}
+
+// If `name` is "<base>.tmp.<pid>.<n>", the pid; else 0.
+pid_t TemporaryOwner(std::string_view name, std::string_view base) {
+  if (!name.starts_with(base) || !name.substr(base.size()).starts_with(".tmp.")) return 0;
+  std::string_view rest = name.substr(base.size() + 5);
+  const size_t dot = rest.find('.');
+  if (dot == rest.npos || dot == 0 || dot + 1 == rest.size()) return 0;
+  const auto digits = [](std::string_view d) {
+    return d.find_first_not_of("0123456789") == d.npos;
+  };
+  if (!digits(rest.substr(0, dot)) || !digits(rest.substr(dot + 1)) || dot > 9) return 0;
+  return static_cast<pid_t>(std::stol(std::string(rest.substr(0, dot))));
+}
+
+// Removes the temporary files a builder writing `path` left behind when its
+// process was killed: "<path>.tmp.<pid>.<n>" whose process no longer runs
+// on this host and whose lock nobody holds (a live builder on another node
+// of a shared file system holds its lock; a dead one's lock is released).
+// Files of other users and anything that is not a plain file are left alone.
+std::vector<std::string> RemoveStaleTemporaries(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> removed;
+  const fs::path p(path);
+  const std::string base = p.filename().string();
+  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const pid_t pid = TemporaryOwner(name, base);
+    if (pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // running (or not ours to ask)
+    const std::string tmp = (p.parent_path().empty() ? fs::path(name) : p.parent_path() / name);
+    ScopedFd fd(::open(tmp.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+    struct stat st;
+    if (fd.get() < 0 || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (st.st_uid != ::geteuid() && ::geteuid() != 0) continue;
+    if (!LockWhole(fd.get())) continue;  // in use, or the file system cannot tell
+    if (::unlink(tmp.c_str()) == 0) {
+      removed.push_back(tmp + " (left by process " + std::to_string(pid) + ", " +
+                        std::to_string(st.st_size) + " bytes)");
+    }
+  }
+  return removed;
+}
+
 }  // namespace
 
 class VolumeBuilder::Impl {
@@ -98,6 +154,7 @@ class VolumeBuilder::Impl {
   std::string path_;
   Options options_;
   std::vector<TargetFile> targets_;  // target 0 is path_
+  std::vector<std::string> removed_temporaries_;
   bool finished_ = false;
   bool closed_ = false;  // Finish ran (successfully or not)
 
@@ -121,8 +178,9 @@ class VolumeBuilder::Impl {
   }
 
   Status Write(TargetFile& t, std::span<const std::byte> data) {
-    // Reserved on first use: a target may never receive a sample.
-    if (t.buf.capacity() < kWriteBuffer) t.buf.reserve(kWriteBuffer);
+    // Grown as data comes (up to kWriteBuffer), not reserved whole: a small
+    // volume, or a target that never receives a sample, does not pay for
+    // 8 MiB.
     while (!data.empty()) {
       const size_t room = kWriteBuffer - t.buf.size();
       const size_t n = std::min(room, data.size());
@@ -314,13 +372,22 @@ Result<std::unique_ptr<VolumeBuilder>> VolumeBuilder::Create(const std::string& 
       return Status::AlreadyExists(tf.path + ": already exists (use --force to replace it)");
     }
   }
+  for (const Impl::TargetFile& tf : impl->targets_) {
+    for (std::string& r : RemoveStaleTemporaries(tf.path)) {
+      impl->removed_temporaries_.push_back(std::move(r));
+    }
+  }
   static std::atomic<uint64_t> counter{0};
   for (Impl::TargetFile& tf : impl->targets_) {
     for (int attempt = 0; attempt < 100; ++attempt) {
       std::string tmp = tf.path + ".tmp." + std::to_string(::getpid()) + "." +
                         std::to_string(counter.fetch_add(1));
-      const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      // O_RDWR: the lock below needs a descriptor open for writing.
+      const int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
       if (fd >= 0) {
+        // Held while the builder lives: RemoveStaleTemporaries in another
+        // process leaves this file alone, even if it cannot see our pid.
+        (void)LockWhole(fd);
         tf.fd = fd;
         tf.temp_path = std::move(tmp);
         break;
@@ -355,6 +422,12 @@ Status VolumeBuilder::BeginSample(std::string_view path, uint32_t label) {
   if (m.closed_) return Status::InvalidArgument("builder already finished");
   if (m.in_sample_) return Status::InvalidArgument("BeginSample while a sample is open");
   if (label == format::kNone - 1) return Status::InvalidArgument("label out of range");
+  // Components are checked below; a leading '/' would otherwise vanish with
+  // the empty component before it ("/etc/x" stored as "etc/x").
+  if (path.starts_with('/')) {
+    return Status::InvalidArgument("bad sample path '" + std::string(path) +
+                                   "': absolute (paths in a volume are relative)");
+  }
   const size_t slash = path.rfind('/');
   const std::string_view dir = slash == path.npos ? std::string_view() : path.substr(0, slash);
   const std::string_view name = slash == path.npos ? path : path.substr(slash + 1);
@@ -400,6 +473,20 @@ void VolumeBuilder::AbortSample() {
   m.in_sample_ = false;
   m.names_.resize(m.cur_.name_offset);
   Impl::Rewind(m.targets_[m.cur_.target], m.cur_.offset);
+}
+
+Status VolumeBuilder::SetLabel(uint64_t n, uint32_t label) {
+  Impl& m = *impl_;
+  if (m.closed_) return Status::InvalidArgument("builder already finished");
+  if (n >= m.samples_.size()) {
+    return Status::InvalidArgument("SetLabel: no sample " + std::to_string(n) + " (" +
+                                   std::to_string(m.samples_.size()) + " added)");
+  }
+  if (label == format::kNone - 1) return Status::InvalidArgument("label out of range");
+  m.samples_[n].label = label;
+  // Not lowered when a label is replaced: class_count() never shrinks.
+  if (label != format::kNone) m.max_label_plus_one_ = std::max(m.max_label_plus_one_, label + 1);
+  return Status::Ok();
 }
 
 Status VolumeBuilder::Finish() {
@@ -545,6 +632,9 @@ uint64_t VolumeBuilder::data_bytes() const { return impl_->data_bytes_; }
 uint64_t VolumeBuilder::class_count() const { return impl_->class_count(); }
 const std::string& VolumeBuilder::path() const { return impl_->path_; }
 const std::string& VolumeBuilder::temp_path() const { return impl_->targets_[0].temp_path; }
+const std::vector<std::string>& VolumeBuilder::removed_temporaries() const {
+  return impl_->removed_temporaries_;
+}
 std::vector<std::string> VolumeBuilder::target_paths() const {
   std::vector<std::string> out;
   for (const Impl::TargetFile& t : impl_->targets_) out.push_back(t.path);

@@ -17,7 +17,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
-#include <ranges>
 #include <span>
 #include <string>
 #include <string_view>
@@ -36,10 +35,19 @@ namespace dlfs::format {
 template <typename NameOf>
 std::optional<uint64_t> FindByName(uint64_t first, uint64_t count, std::string_view name,
                                    NameOf name_of) {
-  const auto range = std::views::iota(first, first + count);
-  const auto it = std::ranges::lower_bound(range, name, {}, name_of);
-  if (it == range.end() || name_of(*it) != name) return std::nullopt;
-  return *it;
+  // A plain loop rather than ranges::lower_bound over views::iota: clang 14
+  // (the fuzzer build) cannot compile that against libstdc++ 12.
+  uint64_t lo = first, hi = first + count;
+  while (lo < hi) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    if (name_of(mid) < name) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  if (lo == first + count || name_of(lo) != name) return std::nullopt;
+  return lo;
 }
 
 // ---- Writing -----------------------------------------------------------------

@@ -79,8 +79,22 @@ class LmdbParser {
       if (st.entries != 0) return Bad("empty tree but " + std::to_string(st.entries) + " entries");
       return Status::Ok();
     }
-    out_->offsets_.reserve(st.entries);
-    out_->lengths_.reserve(st.entries);
+    // The entry count is a field of the file: before it sizes anything, it
+    // must fit the file. Every record is a node of at least kNodeHeader bytes
+    // plus its 2-byte pointer in a leaf page, and pages 0 and 1 are the meta
+    // pages, so the file can hold at most this many.
+    const uint64_t per_page = (st.page_size - kPageHeader) / (kNodeHeader + 2);
+    const uint64_t most = st.last_page < 2 ? 0 : (st.last_page - 1) * per_page;
+    if (st.entries > most) {
+      return Bad("the meta page's entry count (" + std::to_string(st.entries) +
+                 ") is more than its " + std::to_string(st.last_page + 1) + " pages of " +
+                 std::to_string(st.page_size) + " bytes can hold (at most " + std::to_string(most) +
+                 ")");
+    }
+    // Still only a claim: reserve a bounded amount and let the walk grow it.
+    const uint64_t reserve = std::min<uint64_t>(st.entries, uint64_t{1} << 20);
+    out_->offsets_.reserve(reserve);
+    out_->lengths_.reserve(reserve);
     EngineOptions eo;
     eo.kind = EngineKind::kPread;
     eo.direct_io = false;
@@ -150,7 +164,7 @@ class LmdbParser {
     if (!found) return Bad("no valid meta page");
     st.last_page = Load<uint64_t>(meta_.data() + kMetaLastPage);
     st.file_size = file_size_;
-    if ((st.last_page + 1) > file_size_ / psize) {
+    if (st.last_page >= file_size_ / psize) {  // not last_page + 1: it may wrap
       return Bad("truncated: the meta page names page " + std::to_string(st.last_page) +
                  " but the file has " + std::to_string(file_size_ / psize) + " pages");
     }

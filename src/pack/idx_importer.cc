@@ -1,11 +1,13 @@
 // IDX importer: MNIST-style "<split>-images-idx3-ubyte" / "-labels-idx1-ubyte"
 // pairs, gzipped or not (zlib reads both).
 #include <dirent.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "pack/importer.h"
@@ -15,6 +17,9 @@ namespace dlfs::pack_internal {
 namespace {
 
 constexpr uint32_t kMaxImageBytes = 1u << 30;
+// Images are copied to the volume through a buffer of at most this size:
+// memory stays bounded by it whatever the header claims.
+constexpr size_t kChunk = 1u << 20;
 
 struct Split {
   std::string images;
@@ -48,6 +53,15 @@ class GzFile {
   }
   Status status() const {
     return f_ != nullptr ? Status::Ok() : Status::FromErrno(errno ? errno : EIO, path_);
+  }
+  // The file's size when it is not compressed (known once something was
+  // read), else nullopt: a gzip stream's length is only known at its end.
+  std::optional<uint64_t> PlainSize() const {
+    struct stat st;
+    if (gzdirect(f_) != 1 || ::stat(path_.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+      return std::nullopt;
+    }
+    return static_cast<uint64_t>(st.st_size);
   }
   // Reads exactly n bytes; a short read is a truncation error naming `what`.
   Status ReadExact(void* buf, size_t n, const std::string& what) {
@@ -119,10 +133,29 @@ Status ImportSplit(const std::string& dir, const std::string& split, const Split
     return Status::Corruption(images_path + ": implausible image size " + std::to_string(idims[1]) +
                               "x" + std::to_string(idims[2]));
   }
+  // Header counts are claims: an uncompressed file must hold what its
+  // header promises before anything is sized by it (a gzip stream is only
+  // read as far as its data goes; nothing is allocated by its header).
+  auto check_size = [](GzFile& f, const std::string& path, uint64_t header, uint64_t count,
+                       uint64_t each, const char* what) -> Status {
+    const std::optional<uint64_t> size = f.PlainSize();
+    const uint64_t need = header + count * each;
+    if (size && *size < need) {
+      return Status::Corruption(path + ": truncated: its header says " + std::to_string(count) +
+                                " " + what + " (" + std::to_string(need) +
+                                " bytes with the header), the file has " + std::to_string(*size) +
+                                " bytes");
+    }
+    return Status::Ok();
+  };
+  const std::string shape = std::to_string(idims[1]) + "x" + std::to_string(idims[2]);
+  DLFS_RETURN_IF_ERROR(
+      check_size(images, images_path, 16, count, image_bytes, ("images of " + shape).c_str()));
+  DLFS_RETURN_IF_ERROR(check_size(labels, labels_path, 8, count, 1, "labels"));
   const std::string name = split == "t10k" ? "test" : split;
   const int width =
       std::max<int>(5, static_cast<int>(std::to_string(count ? count - 1 : 0).size()));
-  std::vector<std::byte> image(image_bytes);
+  std::vector<std::byte> chunk(std::min<uint64_t>(image_bytes, kChunk));
   std::vector<unsigned char> label_buf;
   std::string path;
   for (uint32_t i = 0; i < count; ++i) {
@@ -134,11 +167,21 @@ Status ImportSplit(const std::string& dir, const std::string& split, const Split
     }
     const uint32_t label = label_buf.back();
     label_buf.pop_back();
-    DLFS_RETURN_IF_ERROR(
-        images.ReadExact(image.data(), image.size(), "image " + std::to_string(i)));
     std::string index = std::to_string(i);
     path = name + "/" + std::string(width - std::min<int>(width, index.size()), '0') + index;
-    DLFS_RETURN_IF_ERROR(ctx.builder().Add(path, image, label));
+    VolumeBuilder& b = ctx.builder();
+    DLFS_RETURN_IF_ERROR(b.BeginSample(path, label));
+    for (uint64_t left = image_bytes; left > 0;) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(left, chunk.size()));
+      Status st = images.ReadExact(chunk.data(), n, "image " + index);
+      if (st.ok()) st = b.Append({chunk.data(), n});
+      if (!st.ok()) {
+        b.AbortSample();
+        return st;
+      }
+      left -= n;
+    }
+    DLFS_RETURN_IF_ERROR(b.EndSample());
     DLFS_RETURN_IF_ERROR(ctx.Tick());
   }
   return Status::Ok();

@@ -2,6 +2,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include "common/clock.h"
 #include "dlfs/pack.h"
@@ -59,6 +60,38 @@ bool IsTarName(std::string_view name) {
 
 bool IsIdxName(std::string_view name) { return name.find("-ubyte") != name.npos; }
 
+// Refuses targets that packing would read back or overwrite: inside a
+// source directory (the temporary files grow next to them while the source
+// is walked), or the source file itself. Paths are compared after
+// resolving symbolic links and "..".
+Status CheckOutsideSource(const std::string& source, const std::string& volume_path,
+                          const VolumeBuilder::Options& volume) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path src = fs::weakly_canonical(source, ec);
+  if (ec) return Status::Ok();  // the importer reports an unreadable source
+  const bool is_dir = fs::is_directory(src, ec);
+  for (uint32_t t = 0; t < std::max<uint32_t>(volume.targets, 1); ++t) {
+    const std::string target = t == 0 ? volume_path
+                               : volume.target_paths.empty()
+                                   ? VolumeBuilder::DefaultTargetPath(volume_path, t)
+                                   : volume.target_paths[t - 1];
+    const fs::path out = fs::weakly_canonical(fs::absolute(target, ec), ec);
+    if (ec) continue;  // the builder reports a bad target path
+    if (out == src) {
+      return Status::InvalidArgument(target + ": is the source " + source +
+                                     " itself; write the volume elsewhere");
+    }
+    const fs::path rel = out.lexically_relative(src);
+    if (is_dir && !rel.empty() && *rel.begin() != "..") {
+      return Status::InvalidArgument(target + ": is inside the source directory " + source +
+                                     ", so packing would read its own output; write the volume "
+                                     "elsewhere");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::string_view SourceKindName(SourceKind kind) { return NameOf(kSourceKindNames, kind); }
@@ -109,8 +142,10 @@ Result<PackStats> Pack(const std::string& source, const std::string& volume_path
   if (stats.from == SourceKind::kAuto) {
     DLFS_ASSIGN_OR_RETURN(stats.from, DetectSourceKind(source));
   }
+  DLFS_RETURN_IF_ERROR(CheckOutsideSource(source, volume_path, options.volume));
   DLFS_ASSIGN_OR_RETURN(std::unique_ptr<VolumeBuilder> builder,
                         VolumeBuilder::Create(volume_path, options.volume));
+  stats.removed_temporaries = builder->removed_temporaries();
   pack_internal::PackContext ctx(*builder, options, stats);
   Status st;
   switch (stats.from) {

@@ -1,130 +1,278 @@
 // Tar importer: WebDataset-style shards, read with libarchive (plain or
-// compressed tar). Members of one key are adjacent in a shard, as WebDataset
-// writes them; the importer holds one key group in memory at a time.
-#include <archive.h>
-#include <archive_entry.h>
+// compressed tar) through TarShardReader (pack/tar_shards.h).
+//
+// One pass per shard streams every member into the volume in 1 MiB pieces,
+// so memory never depends on a member's (declared or real) size. A key's
+// ".cls" label may come before or after its other members, in the same
+// shard or another: a sample whose label is not known yet when it is
+// written is labelled when the label arrives (VolumeBuilder::SetLabel).
+// Hard links get their target's bytes, read again from the shard after the
+// pass; symbolic links, FIFOs and devices are refused (or skipped and
+// counted with skip_unreadable); absolute paths and ".." are refused.
 #include <dirent.h>
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
-#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "format/format.h"
 #include "pack/importer.h"
+#include "pack/tar_shards.h"
 
 namespace dlfs::pack_internal {
 
 namespace {
 
-constexpr int64_t kMaxMemberBytes = 0xFFFFFFFFll;
+constexpr uint64_t kMaxMemberBytes = 0xFFFFFFFFull;  // a sample's length is a u32
+constexpr uint64_t kMaxClsBytes = 4096;
+constexpr size_t kChunk = 1u << 20;
 
-struct Member {
-  std::string path;  // member path inside the shard, without a leading "./"
-  std::vector<std::byte> data;
-};
-
-// WebDataset's key: the member path up to the first '.' of its file name.
-std::string_view KeyOf(std::string_view path) {
-  const size_t slash = path.rfind('/');
-  const size_t start = slash == path.npos ? 0 : slash + 1;
-  const size_t dot = path.find('.', start);
-  return dot == path.npos ? path : path.substr(0, dot);
-}
-
-std::string_view ExtensionOf(std::string_view path) {
-  return path.substr(KeyOf(path).size());  // ".jpg", ".seg.png", "" ...
-}
-
-class ShardReader {
+class TarImport {
  public:
-  ShardReader(const std::string& shard, PackContext& ctx) : shard_(shard), ctx_(ctx) {}
+  TarImport(const std::vector<std::string>& shards, PackContext& ctx)
+      : shards_(shards), ctx_(ctx) {}
 
   Status Run() {
-    std::unique_ptr<archive, int (*)(archive*)> a(archive_read_new(), archive_read_free);
-    archive_read_support_filter_all(a.get());
-    archive_read_support_format_tar(a.get());
-    if (archive_read_open_filename(a.get(), shard_.c_str(), 1 << 20) != ARCHIVE_OK) {
-      return ctx_.Unreadable(shard_, Error(a.get()));
+    for (uint32_t s = 0; s < shards_.size(); ++s) DLFS_RETURN_IF_ERROR(ImportShard(s));
+    // Labels that arrived after their samples.
+    for (const auto& [sample, key] : pending_) {
+      if (labels_[key] != kNoLabel)
+        DLFS_RETURN_IF_ERROR(ctx_.builder().SetLabel(sample, labels_[key]));
     }
-    archive_entry* entry = nullptr;
-    while (true) {
-      const int r = archive_read_next_header(a.get(), &entry);
-      if (r == ARCHIVE_EOF) break;
-      if (r < ARCHIVE_WARN) return ctx_.Unreadable(shard_, Error(a.get()));
-      if (archive_entry_filetype(entry) != AE_IFREG) continue;
-      std::string path = archive_entry_pathname(entry) ? archive_entry_pathname(entry) : "";
-      while (path.starts_with("./")) path.erase(0, 2);
-      if (path.empty()) continue;
-      const int64_t size = archive_entry_size(entry);
-      if (size < 0 || size > kMaxMemberBytes) {
-        return Status::InvalidArgument(shard_ + ": member '" + path + "' is too large");
-      }
-      if (!group_.empty() && KeyOf(group_.front().path) != KeyOf(path)) {
-        DLFS_RETURN_IF_ERROR(FlushGroup());
-      }
-      Member m{std::move(path), std::vector<std::byte>(static_cast<size_t>(size))};
-      int64_t got = 0;
-      while (got < size) {  // archive_read_data may return less than asked
-        const la_ssize_t n = archive_read_data(a.get(), m.data.data() + got, m.data.size() - got);
-        if (n <= 0) {
-          if (n < 0) got = -1;
-          break;
-        }
-        got += n;
-      }
-      if (got != size) {
-        Status err = got < 0
-                         ? Error(a.get())
-                         : Status::Corruption(shard_ + ": member '" + m.path + "' is truncated");
-        group_.clear();  // the partial key group is dropped with the shard's tail
-        return ctx_.Unreadable(shard_, err.WithContext("member '" + m.path + "'"));
-      }
-      group_.push_back(std::move(m));
-    }
-    return FlushGroup();
-  }
-
- private:
-  Status Error(archive* a) const {
-    const char* msg = archive_error_string(a);
-    const int err = archive_errno(a);
-    return Status(err == ENOENT ? StatusCode::kNotFound : StatusCode::kIOError,
-                  shard_ + ": " + (msg ? msg : "unreadable tar archive"), err);
-  }
-
-  Status FlushGroup() {
-    uint32_t label = kNoLabel;
-    for (const Member& m : group_) {
-      if (ExtensionOf(m.path) != ".cls") continue;
-      std::string_view text(reinterpret_cast<const char*>(m.data.data()), m.data.size());
-      while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back())))
-        text.remove_suffix(1);
-      while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front())))
-        text.remove_prefix(1);
-      uint64_t v = 0;
-      auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-      if (ec != std::errc() || end != text.data() + text.size() || v >= format::kNone - 1) {
-        return Status::InvalidArgument(shard_ + ": member '" + m.path +
-                                       "' is not a class number: '" +
-                                       std::string(text.substr(0, 40)) + "'");
-      }
-      label = static_cast<uint32_t>(v);
-    }
-    for (const Member& m : group_) {
-      if (ExtensionOf(m.path) == ".cls") continue;
-      DLFS_RETURN_IF_ERROR(ctx_.builder().Add(m.path, m.data, label).WithContext(shard_));
-      DLFS_RETURN_IF_ERROR(ctx_.Tick());
-    }
-    group_.clear();
     return Status::Ok();
   }
 
-  const std::string& shard_;
+ private:
+  struct Link {
+    uint64_t ordinal;  // the link's own header
+    std::string path;
+    std::string target;
+    uint64_t target_ordinal = 0;  // of the regular file it resolves to
+  };
+
+  uint32_t KeyId(std::string_view key) {
+    auto [it, fresh] =
+        key_ids_.try_emplace(std::string(key), static_cast<uint32_t>(labels_.size()));
+    if (fresh) labels_.push_back(kNoLabel);
+    return it->second;
+  }
+
+  Status SetKeyLabel(const std::string& shard, const std::string& member, uint32_t label) {
+    const std::string_view key = WebDatasetKey(member);
+    uint32_t& slot = labels_[KeyId(key)];
+    if (slot != kNoLabel && slot != label) {
+      return Status::InvalidArgument(shard + ": member '" + member + "' says class " +
+                                     std::to_string(label) + ", but another .cls member of key '" +
+                                     std::string(key) + "' said " + std::to_string(slot));
+    }
+    slot = label;
+    return Status::Ok();
+  }
+
+  // Reads the current member, a ".cls", as a class number. A read failure
+  // sets *source_failed.
+  Result<uint32_t> ReadLabel(TarShardReader& reader, const TarMember& m, bool* source_failed) {
+    const std::string& shard = reader.path();
+    if (m.size > kMaxClsBytes) {
+      return Status::InvalidArgument(shard + ": member '" + m.path + "' has " +
+                                     std::to_string(m.size) +
+                                     " bytes, too many for a class number");
+    }
+    std::string text(m.size, '\0');
+    size_t got = 0;
+    while (got < text.size()) {
+      Result<size_t> n =
+          reader.Read({reinterpret_cast<std::byte*>(text.data()) + got, text.size() - got});
+      if (!n.ok()) *source_failed = true;
+      DLFS_RETURN_IF_ERROR(n.status());
+      if (*n == 0) break;
+      got += *n;
+    }
+    std::string_view t(text);
+    while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.remove_suffix(1);
+    while (!t.empty() && std::isspace(static_cast<unsigned char>(t.front()))) t.remove_prefix(1);
+    uint64_t v = 0;
+    auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+    if (ec != std::errc() || end != t.data() + t.size() || v >= format::kNone - 1) {
+      return Status::InvalidArgument(shard + ": member '" + m.path + "' is not a class number: '" +
+                                     std::string(t.substr(0, 40)) + "'");
+    }
+    return static_cast<uint32_t>(v);
+  }
+
+  // Copies the current member of `reader` (`size` bytes) into the volume as
+  // sample `path`, labelled if its key's label is known. A failure to read
+  // the shard sets *source_failed; any other error is the volume's.
+  Status Stream(TarShardReader& reader, const std::string& path, uint64_t size,
+                bool* source_failed) {
+    const std::string& shard = reader.path();
+    if (size > kMaxMemberBytes) {
+      return Status::InvalidArgument(shard + ": member '" + path + "' is too large (" +
+                                     std::to_string(size) + " bytes; a sample holds < 4 GiB)");
+    }
+    VolumeBuilder& b = ctx_.builder();
+    const std::string_view key = WebDatasetKey(path);
+    const auto known = key_ids_.find(std::string(key));
+    const uint32_t label = known != key_ids_.end() ? labels_[known->second] : kNoLabel;
+    DLFS_RETURN_IF_ERROR(b.BeginSample(path, label).WithContext(shard));
+    // Sized by the largest member so far (bytes that exist: a member whose
+    // declared size was beyond the archive never gets here), at most kChunk.
+    if (buf_.size() < std::min<uint64_t>(size, kChunk))
+      buf_.resize(std::min<uint64_t>(size, kChunk));
+    while (true) {
+      Result<size_t> n = reader.Read(buf_);
+      Status st = n.status();
+      if (!st.ok()) *source_failed = true;
+      if (st.ok() && *n == 0) break;
+      if (st.ok()) st = b.Append({buf_.data(), *n});
+      if (!st.ok()) {
+        b.AbortSample();
+        return st;
+      }
+    }
+    DLFS_RETURN_IF_ERROR(b.EndSample());
+    if (label == kNoLabel) pending_.emplace_back(b.sample_count() - 1, KeyId(key));
+    return ctx_.Tick();
+  }
+
+  // One member of shard `s` (not a directory), by type.
+  Status Member(TarShardReader& reader, const TarMember& m,
+                std::unordered_map<std::string, uint32_t>* cls_here, std::vector<Link>* links,
+                bool* source_failed) {
+    const std::string& shard = reader.path();
+    const bool cls = WebDatasetExtension(m.path) == ".cls";
+    switch (m.type) {
+      case TarMemberType::kFile:
+        if (!cls) return Stream(reader, m.path, m.size, source_failed);
+        {
+          DLFS_ASSIGN_OR_RETURN(const uint32_t label, ReadLabel(reader, m, source_failed));
+          (*cls_here)[m.path] = label;
+          return SetKeyLabel(shard, m.path, label);
+        }
+      case TarMemberType::kHardLink:
+        if (!cls) {
+          links->push_back({m.ordinal, m.path, m.link});
+          return Status::Ok();
+        }
+        // A .cls linked to another (e.g. identical files deduplicated by
+        // hard links): the same class.
+        if (const auto target = cls_here->find(m.link); target != cls_here->end()) {
+          (*cls_here)[m.path] = target->second;
+          return SetKeyLabel(shard, m.path, target->second);
+        }
+        return ctx_.Unreadable(
+            shard, Status::InvalidArgument(shard + ": member '" + m.path + "' is a hard link to '" +
+                                           m.link + "', which is not an earlier .cls member"));
+      default:
+        return ctx_.Unreadable(
+            shard, Status::InvalidArgument(shard + ": member '" + m.path + "' is a " +
+                                           TarMemberTypeName(m) +
+                                           "; only regular files and hard links are packed"));
+    }
+  }
+
+  Status ImportShard(uint32_t s) {
+    const std::string& shard = shards_[s];
+    TarShardReader reader(shard, s);
+    std::unordered_map<std::string, uint32_t> cls_here;  // .cls members of this shard
+    std::vector<Link> links;
+    TarMember m;
+    while (true) {
+      Result<bool> more = reader.Next(&m);
+      Status st = more.status();
+      bool source_failed = !st.ok();
+      if (st.ok() && !*more) break;
+      if (st.ok() && (m.type == TarMemberType::kDirectory || m.path.empty())) continue;
+      if (st.ok()) DLFS_RETURN_IF_ERROR(CheckTarMemberPath(shard, m.path));
+      if (st.ok()) st = Member(reader, m, &cls_here, &links, &source_failed);
+      if (st.ok()) continue;
+      if (!source_failed) return st;
+      // The shard cannot be read past here: stop, or (skipping) keep the
+      // members read so far and go on with the next shard.
+      DLFS_RETURN_IF_ERROR(ctx_.Unreadable(shard, st));
+      break;
+    }
+    return ResolveLinks(s, std::move(links));
+  }
+
+  // Gives each hard link of shard `s` (in header order) its target's bytes:
+  // one scan of the headers finds the regular file each resolves to (the
+  // latest earlier member of that path, through chains of links), then the
+  // targets are read again in shard order.
+  Status ResolveLinks(uint32_t s, std::vector<Link> links) {
+    if (links.empty()) return Status::Ok();
+    const std::string& shard = shards_[s];
+    std::unordered_set<std::string> needed;
+    for (const Link& l : links) needed.insert(l.target);
+    for (const Link& l : links) needed.insert(l.path);   // chains: links to links
+    std::unordered_map<std::string, uint64_t> resolved;  // path -> ordinal of a regular file
+    std::vector<Link> ok;
+    {
+      TarShardReader scan(shard, s);
+      TarMember m;
+      size_t next = 0;
+      while (next < links.size()) {
+        Result<bool> more = scan.Next(&m);
+        if (!more.ok() || !*more) break;  // the main pass reported the damage
+        const bool is_link = m.type == TarMemberType::kHardLink;
+        std::optional<uint64_t> target;
+        if (is_link) {
+          const auto t = resolved.find(m.link);
+          if (t != resolved.end()) target = t->second;
+        }
+        if (next < links.size() && links[next].ordinal == m.ordinal) {
+          Link& l = links[next++];
+          if (!target) {
+            DLFS_RETURN_IF_ERROR(ctx_.Unreadable(
+                shard, Status::InvalidArgument(shard + ": member '" + l.path +
+                                               "' is a hard link to '" + l.target +
+                                               "', which is not an earlier regular file of the "
+                                               "shard")));
+          } else {
+            l.target_ordinal = *target;
+            ok.push_back(std::move(l));
+          }
+        }
+        if (needed.contains(m.path)) {
+          if (m.type == TarMemberType::kFile) {
+            resolved[m.path] = m.ordinal;
+          } else if (target) {
+            resolved[m.path] = *target;
+          } else {
+            resolved.erase(m.path);  // now names something that is not a file
+          }
+        }
+      }
+    }
+    std::sort(ok.begin(), ok.end(),
+              [](const Link& a, const Link& b) { return a.target_ordinal < b.target_ordinal; });
+    TarShardReader reader(shard, s);
+    for (const Link& l : ok) {
+      Result<TarMember> target = reader.SeekTo(l.target_ordinal);
+      Status st = target.status();
+      bool source_failed = !st.ok();
+      if (st.ok()) st = Stream(reader, l.path, target->size, &source_failed);
+      if (st.ok()) continue;
+      if (!source_failed) return st;
+      DLFS_RETURN_IF_ERROR(ctx_.Unreadable(shard, st.WithContext("hard link '" + l.path + "'")));
+    }
+    return Status::Ok();
+  }
+
+  const std::vector<std::string>& shards_;
   PackContext& ctx_;
-  std::vector<Member> group_;
+  std::vector<std::byte> buf_;
+  // Every key seen with a label or an unlabelled sample, and its label.
+  std::unordered_map<std::string, uint32_t> key_ids_;
+  std::vector<uint32_t> labels_;
+  // Samples written before their key had a label: (sample number, key id).
+  std::vector<std::pair<uint64_t, uint32_t>> pending_;
 };
 
 }  // namespace
@@ -148,10 +296,7 @@ Status ImportTar(const std::string& source, PackContext& ctx) {
   } else {
     shards.push_back(source);
   }
-  for (const std::string& shard : shards) {
-    DLFS_RETURN_IF_ERROR(ShardReader(shard, ctx).Run());
-  }
-  return Status::Ok();
+  return TarImport(shards, ctx).Run();
 }
 
 }  // namespace dlfs::pack_internal

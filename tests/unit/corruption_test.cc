@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 
 #include "common/crc32c.h"
 #include "dlfs/builder.h"
@@ -197,6 +198,41 @@ TEST_F(CorruptionTest, FlippedSampleByteIsCaughtByReadAndVerify) {
   EXPECT_EQ(report.bad_samples, 1u);
   EXPECT_EQ(bad, std::vector<uint64_t>{idx});
   EXPECT_OK(report.backup_superblock);
+}
+
+// Issue 13 #4: a window read that failed (EIO on a byte range) was
+// reported as 10 "bad" samples with messages naming no sample, healthy ones
+// included. Here the file ends inside the data region after the volume was
+// opened: reads past the cut fail as a bad range would (the file-system
+// level EIO test is tests/python/test_faults.py).
+TEST(VerifyTest, UnreadableBytesNameExactlyTheSamplesTheyHold) {
+  TempDir tmp;
+  const std::string path = tmp / "v.dlfs";
+  ASSERT_OK_AND_ASSIGN(auto b, VolumeBuilder::Create(path));
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_OK(b->Add("s/" + std::to_string(i), testing::RandomBytes(1000, i)));
+  }
+  ASSERT_OK(b->Finish());
+  ASSERT_OK_AND_ASSIGN(auto v, Volume::Open(path));
+  // Samples are stored in the order added: 0-5 end by byte 6000 of the data
+  // region, 6 straddles the cut, 7-9 lie beyond it.
+  ASSERT_EQ(::truncate(path.c_str(), format::kSuperblockSize + 6500), 0);
+  std::map<uint64_t, std::string> bad;
+  VerifyOptions opt;
+  opt.on_bad_sample = [&](uint64_t i, const Status& st) { bad[i] = st.message(); };
+  VerifyReport report;
+  ASSERT_OK(VerifyVolume(*v, opt, &report));
+  EXPECT_EQ(report.samples_checked, 10u);
+  EXPECT_EQ(report.bad_samples, 4u);
+  ASSERT_EQ(bad.size(), 4u);
+  for (int i = 6; i < 10; ++i) {
+    const uint64_t idx = *v->directory().Lookup("s/" + std::to_string(i));
+    ASSERT_TRUE(bad.contains(idx)) << i;
+    EXPECT_NE(bad[idx].find(path + ": sample " + std::to_string(idx) + " 's/" +
+                            std::to_string(i) + "': "),
+              std::string::npos)
+        << bad[idx];
+  }
 }
 
 }  // namespace

@@ -208,6 +208,44 @@ TEST_F(LmdbTest, TruncatedAndDamagedFilesGiveCleanErrors) {
   }
 }
 
+// Issue 13 #1: the meta page's entry count sized an allocation before
+// anything checked it; 2^61 aborted with length_error, 2^36 with bad_alloc.
+TEST_F(LmdbTest, EntryCountBeyondWhatTheFileHoldsIsRefused) {
+  // The committed fuzz case: a 3-record database claiming 2^61 entries.
+  const std::string fixture = std::string(DLFS_TEST_DATA) + "/hostile/lmdb-entries-2e61/data.mdb";
+  auto map = LmdbRecordMap::Build(fixture);
+  ASSERT_FALSE(map.ok());
+  EXPECT_EQ(map.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(map.status().message().find(fixture + ": not a valid LMDB file: the meta page's entry "
+                                                  "count (2305843009213693952)"),
+            std::string::npos)
+      << map.status().message();
+
+  // The same edit on a larger database, at the sizes that failed, and just
+  // past the bound; the true count still opens.
+  Open();
+  Put(Range(500), [](uint64_t i) { return Bytes(i, 20); });
+  CloseDb();
+  const std::string db = tmp_ / "data.mdb";
+  const auto original = testing::ReadFile(db);
+  const uint64_t pages = original.size() / 4096;
+  const uint64_t bound = (pages - 2) * ((4096 - 16) / 10);
+  for (uint64_t entries : {uint64_t{1} << 61, uint64_t{1} << 36, ~uint64_t{0}, bound + 1}) {
+    auto bytes = original;
+    for (uint64_t meta : {uint64_t{0}, uint64_t{4096}}) {
+      std::memcpy(bytes.data() + meta + 16 + 72 + 32, &entries, 8);
+    }
+    testing::WriteFile(db, bytes);
+    auto m = LmdbRecordMap::Build(db);
+    ASSERT_FALSE(m.ok()) << entries;
+    EXPECT_NE(m.status().message().find("entry count (" + std::to_string(entries) + ")"),
+              std::string::npos)
+        << m.status().message();
+  }
+  testing::WriteFile(db, original);
+  ASSERT_OK(LmdbRecordMap::Build(db));
+}
+
 TEST(DatumTest, DecodesCaffeWireFormat) {
   // channels=3 height=2 width=1 data="abcdef" label=7, then unpacked float_data
   // twice and encoded=true, in a non-canonical field order.

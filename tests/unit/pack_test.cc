@@ -2,13 +2,17 @@
 
 #include <archive.h>
 #include <archive_entry.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <filesystem>
+#include <map>
 
 #include "dlfs/volume.h"
+#include "pack/tar_shards.h"
 #include "testutil.h"
 
 namespace dlfs {
@@ -123,6 +127,102 @@ TEST(PackTest, ExistingVolumeNeedsForceAndCancelLeavesNothing) {
   EXPECT_OK(Volume::Open(tmp / "v.dlfs"));
 }
 
+void WriteTar(const std::string& path,
+              const std::vector<std::pair<std::string, std::string>>& members, bool gzip);
+
+// Issue 13 #8: "dlfs pack SRC -o SRC/sub/v.dlfs" packed its own temporary
+// file (and on a small disk read its growing output until ENOSPC).
+TEST(PackTest, OutputInsideTheSourceIsRefused) {
+  TempDir tmp;
+  const std::string src = tmp / "src";
+  testing::WriteFile(src + "/a/1.png", Bytes("1"));
+  std::filesystem::create_directories(src + "/sub");
+  std::filesystem::create_directory_symlink(src, tmp / "link");
+  for (const std::string out :
+       {src + "/sub/v.dlfs", src + "/v.dlfs", tmp / "link/sub/v.dlfs", src + "/../src/v.dlfs"}) {
+    auto r = PackQuiet(src, out);
+    ASSERT_FALSE(r.ok()) << out;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(out + ": is inside the source directory " + src +
+                                        ", so packing would read its own output"),
+              std::string::npos)
+        << r.status().message();
+  }
+  // A second target inside the source is refused too.
+  PackOptions two;
+  two.volume.targets = 2;
+  two.volume.target_paths = {src + "/sub/v.t1"};
+  auto r = PackQuiet(src, tmp / "v.dlfs", two);
+  EXPECT_NE(r.status().message().find("v.t1: is inside the source directory"), std::string::npos)
+      << r.status().message();
+  EXPECT_EQ(DirEntries(src), (std::vector<std::string>{"a", "sub"}));
+  EXPECT_TRUE(std::filesystem::is_empty(src + "/sub"));
+  // Beside it is fine, even with a name that starts the same.
+  ASSERT_OK(PackQuiet(src, tmp / "src2.dlfs"));
+  // A single-file source cannot be its own output, --force or not.
+  WriteTar(tmp / "x.tar", {{"a.jpg", "1"}}, false);
+  PackOptions force;
+  force.volume.overwrite = true;
+  r = PackQuiet(tmp / "x.tar", tmp / "x.tar", force);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("x.tar: is the source"), std::string::npos)
+      << r.status().message();
+}
+
+// Issue 13 #9: a pack killed with SIGKILL left "v.dlfs.tmp.PID.N" forever.
+// The next pack to that path removes such files when their process is gone
+// and nobody holds their lock, and says so.
+TEST(PackTest, StaleTemporariesOfDeadPacksAreRemoved) {
+  TempDir tmp;
+  const std::string src = tmp / "src";
+  testing::WriteFile(src + "/a/1.png", Bytes("1"));
+  // A process id that is certainly not running: a child that has exited.
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  const std::string dead = std::to_string(child);
+  const std::string stale = tmp / ("v.dlfs.tmp." + dead + ".3");
+  testing::WriteFile(stale, testing::RandomBytes(5000, 1));
+  // Left alone: a running process's (pid 1), a locked one (a builder on
+  // another host whose pid means nothing here), other names.
+  const std::string running = tmp / "v.dlfs.tmp.1.0";
+  const std::string locked = tmp / ("v.dlfs.tmp." + dead + ".4");
+  testing::WriteFile(running, Bytes("live"));
+  testing::WriteFile(locked, Bytes("locked"));
+  const int fd = ::open(locked.c_str(), O_RDWR);
+  struct flock lk {};
+  lk.l_type = F_WRLCK;
+  ASSERT_EQ(::fcntl(fd, F_OFD_SETLK, &lk), 0);
+  for (const char* other : {"v.dlfs.tmp.x.0", "v.dlfs.tmp.12", "w.dlfs.tmp.1234567.0"}) {
+    testing::WriteFile(tmp / other, Bytes("other"));
+  }
+  std::filesystem::create_directory(tmp / ("v.dlfs.tmp." + dead + ".5"));
+
+  auto stats = PackQuiet(src, tmp / "v.dlfs");
+  ASSERT_OK(stats);
+  ASSERT_EQ(stats->removed_temporaries.size(), 1u);
+  EXPECT_EQ(stats->removed_temporaries[0], stale + " (left by process " + dead + ", 5000 bytes)");
+  std::vector<std::string> left = {"src",
+                                   "v.dlfs",
+                                   "v.dlfs.tmp." + dead + ".4",
+                                   "v.dlfs.tmp." + dead + ".5",
+                                   "v.dlfs.tmp.1.0",
+                                   "v.dlfs.tmp.12",
+                                   "v.dlfs.tmp.x.0",
+                                   "w.dlfs.tmp.1234567.0"};
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(DirEntries(tmp.path()), left);
+  ::close(fd);
+  // A live builder holds the lock on its temporary file, which is what
+  // protects it from builders that cannot see its pid.
+  ASSERT_OK_AND_ASSIGN(auto b, VolumeBuilder::Create(tmp / "w.dlfs"));
+  const int probe = ::open(b->temp_path().c_str(), O_RDWR);
+  ASSERT_GE(probe, 0);
+  EXPECT_NE(::fcntl(probe, F_OFD_SETLK, &lk), 0);
+  ::close(probe);
+}
+
 // ---- IDX ---------------------------------------------------------------------
 
 void PutBE32(std::string* s, uint32_t v) {
@@ -206,8 +306,23 @@ TEST(PackIdxTest, BrokenFilesAreNamed) {
   r = PackQuiet(tmp / "src2", tmp / "v.dlfs");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kCorruption);
-  EXPECT_NE(r.status().message().find("train-images-idx3-ubyte: truncated while reading image 3"),
+  EXPECT_NE(r.status().message().find("train-images-idx3-ubyte: truncated: its header says 5 "
+                                      "images of 2x2 (36 bytes with the header), the file has 29"),
             std::string::npos)
+      << r.status().message();
+  // The same, gzipped: the size is only known at the stream's end.
+  WriteIdx(tmp / "src2gz", "train", 5, 2, 2, true);
+  {
+    auto plain = testing::ReadFile(tmp / "src2/train-images-idx3-ubyte");
+    gzFile f = gzopen((tmp / "src2gz/train-images-idx3-ubyte.gz").c_str(), "wb");
+    gzwrite(f, plain.data(), static_cast<unsigned>(plain.size()));
+    gzclose(f);
+  }
+  r = PackQuiet(tmp / "src2gz", tmp / "v.dlfs");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(
+      r.status().message().find("train-images-idx3-ubyte.gz: truncated while reading image 3"),
+      std::string::npos)
       << r.status().message();
 
   // Not IDX at all.
@@ -219,6 +334,38 @@ TEST(PackIdxTest, BrokenFilesAreNamed) {
             std::string::npos)
       << r.status().message();
   EXPECT_FALSE(std::filesystem::exists(tmp / "v.dlfs"));
+}
+
+// Issue 13 #3: a 34-byte file whose header claims one 32768 x 32768 image
+// allocated 1 GiB before finding it truncated. Now the claim is checked
+// against the file, and a gzipped one streams (nothing sized by the header).
+TEST(PackIdxTest, HeaderClaimsAreCheckedBeforeAllocating) {
+  TempDir tmp;
+  const std::string fixture = std::string(DLFS_TEST_DATA) + "/hostile/idx-huge";
+  auto r = PackQuiet(fixture, tmp / "v.dlfs");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(r.status().message().find(fixture +
+                                      "/train-images-idx3-ubyte: truncated: its header says 1 "
+                                      "images of 32768x32768 (1073741840 bytes with the header), "
+                                      "the file has 34 bytes"),
+            std::string::npos)
+      << r.status().message();
+
+  std::filesystem::create_directories(tmp / "gz");
+  for (const char* name : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte"}) {
+    auto bytes = testing::ReadFile(fixture + "/" + name);
+    gzFile f = gzopen((tmp / "gz/" + name + ".gz").c_str(), "wb");
+    gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
+    gzclose(f);
+  }
+  r = PackQuiet(tmp / "gz", tmp / "v.dlfs");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(
+      r.status().message().find("train-images-idx3-ubyte.gz: truncated while reading image 0"),
+      std::string::npos)
+      << r.status().message();
+  EXPECT_EQ(DirEntries(tmp.path()), std::vector<std::string>{"gz"});  // no temporary file left
 }
 
 // The real data set from Debian's dataset-fashion-mnist package.
@@ -288,6 +435,52 @@ void WriteTar(const std::string& path,
   archive_write_free(a);
 }
 
+// A member of any type, for archives with links and special files.
+struct TarEntry {
+  std::string name;
+  std::string data;
+  unsigned type = AE_IFREG;
+  std::string hardlink;  // makes it a hard link (GNU/POSIX: no data of its own)
+  std::string symlink;
+};
+
+void WriteTarEntries(const std::string& path, const std::vector<TarEntry>& members) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  archive* a = archive_write_new();
+  archive_write_set_format_gnutar(a);  // as GNU tar writes hard-linked files
+  ASSERT_EQ(archive_write_open_filename(a, path.c_str()), ARCHIVE_OK);
+  for (const TarEntry& m : members) {
+    archive_entry* e = archive_entry_new();
+    archive_entry_set_pathname(e, m.name.c_str());
+    archive_entry_set_filetype(e, m.type);
+    archive_entry_set_perm(e, 0644);
+    if (!m.hardlink.empty()) archive_entry_set_hardlink(e, m.hardlink.c_str());
+    if (!m.symlink.empty()) archive_entry_set_symlink(e, m.symlink.c_str());
+    archive_entry_set_size(e, static_cast<la_int64_t>(m.data.size()));
+    ASSERT_EQ(archive_write_header(a, e), ARCHIVE_OK) << m.name;
+    if (!m.data.empty()) archive_write_data(a, m.data.data(), m.data.size());
+    archive_entry_free(e);
+  }
+  archive_write_close(a);
+  archive_write_free(a);
+}
+
+// Reads every sample of `vol` into {path: (bytes, label)}.
+std::map<std::string, std::pair<std::string, uint32_t>> VolumeContents(const std::string& vol) {
+  std::map<std::string, std::pair<std::string, uint32_t>> out;
+  auto v = Volume::Open(vol);
+  EXPECT_TRUE(v.ok()) << v.status().ToString();
+  if (!v.ok()) return out;
+  const SampleDirectory& d = (*v)->directory();
+  for (uint64_t i = 0; i < d.size(); ++i) {
+    auto bytes = (*v)->Read(i);
+    EXPECT_TRUE(bytes.ok());
+    out[d.Path(i)] = {std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size()),
+                      d.label(i)};
+  }
+  return out;
+}
+
 TEST(PackTarTest, WebDatasetKeysAndClsLabels) {
   TempDir tmp;
   std::filesystem::create_directories(tmp / "shards");
@@ -343,6 +536,167 @@ TEST(PackTarTest, BadShardsAreNamed) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("junk.tar"), std::string::npos) << r.status().message();
   EXPECT_FALSE(std::filesystem::exists(tmp / "v.dlfs"));
+}
+
+// Issue 13 #6: members of one key that are not adjacent still share the
+// key's label, wherever they sit: before or after it, in another shard.
+TEST(PackTarTest, LabelsJoinByKeyWhereverTheMembersSit) {
+  TempDir tmp;
+  WriteTar(tmp / "shards/a.tar",
+           {{"s/001.cls", "1"},
+            {"s/000.cls", "0"},
+            {"s/000.jpg", "zero"},
+            {"s/001.jpg", "one"},  // its .cls came two members earlier
+            {"s/002.jpg", "two"},  // its .cls is in the next shard
+            {"s/003.jpg", "three"}},
+           false);
+  WriteTar(tmp / "shards/b.tar.gz", {{"s/002.cls", "2"}, {"s/003.txt", "no class"}}, true);
+  auto stats = PackQuiet(tmp / "shards", tmp / "v.dlfs");
+  ASSERT_OK(stats);
+  EXPECT_EQ(stats->samples, 5u);
+  EXPECT_EQ(stats->classes, 3u);
+  const auto got = VolumeContents(tmp / "v.dlfs");
+  const std::map<std::string, std::pair<std::string, uint32_t>> want = {
+      {"s/000.jpg", {"zero", 0}},
+      {"s/001.jpg", {"one", 1}},
+      {"s/002.jpg", {"two", 2}},
+      {"s/003.jpg", {"three", kNoLabel}},
+      {"s/003.txt", {"no class", kNoLabel}}};
+  EXPECT_EQ(got, want);
+
+  // Two .cls members of one key that disagree are an error naming both.
+  WriteTar(tmp / "two.tar", {{"k.cls", "1"}, {"k.jpg", "x"}, {"k.cls", "4"}}, false);
+  auto r = PackQuiet(tmp / "two.tar", tmp / "w.dlfs");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find(
+                "two.tar: member 'k.cls' says class 4, but another .cls member of key 'k' said 1"),
+            std::string::npos)
+      << r.status().message();
+}
+
+// The key rule and the index over shards that a multi-field importer uses.
+TEST(PackTarTest, KeyIndexGroupsMembersAcrossShards) {
+  using pack_internal::TarKeyIndex;
+  using pack_internal::WebDatasetExtension;
+  using pack_internal::WebDatasetKey;
+  EXPECT_EQ(WebDatasetKey("a/b.c/x.seg.png"), "a/b.c/x");
+  EXPECT_EQ(WebDatasetExtension("a/b.c/x.seg.png"), ".seg.png");
+  EXPECT_EQ(WebDatasetKey("noext"), "noext");
+  EXPECT_EQ(WebDatasetExtension("noext"), "");
+  TempDir tmp;
+  WriteTar(tmp / "0.tar", {{"./k1.jpg", "a"}, {"k2.jpg", "b"}, {"k1.cls", "1"}}, false);
+  WriteTar(tmp / "1.tar.gz", {{"k2.cls", "2"}, {"k1.json", "{}"}}, true);
+  auto index = TarKeyIndex::Build({tmp / "0.tar", tmp / "1.tar.gz"});
+  ASSERT_OK(index);
+  EXPECT_EQ(index->keys(), (std::vector<std::string>{"k1", "k2"}));
+  std::vector<std::tuple<uint32_t, uint64_t, std::string>> k1;
+  for (uint32_t id : index->MembersOf("k1")) {
+    const auto& m = index->member(id);
+    k1.emplace_back(m.shard, m.ordinal, m.path);
+  }
+  EXPECT_EQ(k1, (std::vector<std::tuple<uint32_t, uint64_t, std::string>>{
+                    {0, 0, "k1.jpg"}, {0, 2, "k1.cls"}, {1, 1, "k1.json"}}));
+  EXPECT_EQ(index->MembersOf("k2").size(), 2u);
+  EXPECT_TRUE(index->MembersOf("k3").empty());
+}
+
+// Issue 13 #2: a 1 KiB tar whose header claims a 4 GiB - 1 member allocated
+// and zero-filled 4.2 GB before "Truncated tar archive". Members now stream,
+// and a declared size is checked against an uncompressed archive first.
+TEST(PackTarTest, DeclaredSizeBeyondTheArchiveIsRefused) {
+  TempDir tmp;
+  const std::string fixture = std::string(DLFS_TEST_DATA) + "/hostile/tar-4g-member.tar";
+  auto r = PackQuiet(fixture, tmp / "v.dlfs");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(
+      r.status().message().find(fixture + ": member 's/000.jpg' declares 4294967295 bytes, but the "
+                                          "archive has only 1024 bytes from its header on"),
+      std::string::npos)
+      << r.status().message();
+  // Compressed, the size cannot be checked up front: the member streams
+  // until the data ends.
+  {
+    auto bytes = testing::ReadFile(fixture);
+    gzFile f = gzopen((tmp / "c.tar.gz").c_str(), "wb");
+    gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
+    gzclose(f);
+  }
+  r = PackQuiet(tmp / "c.tar.gz", tmp / "v.dlfs");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("c.tar.gz: member 's/000.jpg'"), std::string::npos)
+      << r.status().message();
+  EXPECT_EQ(DirEntries(tmp.path()), std::vector<std::string>{"c.tar.gz"});
+}
+
+// Issue 13 #7: hard links (GNU tar of hard-linked files) were dropped, and
+// symlinks and FIFOs too, without a word.
+TEST(PackTarTest, HardLinksGetTheirTargetsBytesOtherSpecialMembersAreRefused) {
+  TempDir tmp;
+  WriteTarEntries(tmp / "links.tar", {{"d", "", AE_IFDIR},
+                                      {"d/a.jpg", "bytes of a"},
+                                      {"d/a.cls", "5"},
+                                      {"d/b.jpg", "", AE_IFREG, "d/a.jpg"},  // hard link to a.jpg
+                                      {"d/b.cls", "", AE_IFREG, "d/a.cls"},  // a deduplicated .cls
+                                      {"d/c.jpg", "", AE_IFREG, "d/b.jpg"},  // a link to a link
+                                      {"d/e.jpg", "bytes of e"},
+                                      {"d/f.jpg", "", AE_IFREG, "./d/e.jpg"}});
+  auto stats = PackQuiet(tmp / "links.tar", tmp / "v.dlfs");
+  ASSERT_OK(stats);
+  const std::map<std::string, std::pair<std::string, uint32_t>> want = {
+      {"d/a.jpg", {"bytes of a", 5}},
+      {"d/b.jpg", {"bytes of a", 5}},
+      {"d/c.jpg", {"bytes of a", kNoLabel}},
+      {"d/e.jpg", {"bytes of e", kNoLabel}},
+      {"d/f.jpg", {"bytes of e", kNoLabel}}};
+  EXPECT_EQ(VolumeContents(tmp / "v.dlfs"), want);
+
+  WriteTarEntries(tmp / "special.tar", {{"x/a.jpg", "a"},
+                                        {"x/l.jpg", "", AE_IFLNK, "", "a.jpg"},
+                                        {"x/p.fifo", "", AE_IFIFO},
+                                        {"x/z.jpg", "z"},
+                                        {"x/dangling.jpg", "", AE_IFREG, "x/nothing.jpg"}});
+  auto r = PackQuiet(tmp / "special.tar", tmp / "w.dlfs");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("special.tar: member 'x/l.jpg' is a symbolic link; only "
+                                      "regular files and hard links are packed (use "
+                                      "--skip-unreadable"),
+            std::string::npos)
+      << r.status().message();
+  EXPECT_FALSE(std::filesystem::exists(tmp / "w.dlfs"));
+  PackOptions skip;
+  skip.skip_unreadable = true;
+  stats = PackQuiet(tmp / "special.tar", tmp / "w.dlfs", skip);
+  ASSERT_OK(stats);
+  EXPECT_EQ(stats->samples, 2u);
+  EXPECT_EQ(stats->skipped, 3u);
+  ASSERT_EQ(stats->skipped_examples.size(), 3u);
+  EXPECT_NE(stats->skipped_examples[1].find("member 'x/p.fifo' is a special file"),
+            std::string::npos);
+  EXPECT_NE(
+      stats->skipped_examples[2].find("member 'x/dangling.jpg' is a hard link to "
+                                      "'x/nothing.jpg', which is not an earlier regular file"),
+      std::string::npos)
+      << stats->skipped_examples[2];
+}
+
+// Issue 13 #10: "/etc/passwd.jpg" was stored as "etc/passwd.jpg".
+TEST(PackTarTest, AbsoluteAndDotDotMemberNamesAreRefused) {
+  TempDir tmp;
+  for (const std::string name : {"/etc/passwd.jpg", "../up.jpg", "a/../../b.jpg", "a/.."}) {
+    WriteTarEntries(tmp / "bad.tar", {{"ok.jpg", "fine"}, {name, "x"}});
+    PackOptions skip;
+    skip.skip_unreadable = true;  // not a matter of reading: refused even so
+    auto r = PackQuiet(tmp / "bad.tar", tmp / "v.dlfs", skip);
+    ASSERT_FALSE(r.ok()) << name;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("bad.tar: member '" + name + "' has"), std::string::npos)
+        << r.status().message();
+    EXPECT_FALSE(std::filesystem::exists(tmp / "v.dlfs"));
+  }
+  // The builder refuses an absolute path too, whoever calls it.
+  ASSERT_OK_AND_ASSIGN(auto b, VolumeBuilder::Create(tmp / "b.dlfs"));
+  EXPECT_EQ(b->Add("/etc/passwd", Bytes("x")).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(PackTest, DetectsSourceKinds) {
