@@ -217,7 +217,7 @@ class Engine final : public IoEngine {
   // Moves queued reads to the backend up to its capacity; how many.
   uint32_t Prepare() {
     uint32_t n = 0;
-    while (!ready_.empty() && in_flight_ < backend_->capacity()) {
+    while (!ready_.empty() && in_flight_ + n < backend_->capacity()) {
       const uint32_t s = ready_.front();
       ready_.pop_front();
       const Slot& sl = slots_[s];
