@@ -4,6 +4,8 @@
 // tag its device reads carry, so completions map back to requests whatever
 // order they arrive in. The same loop serves Read() (a batch, then wait)
 // and the streaming interface (the Loader queues whole epochs through it).
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -81,6 +83,12 @@ class Engine final : public IoEngine {
   }
 
   ~Engine() override {
+    if (::getpid() != pid_) {
+      // Destroyed in a child of fork(): the backend's threads (pread) do
+      // not exist here and its ring is the parent's; leave both alone.
+      (void)backend_.release();
+      return;
+    }
     // Reads still in flight would write into buffers their owner is about
     // to free: wait them out (the Loader drains before this; this is the
     // net for other callers).
@@ -337,6 +345,7 @@ class Engine final : public IoEngine {
   std::unique_ptr<Targets> targets_;
   std::unique_ptr<Backend> backend_;
   EngineKind kind_;
+  const pid_t pid_ = ::getpid();  // the process that created the engine
   std::string description_;
   std::vector<std::string> flags_;
   std::vector<Slot> slots_;

@@ -12,6 +12,8 @@
 // work, and completions are matched to batches by tag.
 #include "dlfs/loader.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -97,6 +99,16 @@ class Loader::Impl {
   }
 
   ~Impl() {
+    if (::getpid() != pid_) {
+      // Destroyed in a child of fork(): the I/O threads exist only in the
+      // parent. Leave them and their engines alone (a small leak) rather
+      // than join threads that are not there.
+      for (auto& w : workers_) {
+        if (w->thread.joinable()) w->thread.detach();
+        (void)w->engine.release();
+      }
+      return;
+    }
     {
       std::lock_guard lock(mu_);
       stop_ = true;
@@ -543,6 +555,7 @@ class Loader::Impl {
   std::shared_ptr<Volume> volume_;
   LoaderOptions options_;
   Sampler sampler_;
+  const pid_t pid_ = ::getpid();
   const uint64_t batches_;  // per epoch
   const uint64_t window_;   // batches read ahead of the caller
   loader_internal::PlanOptions po_;

@@ -78,3 +78,55 @@ def test_loader_dataset_reads_rank_from_environment(labelled, monkeypatch):
     vol = dlfs.Volume(path)
     assert [bytes(s) for s in samples] == [vol.read(int(i)) for i in want]
     assert isinstance(labels, torch.Tensor)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_volume_dataset_batched_with_batch_sampler(labelled, workers):
+    path, _ = labelled
+    ds = dt.VolumeDataset(path)
+    sampler = tud.BatchSampler(tud.RandomSampler(ds, generator=torch.Generator().manual_seed(0)),
+                               batch_size=32, drop_last=False)
+    seen = []
+    for samples, labels in tud.DataLoader(ds, sampler=sampler, batch_size=None,
+                                          num_workers=workers):
+        assert isinstance(labels, torch.Tensor) and len(samples) == len(labels) <= 32
+        for s, y in zip(samples, labels.tolist()):
+            v = _decode(s)
+            assert y == v % 3
+            seen.append(v)
+    assert sorted(seen) == list(range(300))
+    # Positions, not volume indices: a subtree maps them.
+    sub = dt.VolumeDataset(path, root="class2", transform=_decode)
+    values, labels = sub[[0, 1, 2]]
+    assert values == [sub[k][0] for k in range(3)] and labels.tolist() == [2, 2, 2]
+
+
+def test_loader_dataset_keeps_its_loader_and_stacks_fixed_size_samples(tmp_path, run):
+    root = tmp_path / "px"
+    for i in range(200):
+        p = root / f"c{i % 2}" / f"{i:03d}"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(bytes([i % 256]) * 24)
+    run("pack", root, "-o", tmp_path / "px.dlfs", "-q", check=0)
+    ds = dt.LoaderDataset(str(tmp_path / "px.dlfs"), batch_size=50, seed=1)
+    firsts = []
+    for epoch in range(2):
+        ds.set_epoch(epoch)
+        got = []
+        for samples, labels in tud.DataLoader(ds, batch_size=None):
+            assert isinstance(samples, torch.Tensor) and samples.shape == (len(labels), 24)
+            got += [int(r[0]) for r in samples]
+        assert sorted(got) == sorted(i % 256 for i in range(200))
+        firsts.append(got)
+    assert firsts[0] != firsts[1]  # a new order each epoch
+    loader = ds._loader
+    assert loader is not None and loader.stats()["cache_bytes"] > 0
+    ds.set_epoch(2)
+    before = loader.stats()["io_bytes"]
+    assert sum(len(y) for _, y in tud.DataLoader(ds, batch_size=None)) == 200
+    assert ds._loader is loader and loader.stats()["io_bytes"] == before  # from memory
+    # stack=False: views, one per sample.
+    plain = dt.LoaderDataset(str(tmp_path / "px.dlfs"), batch_size=50, stack=False,
+                             batch_transform=lambda s, y: (s, y))
+    samples, _ = next(iter(plain))
+    assert isinstance(samples, list) and len(samples) == 50

@@ -4,6 +4,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -11,6 +12,7 @@
 #include <set>
 
 #include "dlfs/builder.h"
+#include "dlfs/sample_reader.h"
 #include "dlfs/testing.h"
 #include "testutil.h"
 
@@ -490,6 +492,80 @@ TEST(LoaderOptionsTest, BadOptionsAreRefused) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(Loader::Create(v, {.io_threads = 0}).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(Loader::Create(nullptr, {}).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace dlfs
+
+namespace dlfs {
+namespace {
+
+TEST(SampleReaderTest, ManySamplesInOneCallWithExactBytes) {
+  testing::TempDir tmp;
+  auto v = MakeVolume(tmp / "v.dlfs", 400);
+  for (EngineKind kind : {EngineKind::kUring, EngineKind::kPread}) {
+    auto r = SampleReader::Create(v, {.engine = {.kind = kind}});
+    if (!r.ok() && r.status().code() == StatusCode::kUnavailable) continue;
+    ASSERT_OK(r);
+    std::vector<uint64_t> want = {399, 0, 5, 5, 210, 3, 17, 211, 1};  // duplicates, huge, empty
+    for (int round = 0; round < 3; ++round) {
+      ASSERT_OK_AND_ASSIGN(Batch b, (*r)->Read(want));
+      ASSERT_EQ(b.size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_EQ(b.index(i), want[i]);
+        EXPECT_EQ(b.label(i), v->directory().label(want[i]));
+        EXPECT_TRUE(std::ranges::equal(b.sample(i), *v->Read(want[i]))) << want[i];
+      }
+      std::ranges::reverse(want);
+    }
+    const std::vector<uint64_t> bad = {1, 400};
+    auto out = (*r)->Read(bad);
+    EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(out.status().message().find("400 out of range"), std::string::npos);
+  }
+}
+
+TEST(SampleReaderTest, DamageIsNamedNeverReturned) {
+  testing::TempDir tmp;
+  auto v = MakeSmallVolume(tmp / "s.dlfs", 40, 700);
+  const SampleInfo s = v->directory().sample(9);
+  {
+    const int fd = ::open((tmp / "s.dlfs").c_str(), O_WRONLY);
+    const char junk = 0x33;
+    ASSERT_EQ(::pwrite(fd, &junk, 1, static_cast<off_t>(s.offset + 3)), 1);
+    ::close(fd);
+  }
+  auto r = SampleReader::Create(v, {});
+  ASSERT_OK(r);
+  const std::vector<uint64_t> idx = {2, 9, 30};
+  auto out = (*r)->Read(idx);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(out.status().message().find("sample 9 's/000009': checksum mismatch"),
+            std::string::npos)
+      << out.status().message();
+  // Without verification the bytes are returned as stored.
+  ASSERT_OK(((*r)->Read(idx, /*verify=*/false)));
+
+  // A damaged device range: exactly the samples in it are named.
+  const SampleInfo t = v->directory().sample(30);
+  testing::ScopedFaultInjection eio({.eio_offset = t.offset, .eio_length = 1});
+  auto r2 = SampleReader::Create(v, {});
+  ASSERT_OK(r2);
+  const std::vector<uint64_t> near = {26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36};
+  auto failed = (*r2)->Read(near, false);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().sys_errno(), EIO);
+  const std::string& m = failed.status().message();
+  EXPECT_NE(m.find(" 30 's/000030'"), std::string::npos) << m;
+  for (uint64_t i : near) {
+    const SampleInfo x = v->directory().sample(i);
+    const bool shares =
+        x.offset / 4096 * 4096 <= t.offset && t.offset < (x.offset + x.length + 4095) / 4096 * 4096;
+    if (!shares) {
+      EXPECT_EQ(m.find(" " + std::to_string(i) + " 's/"), std::string::npos) << i << ": " << m;
+    }
+  }
 }
 
 }  // namespace
