@@ -14,6 +14,8 @@ PACKAGES=(
   pybind11-dev python3-dev python3-numpy python3-torch libfuse3-dev fuse3
   # tests and benchmarks
   libgtest-dev libbenchmark-dev python3 python3-pytest python3-torchvision python3-lmdb
+  # the benchmark plot (bench/run_io_bench.sh)
+  python3-matplotlib
   # the built-in default data set
   dataset-fashion-mnist
 )
