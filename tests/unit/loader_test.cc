@@ -334,7 +334,7 @@ TEST_P(LoaderTest, DamagedRangeNamesExactlyTheSamplesInside) {
       auto more = loader->Next(&b);
       if (!more.ok()) {
         ++errors;
-        const std::string& m = more.status().message();
+        const std::string m = more.status().message();
         EXPECT_EQ(more.status().sys_errno(), EIO) << m;
         EXPECT_NE(m.find("sample"), std::string::npos) << m;
         EXPECT_NE(m.find(std::to_string(victim) + " '"), std::string::npos) << m;
@@ -549,7 +549,7 @@ TEST(SampleReaderTest, DamageIsNamedNeverReturned) {
   auto failed = (*r2)->Read(near, false);
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.status().sys_errno(), EIO);
-  const std::string& m = failed.status().message();
+  const std::string m = failed.status().message();
   EXPECT_NE(m.find(" 30 's/000030'"), std::string::npos) << m;
   for (uint64_t i : near) {
     const SampleInfo x = v->directory().sample(i);
