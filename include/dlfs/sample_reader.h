@@ -53,6 +53,15 @@ class SampleReader {
   // 0), each checked against its CRC32C unless !verify.
   Result<Batch> Read(std::span<const uint64_t> indices, bool verify = true);
 
+  // The same, read into the caller's `buffer` (at least BufferBytes(indices)
+  // bytes, aligned to 4 KiB, e.g. shared memory another process maps); the
+  // batch's samples are spans into it and do not keep it alive.
+  // InvalidArgument when the buffer is too small or misaligned.
+  Result<Batch> ReadInto(std::span<const uint64_t> indices, std::span<std::byte> buffer,
+                         bool verify = true);
+  // Bytes a buffer for ReadInto(indices) needs (aligned reads, gaps included).
+  Result<uint64_t> BufferBytes(std::span<const uint64_t> indices);
+
   // What the engine is ("io_uring, O_DIRECT, ...").
   const std::string& description() const;
 

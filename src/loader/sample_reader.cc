@@ -40,9 +40,9 @@ Result<std::unique_ptr<SampleReader>> SampleReader::Create(std::shared_ptr<Volum
   return std::unique_ptr<SampleReader>(new SampleReader(std::move(impl)));
 }
 
-Result<Batch> SampleReader::Read(std::span<const uint64_t> indices, bool verify) {
-  Impl& m = *impl_;
-  const Volume& vol = *m.volume;
+namespace {
+
+Status CheckIndices(const Volume& vol, std::span<const uint64_t> indices) {
   for (uint64_t i : indices) {
     if (i >= vol.size()) {
       return Status::InvalidArgument(vol.path() + ": sample index " + std::to_string(i) +
@@ -50,18 +50,52 @@ Result<Batch> SampleReader::Read(std::span<const uint64_t> indices, bool verify)
                                      " samples)");
     }
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<Batch> SampleReader::Read(std::span<const uint64_t> indices, bool verify) {
+  return ReadInto(indices, {}, verify);
+}
+
+Result<uint64_t> SampleReader::BufferBytes(std::span<const uint64_t> indices) {
+  Impl& m = *impl_;
+  DLFS_RETURN_IF_ERROR(CheckIndices(*m.volume, indices));
+  loader_internal::PlanOptions po;
+  po.read = m.options.plan;
+  po.alignment = m.engine->alignment();
+  return loader_internal::BatchRead(*m.volume, indices, po).buffer_bytes();
+}
+
+Result<Batch> SampleReader::ReadInto(std::span<const uint64_t> indices, std::span<std::byte> buffer,
+                                     bool verify) {
+  Impl& m = *impl_;
+  const Volume& vol = *m.volume;
+  DLFS_RETURN_IF_ERROR(CheckIndices(vol, indices));
   std::lock_guard lock(m.mu);
   loader_internal::PlanOptions po;
   po.read = m.options.plan;
   po.alignment = m.engine->alignment();
   loader_internal::BatchRead read(vol, indices, po);
-  std::shared_ptr<loader_internal::Slab> slab = m.pool->Acquire(read.buffer_bytes());
-  if (!slab) {
-    return Status::Unavailable(vol.path() + ": out of memory for " +
-                               std::to_string(read.buffer_bytes()) + " bytes of samples");
+  std::shared_ptr<loader_internal::Slab> slab;
+  std::byte* base = buffer.data();
+  uint32_t slot = ReadRequest::kNoSlot;
+  if (buffer.empty()) {
+    slab = m.pool->Acquire(read.buffer_bytes());
+    if (!slab) {
+      return Status::Unavailable(vol.path() + ": out of memory for " +
+                                 std::to_string(read.buffer_bytes()) + " bytes of samples");
+    }
+    base = slab->data;
+    slot = slab->slot;
+  } else if (buffer.size() < read.buffer_bytes() || reinterpret_cast<uintptr_t>(base) % 4096 != 0) {
+    return Status::InvalidArgument(vol.path() + ": these samples need a 4 KiB-aligned buffer of " +
+                                   std::to_string(read.buffer_bytes()) + " bytes, not " +
+                                   std::to_string(buffer.size()));
   }
   const double t0 = Now();
-  read.Start(slab->data, slab->slot, &m.requests);
+  read.Start(base, slot, &m.requests);
   do {
     m.results.assign(m.requests.size(), Status::Ok());
     DLFS_RETURN_IF_ERROR(m.engine->Read(m.requests, m.results).WithContext(vol.path()));

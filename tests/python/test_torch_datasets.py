@@ -130,3 +130,33 @@ def test_loader_dataset_keeps_its_loader_and_stacks_fixed_size_samples(tmp_path,
                              batch_transform=lambda s, y: (s, y))
     samples, _ = next(iter(plain))
     assert isinstance(samples, list) and len(samples) == 50
+
+
+@pytest.mark.parametrize("hold", [False, True])
+def test_volume_dataset_batches_cross_from_workers_in_shared_memory(labelled, hold):
+    """Workers hand batches over in shared memory slots that are reused once
+    the main process drops the views; holding more batches than there are
+    slots falls back to the ordinary transfer, with the same bytes."""
+    path, _ = labelled
+    ds = dt.VolumeDataset(path, shared_slots=2)
+    sampler = tud.BatchSampler(tud.SequentialSampler(ds), batch_size=8, drop_last=False)
+    vol = dlfs.Volume(path)
+    before = dt.shared_batches_received
+    kept, seen = [], []
+    for samples, labels in tud.DataLoader(ds, sampler=sampler, batch_size=None, num_workers=2):
+        assert all(isinstance(s, torch.Tensor) and s.dtype == torch.uint8 for s in samples)
+        for s, y in zip(samples, labels.tolist()):
+            v = _decode(s.numpy())
+            assert y == v % 3
+            assert bytes(s.numpy()) == vol.read(vol.lookup(f"class{v % 3}/{v:04d}.bin"))
+            seen.append(v)
+        if hold:
+            kept.append(samples)
+    assert sorted(seen) == list(range(300))
+    shared = dt.shared_batches_received - before
+    assert shared >= 4  # each worker's first two batches at least
+    if not hold:
+        assert shared > 10  # slots came free again (without reuse: 4)
+    else:
+        assert shared < 38  # no free slot: sent the ordinary way
+        assert sorted(_decode(s.numpy()) for b in kept for s in b) == list(range(300))
