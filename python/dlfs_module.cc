@@ -9,12 +9,23 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <map>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include "dlfs/loader.h"
 #include "dlfs/pack.h"
+#include "dlfs/sample_reader.h"
 #include "dlfs/summary.h"
 #include "dlfs/verify.h"
 #include "dlfs/volume.h"
@@ -181,6 +192,164 @@ class PyLoader {
   std::mutex mu_;
 };
 
+// The per-process SampleReader of a Python Volume object, kept in its
+// __dict__ (a reader does not survive fork: a child makes its own).
+class PyReader {
+ public:
+  explicit PyReader(std::shared_ptr<Volume> vol)
+      : pid_(::getpid()), reader_(Unwrap(SampleReader::Create(std::move(vol), {}))) {}
+  pid_t pid() const { return pid_; }
+  SampleReader& reader() { return *reader_; }
+
+ private:
+  pid_t pid_;
+  std::unique_ptr<SampleReader> reader_;
+};
+
+SampleReader& ReaderOf(py::object volume_obj) {
+  py::dict d = volume_obj.attr("__dict__");
+  if (d.contains("_reader")) {
+    PyReader& r = d["_reader"].cast<PyReader&>();
+    if (r.pid() == ::getpid()) return r.reader();
+    // Inherited from the parent: keep it alive but unused (destroying it
+    // here would touch the parent's I/O state).
+    static py::list* inherited = new py::list();
+    inherited->append(d["_reader"]);
+  }
+  auto vol = volume_obj.cast<std::shared_ptr<Volume>>();
+  py::object r = py::cast(std::make_unique<PyReader>(std::move(vol)));
+  d["_reader"] = r;
+  return r.cast<PyReader&>().reader();
+}
+
+// Shared-memory batches between DataLoader workers and the main process
+// (VolumeDataset's batched mode): a worker reads a batch straight into a
+// slot of a memfd it owns (O_DIRECT, no copy), sends only where the samples
+// are, and the main process maps the memfd (through /proc/PID/fd/FD) and
+// hands out views; the slot is free again when the last view is gone. The
+// first page holds one atomic state word per slot (0 free, 1 taken).
+constexpr uint64_t kSlotHeader = 4096;
+constexpr uint32_t kMaxSlots = 1024;
+
+std::atomic<uint32_t>* SlotStates(std::byte* base) {
+  return reinterpret_cast<std::atomic<uint32_t>*>(base);
+}
+
+class SharedSlots {
+ public:
+  SharedSlots(uint32_t slots, uint64_t slot_bytes)
+      : slots_(slots), slot_bytes_((slot_bytes + 4095) / 4096 * 4096) {
+    if (slots == 0 || slots > kMaxSlots) throw py::value_error("slots must be 1..1024");
+    total_ = kSlotHeader + uint64_t{slots_} * slot_bytes_;
+    fd_ = static_cast<int>(::syscall(SYS_memfd_create, "dlfs-batches", MFD_CLOEXEC));
+    if (fd_ < 0) Check(Status::FromErrno(errno, "memfd_create"));
+    if (::ftruncate(fd_, static_cast<off_t>(total_)) != 0) {
+      const int e = errno;
+      ::close(fd_);
+      Check(Status::FromErrno(e, "ftruncate of the shared batch memory"));
+    }
+    void* p = ::mmap(nullptr, total_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+    if (p == MAP_FAILED) {
+      const int e = errno;
+      ::close(fd_);
+      Check(Status::FromErrno(e, "mmap of the shared batch memory"));
+    }
+    base_ = static_cast<std::byte*>(p);
+    ::madvise(base_, total_, 23 /* MADV_POPULATE_WRITE: touch it once, now */);
+  }
+  ~SharedSlots() {
+    ::munmap(base_, total_);
+    ::close(fd_);
+  }
+  // A free slot, taken; -1 if none came free within `timeout` seconds.
+  int Acquire(double timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
+    while (true) {
+      for (uint32_t i = 0; i < slots_; ++i) {
+        uint32_t expected = 0;
+        if (SlotStates(base_)[i].compare_exchange_strong(expected, 1)) return static_cast<int>(i);
+      }
+      if (std::chrono::steady_clock::now() >= deadline) return -1;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  void Release(uint32_t slot) { SlotStates(base_)[slot].store(0); }
+  std::span<std::byte> Slot(uint32_t slot) {
+    return {base_ + kSlotHeader + uint64_t{slot} * slot_bytes_, slot_bytes_};
+  }
+  int fd() const { return fd_; }
+  uint64_t total() const { return total_; }
+  uint64_t slot_bytes() const { return slot_bytes_; }
+
+ private:
+  uint32_t slots_;
+  uint64_t slot_bytes_;
+  uint64_t total_ = 0;
+  int fd_ = -1;
+  std::byte* base_ = nullptr;
+};
+
+// The main process's mapping of a worker's slots.
+class SlotMapping {
+ public:
+  SlotMapping(int pid, int fd, uint64_t total) : total_(total) {
+    const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+    const int f = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (f < 0) {
+      Check(Status::FromErrno(errno, path + " (the shared batch memory of DataLoader worker " +
+                                         std::to_string(pid) +
+                                         "; VolumeDataset(shared_memory=False) avoids it)"));
+    }
+    void* p = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
+    const int e = errno;
+    ::close(f);
+    if (p == MAP_FAILED) Check(Status::FromErrno(e, "mmap of " + path));
+    base_ = static_cast<std::byte*>(p);
+  }
+  ~SlotMapping() { ::munmap(base_, total_); }
+  std::byte* base() const { return base_; }
+
+ private:
+  uint64_t total_;
+  std::byte* base_ = nullptr;
+};
+
+// One slot's bytes in the main process (buffer protocol); frees the slot
+// for its worker when the last view of it is gone.
+struct SlotLease {
+  std::shared_ptr<SlotMapping> mapping;
+  uint32_t slot = 0;
+  uint64_t slot_bytes = 0;
+  ~SlotLease() {
+    if (mapping) SlotStates(mapping->base())[slot].store(0);
+  }
+  std::byte* data() const { return mapping->base() + kSlotHeader + uint64_t{slot} * slot_bytes; }
+};
+
+std::shared_ptr<SlotLease> AttachSlot(int pid, int fd, uint64_t total, uint64_t slot_bytes,
+                                      uint32_t slot) {
+  static std::mutex mu;
+  static std::map<std::pair<int, int>, std::weak_ptr<SlotMapping>> mappings;
+  std::shared_ptr<SlotMapping> m;
+  {
+    std::lock_guard lock(mu);
+    auto& w = mappings[{pid, fd}];
+    m = w.lock();
+    if (!m) {
+      m = std::make_shared<SlotMapping>(pid, fd, total);
+      w = m;
+    }
+  }
+  if (kSlotHeader + (uint64_t{slot} + 1) * slot_bytes > total) {
+    throw py::value_error("slot out of range of the shared batch memory");
+  }
+  auto lease = std::make_shared<SlotLease>();
+  lease->mapping = std::move(m);
+  lease->slot = slot;
+  lease->slot_bytes = slot_bytes;
+  return lease;
+}
+
 // A read-only uint8 numpy view of sample i whose base is the Python Batch.
 py::array SampleView(py::object batch_obj, size_t i) {
   const Batch& b = batch_obj.cast<const Batch&>();
@@ -212,7 +381,57 @@ PYBIND11_MODULE(_dlfs, m) {
     }
   });
 
-  py::class_<Volume, std::shared_ptr<Volume>>(m, "Volume", R"doc(
+  py::class_<PyReader>(m, "_SampleReader");
+
+  py::class_<SharedSlots>(
+      m, "_SharedSlots", "Shared batch memory of a DataLoader worker (VolumeDataset batched mode).")
+      .def(py::init<uint32_t, uint64_t>(), py::arg("slots"), py::arg("slot_bytes"))
+      .def_property_readonly("fd", &SharedSlots::fd)
+      .def_property_readonly("total", &SharedSlots::total)
+      .def_property_readonly("slot_bytes", &SharedSlots::slot_bytes)
+      .def(
+          "acquire",
+          [](SharedSlots& s, double timeout) {
+            py::gil_scoped_release release;
+            return s.Acquire(timeout);
+          },
+          py::arg("timeout"))
+      .def("release", &SharedSlots::Release, py::arg("slot"))
+      .def(
+          "read",
+          [](SharedSlots& s, py::object volume, uint32_t slot, std::vector<uint64_t> indices,
+             bool verify) -> py::object {
+            SampleReader& reader = ReaderOf(volume);
+            Result<Batch> r = Status::Cancelled("not run");
+            {
+              py::gil_scoped_release release;
+              auto need = reader.BufferBytes(indices);
+              if (need.ok() && *need > s.slot_bytes()) return py::none();  // does not fit
+              r = need.ok() ? reader.ReadInto(indices, s.Slot(slot), verify) : need.status();
+            }
+            const Batch b = Unwrap(std::move(r));
+            py::list offsets, lengths;
+            for (size_t i = 0; i < b.size(); ++i) {
+              offsets.append(b.sample(i).data() - s.Slot(slot).data());
+              lengths.append(b.sample(i).size());
+            }
+            return py::make_tuple(offsets, lengths);
+          },
+          py::arg("volume"), py::arg("slot"), py::arg("indices"), py::arg("verify") = true,
+          "Reads the samples into slot `slot`: (offsets, lengths), or None when they do not fit.");
+
+  py::class_<SlotLease, std::shared_ptr<SlotLease>>(m, "_SlotLease", py::buffer_protocol())
+      .def_buffer([](SlotLease& l) {
+        // Writable, like the copies DataLoader makes of samples sent the
+        // ordinary way: the batch is the caller's to use as it likes.
+        return py::buffer_info(l.data(), 1, py::format_descriptor<uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(l.slot_bytes)}, {1}, /*readonly=*/false);
+      });
+  m.def("_attach_slot", &AttachSlot, py::arg("pid"), py::arg("fd"), py::arg("total"),
+        py::arg("slot_bytes"), py::arg("slot"),
+        "Maps slot `slot` of DataLoader worker `pid`'s shared batch memory.");
+
+  py::class_<Volume, std::shared_ptr<Volume>>(m, "Volume", py::dynamic_attr(), R"doc(
 An open dlfs volume (read-only).
 
 Volume(path) reads the superblock and the whole sample directory, verifying
@@ -247,6 +466,28 @@ for target 1 there instead.
           "sample has none.")
       .def("read", &ReadSample, py::arg("index"), py::arg("verify") = true,
            "The bytes of sample `index` (checksum verified unless verify=False).")
+      .def(
+          "read_many",
+          [](py::object self, std::vector<int64_t> indices, bool verify) {
+            const Volume& v = self.cast<const Volume&>();
+            std::vector<uint64_t> idx;
+            idx.reserve(indices.size());
+            for (int64_t i : indices) idx.push_back(CheckIndex(v, i));
+            SampleReader& reader = ReaderOf(self);
+            Result<Batch> r = Status::Cancelled("not run");
+            {
+              py::gil_scoped_release release;
+              r = reader.Read(idx, verify);
+            }
+            return std::make_shared<Batch>(Unwrap(std::move(r)));
+          },
+          py::arg("indices"), py::arg("verify") = true, R"doc(
+The samples `indices` (any order, duplicates allowed) in one submission,
+as a Batch: batch[i] is a zero-copy uint8 view of sample indices[i],
+batch.labels their labels. Reads go through this process's own io_uring
+ring with O_DIRECT (no page cache copy) and are coalesced where samples are
+neighbours; checksums are verified. Use it when you have a batch of
+indices at once (a BatchSampler); for whole epochs use dlfs.Loader.)doc")
       .def(
           "path", [](const Volume& v, int64_t i) { return v.directory().Path(CheckIndex(v, i)); },
           py::arg("index"), "Path of sample `index` inside the volume, e.g. 'train/00042'.")
@@ -365,6 +606,29 @@ the Batch itself is referenced.
             return out;
           },
           "Labels (int64 numpy array; -1 where a sample has none).")
+      .def(
+          "stack",
+          [](const Batch& b) {
+            const size_t n = b.size();
+            const size_t len = n ? b.sample(0).size() : 0;
+            for (size_t i = 1; i < n; ++i) {
+              if (b.sample(i).size() != len) {
+                throw py::value_error("samples differ in size (" + std::to_string(len) + " and " +
+                                      std::to_string(b.sample(i).size()) +
+                                      " bytes): use batch.samples");
+              }
+            }
+            py::array_t<uint8_t> out({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(len)});
+            uint8_t* dst = out.mutable_data();
+            {
+              py::gil_scoped_release release;
+              for (size_t i = 0; i < n; ++i) std::memcpy(dst + i * len, b.sample(i).data(), len);
+            }
+            return out;
+          },
+          "All samples copied into one (len(batch), size) uint8 array; ValueError when they "
+          "differ in size. One array instead of a list of views: cheaper to hand to torch when "
+          "samples are fixed-size (raw pixels).")
       .def_property_readonly("epoch", &Batch::epoch)
       .def_property_readonly("sequence", &Batch::sequence, "Batch number within the epoch.")
       .def_property_readonly("payload_bytes", &Batch::payload_bytes);
@@ -375,7 +639,7 @@ the Batch itself is referenced.
 Loader(volume, batch_size, shuffle=True, seed=0, rank=0, world_size=1,
        drop_last=False, prefetch_batches=4, queue_depth=64, io_threads=1,
        engine="auto", direct_io=True, verify_checksums=True, coalesce=True,
-       indices=None)
+       indices=None, cache_budget=None)
 
 Iterates over this rank's batches of one epoch, reading ahead through
 io_uring (or a pread pool where io_uring is unavailable).
@@ -394,6 +658,13 @@ io_uring (or a pread pool where io_uring is unavailable).
   CorruptVolumeError naming the sample and file.
 - indices: read only these sample indices (e.g. vol.indices("train")); the
   shuffle permutes within them.
+- cache_budget: the memory tier. When the samples read fit this many bytes,
+  the first epoch loads them in large reads and later epochs are served
+  from memory (same order, same checks). None: a quarter of the available
+  memory; 0: off.
+
+stats() says where the time went: rings empty, reads in flight,
+submit/wait/verify seconds, buffer and tier memory, io_uring flags.
 
 Call set_epoch(e) before iterating epoch e; each iter() restarts that epoch.
 The GIL is released while waiting for I/O.
@@ -402,7 +673,8 @@ The GIL is released while waiting for I/O.
                        uint32_t rank, uint32_t world_size, bool drop_last,
                        uint32_t prefetch_batches, uint32_t queue_depth, uint32_t io_threads,
                        const std::string& engine, bool direct_io, bool verify_checksums,
-                       bool coalesce, std::optional<std::vector<uint64_t>> indices) {
+                       bool coalesce, std::optional<std::vector<uint64_t>> indices,
+                       std::optional<uint64_t> cache_budget) {
              std::shared_ptr<Volume> vol;
              if (py::isinstance<Volume>(volume)) {
                vol = volume.cast<std::shared_ptr<Volume>>();
@@ -424,6 +696,7 @@ The GIL is released while waiting for I/O.
              o.verify_checksums = verify_checksums;
              o.plan.coalesce = coalesce;
              if (indices) o.subset = std::move(*indices);
+             if (cache_budget) o.cache_budget = *cache_budget;
              return std::make_unique<PyLoader>(std::move(vol), o);
            }),
            py::arg("volume"), py::arg("batch_size"), py::arg("shuffle") = kDefaults.sampler.shuffle,
@@ -436,7 +709,8 @@ The GIL is released while waiting for I/O.
            py::arg("engine") = std::string(EngineKindName(kDefaults.engine.kind)),
            py::arg("direct_io") = kDefaults.engine.direct_io,
            py::arg("verify_checksums") = kDefaults.verify_checksums,
-           py::arg("coalesce") = kDefaults.plan.coalesce, py::arg("indices") = py::none())
+           py::arg("coalesce") = kDefaults.plan.coalesce, py::arg("indices") = py::none(),
+           py::arg("cache_budget") = py::none())
       .def("set_epoch", &PyLoader::set_epoch, py::arg("epoch"),
            "Sets the epoch the next iteration reads (its order depends on it).")
       .def_property_readonly("epoch", &PyLoader::epoch)
@@ -457,6 +731,27 @@ The GIL is released while waiting for I/O.
                                         reinterpret_cast<const int64_t*>(idx.data()));
           },
           "This rank's sample indices for the current epoch, in reading order.")
+      .def(
+          "stats",
+          [](PyLoader& l) {
+            const SourceStats s = l.loader().source_stats();
+            py::dict d;
+            d["ring_empty_seconds"] = s.ring_empty_seconds();
+            d["reads_in_flight_seconds"] = s.io.in_flight_seconds;
+            d["mean_reads_in_flight"] = s.io.mean_in_flight();
+            d["submit_seconds"] = s.io.submit_seconds;
+            d["reap_wait_seconds"] = s.io.wait_seconds;
+            d["verify_seconds"] = s.verify_seconds;
+            d["next_wait_seconds"] = s.next_wait_seconds;
+            d["io_bytes"] = s.io.bytes;
+            d["device_reads"] = s.io.ops;
+            d["buffer_pool_bytes"] = s.buffer_bytes;
+            d["cache_bytes"] = s.cache_bytes;
+            d["setup_seconds"] = s.setup_seconds;
+            d["io_uring_flags"] = s.uring_flags;
+            return d;
+          },
+          "Where the time went since the loader was created (see docs/benchmarks.md).")
       .def_property_readonly(
           "engine_description", [](PyLoader& l) { return l.loader().description(); },
           "What the I/O engine is, e.g. 'io_uring, O_DIRECT, ... queue depth 64'.");

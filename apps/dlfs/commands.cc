@@ -140,10 +140,28 @@ void ListRecursive(const SampleDirectory& d, uint64_t k, bool as_json) {
   }
 }
 
+// Where an epoch's time went (docs/benchmarks.md, "Where the time goes").
+json PipelineJson(const EpochReport& e) {
+  const SourceStats& s = e.stats;
+  return {{"ring_empty_seconds", s.ring_empty_seconds()},
+          {"ring_empty_fraction", e.seconds > 0 ? s.ring_empty_seconds() / e.seconds : 0},
+          {"mean_reads_in_flight", e.mean_in_flight()},
+          {"submit_seconds", s.io.submit_seconds},
+          {"reap_wait_seconds", s.io.wait_seconds},
+          {"verify_seconds", s.verify_seconds},
+          {"next_wait_seconds", s.next_wait_seconds},
+          {"device_reads", s.io.ops},
+          {"read_requests", s.io.requests},
+          {"submit_calls", s.io.submits},
+          {"io_bytes", s.io.bytes},
+          {"engines", s.engines}};
+}
+
 json EpochJson(const EpochReport& e) {
-  return {{"epoch", e.epoch},         {"samples", e.samples},
-          {"seconds", e.seconds},     {"samples_per_s", e.samples_per_s()},
-          {"mb_per_s", e.mb_per_s()}, {"cpu_s_per_gb", e.cpu_s_per_gb()}};
+  return {{"epoch", e.epoch},           {"samples", e.samples},
+          {"seconds", e.seconds},       {"samples_per_s", e.samples_per_s()},
+          {"mb_per_s", e.mb_per_s()},   {"cpu_s_per_gb", e.cpu_s_per_gb()},
+          {"pipeline", PipelineJson(e)}};
 }
 
 }  // namespace
@@ -394,6 +412,14 @@ int RunBench(const BenchArgs& args) {
               {"cpu_s_per_gb", t.cpu_s_per_gb()},
               {"p50_batch_ms", report->p50_batch_ms},
               {"p99_batch_ms", report->p99_batch_ms},
+              {"pipeline", PipelineJson(t)},
+              {"memory",
+               {{"buffer_pool_bytes", t.stats.buffer_bytes},
+                {"cache_bytes", t.stats.cache_bytes},
+                {"cache_budget",
+                 o.cache_budget == kAutoCacheBudget ? DefaultCacheBudget() : o.cache_budget},
+                {"setup_seconds", t.stats.setup_seconds}}},
+              {"io_uring_flags", t.stats.uring_flags},
               {"epochs", epochs}};
     std::cout << j.dump(2) << '\n';
     return kExitOk;
@@ -406,6 +432,19 @@ int RunBench(const BenchArgs& args) {
   std::printf("CPU          %.3f s per GB delivered (user+sys)\n", t.cpu_s_per_gb());
   std::printf("batch I/O    p50 %.2f ms, p99 %.2f ms\n", report->p50_batch_ms,
               report->p99_batch_ms);
+  const SourceStats& s = t.stats;
+  std::string flags;
+  for (const std::string& f : s.uring_flags) flags += (flags.empty() ? "" : ", ") + f;
+  std::printf("io_uring     %s\n", flags.empty() ? "(no setup flags)" : flags.c_str());
+  std::printf("pipeline     rings empty %.3f s of %.3f s, %.1f reads in flight on average\n",
+              s.ring_empty_seconds(), t.seconds, t.mean_in_flight());
+  std::printf(
+      "             submit %.3f s, waiting for completions %.3f s, verify %.3f s, "
+      "Next() waiting %.3f s\n",
+      s.io.submit_seconds, s.io.wait_seconds, s.verify_seconds, s.next_wait_seconds);
+  std::printf("memory       batch buffers %s (pre-faulted in %.3f s), memory tier %s\n",
+              HumanBytes(static_cast<double>(s.buffer_bytes)).c_str(), s.setup_seconds,
+              s.cache_bytes ? HumanBytes(static_cast<double>(s.cache_bytes)).c_str() : "off");
   return kExitOk;
 }
 

@@ -41,6 +41,35 @@ CLI::Option* AddEnumOption(CLI::App* verb, const std::string& name, E* value,
       ->check(CLI::IsMember(NamesOf(table)));
 }
 
+// "auto", or bytes with an optional K/M/G/T suffix (powers of 1024).
+bool ParseByteBudget(const std::string& text, uint64_t* out) {
+  if (text == "auto") {
+    *out = kAutoCacheBudget;
+    return true;
+  }
+  size_t end = 0;
+  unsigned long long v = 0;
+  try {
+    v = std::stoull(text, &end);
+  } catch (const std::exception&) {
+    return false;
+  }
+  const std::string unit = text.substr(end);
+  const std::string units = "KMGT";
+  uint64_t scale = 1;
+  if (!unit.empty()) {
+    const size_t k = units.find(static_cast<char>(std::toupper(unit[0])));
+    if (k == std::string::npos ||
+        (unit.size() > 1 && unit.substr(1) != "iB" && unit.substr(1) != "B")) {
+      return false;
+    }
+    scale = uint64_t{1} << (10 * (k + 1));
+  }
+  if (v > ~uint64_t{0} / scale) return false;
+  *out = v * scale;
+  return true;
+}
+
 // The options of the batch loader that `dlfs bench` exposes.
 void AddLoaderOptions(CLI::App* verb, LoaderOptions* o) {
   AddEnumOption(verb, "--engine", &o->engine.kind, kEngineKindNames, "I/O engine");
@@ -58,6 +87,17 @@ void AddLoaderOptions(CLI::App* verb, LoaderOptions* o) {
   AddOffFlag(verb, "--buffered", &o->engine.direct_io, "Read through the page cache (no O_DIRECT)");
   verb->add_flag("--sqpoll", o->engine.sqpoll,
                  "io_uring SQPOLL (a kernel thread polls; uses a core)");
+  verb->add_option_function<std::string>(
+          "--cache-budget",
+          [o](const std::string& text) {
+            if (!ParseByteBudget(text, &o->cache_budget)) {
+              throw CLI::ValidationError(
+                  "--cache-budget: expected auto, 0 or a size such as 2G, not '" + text + "'");
+            }
+          },
+          "Memory tier: serve the samples from memory once loaded if they fit this many bytes\n"
+          "(auto: a quarter of MemAvailable; 0: off; suffixes K, M, G, T)")
+      ->default_str("auto");
 }
 
 }  // namespace

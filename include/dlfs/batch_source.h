@@ -23,11 +23,33 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "dlfs/batch.h"
+#include "dlfs/io_engine.h"
 #include "dlfs/status.h"
 
 namespace dlfs {
+
+// Where a source's time and memory went since it was created; the
+// difference of two snapshots covers the time between them (RunEpochs
+// reports one per epoch). Sources that do not count report zeros.
+struct SourceStats {
+  // Counts and times: a difference of snapshots subtracts them.
+  EngineStats io;                // every I/O engine of the source, summed
+  double verify_seconds = 0;     // checksumming, on the caller's thread
+  double next_wait_seconds = 0;  // Next() waiting for a batch to be read
+  // Levels: a difference of snapshots keeps the later one's.
+  uint32_t engines = 0;                  // engines summed in io (ring-empty time is per engine)
+  uint64_t buffer_bytes = 0;             // batch buffers allocated
+  uint64_t cache_bytes = 0;              // memory tier (0: none)
+  double setup_seconds = 0;              // creating the source (allocating, pre-faulting)
+  std::vector<std::string> uring_flags;  // io_uring setup flags in use
+
+  // Mean wall time each engine had no read in flight.
+  double ring_empty_seconds() const { return engines ? io.empty_seconds / engines : 0; }
+  SourceStats operator-(const SourceStats& earlier) const;
+};
 
 class BatchSource {
  public:
@@ -46,6 +68,9 @@ class BatchSource {
   // What the source is and how it reads, e.g. "io_uring, O_DIRECT, ...,
   // queue depth 64"; for reports and logs.
   virtual const std::string& description() const = 0;
+
+  // Time, I/O and memory so far; may be called from any thread.
+  virtual SourceStats source_stats() const { return {}; }
 };
 
 }  // namespace dlfs

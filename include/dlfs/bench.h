@@ -27,12 +27,18 @@ struct EpochReport {
   uint64_t device_bytes = 0;   // bytes read from storage (alignment, gaps)
   double seconds = 0;          // wall clock
   double cpu_seconds = 0;      // user + system, this process (all its threads)
+  // Where the time went (BatchSource::source_stats over the epoch; zeros
+  // for sources that do not count): time with the rings empty, reads in
+  // flight, submit/wait/verify time, buffer and tier memory.
+  SourceStats stats;
 
   double samples_per_s() const { return seconds > 0 ? samples / seconds : 0; }
   double mb_per_s() const { return seconds > 0 ? payload_bytes / seconds / 1e6 : 0; }
   double device_mb_per_s() const { return seconds > 0 ? device_bytes / seconds / 1e6 : 0; }
   // CPU seconds per GB of samples delivered (0 when nothing was delivered).
   double cpu_s_per_gb() const { return payload_bytes ? cpu_seconds / (payload_bytes / 1e9) : 0; }
+  // Mean reads in flight over the epoch (all engines together).
+  double mean_in_flight() const { return seconds > 0 ? stats.io.in_flight_seconds / seconds : 0; }
   // Adds `other`'s counts and times (epochs one after the other).
   void Add(const EpochReport& other);
 };

@@ -20,22 +20,45 @@
 //
 // Order: batch k of an epoch holds this rank's samples k*B .. k*B+B-1 of
 // Sampler::RankIndices(epoch) (see dlfs/sampler.h), in that order, whatever
-// order the reads completed in. While the caller works on one batch, the
-// next prefetch_batches are already being read.
+// order the reads completed in.
 //
-// Memory: each batch lives in one buffer from a per-I/O-thread pool; a
-// sample is a span into it. The buffer returns to the pool when the last
-// Batch copy referring to it is destroyed, so views stay valid for as long as
-// the caller keeps the Batch — even after the Loader is gone.
+// Reading ahead: the order is known in advance, so each I/O thread streams
+// the reads of the batches ahead of the caller through its engine, keeping
+// queue_depth reads in flight across batch boundaries: up to
+// prefetch_batches batches are being read or waiting while the caller works
+// on one. At the end of an epoch the I/O threads go on with the first
+// batches of the next epoch (epoch + 1, the usual next SetEpoch); they are
+// handed out only after SetEpoch(epoch + 1), and dropped if another epoch
+// is set. Nothing is read before the first SetEpoch() or Next().
+//
+// Memory: the batch buffers (a pool per I/O thread, sized from the volume's
+// mean sample size, ~prefetch_batches + 2 batches in all) are allocated,
+// touched and registered with the engines when the loader is created, so
+// reads and checksums never pay page faults. A sample is a span into its
+// batch's buffer; the buffer returns to the pool when the last Batch copy
+// referring to it is destroyed, so views stay valid for as long as the
+// caller keeps the Batch — even after the Loader is gone. A caller holding
+// many batches makes the pool grow.
+//
+// Memory tier: when every sample the loader reads (the volume, or `subset`)
+// fits in cache_budget bytes, the first epoch loads them into memory in
+// large reads (chunks of 4 MiB, in the order the epoch needs them), and
+// batches are served from memory — zero-copy, same order, same checks —
+// as soon as their bytes have arrived; later epochs do no I/O at all. The
+// default budget is a quarter of the memory available (MemAvailable) when
+// the loader is created; 0 turns the tier off.
 //
 // Errors: a failed read or a checksum mismatch (verify_checksums; checked in
 // Next(), on the caller's thread, while the next batches are being read) makes
-// Next() return an error naming the volume file, the sample index and path;
-// the next call continues with the following batch. Wrong bytes are never
-// handed out as a sample.
+// Next() return an error naming the volume file and every sample (index and
+// path) whose bytes could not be read, or that failed its checksum; the next
+// call continues with the following batch. A failed read that held several
+// coalesced samples is re-read sample by sample first, so healthy
+// neighbours are not named. Wrong bytes are never handed out as a sample.
 //
 // Thread safety: one thread calls Next()/SetEpoch(); Batch objects may be
-// read and destroyed from any thread.
+// read and destroyed from any thread; source_stats() may be called from any
+// thread.
 #pragma once
 
 #include <cstddef>
@@ -64,6 +87,13 @@ struct ReadPlanOptions {
   uint64_t max_read = 1 << 20;  // largest single read; bigger runs are split
 };
 
+// LoaderOptions::cache_budget meaning "a quarter of MemAvailable".
+inline constexpr uint64_t kAutoCacheBudget = ~uint64_t{0};
+
+// A quarter of the memory available now (MemAvailable in /proc/meminfo);
+// 0 where that cannot be read.
+uint64_t DefaultCacheBudget();
+
 struct LoaderOptions {
   SamplerOptions sampler;  // order, sharding, batch size (dlfs/sampler.h)
   EngineOptions engine;    // the I/O engine each I/O thread owns (dlfs/io_engine.h)
@@ -71,6 +101,8 @@ struct LoaderOptions {
   uint32_t prefetch_batches = 4;  // batches read ahead of the caller
   uint32_t io_threads = 1;        // each owns one engine (one ring)
   bool verify_checksums = true;   // CRC32C of every sample before hand-out
+  // Memory tier budget in bytes (see above): kAutoCacheBudget, or 0 for off.
+  uint64_t cache_budget = kAutoCacheBudget;
   // When non-empty, read only these sample indices (e.g. a split:
   // SampleDirectory::SamplesUnder); the sampler permutes positions in it.
   std::vector<uint64_t> subset;
@@ -89,8 +121,11 @@ class Loader final : public BatchSource {
   void SetEpoch(uint64_t epoch) override;
   Result<bool> Next(Batch* batch) override;
   uint64_t batches_per_epoch() const override;
-  // What the engine is: "io_uring, O_DIRECT, ..., queue depth 64".
+  // What the engine is: "io_uring, O_DIRECT, ..., queue depth 64", and
+  // whether a memory tier serves the samples.
   const std::string& description() const override;
+  // Time, I/O and memory since the loader was created (any thread).
+  SourceStats source_stats() const override;
 
   uint64_t epoch() const;
   const Sampler& sampler() const;

@@ -20,6 +20,12 @@ struct FaultInjection {
   uint32_t short_every = 0;   // every Nth completion transfers only half its bytes
   uint32_t eagain_every = 0;  // every Nth completion fails with EAGAIN (retried)
   uint32_t delay_us = 0;      // sleep before reaping each completion
+  // A damaged range of a device: every read overlapping bytes
+  // [eio_offset, eio_offset + eio_length) of target eio_target fails with
+  // EIO, however often it is retried (eio_length 0: none).
+  uint32_t eio_target = 0;
+  uint64_t eio_offset = 0;
+  uint64_t eio_length = 0;
 };
 
 // Installs `faults` for engines created during the scope's life; restores

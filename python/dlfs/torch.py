@@ -1,9 +1,12 @@
 """PyTorch datasets over dlfs volumes.
 
-VolumeDataset: map-style, one sample per item; works with any
-    torch.utils.data.DataLoader setting (num_workers, DistributedSampler).
 LoaderDataset: iterable, one *batch* per item, driven by the C++ loader
-    (io_uring reads ahead, zero-copy); use DataLoader(ds, batch_size=None).
+    (io_uring reads the epoch ahead, zero-copy, memory tier); use
+    DataLoader(ds, batch_size=None). The fastest path for training.
+VolumeDataset: map-style. ds[i] is one sample, for any
+    torch.utils.data.DataLoader setting (num_workers, DistributedSampler);
+    ds[[i, j, ...]] is a whole batch read in one submission, for
+    DataLoader(ds, sampler=BatchSampler(...), batch_size=None).
 
 Samples reach `transform` as read-only numpy uint8 arrays of the stored
 bytes (decode them there: e.g. PIL for PNG/JPEG, a reshape for raw pixels).
@@ -30,7 +33,27 @@ def distributed_rank_world():
 
 
 class VolumeDataset(tud.Dataset):
-    """Map-style dataset: dataset[i] -> (transform(sample), label).
+    """Map-style dataset over a volume.
+
+    dataset[i] -> (transform(sample), target_transform(label)): one sample,
+    as any DataLoader setting expects (shuffle, DistributedSampler, workers).
+
+    dataset[[i, j, ...]] (a list, array or tensor of positions) ->
+    batch_transform(samples, labels): the whole batch read in one
+    submission (Volume.read_many: io_uring, O_DIRECT, coalesced); samples
+    are numpy uint8 views (after `transform`), labels an int64 array. The
+    default batch_transform returns (samples, labels tensor). Use it as
+
+        sampler = BatchSampler(RandomSampler(ds), batch_size=256, drop_last=False)
+        DataLoader(ds, sampler=sampler, batch_size=None, num_workers=2)
+
+    In DataLoader workers the batched mode with the default transforms hands
+    batches over in shared memory (shared_memory=True): the worker reads
+    them straight into a memfd it owns and sends only where the samples
+    are; the main process maps it and gets zero-copy views, whose slot is
+    reused once the views are gone. Moving ~100 KB samples through the
+    DataLoader's pipes otherwise costs more than reading them. A batch that
+    finds no free slot (you hold many) is sent the ordinary way.
 
     root: only the samples under this directory of the volume (e.g. "train").
     Each process (DataLoader workers included) opens its own handle to the
@@ -38,11 +61,16 @@ class VolumeDataset(tud.Dataset):
     Labels are ints (-1 where a sample has none); `targets` holds them all.
     """
 
-    def __init__(self, path, transform=None, target_transform=None, root=None, verify=True):
+    def __init__(self, path, transform=None, target_transform=None, root=None, verify=True,
+                 batch_transform=None, shared_memory=True, shared_slots=6):
         self.path = os.fspath(path)
         self.transform = transform
         self.target_transform = target_transform
+        self.batch_transform = batch_transform or _default_batch_transform
         self.verify = verify
+        self.shared_memory = shared_memory
+        self.shared_slots = shared_slots
+        self._slots, self._slots_pid = None, None
         vol = Volume(self.path)  # fail early, in the parent, on a bad path
         self.indices = vol.indices(root) if root else np.arange(len(vol), dtype=np.int64)
         self.classes = vol.classes
@@ -59,6 +87,9 @@ class VolumeDataset(tud.Dataset):
 
     def __getitem__(self, index):
         vol = self._volume()
+        if not isinstance(index, (int, np.integer)) and not (
+                isinstance(index, torch.Tensor) and index.dim() == 0):
+            return self._batch(vol, index)
         sample = np.frombuffer(vol.read(int(self.indices[index]), self.verify), dtype=np.uint8)
         label = int(self.targets[index])
         if self.transform is not None:
@@ -67,14 +98,85 @@ class VolumeDataset(tud.Dataset):
             label = self.target_transform(label)
         return sample, label
 
+    def _batch(self, vol, positions):
+        positions = np.asarray(positions, dtype=np.int64)
+        if (self.shared_memory and self.transform is None and self.target_transform is None
+                and self.batch_transform is _default_batch_transform
+                and tud.get_worker_info() is not None):
+            shared = self._shared_batch(vol, positions)
+            if shared is not None:
+                return shared
+        batch = vol.read_many(self.indices[positions].tolist(), self.verify)
+        samples = batch.samples
+        if self.transform is not None:
+            samples = [self.transform(s) for s in samples]
+        labels = self.targets[positions]
+        if self.target_transform is not None:
+            labels = np.asarray([self.target_transform(int(x)) for x in labels])
+        return self.batch_transform(samples, labels)
+
+    def _shared_batch(self, vol, positions):
+        indices = self.indices[positions].tolist()
+        if self._slots_pid != os.getpid():
+            self._slots, self._slots_pid = None, os.getpid()
+        if self._slots is None:
+            # Slots sized from the first batch, with room for larger ones.
+            from . import _dlfs
+            per = max(sum(vol.size(int(i)) + 8192 for i in indices), 1 << 20)
+            self._slots = _dlfs._SharedSlots(self.shared_slots, per * 5 // 4)
+        slot = self._slots.acquire(0.05)
+        if slot < 0:
+            return None
+        try:
+            where = self._slots.read(vol, slot, indices, self.verify)
+        except BaseException:
+            self._slots.release(slot)
+            raise
+        if where is None:
+            self._slots.release(slot)
+            return None
+        offsets, lengths = where
+        return _SharedBatch(os.getpid(), self._slots.fd, self._slots.total,
+                            self._slots.slot_bytes, slot, offsets, lengths,
+                            self.targets[positions])
+
     def __getstate__(self):  # workers reopen the volume themselves
         state = dict(self.__dict__)
         state["_vol"], state["_pid"] = None, None
+        state["_slots"], state["_slots_pid"] = None, None
         return state
 
 
 def _default_batch_transform(samples, labels):
-    return samples, torch.from_numpy(labels)
+    return samples, torch.from_numpy(np.ascontiguousarray(labels))
+
+
+class _SharedBatch:
+    """A batch in a worker's shared memory, as it travels to the main process:
+    unpickled there as (samples, labels) like the default batch_transform
+    makes, the samples zero-copy views into the worker's slot."""
+
+    def __init__(self, pid, fd, total, slot_bytes, slot, offsets, lengths, labels):
+        self.args = (pid, fd, total, slot_bytes, slot, offsets, lengths, labels)
+
+    def __reduce__(self):
+        return _open_shared_batch, self.args
+
+
+# Batches received through shared memory in this process (for tests).
+shared_batches_received = 0
+
+
+def _open_shared_batch(pid, fd, total, slot_bytes, slot, offsets, lengths, labels):
+    global shared_batches_received
+    from . import _dlfs
+    lease = _dlfs._attach_slot(pid, fd, total, slot_bytes, slot)
+    # Tensors, as DataLoader makes of the samples of a batch sent the
+    # ordinary way; each keeps the slot's lease alive.
+    samples = [torch.frombuffer(lease, dtype=torch.uint8, count=n, offset=o) if n else
+               torch.empty(0, dtype=torch.uint8) for o, n in zip(offsets, lengths)]
+    shared_batches_received += 1
+    return _default_batch_transform(samples, labels)
 
 
 class LoaderDataset(tud.IterableDataset):
@@ -89,11 +191,17 @@ class LoaderDataset(tud.IterableDataset):
 
     Each item is batch_transform(samples, labels): samples is a list of
     numpy uint8 views (after `transform`, if given, per sample) and labels an
-    int64 numpy array. The default returns (samples, labels tensor).
+    int64 numpy array. The default returns (samples, labels tensor). With
+    stack=True (or "auto", the default, when no `transform` is given and
+    every sample of the batch has the same size, e.g. raw pixels), samples
+    is instead one (batch, size) uint8 array: DataLoader then makes one
+    tensor of it rather than one per sample.
     root: only the samples under this directory of the volume (e.g. "train").
     Other keyword arguments go to dlfs.Loader (queue_depth, engine, ...).
-    Call set_epoch(e) before each epoch. With persistent_workers=True the
-    workers keep the epoch they started with, so leave that option off.
+    Call set_epoch(e) before each epoch. Each process keeps its loader from
+    epoch to epoch, so the memory tier (cache_budget) and the read-ahead of
+    the next epoch carry over. With persistent_workers=True the workers keep
+    the epoch they started with, so leave that option off.
     len() counts batches as one worker would read them; with several
     workers each pads and batches its own shard, so the count can be a
     little higher.
@@ -101,7 +209,7 @@ class LoaderDataset(tud.IterableDataset):
 
     def __init__(self, path, batch_size, shuffle=True, seed=0, drop_last=False,
                  transform=None, batch_transform=None, rank=None, world_size=None,
-                 root=None, **loader_options):
+                 root=None, stack="auto", **loader_options):
         self.path = os.fspath(path)
         self.batch_size = batch_size
         self.shuffle = shuffle
@@ -111,7 +219,9 @@ class LoaderDataset(tud.IterableDataset):
         self.batch_transform = batch_transform or _default_batch_transform
         self.rank, self.world_size = rank, world_size
         self.loader_options = loader_options
+        self.stack = stack
         self.epoch = 0
+        self._loader, self._loader_key = None, None
         vol = Volume(self.path)
         self.classes = vol.classes
         self.indices = vol.indices(root) if root else None
@@ -137,14 +247,43 @@ class LoaderDataset(tud.IterableDataset):
             return per // self.batch_size
         return -(-per // self.batch_size)
 
+    def _get_loader(self, rank, world):
+        key = (os.getpid(), rank, world)
+        if self._loader_key != key:
+            if self._loader is not None and self._loader_key[0] != os.getpid():
+                _INHERITED.append(self._loader)  # the parent's: never used or destroyed here
+            self._loader = Loader(self.path, self.batch_size, shuffle=self.shuffle,
+                                  seed=self.seed, rank=rank, world_size=world,
+                                  drop_last=self.drop_last, indices=self.indices,
+                                  **self.loader_options)
+            self._loader_key = key
+        return self._loader
+
     def __iter__(self):
         rank, world = self._shard()
-        loader = Loader(self.path, self.batch_size, shuffle=self.shuffle, seed=self.seed,
-                        rank=rank, world_size=world, drop_last=self.drop_last,
-                        indices=self.indices, **self.loader_options)
+        loader = self._get_loader(rank, world)
         loader.set_epoch(self.epoch)
+        stack = self.stack
         for batch in loader:
-            samples = batch.samples
-            if self.transform is not None:
-                samples = [self.transform(s) for s in samples]
+            samples = None
+            if stack is True or (stack == "auto" and self.transform is None):
+                try:
+                    samples = batch.stack()
+                except ValueError:
+                    if stack is True:
+                        raise
+            if samples is None:
+                samples = batch.samples
+                if self.transform is not None:
+                    samples = [self.transform(s) for s in samples]
             yield self.batch_transform(samples, batch.labels)
+
+    def __getstate__(self):  # each process makes its own loader
+        state = dict(self.__dict__)
+        state["_loader"], state["_loader_key"] = None, None
+        return state
+
+
+# Loaders inherited through fork() from a parent process: kept alive, never
+# used, so that their destructors do not run where their threads are not.
+_INHERITED = []

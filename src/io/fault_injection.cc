@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <unordered_map>
 
 #include "io/io_backend.h"
 
@@ -18,8 +19,12 @@ class FaultInjectingBackend final : public Backend {
       : inner_(std::move(inner)), faults_(f), align_(align) {}
 
   uint32_t capacity() const override { return inner_->capacity(); }
-  void Prepare(const Op& op) override { inner_->Prepare(op); }
+  void Prepare(const Op& op) override {
+    if (faults_.eio_length != 0) ops_[op.tag] = op;
+    inner_->Prepare(op);
+  }
   Status Submit() override { return inner_->Submit(); }
+  std::vector<std::string> Flags() const override { return inner_->Flags(); }
   bool RegisterBuffer(uint32_t slot, std::span<std::byte> b) override {
     return inner_->RegisterBuffer(slot, b);
   }
@@ -29,8 +34,33 @@ class FaultInjectingBackend final : public Backend {
     if (faults_.delay_us) ::usleep(faults_.delay_us);
     const size_t first = out->size();
     DLFS_RETURN_IF_ERROR(inner_->Reap(out));
+    Alter(out, first);
+    return Status::Ok();
+  }
+
+  Status Poll(std::vector<Completion>* out) override {
+    const size_t first = out->size();
+    DLFS_RETURN_IF_ERROR(inner_->Poll(out));
+    Alter(out, first);
+    return Status::Ok();
+  }
+
+ private:
+  void Alter(std::vector<Completion>* out, size_t first) {
     for (size_t i = first; i < out->size(); ++i) {
       Completion& c = (*out)[i];
+      if (faults_.eio_length != 0) {
+        const auto it = ops_.find(c.tag);
+        if (it != ops_.end()) {
+          const Op& op = it->second;
+          if (op.target == faults_.eio_target &&
+              op.offset < faults_.eio_offset + faults_.eio_length &&
+              faults_.eio_offset < op.offset + op.length) {
+            c.result = -EIO;
+          }
+          ops_.erase(it);
+        }
+      }
       ++count_;
       auto every = [&](uint32_t n) { return n != 0 && count_ % n == 0; };
       if (every(faults_.eio_every)) {
@@ -43,14 +73,13 @@ class FaultInjectingBackend final : public Backend {
         if (half > 0) c.result = half;
       }
     }
-    return Status::Ok();
   }
 
- private:
   std::unique_ptr<Backend> inner_;
   testing::FaultInjection faults_;
   uint32_t align_;
   uint64_t count_ = 0;
+  std::unordered_map<uint64_t, Op> ops_;  // in flight, by tag (only for eio_length)
 };
 
 }  // namespace

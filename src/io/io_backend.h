@@ -43,8 +43,11 @@ struct Completion {
   int64_t result;  // bytes read, or -errno
 };
 
+// A new backend (NBD, a memory tier) implements the first six methods; the
+// engine's completion loop (engine.cc) does the rest.
 class Backend {
  public:
+  // REQUIRES: no op in flight (the engine drains them first).
   virtual ~Backend() = default;
   // Most ops that may be in flight at once.
   virtual uint32_t capacity() const = 0;
@@ -52,11 +55,17 @@ class Backend {
   virtual void Prepare(const Op& op) = 0;
   // Starts every prepared op.
   virtual Status Submit() = 0;
-  // Blocks until at least one started op completes, then appends every
-  // available completion. REQUIRES: at least one op in flight.
+  // Starts every prepared op (as Submit), then blocks until at least one
+  // started op completes, then appends every available completion.
+  // REQUIRES: at least one op prepared or in flight.
   virtual Status Reap(std::vector<Completion>* out) = 0;
   virtual bool RegisterBuffer(uint32_t slot, std::span<std::byte> buffer) = 0;
   virtual std::string Describe() const = 0;
+  // Appends the completions available now, without blocking. Optional: a
+  // backend without it is only reaped by Reap.
+  virtual Status Poll(std::vector<Completion>* /*out*/) { return Status::Ok(); }
+  // Setup flags in use, for reports (io_uring's SINGLE_ISSUER, ...).
+  virtual std::vector<std::string> Flags() const { return {}; }
 };
 
 // io_uring backend; Unavailable (with the reason) when the kernel refuses.

@@ -58,8 +58,16 @@ class PreadBackend final : public Backend {
   }
 
   Status Reap(std::vector<Completion>* out) override {
+    DLFS_RETURN_IF_ERROR(Submit());
     std::unique_lock lock(mu_);
     done_cv_.wait(lock, [&] { return !done_.empty(); });
+    out->insert(out->end(), done_.begin(), done_.end());
+    done_.clear();
+    return Status::Ok();
+  }
+
+  Status Poll(std::vector<Completion>* out) override {
+    std::lock_guard lock(mu_);
     out->insert(out->end(), done_.begin(), done_.end());
     done_.clear();
     return Status::Ok();

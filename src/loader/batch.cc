@@ -1,5 +1,7 @@
 #include "dlfs/batch.h"
 
+#include "dlfs/batch_source.h"
+
 #include "loader/batch_data.h"
 
 namespace dlfs {
@@ -19,5 +21,13 @@ std::span<const uint32_t> Batch::labels() const {
 uint64_t Batch::payload_bytes() const { return data_ ? data_->payload_bytes : 0; }
 uint64_t Batch::device_bytes() const { return data_ ? data_->device_bytes : 0; }
 double Batch::io_seconds() const { return data_ ? data_->io_seconds : 0; }
+
+SourceStats SourceStats::operator-(const SourceStats& earlier) const {
+  SourceStats d = *this;
+  d.io = io - earlier.io;
+  d.verify_seconds = verify_seconds - earlier.verify_seconds;
+  d.next_wait_seconds = next_wait_seconds - earlier.next_wait_seconds;
+  return d;
+}
 
 }  // namespace dlfs

@@ -1,94 +1,74 @@
+// The Loader: I/O threads that stream batch reads through their engines,
+// and the caller's side that hands batches out in order and checks them.
+//
+// Batches are numbered by ticket: ticket t of generation g is batch
+// t % B of epoch base_epoch + t / B (B batches per epoch). SetEpoch(e)
+// moving forward keeps the generation (tickets already read for epoch e
+// stay useful); going back or restarting an epoch starts a new generation,
+// and batches of older generations are dropped when their reads complete.
+// I/O thread k reads tickets k, k + n, ... while they lie within
+// prefetch_batches of the caller's next ticket, never waiting for a batch
+// to complete before queueing the next one's reads: the engine always has
+// work, and completions are matched to batches by tag.
 #include "dlfs/loader.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdio>
-#include <cstdlib>
+#include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <system_error>
 #include <thread>
+#include <unordered_map>
 
 #include "common/clock.h"
 #include "common/file_util.h"
 #include "loader/batch_data.h"
-#include "loader/batch_planner.h"
+#include "loader/batch_read.h"
+#include "loader/memory_tier.h"
+#include "loader/slab_pool.h"
 
 namespace dlfs {
 
-namespace loader_internal {
-
-// A page-aligned buffer (AllocateLarge: huge pages where available) that one
-// batch at a time reads into.
-struct Slab {
-  std::shared_ptr<std::byte> memory;
-  std::byte* data = nullptr;
-  uint64_t capacity = 0;
-  uint32_t slot = ReadRequest::kNoSlot;  // registered-buffer slot in the owner's engine
-  bool Allocate(uint64_t bytes) {
-    memory = AllocateLarge(bytes);
-    data = memory.get();
-    capacity = memory ? bytes : 0;
-    return memory != nullptr;
+uint64_t DefaultCacheBudget() {
+  std::FILE* f = std::fopen("/proc/meminfo", "re");
+  if (f == nullptr) return 0;
+  char line[256];
+  unsigned long long kb = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
   }
-};
+  std::fclose(f);
+  return kb * 1024 / 4;
+}
 
-// Per-I/O-thread pool of slabs. Slabs are handed out with a deleter that
-// puts them back, and the pool outlives every batch that uses it (shared
-// ownership), so a caller may keep a Batch after the Loader is destroyed.
-class SlabPool : public std::enable_shared_from_this<SlabPool> {
- public:
-  // Slabs are page-aligned (mmap), which covers every O_DIRECT alignment up
-  // to the page size; sizes are rounded to `alignment`.
-  explicit SlabPool(uint32_t alignment) : alignment_(std::max<uint32_t>(alignment, 4096)) {}
-
-  // A slab of at least `bytes`, grown (and re-registered with `engine`)
-  // when needed. nullptr only if memory runs out.
-  std::shared_ptr<Slab> Acquire(uint64_t bytes, IoEngine* engine, uint32_t slots) {
-    std::unique_ptr<Slab> slab;
-    {
-      std::lock_guard lock(mu_);
-      if (!free_.empty()) {
-        slab = std::move(free_.back());
-        free_.pop_back();
-      }
-    }
-    if (!slab) {
-      slab = std::make_unique<Slab>();
-      std::lock_guard lock(mu_);
-      if (next_slot_ < slots) slab->slot = next_slot_++;
-    }
-    if (slab->capacity < bytes) {
-      // Grow geometrically so a run of slightly larger batches reallocates rarely.
-      const uint64_t cap =
-          (std::max(bytes, slab->capacity * 3 / 2) + alignment_ - 1) / alignment_ * alignment_;
-      slab->Allocate(cap);
-      const bool registered = slab->slot != ReadRequest::kNoSlot && slab->data &&
-                              engine->RegisterBuffer(slab->slot, {slab->data, cap});
-      if (!registered && slab->slot != ReadRequest::kNoSlot) {
-        // Unpin the freed buffer the slot still names; the slot stays ours.
-        engine->RegisterBuffer(slab->slot, {});
-        slab->slot = ReadRequest::kNoSlot;
-      }
-      if (!slab->data) return nullptr;
-    }
-    auto self = shared_from_this();
-    return std::shared_ptr<Slab>(slab.release(), [self](Slab* s) {
-      std::lock_guard lock(self->mu_);
-      self->free_.emplace_back(s);
-    });
-  }
-
- private:
-  const uint32_t alignment_;
-  std::mutex mu_;
-  std::vector<std::unique_ptr<Slab>> free_;
-  uint32_t next_slot_ = 0;
-};
-
-}  // namespace loader_internal
-
+using loader_internal::BatchRead;
+using loader_internal::MemoryTier;
+using loader_internal::Slab;
 using loader_internal::SlabPool;
+
+namespace {
+
+// Reads per batch are numbered in the low half of a tag, batches in the
+// high half.
+constexpr uint64_t kReadBits = 32;
+
+// This rank's samples of one epoch.
+struct EpochOrder {
+  uint64_t epoch;
+  std::vector<uint64_t> indices;
+};
+
+void AddSeconds(std::atomic<uint64_t>& ns, double seconds) {
+  ns.fetch_add(static_cast<uint64_t>(seconds * 1e9), std::memory_order_relaxed);
+}
+
+}  // namespace
 
 class Loader::Impl {
  public:
@@ -96,57 +76,195 @@ class Loader::Impl {
     std::unique_ptr<IoEngine> engine;
     std::shared_ptr<SlabPool> pool;
     std::thread thread;
+    uint32_t index = 0;
   };
 
-  std::shared_ptr<Volume> volume_;
-  LoaderOptions options_;
-  Sampler sampler_;
-  std::vector<Worker> workers_;
-
-  // Epoch state, guarded by mu_.
-  std::mutex mu_;
-  std::condition_variable ready_cv_;  // a batch became ready
-  std::condition_variable space_cv_;  // the caller consumed one
-  std::map<uint64_t, Result<Batch>> ready_;
-  uint64_t epoch_ = 0;
-  uint64_t next_ = 0;  // next batch the caller gets
-  bool started_ = false;
-  bool stop_ = false;
-  std::vector<uint64_t> order_;  // this rank's samples for the epoch
-  Status start_error_;
-  loader_internal::PlanOptions po_;  // alignment set per engine
+  // A batch whose reads are queued or in flight on one worker.
+  struct InFlight {
+    uint64_t gen, ticket, epoch, seq;
+    std::shared_ptr<const EpochOrder> order;  // keeps the indices alive
+    std::unique_ptr<BatchRead> read;
+    std::shared_ptr<Slab> slab;
+    double started;
+    bool abandoned = false;  // its generation ended: drop it when done
+  };
 
   Impl(std::shared_ptr<Volume> v, const LoaderOptions& o, Sampler s)
-      : volume_(std::move(v)), options_(o), sampler_(std::move(s)) {
+      : volume_(std::move(v)),
+        options_(o),
+        sampler_(std::move(s)),
+        batches_(sampler_.batches_per_epoch()),
+        window_(std::max<uint32_t>(o.prefetch_batches, 1)) {
     po_.read = options_.plan;
   }
 
-  ~Impl() { StopWorkers(); }
-
-  void StopWorkers() {
+  ~Impl() {
+    if (::getpid() != pid_) {
+      // Destroyed in a child of fork(): the I/O threads exist only in the
+      // parent. Leave them and their engines alone (a small leak) rather
+      // than join threads that are not there.
+      for (auto& w : workers_) {
+        if (w->thread.joinable()) w->thread.detach();
+        (void)w->engine.release();
+      }
+      return;
+    }
     {
       std::lock_guard lock(mu_);
       stop_ = true;
     }
-    space_cv_.notify_all();
-    for (Worker& w : workers_) {
-      if (w.thread.joinable()) w.thread.join();
+    work_cv_.notify_all();
+    for (auto& w : workers_) {
+      if (w->thread.joinable()) w->thread.join();
     }
   }
 
-  void Start(uint64_t epoch) {
-    StopWorkers();
-    std::lock_guard lock(mu_);
-    stop_ = false;
-    start_error_ = Status::Ok();
-    ready_.clear();
-    epoch_ = epoch;
-    next_ = 0;
-    started_ = true;
-    order_ = RankIndices(epoch);
-    for (size_t k = 0; k < workers_.size(); ++k) {
+  // --- The caller's side ---------------------------------------------------
+
+  void SetEpoch(uint64_t e) {
+    std::vector<Result<Batch>> dropped;  // destroyed outside the lock
+    {
+      std::lock_guard lock(mu_);
+      StartThreadsLocked();
+      const bool forward = batches_ > 0 && e >= base_epoch_ &&
+                           e - base_epoch_ < ~uint64_t{0} / batches_ - 1 &&
+                           (e - base_epoch_) * batches_ >= consumer_;
+      if (forward) {
+        const uint64_t target = (e - base_epoch_) * batches_;
+        while (!ready_.empty() && ready_.begin()->first < target) {
+          dropped.push_back(std::move(ready_.begin()->second));
+          ready_.erase(ready_.begin());
+        }
+        consumer_ = target;
+      } else {
+        ++gen_;
+        base_epoch_ = e;
+        consumer_ = 0;
+        for (auto& [t, r] : ready_) dropped.push_back(std::move(r));
+        ready_.clear();
+      }
+      epoch_ = e;
+      epoch_end_ = consumer_ + batches_;
+      if (tier_) tier_retry_ = true;  // samples that failed to load get another read
+    }
+    work_cv_.notify_all();
+  }
+
+  Result<bool> Next(Batch* out) {
+    if (!started_.load(std::memory_order_acquire)) SetEpoch(0);
+    if (tier_) return NextFromTier(out);
+    const double t0 = Now();
+    std::unique_lock lock(mu_);
+    if (!start_error_.ok()) return start_error_;
+    if (consumer_ >= epoch_end_) return false;
+    ready_cv_.wait(lock, [&] { return ready_.count(consumer_) > 0; });
+    auto node = ready_.extract(consumer_);
+    ++consumer_;
+    lock.unlock();
+    work_cv_.notify_all();  // the window moved
+    AddSeconds(next_wait_ns_, Now() - t0);
+    Result<Batch> r = std::move(node.mapped());
+    if (!r.ok()) return r.status();
+    if (options_.verify_checksums) DLFS_RETURN_IF_ERROR(Verify(*r));
+    *out = std::move(r).value();
+    return true;
+  }
+
+  // Batches straight from memory; the first epoch waits for their chunks.
+  Result<bool> NextFromTier(Batch* out) {
+    uint64_t epoch, seq;
+    {
+      std::lock_guard lock(mu_);
+      if (!start_error_.ok()) return start_error_;
+      if (consumer_ >= epoch_end_) return false;
+      epoch = base_epoch_ + consumer_ / batches_;
+      seq = consumer_ % batches_;
+      ++consumer_;
+    }
+    std::shared_ptr<const EpochOrder> order = OrderFor(epoch);
+    const uint64_t b = options_.sampler.batch_size;
+    const uint64_t first = seq * b;
+    const uint64_t count = std::min<uint64_t>(b, order->indices.size() - first);
+    const std::span<const uint64_t> indices(order->indices.data() + first, count);
+    const double t0 = Now();
+    const Status loaded = tier_->Wait(indices);
+    const double waited = Now() - t0;
+    AddSeconds(next_wait_ns_, waited);
+    if (!loaded.ok()) return loaded;
+    const SampleDirectory& dir = volume_->directory();
+    auto data = std::make_shared<Batch::Data>();
+    data->owner = tier_->memory_owner();
+    data->epoch = epoch;
+    data->sequence = seq;
+    data->indices.assign(indices.begin(), indices.end());
+    data->labels.resize(count);
+    data->samples.resize(count);
+    for (uint64_t k = 0; k < count; ++k) {
+      data->samples[k] = tier_->Sample(indices[k]);
+      data->labels[k] = dir.label(indices[k]);
+      data->payload_bytes += data->samples[k].size();
+    }
+    data->io_seconds = waited;
+    Batch batch(std::move(data));
+    if (options_.verify_checksums) DLFS_RETURN_IF_ERROR(Verify(batch));
+    *out = std::move(batch);
+    return true;
+  }
+
+  Status Verify(const Batch& b) {
+    const double t0 = Now();
+    Status st;
+    for (size_t i = 0; i < b.size() && st.ok(); ++i) {
+      st = volume_->CheckSample(b.index(i), b.sample(i));
+    }
+    AddSeconds(verify_ns_, Now() - t0);
+    return st;
+  }
+
+  SourceStats Stats() const {
+    SourceStats s;
+    for (const auto& w : workers_) {
+      s.buffer_bytes += w->pool->bytes();
+      if (tier_ && w->index > 0) continue;  // only the first loads the tier
+      s.io += w->engine->stats();
+      ++s.engines;
+    }
+    s.verify_seconds = verify_ns_.load(std::memory_order_relaxed) / 1e9;
+    s.next_wait_seconds = next_wait_ns_.load(std::memory_order_relaxed) / 1e9;
+    s.cache_bytes = tier_ ? tier_->bytes() : 0;
+    s.setup_seconds = setup_seconds_;
+    s.uring_flags = workers_.front()->engine->setup_flags();
+    return s;
+  }
+
+  std::vector<uint64_t> RankIndices(uint64_t epoch) const {
+    return sampler_.RankIndices(epoch, options_.subset);
+  }
+
+  // The order of `epoch`, computed once for every thread that needs it.
+  std::shared_ptr<const EpochOrder> OrderFor(uint64_t epoch) {
+    std::lock_guard lock(orders_mu_);
+    for (const auto& o : orders_) {
+      if (o->epoch == epoch) return o;
+    }
+    auto o = std::make_shared<EpochOrder>(EpochOrder{epoch, RankIndices(epoch)});
+    orders_.push_back(o);
+    if (orders_.size() > 4) orders_.pop_front();
+    return o;
+  }
+
+  // --- The I/O threads -----------------------------------------------------
+
+  // REQUIRES: mu_ held. Threads start with the first epoch and live as long
+  // as the loader (a restart is a new generation, not new threads).
+  void StartThreadsLocked() {
+    if (started_.load(std::memory_order_relaxed)) return;
+    started_.store(true, std::memory_order_release);
+    const size_t n = tier_ ? 1 : workers_.size();  // one thread loads the tier
+    for (size_t k = 0; k < n; ++k) {
       try {
-        workers_[k].thread = std::thread([this, k] { Run(k); });
+        Worker* w = workers_[k].get();
+        w->thread = std::thread([this, w] { tier_ ? LoadTier(*w) : Run(*w); });
       } catch (const std::system_error& e) {
         // Out of threads: fail every batch rather than wait for a reader
         // that does not exist.
@@ -157,123 +275,315 @@ class Loader::Impl {
     }
   }
 
-  // I/O thread k reads batches k, k + n, k + 2n, ... staying at most
-  // prefetch_batches ahead of the caller.
-  void Run(size_t k) {
-    Worker& w = workers_[k];
-    const uint64_t batches = sampler_.batches_per_epoch();
-    const uint64_t ahead = std::max<uint32_t>(options_.prefetch_batches, 1);
-    loader_internal::BatchPlan plan;
+  void Run(Worker& w) {
+    const uint64_t n = tier_ ? 1 : workers_.size();
+    uint64_t my_gen = ~uint64_t{0};
+    uint64_t next = w.index;  // next ticket this thread starts
+    uint64_t next_id = 0;
+    std::unordered_map<uint64_t, std::unique_ptr<InFlight>> flying;  // by batch id
+    std::vector<ReadCompletion> done;
     std::vector<ReadRequest> requests;
-    std::vector<Status> results;
-    for (uint64_t seq = k; seq < batches; seq += workers_.size()) {
+    while (true) {
+      bool start = false;
+      uint64_t ticket = 0, gen = 0, epoch = 0;
       {
         std::unique_lock lock(mu_);
-        space_cv_.wait(lock, [&] { return stop_ || seq < next_ + ahead; });
-        if (stop_) return;
-      }
-      Result<Batch> batch = ReadBatch(w, seq, &plan, &requests, &results);
-      {
-        std::lock_guard lock(mu_);
-        ready_.emplace(seq, std::move(batch));
-      }
-      ready_cv_.notify_all();
-    }
-  }
-
-  Result<Batch> ReadBatch(Worker& w, uint64_t seq, loader_internal::BatchPlan* plan,
-                          std::vector<ReadRequest>* requests, std::vector<Status>* results) {
-    const SampleDirectory& dir = volume_->directory();
-    const uint64_t b = options_.sampler.batch_size;
-    const uint64_t first = seq * b;
-    const uint64_t count = std::min<uint64_t>(b, order_.size() - first);
-    const std::span<const uint64_t> indices(order_.data() + first, count);
-
-    loader_internal::PlanOptions po = po_;
-    po.alignment = w.engine->alignment();
-    loader_internal::PlanBatch(dir, indices, po, plan);
-
-    auto data = std::make_shared<Batch::Data>();
-    std::shared_ptr<loader_internal::Slab> slab =
-        w.pool->Acquire(plan->buffer_bytes, w.engine.get(), options_.engine.buffer_slots);
-    if (!slab) {
-      return Status::Unavailable(volume_->path() + ": out of memory for a batch of " +
-                                 std::to_string(plan->buffer_bytes) + " bytes");
-    }
-    std::byte* base = slab->data;
-    requests->clear();
-    for (const auto& r : plan->reads) {
-      requests->push_back(
-          ReadRequest{r.target, r.offset, r.length, base + r.buffer_offset, slab->slot});
-    }
-    data->owner = std::move(slab);
-    results->assign(requests->size(), Status::Ok());
-    const double t0 = Now();
-    Status st = w.engine->Read(*requests, *results);
-    data->io_seconds = Now() - t0;
-    if (!st.ok()) return st.WithContext(volume_->path());
-
-    data->epoch = epoch_;
-    data->sequence = seq;
-    data->indices.assign(indices.begin(), indices.end());
-    data->labels.resize(count);
-    data->samples.resize(count);
-    data->payload_bytes = plan->sample_bytes;
-    data->device_bytes = plan->buffer_bytes;
-    const bool any_failed =
-        std::any_of(results->begin(), results->end(), [](const Status& r) { return !r.ok(); });
-    for (uint64_t i = 0; i < count; ++i) {
-      const SampleInfo s = dir.sample(indices[i]);
-      const uint64_t off = plan->sample_offsets[i];
-      // Report a failed read against the first sample whose bytes it held.
-      for (size_t r = 0; any_failed && r < plan->reads.size(); ++r) {
-        const auto& pr = plan->reads[r];
-        if (!(*results)[r].ok() && off < pr.buffer_offset + pr.length &&
-            off + std::max<uint64_t>(s.length, 1) > pr.buffer_offset) {
-          return (*results)[r].WithContext(SampleName(indices[i]));
+        while (true) {
+          if (stop_) break;
+          if (gen_ != my_gen) {
+            my_gen = gen_;
+            next = w.index;
+            for (auto& [id, b] : flying) b->abandoned = true;
+          }
+          if (next < consumer_) next += (consumer_ - next + n - 1) / n * n;  // skipped ahead
+          start = batches_ > 0 && next < consumer_ + window_;
+          if (start || w.engine->pending() > 0) break;
+          work_cv_.wait(lock);
         }
+        if (stop_) break;
+        ticket = next;
+        gen = my_gen;
+        if (start) epoch = base_epoch_ + ticket / batches_;
       }
-      data->samples[i] = std::span<const std::byte>(base + off, s.length);
-      data->labels[i] = s.label;
+      Status st;
+      if (start) {
+        next += n;
+        auto b = std::make_unique<InFlight>();
+        b->gen = gen;
+        b->ticket = ticket;
+        b->epoch = epoch;
+        b->seq = ticket % batches_;
+        b->order = OrderFor(epoch);
+        const uint64_t bs = options_.sampler.batch_size;
+        const uint64_t first = b->seq * bs;
+        const uint64_t count = std::min<uint64_t>(bs, b->order->indices.size() - first);
+        loader_internal::PlanOptions po = po_;
+        po.alignment = w.engine->alignment();
+        b->read = std::make_unique<BatchRead>(
+            *volume_, std::span<const uint64_t>(b->order->indices.data() + first, count), po);
+        b->slab = w.pool->Acquire(b->read->buffer_bytes());
+        if (!b->slab) {
+          Publish(*b, Status::Unavailable(volume_->path() + ": out of memory for a batch of " +
+                                          std::to_string(b->read->buffer_bytes()) + " bytes"));
+        } else {
+          b->started = Now();
+          b->read->Start(b->slab->data, b->slab->slot, &requests);
+          const uint64_t id = next_id++;
+          Enqueue(w, id, requests);
+          if (b->read->outstanding() == 0) {
+            Finish(w, id, *b, &requests);
+          } else {
+            flying.emplace(id, std::move(b));
+          }
+          st = w.engine->Submit();
+        }
+        // Collect what has finished without waiting: more batches may be
+        // started before the thread has to block.
+        done.clear();
+        if (st.ok()) st = w.engine->Reap(&done, 0);
+      } else {
+        done.clear();
+        st = w.engine->Reap(&done, 1);
+      }
+      for (const ReadCompletion& c : done) {
+        const uint64_t id = c.tag >> kReadBits;
+        auto it = flying.find(id);
+        if (it == flying.end()) continue;
+        InFlight& b = *it->second;
+        b.read->Complete(c.tag & ((uint64_t{1} << kReadBits) - 1), c.status);
+        if (b.read->outstanding() == 0 && Finish(w, id, b, &requests)) flying.erase(it);
+      }
+      if (!st.ok()) {
+        // The engine failed; every pending read completed with the error
+        // (handled above), or the engine is broken and its reads may still
+        // land: keep their buffers forever rather than reuse them.
+        for (auto& [id, b] : flying) {
+          Publish(*b, st);
+          std::lock_guard lock(mu_);
+          quarantine_.push_back(b->slab);
+        }
+        flying.clear();
+      }
     }
-    return Batch(std::move(data));
+    // Stopping: wait for every read in flight before the buffers go.
+    while (w.engine->pending() > 0) {
+      done.clear();
+      if (!w.engine->Reap(&done, w.engine->pending()).ok()) {
+        std::lock_guard lock(mu_);
+        for (auto& [id, b] : flying) quarantine_.push_back(b->slab);
+        break;
+      }
+    }
   }
 
-  std::vector<uint64_t> RankIndices(uint64_t epoch) const {
-    return sampler_.RankIndices(epoch, options_.subset);
+  void Enqueue(Worker& w, uint64_t id, const std::vector<ReadRequest>& requests) {
+    for (size_t r = 0; r < requests.size(); ++r) {
+      w.engine->Enqueue(requests[r], (id << kReadBits) | r);
+    }
   }
 
-  std::string SampleName(uint64_t index) const {
-    return volume_->path() + ": sample " + std::to_string(index) + " '" +
-           volume_->directory().Path(index) + "'";
-  }
-
-  Result<bool> Next(Batch* out) {
-    if (!started_) Start(0);
-    if (!start_error_.ok()) return start_error_;
-    std::unique_lock lock(mu_);
-    if (next_ >= sampler_.batches_per_epoch()) return false;
-    ready_cv_.wait(lock, [&] { return ready_.count(next_) > 0; });
-    auto it = ready_.find(next_);
-    Result<Batch> r = std::move(it->second);
-    ready_.erase(it);
-    ++next_;
-    lock.unlock();
-    space_cv_.notify_all();
-    if (!r.ok()) return r.status();
-    // Checksums are verified here, on the caller's thread, so the I/O thread
-    // is already reading the next batches meanwhile.
-    if (options_.verify_checksums) DLFS_RETURN_IF_ERROR(Verify(*r));
-    *out = std::move(r).value();
+  // A round of batch `id` completed: queue its retries, or publish it.
+  // True when the batch is done.
+  bool Finish(Worker& w, uint64_t id, InFlight& b, std::vector<ReadRequest>* requests) {
+    if (!b.abandoned && b.read->NextRound(requests)) {
+      Enqueue(w, id, *requests);
+      return false;
+    }
+    if (b.abandoned) return true;
+    std::shared_ptr<const void> owner = b.slab;
+    Publish(b, b.read->Finish(std::move(owner), b.epoch, b.seq, Now() - b.started));
     return true;
   }
 
-  Status Verify(const Batch& b) const {
-    for (size_t i = 0; i < b.size(); ++i) {
-      DLFS_RETURN_IF_ERROR(volume_->CheckSample(b.index(i), b.sample(i)));
+  void Publish(const InFlight& b, Result<Batch> result) {
+    {
+      std::lock_guard lock(mu_);
+      if (b.gen == gen_ && b.ticket >= consumer_) {
+        ready_.emplace(b.ticket, std::move(result));
+      }
     }
-    return Status::Ok();
+    ready_cv_.notify_all();
+    // A batch not kept is destroyed here, its slab returning to the pool.
   }
+
+  // The tier's loader: every chunk in the order the first epoch needs them,
+  // then retries of samples that failed, once per epoch.
+  //
+  // A chunk that fails is re-read in tiles: each sample's own blocks, a
+  // block shared by neighbours once (tiles never overlap, so a failing
+  // read cannot spoil bytes a successful one delivered). Only the samples
+  // in failed tiles are marked failed. A later retry of a failed sample
+  // reads into a scratch buffer and copies just the sample's bytes, since
+  // its neighbours may by then be in use.
+  void LoadTier(Worker& w) {
+    uint64_t epoch;
+    {
+      std::lock_guard lock(mu_);
+      epoch = epoch_;
+      tier_retry_ = false;
+    }
+    const std::vector<size_t> need = tier_->NeedOrder(OrderFor(epoch)->indices);
+    const auto& chunks = tier_->chunks();
+    for (size_t c : need) {
+      const MemoryTier::Chunk& ch = chunks[c];
+      w.engine->Enqueue({ch.target, ch.offset, ch.length, ch.memory, ReadRequest::kNoSlot}, c);
+    }
+    // Tags from chunks.size() on name the tile and retry reads.
+    struct Tile {
+      size_t chunk;                   // or kRetry
+      std::vector<uint64_t> samples;  // whose bytes it holds
+      std::shared_ptr<std::byte> scratch;
+      std::byte* memory = nullptr;  // retry: where the sample's extent goes
+    };
+    constexpr size_t kRetry = ~size_t{0};
+    std::unordered_map<uint64_t, Tile> tiles;
+    std::map<size_t, std::pair<size_t, std::map<uint64_t, Status>>>
+        splitting;  // chunk -> left, failed
+    uint64_t next_tag = chunks.size();
+    std::vector<ReadCompletion> done;
+    auto split = [&](size_t c, const Status& why) {
+      const MemoryTier::Chunk& ch = chunks[c];
+      const std::vector<uint64_t> in = tier_->SamplesIn(c);
+      std::vector<std::pair<uint64_t, uint64_t>> ranges;  // tiles' [from, to)
+      uint64_t covered = ch.offset;
+      for (uint64_t i : in) {
+        const MemoryTier::Extent e = tier_->SampleExtent(i);
+        const uint64_t from = std::max({e.offset, covered, ch.offset});
+        const uint64_t to = std::min(e.offset + e.length, ch.offset + ch.length);
+        if (from >= to) continue;
+        ranges.emplace_back(from, to);
+        covered = to;
+      }
+      if (in.size() <= 1 || ranges.size() <= 1) {
+        std::map<uint64_t, Status> failed;
+        for (uint64_t i : in) failed.emplace(i, why);
+        tier_->MarkLoaded(c, failed);
+        return;
+      }
+      splitting[c] = {ranges.size(), {}};
+      for (const auto& [from, to] : ranges) {
+        Tile t{c, {}, nullptr, nullptr};
+        for (uint64_t i : in) {
+          const MemoryTier::Extent e = tier_->SampleExtent(i);
+          if (e.offset < to && from < e.offset + e.length) t.samples.push_back(i);
+        }
+        tiles.emplace(next_tag, std::move(t));
+        w.engine->Enqueue(
+            {ch.target, from, to - from, ch.memory + (from - ch.offset), ReadRequest::kNoSlot},
+            next_tag++);
+      }
+    };
+    auto retry = [&](uint64_t i) {
+      const MemoryTier::Extent e = tier_->SampleExtent(i);
+      Tile t{kRetry, {i}, AllocateLarge(e.length), e.memory};
+      if (!t.scratch) {
+        tier_->MarkRetried(i, Status::Unavailable(volume_->path() + ": out of memory"));
+        return;
+      }
+      std::byte* buf = t.scratch.get();
+      tiles.emplace(next_tag, std::move(t));
+      w.engine->Enqueue({e.target, e.offset, e.length, buf, ReadRequest::kNoSlot}, next_tag++);
+    };
+    Status st = w.engine->Submit();
+    while (st.ok()) {
+      if (w.engine->pending() == 0) {
+        std::unique_lock lock(mu_);
+        work_cv_.wait(lock, [&] { return stop_ || tier_retry_; });
+        if (stop_) break;
+        tier_retry_ = false;
+        lock.unlock();
+        for (uint64_t i : tier_->BeginRetry()) retry(i);
+        st = w.engine->Submit();
+        continue;
+      }
+      {
+        std::lock_guard lock(mu_);
+        if (stop_) break;
+      }
+      done.clear();
+      st = w.engine->Reap(&done, 1);
+      for (const ReadCompletion& c : done) {
+        if (c.tag < chunks.size()) {
+          if (c.status.ok()) {
+            tier_->MarkLoaded(c.tag, {});
+          } else {
+            split(c.tag, c.status);
+          }
+          continue;
+        }
+        auto it = tiles.find(c.tag);
+        if (it == tiles.end()) continue;
+        Tile t = std::move(it->second);
+        tiles.erase(it);
+        if (t.chunk == kRetry) {
+          const uint64_t i = t.samples.front();
+          if (c.status.ok()) {
+            // Only the sample's own bytes: its neighbours may be in use.
+            const SampleInfo s = volume_->directory().sample(i);
+            const MemoryTier::Extent e = tier_->SampleExtent(i);
+            std::memcpy(e.memory + (s.offset - e.offset), t.scratch.get() + (s.offset - e.offset),
+                        s.length);
+          }
+          tier_->MarkRetried(i, c.status);
+          continue;
+        }
+        auto& [left, failed] = splitting[t.chunk];
+        if (!c.status.ok()) {
+          for (uint64_t i : t.samples) failed.emplace(i, c.status);
+        }
+        if (--left == 0) {
+          tier_->MarkLoaded(t.chunk, failed);
+          splitting.erase(t.chunk);
+        }
+      }
+      if (st.ok()) st = w.engine->Submit();
+    }
+    if (!st.ok()) {
+      // The engine failed: whatever did not load is reported as such.
+      for (size_t c = 0; c < chunks.size(); ++c) {
+        std::map<uint64_t, Status> failed;
+        for (uint64_t i : tier_->SamplesIn(c)) failed.emplace(i, st);
+        tier_->MarkLoaded(c, failed);
+      }
+    }
+    while (w.engine->pending() > 0) {
+      done.clear();
+      if (!w.engine->Reap(&done, w.engine->pending()).ok()) break;
+    }
+  }
+
+  std::shared_ptr<Volume> volume_;
+  LoaderOptions options_;
+  Sampler sampler_;
+  const pid_t pid_ = ::getpid();
+  const uint64_t batches_;  // per epoch
+  const uint64_t window_;   // batches read ahead of the caller
+  loader_internal::PlanOptions po_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::shared_ptr<MemoryTier> tier_;
+  double setup_seconds_ = 0;
+  std::string description_;
+
+  mutable std::mutex mu_;
+  std::condition_variable ready_cv_;  // a batch became ready
+  std::condition_variable work_cv_;   // the window moved, a new generation, or stop
+  std::atomic<bool> started_{false};
+  bool stop_ = false;
+  uint64_t gen_ = 0;
+  uint64_t base_epoch_ = 0;  // epoch of ticket 0 in this generation
+  uint64_t consumer_ = 0;    // next ticket Next() hands out
+  uint64_t epoch_ = 0;
+  uint64_t epoch_end_ = 0;  // first ticket after the current epoch
+  std::map<uint64_t, Result<Batch>> ready_;
+  Status start_error_;
+  bool tier_retry_ = false;
+  std::vector<std::shared_ptr<Slab>> quarantine_;  // buffers a broken engine may still write
+
+  std::mutex orders_mu_;
+  std::deque<std::shared_ptr<const EpochOrder>> orders_;
+
+  std::atomic<uint64_t> verify_ns_{0};
+  std::atomic<uint64_t> next_wait_ns_{0};
 };
 
 Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -299,6 +609,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
   }
   const uint64_t n = options.subset.empty() ? volume->size() : options.subset.size();
   DLFS_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(n, options.sampler));
+  const double t0 = Now();
 
   auto impl = std::make_unique<Impl>(volume, options, std::move(sampler));
   // Every engine opens every target of the volume (as resolved and remapped
@@ -309,27 +620,62 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
   // queue, and the ring only carries submissions and completions. A ring
   // per target would add threads and split queue_depth without adding
   // device parallelism; the pread engine likewise serves every target from
-  // one thread pool.
+  // one thread pool. Each engine is used by its I/O thread only.
+  EngineOptions eo = options.engine;
+  eo.single_thread = true;
   for (uint32_t k = 0; k < options.io_threads; ++k) {
     DLFS_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> engine,
-                          CreateEngine(volume->OpenTargetPaths(), options.engine));
-    auto pool = std::make_shared<SlabPool>(engine->alignment());
-    impl->workers_.push_back(Loader::Impl::Worker{std::move(engine), std::move(pool), {}});
+                          CreateEngine(volume->OpenTargetPaths(), eo));
+    auto w = std::make_unique<Loader::Impl::Worker>();
+    w->pool =
+        std::make_shared<SlabPool>(engine->alignment(), engine.get(), options.engine.buffer_slots);
+    w->engine = std::move(engine);
+    w->index = k;
+    impl->workers_.push_back(std::move(w));
   }
+  const IoEngine& first = *impl->workers_.front()->engine;
+  std::string description = first.description();
+
+  const uint64_t budget =
+      options.cache_budget == kAutoCacheBudget ? DefaultCacheBudget() : options.cache_budget;
+  impl->tier_ = MemoryTier::Create(*volume, options.subset, first.alignment(), budget);
+  if (impl->tier_) {
+    description += "; memory tier of " + std::to_string(impl->tier_->bytes()) + " bytes";
+  } else {
+    // Batch buffers before the first read: enough for the batches in the
+    // window and those the caller holds, spread over the I/O threads, each
+    // sized for a batch of samples of the mean size plus a block of
+    // alignment, with a quarter to spare.
+    const uint64_t mean = volume->size() ? volume->info().data_bytes / volume->size() : 0;
+    const uint64_t a = std::max<uint32_t>(first.alignment(), 1);
+    const uint64_t slab = (mean + a) * options.sampler.batch_size / 4 * 5 + a;
+    const uint64_t per_thread = (impl->window_ + options.io_threads - 1) / options.io_threads + 2;
+    for (auto& w : impl->workers_) {
+      if (!w->pool->Reserve(static_cast<uint32_t>(per_thread), slab)) {
+        return Status::Unavailable(volume->path() + ": out of memory for " +
+                                   std::to_string(per_thread) + " batch buffers of " +
+                                   std::to_string(slab) + " bytes");
+      }
+    }
+  }
+  impl->description_ = std::move(description);
+  impl->setup_seconds_ = Now() - t0;
   return std::unique_ptr<Loader>(new Loader(std::move(impl)));
 }
 
-void Loader::SetEpoch(uint64_t epoch) { impl_->Start(epoch); }
+void Loader::SetEpoch(uint64_t epoch) { impl_->SetEpoch(epoch); }
 Result<bool> Loader::Next(Batch* batch) { return impl_->Next(batch); }
-uint64_t Loader::batches_per_epoch() const { return impl_->sampler_.batches_per_epoch(); }
-uint64_t Loader::epoch() const { return impl_->epoch_; }
+uint64_t Loader::batches_per_epoch() const { return impl_->batches_; }
+uint64_t Loader::epoch() const {
+  std::lock_guard lock(impl_->mu_);
+  return impl_->epoch_;
+}
 const Sampler& Loader::sampler() const { return impl_->sampler_; }
 std::vector<uint64_t> Loader::RankIndices(uint64_t epoch) const {
   return impl_->RankIndices(epoch);
 }
 const Volume& Loader::volume() const { return *impl_->volume_; }
-const std::string& Loader::description() const {
-  return impl_->workers_.front().engine->description();
-}
+const std::string& Loader::description() const { return impl_->description_; }
+SourceStats Loader::source_stats() const { return impl_->Stats(); }
 
 }  // namespace dlfs

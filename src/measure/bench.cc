@@ -16,12 +16,22 @@ void EpochReport::Add(const EpochReport& other) {
   device_bytes += other.device_bytes;
   seconds += other.seconds;
   cpu_seconds += other.cpu_seconds;
+  const SourceStats& o = other.stats;
+  stats.io += o.io;
+  stats.verify_seconds += o.verify_seconds;
+  stats.next_wait_seconds += o.next_wait_seconds;
+  stats.engines = o.engines;  // levels: the latest
+  stats.buffer_bytes = o.buffer_bytes;
+  stats.cache_bytes = o.cache_bytes;
+  stats.setup_seconds = o.setup_seconds;
+  stats.uring_flags = o.uring_flags;
 }
 
 Result<EpochReport> RunEpoch(BatchSource& source, uint64_t epoch, bool read_through_errors,
                              std::vector<double>* batch_io_seconds) {
   EpochReport r;
   r.epoch = epoch;
+  const SourceStats s0 = source.source_stats();
   const double cpu0 = CpuSeconds();
   const double t0 = Now();
   source.SetEpoch(epoch);
@@ -42,6 +52,7 @@ Result<EpochReport> RunEpoch(BatchSource& source, uint64_t epoch, bool read_thro
   }
   r.seconds = Now() - t0;
   r.cpu_seconds = CpuSeconds() - cpu0;
+  r.stats = source.source_stats() - s0;
   if (!failed.ok()) return failed;
   return r;
 }

@@ -109,3 +109,34 @@ def test_bench_json(run, small_volume, engine):
     assert len(r["epochs"]) == 2
     assert {"cpu_s_per_gb", "p50_batch_ms", "p99_batch_ms", "engine"} <= set(r)
     assert r["engine"].startswith("io_uring" if engine == "uring" else "pread")
+
+
+@pytest.mark.parametrize("budget", ["0", "auto", "64M"])
+def test_bench_reports_where_the_time_went(run, small_volume, budget):
+    proc = run("bench", small_volume, "--batch", 16, "--epochs", 2, "--json",
+               "--cache-budget", budget)
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout)
+    p = r["pipeline"]
+    for key in ("ring_empty_seconds", "mean_reads_in_flight", "submit_seconds",
+                "reap_wait_seconds", "verify_seconds", "io_bytes"):
+        assert p[key] >= 0, key
+    assert p["io_bytes"] > 0 and p["mean_reads_in_flight"] > 0
+    assert all("pipeline" in e for e in r["epochs"])
+    m = r["memory"]
+    if budget == "0":
+        assert m["cache_bytes"] == 0 and m["buffer_pool_bytes"] > 0
+        assert r["epochs"][1]["pipeline"]["io_bytes"] > 0
+    else:
+        assert m["cache_bytes"] > 0 and "memory tier" in r["engine"]
+        assert r["epochs"][1]["pipeline"]["io_bytes"] == 0  # the second epoch from memory
+    assert m["cache_budget"] == (0 if budget == "0" else 64 << 20 if budget == "64M"
+                                 else m["cache_budget"])
+    assert isinstance(r["io_uring_flags"], list)
+    text = run("bench", small_volume, "--batch", 16, "--cache-budget", budget).stdout.decode()
+    assert "rings empty" in text and "reads in flight" in text and "batch buffers" in text
+
+
+def test_bench_bad_cache_budget(run, small_volume):
+    proc = run("bench", small_volume, "--cache-budget", "lots")
+    assert proc.returncode != 0 and b"--cache-budget" in proc.stderr

@@ -132,3 +132,61 @@ def test_mount_errors(run, volume, tmp_path):
     assert proc.returncode == 2 and b"missing.dlfs" in proc.stderr
     proc = run("mount", vol, tmp_path / "no-such-dir")
     assert proc.returncode == 2
+
+
+def test_large_samples_are_verified_before_any_byte_is_served(run, tmp_path):
+    """Issue 13 #11: a sample above the 64 MiB whole-sample limit was served
+    unverified. It is now checked by a streaming pass first: intact, its
+    bytes arrive exactly; with one flipped bit, the first read fails."""
+    reason = _fuse_unavailable(run)
+    if reason:
+        pytest.skip(reason)
+    big = os.urandom(1 << 20) * 65 + b"tail"  # just over 64 MiB
+    root = tmp_path / "big"
+    (root / "a").mkdir(parents=True)
+    (root / "a" / "large.bin").write_bytes(big)
+    (root / "a" / "small.bin").write_bytes(b"small")
+    results = {}
+    for damaged in (False, True):
+        vol = tmp_path / f"v{int(damaged)}.dlfs"
+        run("pack", root, "-o", vol, "-q", check=0)
+        if damaged:
+            with open(vol, "r+b") as f:
+                data = f.read()
+                at = data.find(big[: 1 << 16]) + 40 * (1 << 20) + 123
+                f.seek(at)
+                f.write(bytes([data[at] ^ 0x10]))
+        mnt = tmp_path / f"mnt{int(damaged)}"
+        mnt.mkdir()
+        proc = run("mount", vol, mnt)
+        if proc.returncode != 0:
+            pytest.skip("cannot mount here")
+        try:
+            path = mnt / "a" / "large.bin"
+            assert os.path.getsize(path) == len(big)
+            if damaged:
+                with pytest.raises(OSError) as e:
+                    with open(path, "rb") as f:
+                        f.read(4096)
+                assert e.value.errno == errno.EIO
+            else:
+                with open(path, "rb") as f:
+                    results["large"] = f.read()
+            assert (mnt / "a" / "small.bin").read_bytes() == b"small"
+        finally:
+            subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
+    assert results["large"] == big
+
+
+def test_partial_and_repeated_reads_return_the_right_bytes(mounted):
+    mnt, files = mounted
+    data = files["Emu/x.png"]
+    with open(mnt / "Emu" / "x.png", "rb", buffering=0) as f:
+        assert f.read(100) == data[:100]
+        f.seek(2000)
+        assert f.read(5000) == data[2000:]
+        f.seek(0)
+        assert f.read() == data
+    for _ in range(3):
+        assert (mnt / "cat" / "002.png").read_bytes() == files["cat/002.png"]
+    assert (mnt / "dog" / "002.png").read_bytes() == b""

@@ -147,3 +147,71 @@ def test_subset_reads_only_those_samples(many):
     got = sorted(int(i) for b in loader for i in b.indices)
     assert got == sorted(int(i) for i in subset)
     assert all(many.path(i).startswith("k3/") for i in got)
+
+
+def test_read_many_returns_the_samples_asked_for(many):
+    rng = random.Random(1)
+    want = [rng.randrange(len(many)) for _ in range(300)] + [0, 0, -1]
+    batch = many.read_many(want)
+    assert len(batch) == len(want)
+    for k, i in enumerate(want):
+        assert bytes(batch[k]) == many.read(i)
+        assert batch.labels[k] == many.label(i)
+    assert list(batch.indices) == [i % len(many) for i in want]
+    with pytest.raises(IndexError):
+        many.read_many([1, len(many)])
+
+
+def test_read_many_names_a_damaged_sample(volume):
+    vol_path, files = volume
+    raw = bytearray(vol_path.read_bytes())
+    raw[raw.find(files["Emu/x.png"]) + 7] ^= 0x01
+    vol_path.write_bytes(bytes(raw))
+    vol = dlfs.Volume(str(vol_path))
+    x = vol.lookup("Emu/x.png")
+    with pytest.raises(dlfs.CorruptVolumeError, match="'Emu/x.png': checksum mismatch"):
+        vol.read_many([0, x])
+    assert bytes(vol.read_many([x], verify=False)[0]) != files["Emu/x.png"]
+
+
+def test_batch_stack_copies_fixed_size_samples(tmp_path, run):
+    root = tmp_path / "fixed"
+    for i in range(100):
+        p = root / f"c{i % 2}" / f"{i:03d}"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(bytes([i]) * 16)
+    run("pack", root, "-o", tmp_path / "f.dlfs", "-q", check=0)
+    vol = dlfs.Volume(str(tmp_path / "f.dlfs"))
+    batch = vol.read_many([5, 7, 5])
+    arr = batch.stack()
+    assert arr.shape == (3, 16) and arr.dtype == np.uint8
+    assert [bytes(r) for r in arr] == [bytes(batch[i]) for i in range(3)]
+    arr[0, 0] = 99  # a copy: writable, the batch is untouched
+    assert batch[0][0] != 99
+    odd = tmp_path / "odd"
+    (odd / "a").mkdir(parents=True)
+    (odd / "a" / "1").write_bytes(b"x")
+    (odd / "a" / "2").write_bytes(b"yy")
+    run("pack", odd, "-o", tmp_path / "o.dlfs", "-q", check=0)
+    with pytest.raises(ValueError, match="differ in size"):
+        dlfs.Volume(str(tmp_path / "o.dlfs")).read_many([0, 1]).stack()
+
+
+@pytest.mark.parametrize("budget", [0, None])
+def test_loader_memory_tier_serves_the_same_bytes(many, budget):
+    loader = dlfs.Loader(many, batch_size=128, seed=2, cache_budget=budget)
+    assert ("memory tier" in loader.engine_description) == (budget is None)
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        before = loader.stats()["io_bytes"]
+        for batch in loader:
+            for i, view in zip(batch.indices, batch.samples):
+                assert bytes(view) == many.read(int(i))
+        read = loader.stats()["io_bytes"] - before
+        if budget is None and epoch > 0:
+            assert read == 0  # served from memory
+        else:
+            assert read > 0
+    s = loader.stats()
+    assert s["cache_bytes"] > 0 if budget is None else s["buffer_pool_bytes"] > 0
+    assert s["mean_reads_in_flight"] > 0
