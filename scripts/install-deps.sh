@@ -8,12 +8,15 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   # libraries
   libisal-dev libarchive-dev zlib1g-dev libcli11-dev nlohmann-json3-dev liburing-dev liblmdb-dev
+  # image decoding (src/decode): TurboJPEG and libspng
+  libturbojpeg0-dev libspng-dev
   # MPI (LMDBIO reader, distribution): Debian's OpenMPI
   libopenmpi-dev openmpi-bin
   # Python bindings (built for Debian's /usr/bin/python3) and the FUSE view
   pybind11-dev python3-dev python3-numpy python3-torch libfuse3-dev fuse3
   # tests and benchmarks
   libgtest-dev libbenchmark-dev python3 python3-pytest python3-torchvision python3-lmdb
+  python3-pil
   # the built-in default data set
   dataset-fashion-mnist
 )
