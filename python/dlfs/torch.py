@@ -4,9 +4,12 @@ VolumeDataset: map-style, one sample per item; works with any
     torch.utils.data.DataLoader setting (num_workers, DistributedSampler).
 LoaderDataset: iterable, one *batch* per item, driven by the C++ loader
     (io_uring reads ahead, zero-copy); use DataLoader(ds, batch_size=None).
+ImageLoader: batches of decoded, augmented image tensors, decoded in C++
+    on the loader's threads (dlfs/torch_image.py).
 
 Samples reach `transform` as read-only numpy uint8 arrays of the stored
-bytes (decode them there: e.g. PIL for PNG/JPEG, a reshape for raw pixels).
+bytes (decode them there: e.g. PIL for PNG/JPEG, a reshape for raw pixels),
+or, with VolumeDataset(decode=...), as tensors decoded in C++.
 """
 import os
 
@@ -15,8 +18,9 @@ import torch
 import torch.utils.data as tud
 
 from . import Loader, Volume
+from .torch_image import ImageLoader, make_pipeline
 
-__all__ = ["VolumeDataset", "LoaderDataset", "distributed_rank_world"]
+__all__ = ["VolumeDataset", "LoaderDataset", "ImageLoader", "distributed_rank_world"]
 
 
 def distributed_rank_world():
@@ -36,10 +40,20 @@ class VolumeDataset(tud.Dataset):
     Each process (DataLoader workers included) opens its own handle to the
     volume on first use after fork, so workers never share file descriptors.
     Labels are ints (-1 where a sample has none); `targets` holds them all.
+
+    decode: decode each sample natively (GIL released) before `transform`:
+    a dlfs.ImagePipeline or a dict of its keywords, e.g.
+    dict(size=224, crop="random-resized", flip=True, dtype="float32",
+    layout="NCHW"); the sample is then a torch tensor (C, H, W or H, W, C).
+    Its random choices are those of (seed, epoch, sample index): call
+    set_epoch(e) before each epoch (as with DistributedSampler).
     """
 
-    def __init__(self, path, transform=None, target_transform=None, root=None, verify=True):
+    def __init__(self, path, transform=None, target_transform=None, root=None, verify=True,
+                 decode=None):
         self.path = os.fspath(path)
+        self.decode = make_pipeline(decode) if decode is not None else None
+        self.epoch = 0
         self.transform = transform
         self.target_transform = target_transform
         self.verify = verify
@@ -57,9 +71,18 @@ class VolumeDataset(tud.Dataset):
     def __len__(self):
         return len(self.indices)
 
+    def set_epoch(self, epoch):
+        """Epoch whose random choices decode= uses."""
+        self.epoch = epoch
+
     def __getitem__(self, index):
         vol = self._volume()
-        sample = np.frombuffer(vol.read(int(self.indices[index]), self.verify), dtype=np.uint8)
+        i = int(self.indices[index])
+        data = vol.read(i, self.verify)
+        if self.decode is not None:
+            sample = torch.from_numpy(self.decode(data, self.epoch, i))
+        else:
+            sample = np.frombuffer(data, dtype=np.uint8)
         label = int(self.targets[index])
         if self.transform is not None:
             sample = self.transform(sample)
