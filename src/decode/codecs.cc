@@ -77,7 +77,8 @@ Result<ImageInfo> ProbeJpeg(ImageWorkspace::State& ws, std::span<const std::byte
                           &h, &subsamp, &colorspace) != 0) {
     return JpegError(tj, "bad header");
   }
-  DLFS_RETURN_IF_ERROR(CheckSize(static_cast<uint32_t>(w), static_cast<uint32_t>(h), o));
+  DLFS_RETURN_IF_ERROR(
+      CheckSize(static_cast<uint32_t>(w), static_cast<uint32_t>(h), o).WithContext("JPEG"));
   ImageInfo info;
   info.format = ImageFormat::kJpeg;
   info.width = static_cast<uint32_t>(w);
@@ -166,7 +167,7 @@ Result<SpngCtx> OpenPng(std::span<const std::byte> data, const DecodeOptions& o,
   int err = spng_set_png_buffer(ctx.get(), data.data(), data.size());
   if (err == 0) err = spng_get_ihdr(ctx.get(), ihdr);
   if (err != 0) return PngError(err, "bad header");
-  DLFS_RETURN_IF_ERROR(CheckSize(ihdr->width, ihdr->height, o));
+  DLFS_RETURN_IF_ERROR(CheckSize(ihdr->width, ihdr->height, o).WithContext("PNG"));
   return ctx;
 }
 
@@ -275,7 +276,7 @@ Status CheckRaw(std::span<const std::byte> data, const DecodeOptions& o) {
                                    std::to_string(r.width) + "x" + std::to_string(r.channels) +
                                    " = " + std::to_string(want));
   }
-  return CheckSize(r.width, r.height, o);
+  return CheckSize(r.width, r.height, o).WithContext("raw");
 }
 
 }  // namespace
