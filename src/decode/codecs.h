@@ -20,6 +20,7 @@ struct ImageWorkspace::State {
   std::vector<uint8_t> convert;
   std::vector<uint8_t> horizontal;  // resampler: after the horizontal pass
   std::vector<uint8_t> window;      // resampler: the output window
+  std::vector<uint8_t> block;       // resampler: eight rows side by side
   std::vector<int32_t> coeffs_x, coeffs_y;
   std::vector<int32_t> bounds_x, bounds_y;
   std::vector<double> weights;
