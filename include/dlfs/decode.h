@@ -32,10 +32,20 @@
 //   of (seed, epoch, sample index) — specified in RandomChoices below — so
 //   they do not depend on threads, order, or the process.
 //
+// Work: a JPEG is decoded only around the region a sample's crop reads
+// (libjpeg-turbo's partial decoding: rows below it and the IDCT of columns
+// beside it are skipped; the pixels are identical to a full decode's), and
+// at 1/2, 1/4 or 1/8 scale when that keeps the output's resolution
+// (DecodeOptions::dct_scaling). Resampling computes only the output window.
+//
 // Bad input (a truncated or corrupt file, the wrong kind of data, an image
 // larger than DecodeOptions::max_pixels) is an InvalidArgument error naming
 // the problem; nothing is allocated for an image before its header has
-// passed the pixel limit, so hostile headers cost no memory.
+// passed the pixel limit, so hostile headers cost no memory. A JPEG must end
+// with its end-of-image marker (a truncated file is refused whatever its
+// crop); libjpeg's warnings about damaged data are errors. (Damage inside a
+// JPEG's compressed data outside the decoded region goes unnoticed; the
+// volume's checksums still catch any change after packing.)
 //
 // Thread safety: options and ImagePipeline are immutable and may be shared;
 // an ImageWorkspace is used by one thread at a time.

@@ -1,9 +1,16 @@
 #include "decode/codecs.h"
 
+// jpeglib.h needs size_t and FILE first.
+#include <cstdio>
+// clang-format off
+#include <jpeglib.h>
+#include <jerror.h>
+// clang-format on
 #include <spng.h>
 #include <turbojpeg.h>
 
-#include <cstdio>
+#include <algorithm>
+#include <csetjmp>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -69,9 +76,26 @@ Status JpegError(tjhandle tj, std::string_view what) {
 
 bool IsCmyk(int colorspace) { return colorspace == TJCS_CMYK || colorspace == TJCS_YCCK; }
 
+// A JPEG ends with an EOI marker (FF D9), which cannot occur inside
+// entropy-coded data. Checking for it makes a truncated file an error
+// whatever region of it a crop decodes (a partial decode may stop above the
+// missing part); trailing bytes after the marker (some writers pad) are
+// allowed up to 4 KiB.
+bool HasEndMarker(std::span<const std::byte> d) {
+  const size_t from = d.size() > 4096 ? d.size() - 4096 : 0;
+  for (size_t i = d.size(); i-- > from + 1;) {
+    if (d[i] == std::byte{0xd9} && d[i - 1] == std::byte{0xff}) return true;
+  }
+  return false;
+}
+
 Result<ImageInfo> ProbeJpeg(ImageWorkspace::State& ws, std::span<const std::byte> data,
                             const DecodeOptions& o) {
   DLFS_ASSIGN_OR_RETURN(tjhandle tj, Tj(ws));
+  if (!HasEndMarker(data)) {
+    return Status::InvalidArgument(
+        "JPEG: truncated (no end-of-image marker in the last 4096 bytes)");
+  }
   int w = 0, h = 0, subsamp = 0, colorspace = 0;
   if (tjDecompressHeader3(tj, reinterpret_cast<const unsigned char*>(data.data()), data.size(), &w,
                           &h, &subsamp, &colorspace) != 0) {
@@ -144,6 +168,100 @@ Result<PixelView> DecodeJpeg(ImageWorkspace::State& ws, std::span<const std::byt
     out = rgb;
   }
   return PixelView{out, sw, sh, channels, size_t{sw} * channels};
+}
+
+// ---- JPEG regions (libjpeg-turbo's libjpeg API) ----------------------------
+//
+// TurboJPEG 2.1 decodes whole images only; for a crop, libjpeg's partial
+// decompression skips the IDCT, upsampling and colour conversion of the
+// columns outside it and all work below it. Errors leave through longjmp
+// (libjpeg's way), so DecodeJpegRegion keeps no C++ objects with
+// destructors alive across the calls that may jump.
+
+struct JpegErrorMgr {
+  jpeg_error_mgr pub;
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+};
+
+struct JpegScanLimit {
+  jpeg_progress_mgr pub;
+  JpegErrorMgr* error;
+};
+
+[[noreturn]] void JpegErrorExit(j_common_ptr cinfo) {
+  auto* e = reinterpret_cast<JpegErrorMgr*>(cinfo->err);
+  cinfo->err->format_message(cinfo, e->message);
+  std::longjmp(e->jump, 1);
+}
+
+// Warnings mean damaged data (see HarmlessWarning): fail, except for stray
+// bytes between markers.
+void JpegEmitMessage(j_common_ptr cinfo, int level) {
+  if (level >= 0 || cinfo->err->msg_code == JWRN_EXTRANEOUS_DATA) return;
+  JpegErrorExit(cinfo);
+}
+
+// TurboJPEG's TJFLAG_LIMITSCANS: progressive files with absurd scan counts
+// are a CPU bomb.
+void JpegProgress(j_common_ptr cinfo) {
+  auto* p = reinterpret_cast<JpegScanLimit*>(cinfo->progress);
+  if (cinfo->is_decompressor &&
+      reinterpret_cast<j_decompress_ptr>(cinfo)->input_scan_number > 500) {
+    std::snprintf(p->error->message, sizeof p->error->message,
+                  "progressive JPEG with more than 500 scans");
+    std::longjmp(p->error->jump, 1);
+  }
+}
+
+// Decodes rows [y0, y1) and at least columns [x0, x1) of the image scaled
+// by 1/scale_denom into `out` (grown as needed); *rx and *width receive the
+// decoded columns (rx <= x0: libjpeg starts at an iMCU boundary). Returns
+// nullptr on success, else the error text in `error`.
+const char* DecodeJpegRegion(const unsigned char* data, size_t size, uint32_t scale_denom,
+                             int color_space, uint32_t pixel_bytes, uint32_t x0, uint32_t y0,
+                             uint32_t x1, uint32_t y1, std::vector<uint8_t>& out, uint32_t* rx,
+                             uint32_t* width, JpegErrorMgr& error) {
+  jpeg_decompress_struct cinfo;
+  JpegScanLimit limit;
+  cinfo.err = jpeg_std_error(&error.pub);
+  error.pub.error_exit = JpegErrorExit;
+  error.pub.emit_message = JpegEmitMessage;
+  limit.pub.progress_monitor = JpegProgress;
+  limit.error = &error;
+  jpeg_create_decompress(&cinfo);
+  if (setjmp(error.jump)) {
+    jpeg_destroy_decompress(&cinfo);
+    return error.message;
+  }
+  cinfo.progress = &limit.pub;
+  jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
+  jpeg_read_header(&cinfo, TRUE);
+  // As TurboJPEG (and PIL) decode: accurate integer IDCT, fancy upsampling.
+  cinfo.out_color_space = static_cast<J_COLOR_SPACE>(color_space);
+  cinfo.scale_num = 1;
+  cinfo.scale_denom = scale_denom;
+  cinfo.dct_method = JDCT_ISLOW;
+  cinfo.do_fancy_upsampling = TRUE;
+  jpeg_start_decompress(&cinfo);
+  // Partial-width decoding may compute the region's edge columns as image
+  // edges (fancy upsampling): ask for a column more on each side than is
+  // used, so the used ones are exactly a full decode's.
+  JDIMENSION xoff = x0 > 0 ? x0 - 1 : 0;
+  JDIMENSION w = std::min<JDIMENSION>(cinfo.output_width, x1 + 2) - xoff;
+  if (w < cinfo.output_width) jpeg_crop_scanline(&cinfo, &xoff, &w);
+  const size_t row = size_t{cinfo.output_width} * pixel_bytes;
+  if (out.size() < row * (y1 - y0)) out.resize(row * (y1 - y0));
+  if (y0 > 0) jpeg_skip_scanlines(&cinfo, y0);
+  while (cinfo.output_scanline < y1) {
+    JSAMPROW dst = out.data() + row * (cinfo.output_scanline - y0);
+    jpeg_read_scanlines(&cinfo, &dst, 1);
+  }
+  *rx = xoff;
+  *width = cinfo.output_width;
+  jpeg_abort_decompress(&cinfo);  // the rows below are not needed
+  jpeg_destroy_decompress(&cinfo);
+  return nullptr;
 }
 
 // ---- PNG (libspng) -------------------------------------------------------
@@ -338,6 +456,46 @@ Result<PixelView> Decode(ImageWorkspace::State& ws, std::span<const std::byte> d
       break;
   }
   return Status::InvalidArgument("unknown image format");
+}
+
+Result<DecodedRegion> DecodeRegion(ImageWorkspace::State& ws, std::span<const std::byte> data,
+                                   const ImageInfo& info, const DecodeOptions& o,
+                                   uint32_t scale_denom, uint32_t channels, uint32_t x0,
+                                   uint32_t y0, uint32_t x1, uint32_t y1) {
+  const uint32_t sw = ScaledDim(info.width, scale_denom);
+  const uint32_t sh = ScaledDim(info.height, scale_denom);
+  // A region of most of the image is decoded whole, through TurboJPEG.
+  const bool partial = info.format == ImageFormat::kJpeg &&
+                       uint64_t{x1 - x0} * (y1 - y0) * 10 < uint64_t{sw} * sh * 9;
+  if (!partial) {
+    DLFS_ASSIGN_OR_RETURN(PixelView v, Decode(ws, data, info, o, scale_denom, channels));
+    return DecodedRegion{v, 0, 0};
+  }
+  DLFS_ASSIGN_OR_RETURN(tjhandle tj, Tj(ws));
+  int w = 0, h = 0, subsamp = 0, colorspace = 0;
+  const auto* buf = reinterpret_cast<const unsigned char*>(data.data());
+  if (tjDecompressHeader3(tj, buf, data.size(), &w, &h, &subsamp, &colorspace) != 0) {
+    return JpegError(tj, "bad header");
+  }
+  const bool cmyk = IsCmyk(colorspace);
+  const int space = cmyk ? JCS_CMYK : channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  const uint32_t pixel_bytes = cmyk ? 4 : channels;
+  JpegErrorMgr error;
+  uint32_t rx = 0, width = 0;
+  if (const char* e = DecodeJpegRegion(buf, data.size(), scale_denom, space, pixel_bytes, x0, y0,
+                                       x1, y1, cmyk ? ws.convert : ws.pixels, &rx, &width, error)) {
+    return Status::InvalidArgument(std::string("JPEG: cannot decode: ") + e);
+  }
+  const size_t pixels = size_t{width} * (y1 - y0);
+  if (cmyk) {
+    uint8_t* rgb = Reserve(ws.pixels, pixels * 3);
+    CmykToRgb(ws.convert.data(), rgb, pixels);
+    if (channels == 1) {
+      for (size_t i = 0; i < pixels; ++i) rgb[i] = Luma(rgb[3 * i], rgb[3 * i + 1], rgb[3 * i + 2]);
+    }
+  }
+  return DecodedRegion{
+      PixelView{ws.pixels.data(), width, y1 - y0, channels, size_t{width} * channels}, rx, y0};
 }
 
 }  // namespace decode_internal

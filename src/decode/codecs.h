@@ -52,6 +52,24 @@ Result<PixelView> Decode(ImageWorkspace::State& ws, std::span<const std::byte> d
                          const ImageInfo& info, const DecodeOptions& options, uint32_t scale_denom,
                          uint32_t channels);
 
+// Part of a decoded image: `view` starts at pixel (x, y) of the image (as
+// decoded, i.e. scaled).
+struct DecodedRegion {
+  PixelView view;
+  uint32_t x = 0;
+  uint32_t y = 0;
+};
+
+// Decodes at least the pixels [x0, x1) x [y0, y1) of `data` decoded at
+// 1/scale_denom, as Decode() would give them. JPEGs are decoded only around
+// that region when it is clearly smaller than the image (libjpeg-turbo's
+// jpeg_crop_scanline / jpeg_skip_scanlines, which TurboJPEG 2.1 does not
+// offer; the pixels are identical to a full decode's); other formats whole.
+Result<DecodedRegion> DecodeRegion(ImageWorkspace::State& ws, std::span<const std::byte> data,
+                                   const ImageInfo& info, const DecodeOptions& options,
+                                   uint32_t scale_denom, uint32_t channels, uint32_t x0,
+                                   uint32_t y0, uint32_t x1, uint32_t y1);
+
 // TJSCALED: the size of a dimension decoded at 1/scale_denom.
 inline uint32_t ScaledDim(uint32_t dim, uint32_t scale_denom) {
   return (dim + scale_denom - 1) / scale_denom;

@@ -296,44 +296,49 @@ Status ImagePipeline::Execute(ImageWorkspace& workspace, std::span<const std::by
     return Invalid("output window outside the resized image");
   }
   const ImageInfo info{p.format, p.image_width, p.image_height, channels};
-  DLFS_ASSIGN_OR_RETURN(PixelView full, decode_internal::Decode(ws, data, info, options_.decode,
-                                                                p.scale_denom, channels));
-  // The region of the decoded image the box covers: exact at full scale
-  // (the crop torchvision makes before resizing); at a reduced scale the box
-  // is scaled and may be fractional, and the view is its enclosing pixels.
+  const uint32_t d = p.format == ImageFormat::kJpeg ? p.scale_denom : 1;
+  const uint32_t sw = decode_internal::ScaledDim(p.image_width, d);
+  const uint32_t sh = decode_internal::ScaledDim(p.image_height, d);
+  // The image torchvision's resize sees, as a rectangle (rx, ry) of the
+  // decoded image: the crop (RandomResizedCrop crops, then resizes), or the
+  // whole image. At full scale the box is exactly it; at a reduced scale the
+  // box is scaled, may be fractional, and the rectangle encloses it.
   decode_internal::ResampleSpec spec;
-  PixelView view = full;
-  if (full.width == p.image_width && full.height == p.image_height) {
-    view.data = full.data + size_t{p.box.top} * full.stride + size_t{p.box.left} * channels;
-    view.width = p.box.width;
-    view.height = p.box.height;
+  uint32_t rx = p.box.left, ry = p.box.top;
+  if (d == 1) {
+    spec.image_width = p.box.width;
+    spec.image_height = p.box.height;
     spec.box[2] = static_cast<float>(p.box.width);
     spec.box[3] = static_cast<float>(p.box.height);
   } else {
-    const double fx = static_cast<double>(full.width) / p.image_width;
-    const double fy = static_cast<double>(full.height) / p.image_height;
+    const double fx = static_cast<double>(sw) / p.image_width;
+    const double fy = static_cast<double>(sh) / p.image_height;
     const double x0 = p.box.left * fx, x1 = (p.box.left + p.box.width) * fx;
     const double y0 = p.box.top * fy, y1 = (p.box.top + p.box.height) * fy;
-    const auto ix0 = static_cast<uint32_t>(std::floor(x0));
-    const auto iy0 = static_cast<uint32_t>(std::floor(y0));
-    const auto ix1 = std::min(full.width, static_cast<uint32_t>(std::ceil(x1)));
-    const auto iy1 = std::min(full.height, static_cast<uint32_t>(std::ceil(y1)));
-    view.data = full.data + size_t{iy0} * full.stride + size_t{ix0} * channels;
-    view.width = ix1 - ix0;
-    view.height = iy1 - iy0;
-    spec.box[0] = static_cast<float>(x0 - ix0);
-    spec.box[1] = static_cast<float>(y0 - iy0);
-    spec.box[2] = static_cast<float>(std::min<double>(x1 - ix0, view.width));
-    spec.box[3] = static_cast<float>(std::min<double>(y1 - iy0, view.height));
+    rx = static_cast<uint32_t>(std::floor(x0));
+    ry = static_cast<uint32_t>(std::floor(y0));
+    spec.image_width = std::min(sw, static_cast<uint32_t>(std::ceil(x1))) - rx;
+    spec.image_height = std::min(sh, static_cast<uint32_t>(std::ceil(y1))) - ry;
+    spec.box[0] = static_cast<float>(x0 - rx);
+    spec.box[1] = static_cast<float>(y0 - ry);
+    spec.box[2] = static_cast<float>(std::min<double>(x1 - rx, spec.image_width));
+    spec.box[3] = static_cast<float>(std::min<double>(y1 - ry, spec.image_height));
   }
   spec.out_width = p.resized_width;
   spec.out_height = p.resized_height;
   spec.win_left = p.window_left;
   spec.win_top = p.window_top;
   spec.win_width = spec.win_height = size;
+  const decode_internal::ResamplePlan rp = decode_internal::PrepareResample(spec, ws);
+  // Decode (at least) what the window reads.
+  DLFS_ASSIGN_OR_RETURN(
+      decode_internal::DecodedRegion region,
+      decode_internal::DecodeRegion(ws, data, info, options_.decode, d, channels, rx + rp.x0,
+                                    ry + rp.y0, rx + rp.x1, ry + rp.y1));
   const size_t win_bytes = size_t{size} * size * channels;
   if (ws.window.size() < win_bytes) ws.window.resize(win_bytes);
-  decode_internal::Resample(view, spec, ws, ws.window.data());
+  decode_internal::RunResample(region.view, int64_t{region.x} - rx, int64_t{region.y} - ry, spec,
+                               rp, ws, ws.window.data());
   Store(ws.window.data(), size, channels, p.flip, options_.output, lut_.data(), out);
   return Status::Ok();
 }

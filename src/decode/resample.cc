@@ -204,66 +204,85 @@ const bool kAvx2 = __builtin_cpu_supports("avx2");
 
 }  // namespace
 
-void Resample(const PixelView& in, const ResampleSpec& spec, ImageWorkspace::State& ws,
-              uint8_t* out) {
-  const int c = static_cast<int>(in.channels);
+ResamplePlan PrepareResample(const ResampleSpec& spec, ImageWorkspace::State& ws) {
+  ResamplePlan p;
+  const int win_w = static_cast<int>(spec.win_width);
+  const int win_h = static_cast<int>(spec.win_height);
+  p.need_h = spec.out_width != spec.image_width || spec.box[0] != 0 ||
+             spec.box[2] != static_cast<float>(spec.out_width);
+  p.need_v = spec.out_height != spec.image_height || spec.box[1] != 0 ||
+             spec.box[3] != static_cast<float>(spec.out_height);
+  if (p.need_v) {
+    p.ksize_v = Coefficients(static_cast<int>(spec.image_height), spec.box[1], spec.box[3],
+                             static_cast<int>(spec.out_height), static_cast<int>(spec.win_top),
+                             win_h, ws, ws.bounds_y, ws.coeffs_y);
+    // Taps are monotonic in the output row: the first and last rows bound them.
+    p.y0 = ws.bounds_y[0];
+    p.y1 = ws.bounds_y[2 * (win_h - 1)] + ws.bounds_y[2 * (win_h - 1) + 1];
+  } else {
+    p.y0 = spec.win_top;
+    p.y1 = spec.win_top + spec.win_height;
+  }
+  if (p.need_h) {
+    p.ksize_h = Coefficients(static_cast<int>(spec.image_width), spec.box[0], spec.box[2],
+                             static_cast<int>(spec.out_width), static_cast<int>(spec.win_left),
+                             win_w, ws, ws.bounds_x, ws.coeffs_x);
+    p.x0 = ws.bounds_x[0];
+    p.x1 = ws.bounds_x[2 * (win_w - 1)] + ws.bounds_x[2 * (win_w - 1) + 1];
+  } else {
+    p.x0 = spec.win_left;
+    p.x1 = spec.win_left + spec.win_width;
+  }
+  return p;
+}
+
+void RunResample(const PixelView& view, int64_t view_x, int64_t view_y, const ResampleSpec& spec,
+                 const ResamplePlan& p, ImageWorkspace::State& ws, uint8_t* out) {
+  const int c = static_cast<int>(view.channels);
   const int win_w = static_cast<int>(spec.win_width);
   const int win_h = static_cast<int>(spec.win_height);
   const int row_bytes = win_w * c;
-  // PIL skips a pass whose output would equal its input.
-  const bool need_h = spec.out_width != in.width || spec.box[0] != 0 ||
-                      spec.box[2] != static_cast<float>(spec.out_width);
-  const bool need_v = spec.out_height != in.height || spec.box[1] != 0 ||
-                      spec.box[3] != static_cast<float>(spec.out_height);
-
-  // Input rows the window needs, and the vertical weights over them.
-  int y_first = static_cast<int>(spec.win_top), y_count = win_h, ksize_v = 0;
-  if (need_v) {
-    ksize_v = Coefficients(static_cast<int>(in.height), spec.box[1], spec.box[3],
-                           static_cast<int>(spec.out_height), static_cast<int>(spec.win_top), win_h,
-                           ws, ws.bounds_y, ws.coeffs_y);
-    y_first = ws.bounds_y[0];
-    y_count = ws.bounds_y[2 * (win_h - 1)] + ws.bounds_y[2 * (win_h - 1) + 1] - y_first;
-    for (int y = 0; y < win_h; ++y) ws.bounds_y[2 * y] -= y_first;
+  const int y_count = static_cast<int>(p.y1 - p.y0);
+  // The rows the window reads, from the view's first row.
+  const uint8_t* rows = view.data + size_t(int64_t{p.y0} - view_y) * view.stride;
+  if (p.need_v) {
+    for (int y = 0; y < win_h; ++y) ws.bounds_y[2 * y] -= static_cast<int32_t>(p.y0);
   }
 
   // Horizontal pass over those rows, into a dense buffer; or, when none is
-  // needed, the window's columns of the input itself.
-  const uint8_t* mid = in.data + size_t(y_first) * in.stride + size_t(spec.win_left) * c;
-  size_t mid_stride = in.stride;
-  if (need_h) {
-    const int ksize_h = Coefficients(
-        static_cast<int>(in.width), spec.box[0], spec.box[2], static_cast<int>(spec.out_width),
-        static_cast<int>(spec.win_left), win_w, ws, ws.bounds_x, ws.coeffs_x);
+  // needed, the window's columns of the view itself.
+  const uint8_t* mid = rows + size_t(int64_t{p.x0} - view_x) * c;
+  size_t mid_stride = view.stride;
+  if (p.need_h) {
+    for (int x = 0; x < win_w; ++x) ws.bounds_x[2 * x] -= static_cast<int32_t>(view_x);
     if (ws.horizontal.size() < size_t(y_count) * row_bytes) {
       ws.horizontal.resize(size_t(y_count) * row_bytes);
     }
-    const uint8_t* rows = in.data + size_t(y_first) * in.stride;
     const int32_t* b = ws.bounds_x.data();
     const int32_t* k = ws.coeffs_x.data();
     uint8_t* h = ws.horizontal.data();
     if (kAvx2 && c == 3) {
-      HorizontalPassAvx2<3>(rows, in.stride, y_count, b, k, ksize_h, win_w, h, ws.block);
+      HorizontalPassAvx2<3>(rows, view.stride, y_count, b, k, p.ksize_h, win_w, h, ws.block);
     } else if (kAvx2) {
-      HorizontalPassAvx2<1>(rows, in.stride, y_count, b, k, ksize_h, win_w, h, ws.block);
+      HorizontalPassAvx2<1>(rows, view.stride, y_count, b, k, p.ksize_h, win_w, h, ws.block);
     } else if (c == 3) {
-      HorizontalPass<3>(rows, in.stride, y_count, b, k, ksize_h, win_w, h);
+      HorizontalPass<3>(rows, view.stride, y_count, b, k, p.ksize_h, win_w, h);
     } else {
-      HorizontalPass<1>(rows, in.stride, y_count, b, k, ksize_h, win_w, h);
+      HorizontalPass<1>(rows, view.stride, y_count, b, k, p.ksize_h, win_w, h);
     }
     mid = ws.horizontal.data();
     mid_stride = size_t(row_bytes);
   }
 
-  if (need_v) {
+  if (p.need_v) {
     if (kAvx2) {
-      VerticalPassAvx2(mid, mid_stride, win_h, ws.bounds_y.data(), ws.coeffs_y.data(), ksize_v,
+      VerticalPassAvx2(mid, mid_stride, win_h, ws.bounds_y.data(), ws.coeffs_y.data(), p.ksize_v,
                        row_bytes, out);
       return;
     }
     if (ws.accumulator.size() < size_t(row_bytes)) ws.accumulator.resize(row_bytes);
-    VerticalPass(mid, mid_stride, win_h, ws.bounds_y.data(), ws.coeffs_y.data(), ksize_v, row_bytes,
-                 out, ws.accumulator.data());
+    VerticalPass(mid, mid_stride, win_h, ws.bounds_y.data(), ws.coeffs_y.data(), p.ksize_v,
+                 row_bytes, out, ws.accumulator.data());
   } else {
     for (int y = 0; y < win_h; ++y) {
       std::memcpy(out + size_t(y) * row_bytes, mid + size_t(y) * mid_stride, row_bytes);

@@ -225,6 +225,33 @@ def test_resize_center_crop_equal_torchvision_uint8_and_float():
         assert torch.equal(got, want_f), (got - want_f).abs().max()
 
 
+@pytest.mark.parametrize("name", list(jpegs()))
+def test_jpeg_crops_decode_only_the_region_and_equal_torchvision(name):
+    # Crops are decoded with libjpeg's partial decoding (only the rows and
+    # columns around the crop): the result must still be exactly
+    # torchvision's on PIL's full decode.
+    data = jpegs()[name]
+    pil = Image.open(io.BytesIO(data))
+    mode = "L" if pil.mode == "L" else "RGB"
+    pil = pil.convert(mode)
+    w, h = pil.size
+    for size, crop in [(24, "random-resized"), (64, "random-resized"), (16, "center")]:
+        p = dlfs.ImagePipeline(size, crop=crop, flip=True, dct_scaling=False,
+                               color="gray" if mode == "L" else "rgb", resize=size + 7)
+        for index in range(12):
+            plan = p.plan(w, h, epoch=0, index=index)
+            if crop == "center":
+                want = F.center_crop(F.resize(pil, [size + 7]), [size, size])
+            else:
+                i, j, hh, ww = plan["box"]
+                want = F.resized_crop(pil, i, j, hh, ww, [size, size])
+            if plan["flip"]:
+                want = F.hflip(want)
+            got = p(data, 0, index)
+            assert np.array_equal(got.reshape(np.array(want).shape), np.array(want)), \
+                (name, size, crop, plan)
+
+
 def test_jpeg_geometry_with_and_without_dct_scaling():
     a = photo(900, 1200, 7)
     data = encode(Image.fromarray(a), "JPEG", quality=90)
@@ -456,11 +483,11 @@ def test_bad_samples_raise_naming_them_or_are_skipped(bad_volume):
     with pytest.raises(ValueError) as e:
         next(it)
     msg = str(e.value)
-    assert "bad.dlfs: sample 1 (a/001.jpg): JPEG: cannot decode" in msg, msg
+    assert "bad.dlfs: sample 1 (a/001.jpg): JPEG: truncated" in msg, msg
     # Per sample, through VolumeDataset(decode=...): each problem named.
     ds = dt.VolumeDataset(bad_volume, decode=dict(size=16))
     assert ds[0][0].shape == (16, 16, 3)
-    for i, words in [(1, "JPEG: cannot decode"), (2, "60000x60000 image has 3600000000 pixels"),
+    for i, words in [(1, "JPEG: truncated"), (2, "60000x60000 image has 3600000000 pixels"),
                      (3, "neither JPEG nor PNG")]:
         with pytest.raises(ValueError, match=words):
             ds[i]
