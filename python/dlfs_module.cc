@@ -87,32 +87,34 @@ py::object LabelOrNone(uint32_t label) {
 // The same document as `dlfs info --json` (both come from SummarizeVolume).
 py::dict InfoDict(const Volume& v) {
   const VolumeSummary s = SummarizeVolume(v);
+  const VolumeInfo& i = s.info;
   py::list targets;
-  for (const TargetSummary& t : s.target_details) {
+  for (size_t t = 0; t < i.target_details.size(); ++t) {
+    const TargetInfo& ti = i.target_details[t];
     py::dict td;
-    td["index"] = t.index;
-    td["path"] = t.path;
-    td["stored_path"] = t.stored_path;
-    td["size"] = t.size;
-    td["samples"] = t.samples;
-    td["bytes"] = t.bytes;
+    td["index"] = t;
+    td["path"] = ti.path;
+    td["stored_path"] = ti.stored_path;
+    td["size"] = ti.size;
+    td["samples"] = s.usage[t].samples;
+    td["bytes"] = s.usage[t].bytes;
     targets.append(td);
   }
   py::dict d;
   d["path"] = s.path;
-  d["format_version"] = s.format_version;
-  d["uuid"] = s.uuid;
-  d["samples"] = s.samples;
-  d["directories"] = s.directories;
-  d["bytes"] = s.bytes;
-  d["volume_bytes"] = s.volume_bytes;
-  d["directory_bytes"] = s.directory_bytes;
-  d["alignment"] = s.alignment;
-  d["classes"] = s.classes();
+  d["format_version"] = i.format_version;
+  d["uuid"] = i.uuid;
+  d["samples"] = i.sample_count;
+  d["directories"] = i.dir_count;
+  d["bytes"] = i.data_bytes;
+  d["volume_bytes"] = i.volume_size;
+  d["directory_bytes"] = i.directory_bytes;
+  d["alignment"] = i.data_alignment;
+  d["classes"] = i.class_count;
   d["class_names"] = s.class_names;
-  d["targets"] = s.targets;
+  d["targets"] = i.targets;
   d["target_details"] = targets;
-  d["created_unix_ns"] = s.created_unix_ns;
+  d["created_unix_ns"] = i.created_unix_ns;
   return d;
 }
 

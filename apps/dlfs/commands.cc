@@ -80,29 +80,31 @@ Result<std::vector<std::string>> ParseClassNames(const std::string& spec) {
 }
 
 json SummaryJson(const VolumeSummary& s) {
+  const VolumeInfo& i = s.info;
   json targets = json::array();
-  for (const TargetSummary& t : s.target_details) {
-    targets.push_back({{"index", t.index},
-                       {"path", t.path},
-                       {"stored_path", t.stored_path},
-                       {"size", t.size},
-                       {"samples", t.samples},
-                       {"bytes", t.bytes}});
+  for (size_t t = 0; t < i.target_details.size(); ++t) {
+    const TargetInfo& ti = i.target_details[t];
+    targets.push_back({{"index", t},
+                       {"path", ti.path},
+                       {"stored_path", ti.stored_path},
+                       {"size", ti.size},
+                       {"samples", s.usage[t].samples},
+                       {"bytes", s.usage[t].bytes}});
   }
   return {{"path", s.path},
-          {"format_version", s.format_version},
-          {"uuid", s.uuid},
-          {"samples", s.samples},
-          {"directories", s.directories},
-          {"bytes", s.bytes},
-          {"volume_bytes", s.volume_bytes},
-          {"directory_bytes", s.directory_bytes},
-          {"alignment", s.alignment},
-          {"classes", s.classes()},
+          {"format_version", i.format_version},
+          {"uuid", i.uuid},
+          {"samples", i.sample_count},
+          {"directories", i.dir_count},
+          {"bytes", i.data_bytes},
+          {"volume_bytes", i.volume_size},
+          {"directory_bytes", i.directory_bytes},
+          {"alignment", i.data_alignment},
+          {"classes", i.class_count},
           {"class_names", s.class_names},
-          {"targets", s.targets},
+          {"targets", i.targets},
           {"target_details", targets},
-          {"created_unix_ns", s.created_unix_ns}};
+          {"created_unix_ns", i.created_unix_ns}};
 }
 
 json SampleJson(const SampleDirectory& d, uint64_t i) {
@@ -202,31 +204,34 @@ int RunInfo(const InfoArgs& args) {
   auto vol = OpenVolume(args.volume);
   if (!vol.ok()) return Fail(vol.status());
   const VolumeSummary s = SummarizeVolume(**vol);
+  const VolumeInfo& i = s.info;
   if (args.json) {
     std::cout << SummaryJson(s).dump(2, ' ', false, json::error_handler_t::replace) << '\n';
     return kExitOk;
   }
   std::printf("volume       %s\n", s.path.c_str());
-  std::printf("format       dlfs v%u, uuid %s\n", s.format_version, s.uuid.c_str());
-  std::printf("samples      %llu in %llu directories\n", static_cast<unsigned long long>(s.samples),
-              static_cast<unsigned long long>(s.directories));
-  std::printf("data         %s in samples, %s %s\n", HumanBytes(s.bytes).c_str(),
+  std::printf("format       dlfs v%u, uuid %s\n", i.format_version, i.uuid.c_str());
+  std::printf("samples      %llu in %llu directories\n",
+              static_cast<unsigned long long>(i.sample_count),
+              static_cast<unsigned long long>(i.dir_count));
+  std::printf("data         %s in samples, %s %s\n", HumanBytes(i.data_bytes).c_str(),
               HumanBytes(s.file_bytes()).c_str(),
-              s.target_details.size() == 1
+              i.target_details.size() == 1
                   ? "file"
-                  : ("in " + std::to_string(s.target_details.size()) + " files").c_str());
-  std::printf("directory    %s (%.1f bytes per sample)\n", HumanBytes(s.directory_bytes).c_str(),
+                  : ("in " + std::to_string(i.target_details.size()) + " files").c_str());
+  std::printf("directory    %s (%.1f bytes per sample)\n", HumanBytes(i.directory_bytes).c_str(),
               s.directory_bytes_per_sample());
-  std::printf("alignment    %u\n", s.alignment);
+  std::printf("alignment    %u\n", i.data_alignment);
   // Per target: its file, its size, and the samples it holds (a balanced
   // multi-target volume has about equal bytes on each).
-  std::printf("targets      %zu\n", s.target_details.size());
-  for (const TargetSummary& t : s.target_details) {
-    std::printf("  %-10u %s: %s file, %llu samples, %s%s\n", t.index, t.path.c_str(),
-                HumanBytes(t.size).c_str(), static_cast<unsigned long long>(t.samples),
-                HumanBytes(t.bytes).c_str(), t.index == 0 ? " + the directory" : "");
+  std::printf("targets      %zu\n", i.target_details.size());
+  for (size_t t = 0; t < i.target_details.size(); ++t) {
+    const TargetInfo& ti = i.target_details[t];
+    std::printf("  %-10zu %s: %s file, %llu samples, %s%s\n", t, ti.path.c_str(),
+                HumanBytes(ti.size).c_str(), static_cast<unsigned long long>(s.usage[t].samples),
+                HumanBytes(s.usage[t].bytes).c_str(), t == 0 ? " + the directory" : "");
   }
-  std::printf("classes      %llu", static_cast<unsigned long long>(s.classes()));
+  std::printf("classes      %llu", static_cast<unsigned long long>(i.class_count));
   for (size_t c = 0; c < s.class_names.size() && c < 20; ++c) {
     std::printf("%s%zu=%s", c == 0 ? ": " : ", ", c, s.class_names[c].c_str());
   }
@@ -434,36 +439,18 @@ int RunMount(const MountArgs& args) {
 }
 
 int RunLmdbInfo(const LmdbInfoArgs& args) {
-  auto map = LmdbRecordMap::Build(args.db);
-  if (!map.ok()) return Fail(map.status());
-  const LmdbStats& st = map->stats();
-  uint64_t min = map->size() ? ~uint64_t{0} : 0, max = 0, total = 0;
-  for (uint64_t i = 0; i < map->size(); ++i) {
-    min = std::min(min, map->value_length(i));
-    max = std::max(max, map->value_length(i));
-    total += map->value_length(i);
-  }
+  auto summary = SummarizeLmdb(args.db);
+  if (!summary.ok()) return Fail(summary.status());
+  const LmdbSummary& s = *summary;
+  const LmdbStats& st = s.stats;
   json datum = nullptr;
-  if (map->size() > 0) {
-    // Is it Caffe's format? Look at the first record.
-    std::vector<std::byte> first(map->value_length(0));
-    ScopedFd fd(::open(map->path().c_str(), O_RDONLY | O_CLOEXEC));
-    if (fd.get() >= 0 &&
-        ::pread(fd.get(), first.data(), first.size(), static_cast<off_t>(map->value_offset(0))) ==
-            static_cast<ssize_t>(first.size())) {
-      auto d = ParseDatum(first);
-      if (d.ok()) {
-        datum = {{"channels", d->channels},
-                 {"height", d->height},
-                 {"width", d->width},
-                 {"encoded", d->encoded},
-                 {"data_bytes", d->data.size()},
-                 {"label", d->has_label ? json(d->label) : json(nullptr)}};
-      }
-    }
+  if (s.first_datum) {
+    const DatumShape& d = *s.first_datum;
+    datum = {{"channels", d.channels},     {"height", d.height},
+             {"width", d.width},           {"encoded", d.encoded},
+             {"data_bytes", d.data_bytes}, {"label", d.has_label ? json(d.label) : json(nullptr)}};
   }
-  const double mean = map->size() ? static_cast<double>(total) / map->size() : 0;
-  json j = {{"path", map->path()},
+  json j = {{"path", s.path},
             {"entries", st.entries},
             {"depth", st.depth},
             {"page_size", st.page_size},
@@ -473,20 +460,20 @@ int RunLmdbInfo(const LmdbInfoArgs& args) {
             {"last_page", st.last_page},
             {"txnid", st.txnid},
             {"file_bytes", st.file_size},
-            {"value_bytes", total},
-            {"value_min", min},
-            {"value_mean", mean},
-            {"value_max", max},
+            {"value_bytes", s.value_bytes},
+            {"value_min", s.value_min},
+            {"value_mean", s.value_mean},
+            {"value_max", s.value_max},
             {"first_datum", datum}};
-  if (map->size() > 0) {
-    j["first_key"] = std::string(map->key(0));
-    j["last_key"] = std::string(map->key(map->size() - 1));
+  if (st.entries > 0) {
+    j["first_key"] = s.first_key;
+    j["last_key"] = s.last_key;
   }
   if (args.json) {
     std::cout << j.dump(2, ' ', false, json::error_handler_t::replace) << '\n';
     return kExitOk;
   }
-  std::printf("lmdb         %s\n", map->path().c_str());
+  std::printf("lmdb         %s\n", s.path.c_str());
   std::printf(
       "entries      %llu (depth %u; pages: %llu branch, %llu leaf, %llu overflow; "
       "page size %u)\n",
@@ -495,11 +482,10 @@ int RunLmdbInfo(const LmdbInfoArgs& args) {
       static_cast<unsigned long long>(st.leaf_pages),
       static_cast<unsigned long long>(st.overflow_pages), st.page_size);
   std::printf("values       %s in total; min %llu, mean %.0f, max %llu bytes\n",
-              HumanBytes(total).c_str(), static_cast<unsigned long long>(min), mean,
-              static_cast<unsigned long long>(max));
-  if (map->size() > 0) {
-    std::printf("keys         '%s' .. '%s'\n", std::string(map->key(0)).c_str(),
-                std::string(map->key(map->size() - 1)).c_str());
+              HumanBytes(s.value_bytes).c_str(), static_cast<unsigned long long>(s.value_min),
+              s.value_mean, static_cast<unsigned long long>(s.value_max));
+  if (st.entries > 0) {
+    std::printf("keys         '%s' .. '%s'\n", s.first_key.c_str(), s.last_key.c_str());
   }
   if (!datum.is_null()) std::printf("caffe datum  %s (first record)\n", datum.dump().c_str());
   return kExitOk;

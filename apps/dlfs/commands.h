@@ -13,6 +13,7 @@
 
 #include "dlfs/bench.h"
 #include "dlfs/decode_stage.h"
+#include "dlfs/lmdbio_options.h"
 #include "dlfs/loader.h"
 #include "dlfs/mount.h"
 #include "dlfs/pack.h"
@@ -138,17 +139,7 @@ int RunLmdbInfo(const LmdbInfoArgs& args);
 // only in builds with MPI).
 struct LmdbReadArgs {
   std::string db;
-  std::string mode = "lmm-dio-prov-coal-stag";
-  uint32_t batch = 64;
-  uint64_t iters = 100;
-  uint32_t readers_per_node = 1;
-  std::string engine = "pread";
-  bool direct = false;
-  bool no_prefetch = false;
-  uint64_t coalesce_bytes = uint64_t{4} << 20;
-  uint32_t max_coalesce_iters = 64;
-  uint32_t stagger = 1;
-  bool check = false;
+  LmdbReadOptions options;
   bool drop_cache = false;
   bool json = false;
 };

@@ -39,7 +39,7 @@ CLI::Option* AddEnumOption(CLI::App* verb, const std::string& name, E* value,
             if (!parsed.ok()) throw CLI::ValidationError(parsed.status().message());
             *value = *parsed;
           },
-          help + ": " + JoinNames(table))
+          help)
       ->default_str(std::string(NameOf(table, *value)))
       ->check(CLI::IsMember(NamesOf(table)));
 }
@@ -276,30 +276,28 @@ int main(int argc, char** argv) {
       "Prints per-rank record counts, a digest of the bytes read (equal across modes),\n"
       "and where the time went. See docs/lmdbio.md.");
   lr->add_option("db", lmdb_read.db, "LMDB directory or its data.mdb")->required();
-  lr->add_option("--mode", lmdb_read.mode,
-                 "baseline, lmm, lmm-dm, lmm-dio, lmm-dio-prov, lmm-dio-prov-coal, "
-                 "lmm-dio-prov-coal-stag")
+  LmdbioOptions& reader = lmdb_read.options.reader;
+  AddEnumOption(lr, "--mode", &reader.mode, kLmdbioModeNames, "Mode");
+  lr->add_option("-b,--batch", reader.batch_size, "Global batch size (a multiple of the ranks)")
       ->capture_default_str();
-  lr->add_option("-b,--batch", lmdb_read.batch, "Global batch size (a multiple of the ranks)")
+  lr->add_option("-n,--iters", lmdb_read.options.iterations, "Iterations to read")
       ->capture_default_str();
-  lr->add_option("-n,--iters", lmdb_read.iters, "Iterations to read")->capture_default_str();
-  lr->add_option("--readers-per-node", lmdb_read.readers_per_node,
+  lr->add_option("--readers-per-node", reader.readers_per_node,
                  "Readers per node (lmm-dm and later; lmm always has one)")
       ->capture_default_str();
-  lr->add_option("--engine", lmdb_read.engine, "Explicit reads (dio modes): pread or uring")
-      ->check(CLI::IsMember({"pread", "uring"}))
-      ->capture_default_str();
-  lr->add_flag("--direct", lmdb_read.direct, "O_DIRECT for explicit reads (dio modes)");
-  lr->add_flag("--no-prefetch", lmdb_read.no_prefetch, "lmm-dm: no speculative prefetch");
-  lr->add_option("--coalesce-bytes", lmdb_read.coalesce_bytes,
+  AddEnumOption(lr, "--engine", &reader.engine, kEngineKindNames,
+                "Explicit reads (dio modes); auto picks uring where available");
+  lr->add_flag("--direct", reader.direct_io, "O_DIRECT for explicit reads (dio modes)");
+  AddOffFlag(lr, "--no-prefetch", &reader.prefetch, "lmm-dm: no speculative prefetch");
+  lr->add_option("--coalesce-bytes", reader.coalesce_bytes,
                  "coal: bytes each reader reads per step (sets iterations per read)")
       ->capture_default_str();
-  lr->add_option("--max-coalesce-iters", lmdb_read.max_coalesce_iters,
+  lr->add_option("--max-coalesce-iters", reader.max_coalesce_iters,
                  "coal: at most this many iterations per read")
       ->capture_default_str();
-  lr->add_option("--stagger", lmdb_read.stagger, "stag: readers that read at the same time")
+  lr->add_option("--stagger", reader.stagger_group, "stag: readers that read at the same time")
       ->capture_default_str();
-  lr->add_flag("--check", lmdb_read.check,
+  lr->add_flag("--check", lmdb_read.options.check,
                "Compare every record with the value the parser finds at its index, and count "
                "how often each record was read");
   lr->add_flag("--drop-cache", lmdb_read.drop_cache,

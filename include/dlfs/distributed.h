@@ -35,7 +35,8 @@ struct SharedOpenStats {
 // the volume over that window in place: directory memory is per node, not
 // per rank. Every rank still opens the target files (to read samples) and
 // runs the usual checks on the bytes it uses. The same error on every rank
-// if any rank fails.
+// if any rank fails, including when the ranks disagree on the node layout
+// (NodeTopology::Create).
 //
 // The window lives as long as the returned Volume (and anything holding it,
 // such as a Loader). Releasing it frees the window, which is collective over
@@ -52,9 +53,10 @@ std::vector<uint32_t> ShardTargetsOfNode(int node_index, int node_count);
 
 // A Loader for this rank of `comm`: options.rank and options.world_size are
 // taken from the communicator. Collective: the ranks check that they agree on
-// the options that decide the permutation (sample count, seed, shuffle,
-// batch size, drop_last), so every rank reads the same permutation and gets
-// the same number of batches; InvalidArgument on every rank otherwise.
+// the volume (uuid and size) and the options that decide the permutation
+// (sample count, seed, shuffle, batch size, drop_last), so every rank reads
+// the same permutation and gets the same number of batches; InvalidArgument
+// on every rank otherwise, naming the ranks and their values.
 Result<std::unique_ptr<Loader>> CreateLoader(MPI_Comm comm, std::shared_ptr<Volume> volume,
                                              LoaderOptions options);
 
@@ -90,6 +92,9 @@ struct ShardLoaderStats {
 // batch with an error naming the sample and the owner; the next call goes on.
 class ShardLoader final : public BatchSource {
  public:
+  // Collective over `comm`. The ranks agree, as CreateLoader's do, and also
+  // on window_batches, read_ahead and the node layout; InvalidArgument on
+  // every rank otherwise.
   static Result<std::unique_ptr<ShardLoader>> Create(MPI_Comm comm, std::shared_ptr<Volume> volume,
                                                      const ShardLoaderOptions& options);
   ~ShardLoader() override;

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -78,6 +79,17 @@ class LmdbRecordMap {
   std::vector<uint64_t> lengths_;
 };
 
+// The data.mdb file `path` names: path/data.mdb when `path` is a directory,
+// `path` itself otherwise.
+std::string LmdbDataFile(const std::string& path);
+
+// Reads and checks only the meta pages of data.mdb (two small reads, no tree
+// walk): the LmdbStats of the newest valid meta page, with page_size, txnid,
+// last_page, depth, entries and file_size set and the page counts left 0.
+// Enough to tell whether two paths hold the same database. Errors as
+// LmdbRecordMap::Build's for the file and its meta pages.
+Result<LmdbStats> ReadLmdbMeta(const std::string& path);
+
 // Checks the 16-byte page header in front of an overflow value that starts
 // at file offset `value_offset` and holds `length` bytes: the page names
 // itself, is an overflow page, and its run can hold the value. Corruption
@@ -100,5 +112,35 @@ struct Datum {
 // Decodes `bytes`; Corruption for a malformed message. `data` points into
 // `bytes`.
 Result<Datum> ParseDatum(std::span<const std::byte> bytes);
+
+// The shape of a Datum, without its bytes.
+struct DatumShape {
+  int32_t channels = 0;
+  int32_t height = 0;
+  int32_t width = 0;
+  int32_t label = 0;
+  bool has_label = false;
+  bool encoded = false;
+  uint64_t data_bytes = 0;  // size of the data field
+};
+
+// What `dlfs lmdb info` shows about a database.
+struct LmdbSummary {
+  std::string path;  // the data.mdb file
+  LmdbStats stats;
+  uint64_t value_bytes = 0;  // sum of the value lengths
+  uint64_t value_min = 0;    // 0 for an empty database
+  uint64_t value_max = 0;
+  double value_mean = 0;
+  std::string first_key, last_key;  // empty for an empty database
+  // Set when the first value (in key order) decodes as a Caffe Datum.
+  std::optional<DatumShape> first_datum;
+};
+
+// Builds the record map of `path` (a data.mdb or its directory) and reads
+// the first value. Errors: those of LmdbRecordMap::Build, and IOError naming
+// the file when the first value cannot be read. A first value that is not a
+// Datum is not an error (first_datum stays empty).
+Result<LmdbSummary> SummarizeLmdb(const std::string& path);
 
 }  // namespace dlfs

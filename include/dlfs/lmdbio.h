@@ -43,50 +43,11 @@
 #include <string>
 #include <string_view>
 
-#include "dlfs/enum_names.h"
 #include "dlfs/io_engine.h"
+#include "dlfs/lmdbio_options.h"
 #include "dlfs/status.h"
 
 namespace dlfs {
-
-enum class LmdbioMode {
-  kBaseline,
-  kLmm,
-  kLmmDm,
-  kLmmDio,
-  kLmmDioProv,
-  kLmmDioProvCoal,
-  kLmmDioProvCoalStag,
-};
-
-inline constexpr EnumName<LmdbioMode> kLmdbioModeNames[] = {
-    {LmdbioMode::kBaseline, "baseline"},
-    {LmdbioMode::kLmm, "lmm"},
-    {LmdbioMode::kLmmDm, "lmm-dm"},
-    {LmdbioMode::kLmmDio, "lmm-dio"},
-    {LmdbioMode::kLmmDioProv, "lmm-dio-prov"},
-    {LmdbioMode::kLmmDioProvCoal, "lmm-dio-prov-coal"},
-    {LmdbioMode::kLmmDioProvCoalStag, "lmm-dio-prov-coal-stag"}};
-
-std::string_view LmdbioModeName(LmdbioMode mode);  // "baseline", "lmm-dio-prov", ...
-Result<LmdbioMode> ParseLmdbioMode(std::string_view name);
-
-struct LmdbioOptions {
-  LmdbioMode mode = LmdbioMode::kLmmDioProvCoalStag;
-  uint32_t batch_size = 64;  // global batch B; a multiple of the number of ranks
-  // Readers per node from lmm-dm on (lmm has one). Capped at the node's size.
-  uint32_t readers_per_node = 1;
-  bool prefetch = true;  // lmm-dm's speculative prefetch (madvise WILLNEED)
-  // Explicit reads (lmm-dio on): the engine and whether to use O_DIRECT.
-  EngineKind engine = EngineKind::kPread;
-  bool direct_io = false;
-  uint64_t coalesce_bytes = uint64_t{4} << 20;  // target bytes per read step per reader (coal)
-  uint32_t max_coalesce_iters = 64;             // never coalesce more iterations than this
-  // Iterations the job will run, when known (0: unknown): coalesced reads
-  // then never fetch records for iterations past the end.
-  uint64_t planned_iterations = 0;
-  uint32_t stagger_group = 1;  // readers reading at once (stag)
-};
 
 // Seconds this rank spent, summed over Next() calls.
 struct LmdbioTimes {
@@ -114,6 +75,11 @@ class LmdbioReader {
   // InvalidArgument (batch not a multiple of the ranks, bad option), NotFound
   // / IOError for the file, Corruption / NotSupported from the parser, and
   // the same status on every rank when any rank fails to open.
+  // The ranks first check that they agree on the options that shape the
+  // reads (all but prefetch, engine and direct_io), on the database (its
+  // file size and meta page: the paths may differ, the contents may not)
+  // and on the node layout (NodeTopology::Create); a difference is
+  // InvalidArgument on every rank, naming the ranks and their values.
   static Result<std::unique_ptr<LmdbioReader>> Open(MPI_Comm comm, const std::string& path,
                                                     const LmdbioOptions& options);
   virtual ~LmdbioReader() = default;

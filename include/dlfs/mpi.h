@@ -18,6 +18,7 @@
 #include <mpi.h>
 
 #include <string>
+#include <vector>
 
 #include "dlfs/status.h"
 
@@ -27,8 +28,11 @@ namespace dlfs {
 // destructor); `world` is borrowed from the caller and must outlive this.
 class NodeTopology {
  public:
-  // Collective over `world`. InvalidArgument for a malformed
-  // DLFS_RANKS_PER_NODE.
+  // Collective over `world`. The ranks first agree on DLFS_RANKS_PER_NODE
+  // (AgreeOnValues): when it differs between ranks (e.g. mpirun's -x reached
+  // only some of them), every rank gets InvalidArgument naming the ranks
+  // and their values, never a hang. InvalidArgument on every rank for a
+  // malformed value.
   static Result<NodeTopology> Create(MPI_Comm world);
 
   NodeTopology(NodeTopology&& other) noexcept;
@@ -81,6 +85,24 @@ void BarrierPolitely(MPI_Comm comm);
 // status is not OK (prefixed with "rank R: " on the other ranks), or OK on
 // every rank. Lets every rank return the same error without a hang.
 Status AgreeOnStatus(MPI_Comm comm, const Status& local);
+
+// One setting that every rank of a job must hold the same, for
+// AgreeOnValues: its name and this rank's value, as text (both appear in the
+// error message).
+struct NamedValue {
+  std::string name;
+  std::string value;
+};
+
+// Collective over `comm`: OK when every rank passed the same values
+// (compared as text, in order); otherwise InvalidArgument on every rank,
+// with the same message, naming each value the ranks disagree on and which
+// ranks hold which, e.g.
+//   "ranks disagree on DLFS_RANKS_PER_NODE (2 on ranks 0-1; unset or 0 on ranks 2-3)"
+// A rank that passes fewer values shows "(none)" for the missing ones. One
+// small allreduce when the ranks agree. Call it before any collective whose
+// shape depends on the values: ranks that disagree there would hang.
+Status AgreeOnValues(MPI_Comm comm, const std::vector<NamedValue>& values);
 
 // "MPI_ERR_...: message" for an MPI return code, prefixed with `what`.
 Status MpiError(int code, const std::string& what);

@@ -45,20 +45,27 @@ class LmdbParser {
              LmdbRecordMap* out)
       : path_(std::move(path)), fd_(fd), file_size_(file_size), options_(options), out_(out) {}
 
-  Status Run() {
+  // The newest valid meta page: page size, txnid, last page, and the main
+  // database's depth and entry count.
+  Status ReadMeta() {
     DLFS_RETURN_IF_ERROR(PickMeta());
     LmdbStats& st = out_->stats_;
-    std::byte db[48];
-    std::memcpy(db, meta_.data() + kMetaMainDb, sizeof db);
-    const uint16_t flags = Load<uint16_t>(db + kDbFlags);
+    std::memcpy(db_, meta_.data() + kMetaMainDb, sizeof db_);
+    st.depth = Load<uint16_t>(db_ + kDbDepth);
+    st.entries = Load<uint64_t>(db_ + kDbEntries);
+    return Status::Ok();
+  }
+
+  Status Run() {
+    DLFS_RETURN_IF_ERROR(ReadMeta());
+    LmdbStats& st = out_->stats_;
+    const uint16_t flags = Load<uint16_t>(db_ + kDbFlags);
     if (flags != 0) {
       return Status::NotSupported(path_ + ": main database has flags 0x" + Hex(flags) +
                                   " (duplicate keys or a custom key order); only plain "
                                   "key/value databases such as Caffe's are supported");
     }
-    st.depth = Load<uint16_t>(db + kDbDepth);
-    st.entries = Load<uint64_t>(db + kDbEntries);
-    const uint64_t root = Load<uint64_t>(db + kDbRoot);
+    const uint64_t root = Load<uint64_t>(db_ + kDbRoot);
     if (st.depth > kMaxDepth) return Bad("main database depth " + std::to_string(st.depth));
     if (root == ~uint64_t{0}) {  // P_INVALID: an empty database
       if (st.entries != 0) return Bad("empty tree but " + std::to_string(st.entries) + " entries");
@@ -237,6 +244,7 @@ class LmdbParser {
   LmdbMapOptions options_;
   LmdbRecordMap* out_;
   std::vector<std::byte> meta_;
+  std::byte db_[48] = {};  // the main database's MDB_db record
   std::vector<std::byte> page_;
   std::unordered_set<uint64_t> visited_;
 };
@@ -264,11 +272,15 @@ Status CheckLmdbOverflowHeader(std::span<const std::byte> header, uint64_t value
   return Status::Ok();
 }
 
+std::string LmdbDataFile(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return path + "/data.mdb";
+  return path;
+}
+
 Result<LmdbRecordMap> LmdbRecordMap::Build(const std::string& path_in,
                                            const LmdbMapOptions& options) {
-  std::string path = path_in;
-  struct stat st;
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) path += "/data.mdb";
+  const std::string path = LmdbDataFile(path_in);
   ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return Status::FromErrno(errno, path);
   DLFS_ASSIGN_OR_RETURN(const uint64_t size, FileSize(fd.get(), path));
@@ -277,6 +289,17 @@ Result<LmdbRecordMap> LmdbRecordMap::Build(const std::string& path_in,
   LmdbParser parser(path, fd.get(), size, options, &map);
   DLFS_RETURN_IF_ERROR(parser.Run());
   return map;
+}
+
+Result<LmdbStats> ReadLmdbMeta(const std::string& path_in) {
+  const std::string path = LmdbDataFile(path_in);
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return Status::FromErrno(errno, path);
+  DLFS_ASSIGN_OR_RETURN(const uint64_t size, FileSize(fd.get(), path));
+  LmdbRecordMap map;
+  LmdbParser parser(path, fd.get(), size, LmdbMapOptions{}, &map);
+  DLFS_RETURN_IF_ERROR(parser.ReadMeta());
+  return map.stats();
 }
 
 }  // namespace dlfs

@@ -16,25 +16,19 @@ namespace dlfs {
 
 namespace {
 
-// InvalidArgument on every rank unless all ranks passed the same `values`.
-Status CheckAgreement(MPI_Comm comm, const std::vector<uint64_t>& values, const char* what) {
-  std::vector<uint64_t> lo(values.size()), hi(values.size());
-  MPI_Allreduce(values.data(), lo.data(), static_cast<int>(values.size()), MPI_UINT64_T, MPI_MIN,
-                comm);
-  MPI_Allreduce(values.data(), hi.data(), static_cast<int>(values.size()), MPI_UINT64_T, MPI_MAX,
-                comm);
-  if (lo != hi) {
-    return Status::InvalidArgument(std::string("ranks disagree on ") + what +
-                                   ": every rank must open the same volume with the same "
-                                   "sample count, seed, shuffle, batch size and drop_last");
-  }
-  return Status::Ok();
-}
-
-std::vector<uint64_t> PermutationKey(const Volume& volume, const LoaderOptions& o) {
+// What every rank must agree on so all read the same permutation and get
+// the same number of batches: the volume (by uuid and sample count; paths
+// may differ between nodes) and the options that decide the permutation.
+std::vector<NamedValue> PermutationKey(const Volume& volume, const LoaderOptions& o) {
   const uint64_t n = o.subset.empty() ? volume.size() : o.subset.size();
   const SamplerOptions& s = o.sampler;
-  return {n, s.seed, s.shuffle ? 1u : 0u, s.batch_size, s.drop_last ? 1u : 0u, volume.size()};
+  return {
+      {"the volume", volume.info().uuid + " with " + std::to_string(volume.size()) + " samples"},
+      {"the sample count", std::to_string(n)},
+      {"seed", std::to_string(s.seed)},
+      {"shuffle", s.shuffle ? "on" : "off"},
+      {"batch size", std::to_string(s.batch_size)},
+      {"drop_last", s.drop_last ? "on" : "off"}};
 }
 
 }  // namespace
@@ -54,7 +48,7 @@ Result<std::unique_ptr<Loader>> CreateLoader(MPI_Comm comm, std::shared_ptr<Volu
   MPI_Comm_size(comm, &size);
   options.sampler.rank = static_cast<uint32_t>(rank);
   options.sampler.world_size = static_cast<uint32_t>(size);
-  DLFS_RETURN_IF_ERROR(CheckAgreement(comm, PermutationKey(*volume, options), "the permutation"));
+  DLFS_RETURN_IF_ERROR(AgreeOnValues(comm, PermutationKey(*volume, options)));
   return Loader::Create(std::move(volume), options);
 }
 
@@ -100,13 +94,15 @@ class ShardLoader::Impl {
     LoaderOptions& o = options_.loader;
     o.sampler.rank = static_cast<uint32_t>(topo_->rank());
     o.sampler.world_size = static_cast<uint32_t>(topo_->size());
+    std::vector<NamedValue> key = PermutationKey(*volume_, o);
+    // Exchanges must line up.
+    key.push_back({"window_batches", std::to_string(options_.window_batches)});
+    key.push_back({"read_ahead", options_.read_ahead ? "on" : "off"});
+    DLFS_RETURN_IF_ERROR(AgreeOnValues(comm_, key));
+    // Checked after agreeing, so every rank returns the same error.
     if (options_.window_batches == 0 || o.sampler.batch_size == 0) {
       return Status::InvalidArgument("window_batches and batch_size must be positive");
     }
-    std::vector<uint64_t> key = PermutationKey(*volume_, o);
-    key.push_back(options_.window_batches);  // exchanges must line up
-    key.push_back(options_.read_ahead ? 1 : 0);
-    DLFS_RETURN_IF_ERROR(CheckAgreement(comm_, key, "the permutation or the exchange window"));
     if (!topo_->contiguous()) {
       return Status::InvalidArgument(
           "shard-local reading needs each node's ranks to be consecutive world ranks "

@@ -4,7 +4,9 @@
 #include <climits>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "dlfs/mpi.h"
 
@@ -52,6 +54,135 @@ Status AgreeOnStatus(MPI_Comm comm, const Status& local) {
                 "rank " + std::to_string(first) + ": " + message);
 }
 
+namespace {
+
+// FNV-1a: the same on every rank and every build, unlike std::hash.
+uint64_t Fingerprint(const std::string& bytes) {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+// name '\0' value '\0', for every value.
+std::string Serialize(const std::vector<NamedValue>& values) {
+  std::string out;
+  for (const NamedValue& v : values) {
+    out += v.name;
+    out += '\0';
+    out += v.value;
+    out += '\0';
+  }
+  return out;
+}
+
+std::vector<NamedValue> Deserialize(std::string_view bytes) {
+  std::vector<NamedValue> out;
+  while (!bytes.empty()) {
+    NamedValue v;
+    size_t end = bytes.find('\0');
+    v.name = bytes.substr(0, end);
+    bytes.remove_prefix(std::min(bytes.size(), end + 1));
+    end = bytes.find('\0');
+    v.value = bytes.substr(0, end);
+    bytes.remove_prefix(std::min(bytes.size(), end + 1));
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+// "rank 3" or "ranks 0-1,4" (ranks ascending); long lists are cut short.
+std::string RankList(const std::vector<int>& ranks) {
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  int runs = 0;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (runs++ == 8) {
+      out += ",...";
+      break;
+    }
+    if (i > 0) out += ',';
+    out += std::to_string(ranks[i]);
+    if (j > i) out += '-' + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+Status AgreeOnValues(MPI_Comm comm, const std::vector<NamedValue>& values) {
+  const std::string mine = Serialize(values);
+  // max(h) and max(~h) = ~min(h) in one allreduce: equal iff all agree.
+  const uint64_t h = Fingerprint(mine);
+  uint64_t local[2] = {h, ~h}, global[2] = {0, 0};
+  MPI_Request request;
+  MPI_Iallreduce(local, global, 2, MPI_UINT64_T, MPI_MAX, comm, &request);
+  WaitPolitely(&request);
+  if (global[0] == ~global[1]) return Status::Ok();
+
+  // They differ: every rank gathers every rank's values and writes the same
+  // message.
+  int ranks = 1;
+  MPI_Comm_size(comm, &ranks);
+  const int length = static_cast<int>(mine.size());
+  std::vector<int> lengths(ranks), displs(ranks);
+  MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm);
+  int total = 0;
+  for (int r = 0; r < ranks; ++r) {
+    displs[r] = total;
+    total += lengths[r];
+  }
+  std::string all(static_cast<size_t>(total), '\0');
+  MPI_Allgatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(), displs.data(), MPI_CHAR,
+                 comm);
+  std::vector<std::vector<NamedValue>> by_rank(ranks);
+  size_t count = 0;
+  for (int r = 0; r < ranks; ++r) {
+    by_rank[r] = Deserialize(std::string_view(all).substr(displs[r], lengths[r]));
+    count = std::max(count, by_rank[r].size());
+  }
+  std::string message;
+  for (size_t i = 0; i < count; ++i) {
+    // Groups of ranks holding the same value, in order of their lowest rank.
+    std::string name;
+    std::vector<std::pair<std::string, std::vector<int>>> groups;
+    for (int r = 0; r < ranks; ++r) {
+      const bool has = i < by_rank[r].size();
+      if (has && name.empty()) name = by_rank[r][i].name;
+      const std::string value = has ? by_rank[r][i].value : "(none)";
+      auto g = std::find_if(groups.begin(), groups.end(),
+                            [&](const auto& group) { return group.first == value; });
+      if (g == groups.end()) {
+        groups.push_back({value, {r}});
+      } else {
+        g->second.push_back(r);
+      }
+    }
+    if (groups.size() < 2) continue;
+    message += message.empty() ? "ranks disagree on " : " and on ";
+    message += name + " (";
+    for (size_t g = 0; g < groups.size(); ++g) {
+      if (g == 4) {
+        message += "; " + std::to_string(groups.size() - g) + " more values";
+        break;
+      }
+      if (g > 0) message += "; ";
+      std::string value = groups[g].first;
+      if (value.size() > 120) value = value.substr(0, 117) + "...";
+      message += value + " on " + RankList(groups[g].second);
+    }
+    message += ")";
+  }
+  // Only a fingerprint collision between different serializations that
+  // parse the same could get here with an empty message; treat it as agreement.
+  if (message.empty()) return Status::Ok();
+  return Status::InvalidArgument(message);
+}
+
 void BarrierPolitely(MPI_Comm comm) {
   MPI_Request request;
   MPI_Ibarrier(comm, &request);
@@ -73,6 +204,13 @@ Result<int> FakeNodeSize() {
   return static_cast<int>(k);
 }
 
+// How this rank sees DLFS_RANKS_PER_NODE, as compared between ranks: ranks
+// that parse it the same way agree ("2" and "02"; unset and "0").
+std::string FakeNodeSetting(const Result<int>& fake) {
+  if (!fake.ok()) return "'" + std::string(std::getenv("DLFS_RANKS_PER_NODE")) + "' (invalid)";
+  return *fake == 0 ? "unset or 0" : std::to_string(*fake);
+}
+
 }  // namespace
 
 #define DLFS_MPI(call)                                           \
@@ -82,7 +220,11 @@ Result<int> FakeNodeSize() {
   } while (0)
 
 Result<NodeTopology> NodeTopology::Create(MPI_Comm world) {
-  DLFS_ASSIGN_OR_RETURN(const int fake, FakeNodeSize());
+  // Every split below is collective: ranks that see different layouts would
+  // wait for each other forever, so they agree first.
+  const Result<int> setting = FakeNodeSize();
+  DLFS_RETURN_IF_ERROR(AgreeOnValues(world, {{"DLFS_RANKS_PER_NODE", FakeNodeSetting(setting)}}));
+  DLFS_ASSIGN_OR_RETURN(const int fake, setting);
   NodeTopology t;
   t.world_ = world;
   DLFS_MPI(MPI_Comm_rank(world, &t.rank_));

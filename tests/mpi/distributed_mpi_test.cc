@@ -19,13 +19,16 @@
 #include "dlfs/testing.h"
 #include "dlfs/volume.h"
 #include "mpi/mpi_testutil.h"
+#include "synthetic_volume.h"
 #include "testutil.h"
 
 namespace dlfs {
 namespace {
 
 using testing::Rank;
+using testing::RankRange;
 using testing::Ranks;
+using testing::RanksPerNode;
 using testing::SharedTempDir;
 
 // Two fake nodes of two ranks each, for the scope.
@@ -44,21 +47,12 @@ class DistributedTest : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new SharedTempDir();
     if (Rank() == 0) {
-      auto b = VolumeBuilder::Create(*dir_ / "one.dlfs", {.align = 4096});
-      EXPECT_OK(b);
-      for (uint64_t i = 0; i < kSamples; ++i) {
-        EXPECT_OK((*b)->Add("c" + std::to_string(i % 5) + "/s" + std::to_string(i), SampleBytes(i),
-                            static_cast<uint32_t>(i % 5)));
-      }
-      EXPECT_OK((*b)->Finish());
+      testing::SyntheticVolume spec{
+          .samples = kSamples, .classes = 5, .volume = {.align = 4096}, .bytes = SampleBytes};
+      EXPECT_OK(testing::WriteSyntheticVolume(*dir_ / "one.dlfs", spec));
       // The same samples over two targets: one per fake node.
-      auto two = VolumeBuilder::Create(*dir_ / "two.dlfs", {.align = 4096, .targets = 2});
-      EXPECT_OK(two);
-      for (uint64_t i = 0; i < kSamples; ++i) {
-        EXPECT_OK((*two)->Add("c" + std::to_string(i % 5) + "/s" + std::to_string(i),
-                              SampleBytes(i), static_cast<uint32_t>(i % 5)));
-      }
-      EXPECT_OK((*two)->Finish());
+      spec.volume.targets = 2;
+      EXPECT_OK(testing::WriteSyntheticVolume(*dir_ / "two.dlfs", spec));
     }
     MPI_Barrier(MPI_COMM_WORLD);
   }
@@ -115,12 +109,48 @@ TEST_F(DistributedTest, RanksThatDisagreeAreRefused) {
   o.sampler.seed = Rank() == 1 ? 7 : 8;
   auto loader = CreateLoader(MPI_COMM_WORLD, volume, o);
   EXPECT_EQ(loader.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(loader.status().message().find("disagree"), std::string::npos);
+  EXPECT_NE(loader.status().message().find("ranks disagree on seed ("), std::string::npos)
+      << loader.status().ToString();
+  EXPECT_NE(loader.status().message().find("7 on rank 1"), std::string::npos)
+      << loader.status().ToString();
   // Shard exchanges must line up: the window size too.
   ShardLoaderOptions so;
   so.window_batches = Rank() == 1 ? 2 : 3;
   auto shard = ShardLoader::Create(MPI_COMM_WORLD, volume, so);
   EXPECT_EQ(shard.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(shard.status().message().find("window_batches"), std::string::npos);
+  // An invalid window on one rank is the disagreement on every rank, not an
+  // early return on that rank.
+  so.window_batches = Rank() == 1 ? 0 : 3;
+  shard = ShardLoader::Create(MPI_COMM_WORLD, volume, so);
+  EXPECT_EQ(shard.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(shard.status().message().find("0 on rank 1"), std::string::npos)
+      << shard.status().ToString();
+  // Another volume on one rank.
+  auto other = OpenVolume(Rank() == 1 ? "two.dlfs" : "one.dlfs");
+  ASSERT_TRUE(other);
+  loader = CreateLoader(MPI_COMM_WORLD, other, LoaderOptions{});
+  EXPECT_EQ(loader.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(loader.status().message().find("the volume"), std::string::npos)
+      << loader.status().ToString();
+}
+
+// DLFS_RANKS_PER_NODE set on some ranks only: the collective open and the
+// shard-local loader fail on every rank, naming the ranks; none hangs.
+TEST_F(DistributedTest, RanksThatDisagreeOnTheLayoutFailTogether) {
+  auto volume = OpenVolume("two.dlfs");
+  ASSERT_TRUE(volume);
+  RanksPerNode env(Rank() < Ranks() / 2 ? std::to_string(Ranks() / 2) : "");
+  auto shared = OpenShared(MPI_COMM_WORLD, *dir_ / "two.dlfs");
+  EXPECT_EQ(shared.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(shared.status().message().find("DLFS_RANKS_PER_NODE"), std::string::npos)
+      << shared.status().ToString();
+  EXPECT_NE(shared.status().message().find(RankRange(Ranks() / 2, Ranks() - 1)), std::string::npos)
+      << shared.status().ToString();
+  auto shard = ShardLoader::Create(MPI_COMM_WORLD, volume, ShardLoaderOptions{});
+  EXPECT_EQ(shard.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(shard.status().message().find("DLFS_RANKS_PER_NODE"), std::string::npos)
+      << shard.status().ToString();
 }
 
 // The file (device, inode) and size of the mapping that holds `p` in this

@@ -27,7 +27,9 @@ namespace dlfs {
 namespace {
 
 using testing::Rank;
+using testing::RankRange;
 using testing::Ranks;
+using testing::RanksPerNode;
 using testing::SharedTempDir;
 
 using testing::LmdbWriter;
@@ -195,6 +197,38 @@ TEST(NodeTopology, FakeNodesSplitTheHost) {
   EXPECT_NE(bad.status().message().find("DLFS_RANKS_PER_NODE"), std::string::npos);
 }
 
+// Ranks that see different node layouts (mpirun's -x reaches only the first
+// app context) all fail, naming who saw what, instead of hanging in the
+// node split.
+TEST(NodeTopology, RanksThatDisagreeOnTheLayoutFailTogether) {
+  ASSERT_GE(Ranks(), 2);
+  const int half = Ranks() / 2;
+  {
+    RanksPerNode env(Rank() < half ? "1" : "");
+    auto topo = NodeTopology::Create(MPI_COMM_WORLD);
+    EXPECT_EQ(topo.status().code(), StatusCode::kInvalidArgument) << topo.status().ToString();
+    const std::string m = topo.status().message();
+    EXPECT_NE(m.find("ranks disagree on DLFS_RANKS_PER_NODE"), std::string::npos) << m;
+    EXPECT_NE(m.find("1 on " + RankRange(0, half - 1)), std::string::npos) << m;
+    EXPECT_NE(m.find("unset or 0 on " + RankRange(half, Ranks() - 1)), std::string::npos) << m;
+  }
+  {
+    // A malformed value on one rank only: every rank fails.
+    RanksPerNode env(Rank() == Ranks() - 1 ? "two" : "2");
+    auto topo = NodeTopology::Create(MPI_COMM_WORLD);
+    EXPECT_EQ(topo.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(
+        topo.status().message().find("'two' (invalid) on " + RankRange(Ranks() - 1, Ranks() - 1)),
+        std::string::npos)
+        << topo.status().ToString();
+  }
+  {
+    // "0" and unset mean the same layout.
+    RanksPerNode env(Rank() == 0 ? "0" : "");
+    EXPECT_OK(NodeTopology::Create(MPI_COMM_WORLD));
+  }
+}
+
 // Every mode, on one node and on two fake nodes, with one and two readers per
 // node, returns exactly the records of Caffe's pattern (and so of the
 // baseline), byte for byte, including across the wrap at the end.
@@ -291,6 +325,63 @@ TEST_F(LmdbioTest, BadOptionsAreRefusedOnEveryRank) {
   EXPECT_EQ((*planned)->Next().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseLmdbioMode("lmm-dio-prov").value(), LmdbioMode::kLmmDioProv);
   EXPECT_FALSE(ParseLmdbioMode("fast").ok());
+}
+
+// Ranks that disagree on the layout, the options or the database get the
+// same error, naming the ranks, in every mode; none hangs. The database is
+// compared by content, so a copy under another path is the same database.
+TEST_F(LmdbioTest, RanksThatDisagreeFailTogether) {
+  const int last = Ranks() - 1;
+  LmdbioOptions o;
+  o.batch_size = 8;
+  o.readers_per_node = 2;
+  for (LmdbioMode mode : kAllModes) {
+    o.mode = mode;
+    SCOPED_TRACE(std::string(LmdbioModeName(mode)));
+    {
+      RanksPerNode env(Rank() < 2 ? "1" : "");
+      auto r = LmdbioReader::Open(MPI_COMM_WORLD, Db("small"), o);
+      EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+      EXPECT_NE(r.status().message().find("DLFS_RANKS_PER_NODE"), std::string::npos)
+          << r.status().ToString();
+    }
+    // The last rank opens another database.
+    auto other = LmdbioReader::Open(MPI_COMM_WORLD, Db(Rank() == last ? "mixed" : "small"), o);
+    EXPECT_EQ(other.status().code(), StatusCode::kInvalidArgument) << other.status().ToString();
+    EXPECT_NE(other.status().message().find("the database"), std::string::npos);
+    EXPECT_NE(other.status().message().find(RankRange(last, last) + ")"), std::string::npos)
+        << other.status().ToString();
+  }
+  LmdbioOptions mixed = o;
+  mixed.mode = Rank() == last ? LmdbioMode::kLmm : LmdbioMode::kLmmDioProv;
+  auto r = LmdbioReader::Open(MPI_COMM_WORLD, Db("small"), mixed);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(
+      r.status().message().find("ranks disagree on mode (lmm-dio-prov on " +
+                                RankRange(0, last - 1) + "; lmm on " + RankRange(last, last) + ")"),
+      std::string::npos)
+      << r.status().ToString();
+  // A batch that is a bad multiple on one rank only: the disagreement, not
+  // an early return on that rank.
+  mixed = o;
+  mixed.batch_size = Rank() == 0 ? 7 : 8;
+  r = LmdbioReader::Open(MPI_COMM_WORLD, Db("small"), mixed);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("batch size (7 on rank 0; 8 on"), std::string::npos)
+      << r.status().ToString();
+
+  const std::string copy = *dir_ / "copy-of-small";
+  if (Rank() == 0) {
+    ::mkdir(copy.c_str(), 0755);
+    std::filesystem::copy_file(Db("small") + "/data.mdb", copy + "/data.mdb");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto oracle = OracleValues(Db("small"));
+  FakeNodes nodes(2);
+  for (LmdbioMode mode : {LmdbioMode::kLmmDm, LmdbioMode::kLmmDioProvCoalStag}) {
+    o.mode = mode;
+    EXPECT_NE(ReadAndCheck(Rank() == last ? copy : Db("small"), oracle, o, 20, nullptr), 0u);
+  }
 }
 
 // A damaged database is an error on every rank, never a hang or a crash: a

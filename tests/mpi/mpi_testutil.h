@@ -24,6 +24,28 @@ inline int Ranks() {
   return n;
 }
 
+// "rank 3" or "ranks 0-1": how AgreeOnValues names a range of ranks.
+inline std::string RankRange(int lo, int hi) {
+  return lo == hi ? "rank " + std::to_string(lo)
+                  : "ranks " + std::to_string(lo) + "-" + std::to_string(hi);
+}
+
+// Sets DLFS_RANKS_PER_NODE=`value` on this rank for the scope ("": unset),
+// so tests can give ranks different layouts.
+class RanksPerNode {
+ public:
+  explicit RanksPerNode(const std::string& value) {
+    if (!value.empty()) {
+      ::setenv("DLFS_RANKS_PER_NODE", value.c_str(), 1);
+    } else {
+      ::unsetenv("DLFS_RANKS_PER_NODE");
+    }
+  }
+  ~RanksPerNode() { ::unsetenv("DLFS_RANKS_PER_NODE"); }
+  RanksPerNode(const RanksPerNode&) = delete;
+  RanksPerNode& operator=(const RanksPerNode&) = delete;
+};
+
 // A directory made by rank 0, known to every rank, removed at the end.
 class SharedTempDir {
  public:

@@ -106,3 +106,65 @@ def test_lmdb_read_errors(mpi, tmp_path):
     assert "none" in err
     bad = mpi("lmdb", "read", tmp_path / "none", "-b", 6, check=2).stderr.decode()
     assert "multiple" in bad
+
+
+def _mpmd(dlfs_bin, contexts):
+    """Runs `mpirun CONTEXT : CONTEXT ...` (each a list: mpirun options, then dlfs arguments)
+    without DLFS_RANKS_PER_NODE in the environment. mpirun's own --timeout and the
+    subprocess timeout both turn a hang into a failure."""
+    env = {k: v for k, v in os.environ.items() if k != "DLFS_RANKS_PER_NODE"}
+    env["ASAN_OPTIONS"] = "detect_leaks=0"
+    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "--timeout", "60"]
+    for i, (opts, args) in enumerate(contexts):
+        cmd += ([":"] if i else []) + [*opts, dlfs_bin, *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, timeout=120, env=env)
+
+
+@pytest.fixture(scope="module")
+def small_db(tmp_path_factory):
+    lmdb = pytest.importorskip("lmdb", reason="python3-lmdb not installed")
+    path = tmp_path_factory.mktemp("lmdb") / "db"
+    env = lmdb.open(str(path), map_size=1 << 26)
+    with env.begin(write=True) as txn:
+        for i in range(200):
+            txn.put(b"%08d_x.jpg" % i, os.urandom(100 + (i * 53) % 3000))
+    env.close()
+    return path
+
+
+@pytest.mark.parametrize("mode", ["baseline", "lmm-dm", "lmm-dio-prov-coal-stag"])
+def test_lmdb_read_ranks_per_node_on_some_ranks_only_fails(mpi, dlfs_bin, small_db, mode):
+    # mpirun's -x reaches only the first app context: ranks 0-1 see the
+    # variable, ranks 2-3 do not. Every mode must fail, not hang.
+    read = ["lmdb", "read", small_db, "--mode", mode, "-b", 8, "-n", 5]
+    proc = _mpmd(dlfs_bin, [(["-np", "2", "-x", "DLFS_RANKS_PER_NODE=1"], read),
+                            (["-np", "2"], read)])
+    err = proc.stderr.decode()
+    assert proc.returncode == 2, (proc.returncode, err)
+    assert "ranks disagree on DLFS_RANKS_PER_NODE (1 on ranks 0-1; unset or 0 on ranks 2-3)" in err
+
+
+def test_lmdb_read_options_or_database_that_differ_fail(mpi, dlfs_bin, small_db, tmp_path):
+    read = ["lmdb", "read", small_db, "-b", 8, "-n", 5]
+    proc = _mpmd(dlfs_bin, [(["-np", "3"], read + ["--mode", "lmm"]),
+                            (["-np", "1"], read + ["--mode", "baseline"])])
+    assert proc.returncode == 2, proc.stderr.decode()
+    assert "ranks disagree on mode (lmm on ranks 0-2; baseline on rank 3)" in proc.stderr.decode()
+    # A copy under another path is the same database; a different one is not.
+    copy = tmp_path / "copy"
+    shutil.copytree(small_db, copy)
+    ok = _mpmd(dlfs_bin, [(["-np", "2"], read + ["--json"]),
+                          (["-np", "2"], ["lmdb", "read", copy, "-b", 8, "-n", 5])])
+    assert ok.returncode == 0, ok.stderr.decode()
+    assert json.loads(ok.stdout)["ranks"] == 4
+    other = tmp_path / "other"
+    shutil.copytree(small_db, other)
+    lmdb = pytest.importorskip("lmdb")
+    env = lmdb.open(str(other), map_size=1 << 26)
+    with env.begin(write=True) as txn:
+        txn.put(b"zzz", b"one more record")
+    env.close()
+    bad = _mpmd(dlfs_bin, [(["-np", "2"], read),
+                           (["-np", "2"], ["lmdb", "read", other, "-b", 8, "-n", 5])])
+    assert bad.returncode == 2, bad.stderr.decode()
+    assert "ranks disagree on the database" in bad.stderr.decode()

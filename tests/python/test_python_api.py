@@ -27,6 +27,14 @@ def test_volume_reads_what_was_packed(volume):
     assert list(vol.labels) == [vol.label(i) for i in range(len(vol))]
 
 
+def test_info_is_the_document_the_cli_prints(volume, run):
+    import json
+
+    vol_path, _ = volume
+    cli = json.loads(run("info", vol_path, "--json", check=0).stdout)
+    assert dlfs.Volume(str(vol_path)).info() == cli
+
+
 def test_errors_map_to_python_exceptions(volume, tmp_path):
     vol_path, _ = volume
     vol = dlfs.Volume(str(vol_path))

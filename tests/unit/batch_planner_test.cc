@@ -5,6 +5,7 @@
 
 #include "dlfs/builder.h"
 #include "dlfs/volume.h"
+#include "synthetic_volume.h"
 #include "testutil.h"
 
 namespace dlfs::loader_internal {
@@ -15,23 +16,19 @@ using testing::TempDir;
 class PlannerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto b = VolumeBuilder::Create(tmp_ / "v.dlfs");
-    ASSERT_OK(b);
-    std::mt19937 rng(1);
-    for (int i = 0; i < 300; ++i) {
+    // One class directory, so volume index i is sample i.
+    testing::SyntheticVolume spec{.samples = 300, .classes = 1};
+    spec.bytes = [](uint64_t i) {
       // Mostly small samples, a few large ones (one over max_read).
+      std::mt19937 rng(static_cast<uint32_t>(i) + 1);
       size_t n = rng() % 3000;
       if (i % 50 == 7) n = 200000 + rng() % 100000;
       if (i == 123) n = 3 << 20;
       if (i == 200) n = 0;
-      char name[16];
-      std::snprintf(name, sizeof name, "%05d", i);
-      ASSERT_OK((*b)->Add(name, testing::RandomBytes(n, i), i % 5));
-    }
-    ASSERT_OK((*b)->Finish());
-    auto v = Volume::Open(tmp_ / "v.dlfs");
-    ASSERT_OK(v);
-    vol_ = *v;
+      return testing::RandomBytes(n, static_cast<uint32_t>(i));
+    };
+    vol_ = testing::MakeSyntheticVolume(tmp_ / "v.dlfs", spec);
+    ASSERT_TRUE(vol_);
     file_ = testing::ReadFile(tmp_ / "v.dlfs");
   }
 

@@ -10,6 +10,7 @@
 
 #include "dlfs/builder.h"
 #include "dlfs/testing.h"
+#include "synthetic_volume.h"
 #include "testutil.h"
 
 namespace dlfs {
@@ -20,23 +21,15 @@ using testing::TempDir;
 // A volume of `n` samples of random sizes (some empty, some over 1 MiB);
 // sample bytes are derived from the index so tests can check them.
 std::shared_ptr<Volume> MakeVolume(const std::string& path, uint64_t n, uint32_t align = 1) {
-  auto b = VolumeBuilder::Create(path, {.align = align});
-  EXPECT_OK(b);
-  std::mt19937 rng(9);
-  for (uint64_t i = 0; i < n; ++i) {
+  testing::SyntheticVolume spec{.samples = n, .volume = {.align = align}};
+  spec.bytes = [](uint64_t i) {
+    std::mt19937 rng(static_cast<uint32_t>(i) + 9);
     size_t len = rng() % 6000;
     if (i % 97 == 5) len = 0;
     if (i % 211 == 3) len = (1 << 20) + rng() % 300000;
-    char name[32];
-    std::snprintf(name, sizeof name, "c%llu/%06llu", static_cast<unsigned long long>(i % 4),
-                  static_cast<unsigned long long>(i));
-    EXPECT_OK((*b)->Add(name, testing::RandomBytes(len, static_cast<uint32_t>(i)),
-                        static_cast<uint32_t>(i % 4)));
-  }
-  EXPECT_OK((*b)->Finish());
-  auto v = Volume::Open(path);
-  EXPECT_OK(v);
-  return *v;
+    return testing::RandomBytes(len, static_cast<uint32_t>(i));
+  };
+  return testing::MakeSyntheticVolume(path, spec);
 }
 
 struct EpochResult {

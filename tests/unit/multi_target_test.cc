@@ -15,6 +15,7 @@
 #include "dlfs/volume.h"
 #include "format/format.h"
 #include "format/superblock.h"
+#include "synthetic_volume.h"
 #include "testutil.h"
 
 namespace dlfs {
@@ -26,29 +27,12 @@ using testing::TempDir;
 
 constexpr uint32_t kTargets = 3;
 
-// Sample i's bytes: sizes vary from empty to ~70 KB so balance is non-trivial.
-std::vector<std::byte> SampleBytes(uint64_t i) {
-  std::mt19937 rng(static_cast<uint32_t>(i) * 7 + 1);
-  size_t len = rng() % 9000;
-  if (i % 37 == 3) len = 40000 + rng() % 30000;
-  if (i % 53 == 9) len = 0;
-  return testing::RandomBytes(len, static_cast<uint32_t>(i));
-}
-
-std::string SampleName(uint64_t i) {
-  char name[32];
-  std::snprintf(name, sizeof name, "c%llu/%05llu", static_cast<unsigned long long>(i % 3),
-                static_cast<unsigned long long>(i));
-  return name;
-}
+// Sample i's bytes (empty to ~70 KB, so balance is non-trivial) and name.
+std::vector<std::byte> SampleBytes(uint64_t i) { return testing::SyntheticBytes(i); }
+std::string SampleName(uint64_t i) { return testing::SyntheticName(i, 3); }
 
 Status Build(const std::string& path, uint64_t n, VolumeBuilder::Options o) {
-  auto b = VolumeBuilder::Create(path, o);
-  if (!b.ok()) return b.status();
-  for (uint64_t i = 0; i < n; ++i) {
-    DLFS_RETURN_IF_ERROR((*b)->Add(SampleName(i), SampleBytes(i), static_cast<uint32_t>(i % 3)));
-  }
-  return (*b)->Finish();
+  return testing::WriteSyntheticVolume(path, {.samples = n, .classes = 3, .volume = o});
 }
 
 std::vector<std::string> DirEntries(const std::string& dir) {

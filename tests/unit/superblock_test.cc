@@ -1,6 +1,8 @@
 #include "format/superblock.h"
 
 #include <cstring>
+#include <functional>
+#include <vector>
 
 #include "testutil.h"
 
@@ -42,70 +44,76 @@ TEST(SuperblockTest, SealedSuperblockPassesAndRoundTrips) {
   EXPECT_EQ(FindRegion(back, RegionKind::kDirectory)->crc32c, 0x1234u);
 }
 
+// One damaged superblock: how it is made from a valid one, and how the
+// reader must refuse it.
+struct Mutation {
+  const char* name;
+  std::function<void(Superblock&)> apply;
+  StatusCode code;
+  const char* says;    // a part of the message
+  bool reseal = true;  // false: the change is made after sealing
+};
+
+void ExpectRefused(const std::vector<Mutation>& table, const Superblock& valid, uint64_t file_size,
+                   const char* file) {
+  for (const Mutation& m : table) {
+    Superblock sb = valid;
+    m.apply(sb);
+    if (m.reseal) SealSuperblock(&sb);
+    const Status st = CheckSuperblock(sb, file_size, file);
+    EXPECT_EQ(st.code(), m.code) << m.name << ": " << st.ToString();
+    EXPECT_NE(st.message().find(m.says), std::string::npos) << m.name << ": " << st.message();
+    EXPECT_EQ(st.message().rfind(file, 0), 0u) << m.name << ": names the file: " << st.message();
+  }
+}
+
 TEST(SuperblockTest, RefusesWithNamedReasons) {
+  const std::vector<Mutation> table = {
+      {"bad magic", [](Superblock& sb) { sb.magic[1] = 'X'; }, StatusCode::kCorruption,
+       "v.dlfs: not a dlfs volume", false},
+      {"changed without resealing", [](Superblock& sb) { sb.sample_count = 7; },
+       StatusCode::kCorruption, "superblock checksum mismatch", false},
+      {"newer version",
+       [](Superblock& sb) {
+         sb.format_version = 2;
+         sb.crc32c = SuperblockChecksum(sb);
+       },
+       StatusCode::kNotSupported, "version", false},
+      {"unknown incompatible feature", [](Superblock& sb) { sb.incompat_flags = 1; },
+       StatusCode::kNotSupported, "feature"},
+  };
+  ExpectRefused(table, ValidSuperblock(), kFileSize, "v.dlfs");
+
   Superblock sb = ValidSuperblock();
-  sb.magic[1] = 'X';
-  Status st = Check(sb, /*reseal=*/false);
-  EXPECT_EQ(st.code(), StatusCode::kCorruption);
-  EXPECT_NE(st.message().find("v.dlfs: not a dlfs volume"), std::string::npos) << st.message();
-
-  sb = ValidSuperblock();
-  sb.sample_count = 7;  // changed without resealing
-  st = Check(sb, false);
-  EXPECT_NE(st.message().find("superblock checksum mismatch"), std::string::npos);
-
-  sb = ValidSuperblock();
-  sb.format_version = 2;
-  sb.crc32c = SuperblockChecksum(sb);
-  st = Check(sb, false);
-  EXPECT_EQ(st.code(), StatusCode::kNotSupported) << st.ToString();
-
-  sb = ValidSuperblock();
-  sb.incompat_flags = 1;
-  EXPECT_EQ(Check(sb).code(), StatusCode::kNotSupported);
-
-  sb = ValidSuperblock();
   sb.compat_flags = 1;  // unknown compat features are ignored
   EXPECT_OK(Check(sb));
 }
 
 TEST(SuperblockTest, RefusesInconsistentLayout) {
-  auto expect_corrupt = [](Superblock sb, const char* what) {
-    const Status st = Check(sb);
-    EXPECT_EQ(st.code(), StatusCode::kCorruption) << what << ": " << st.ToString();
+  const std::vector<Mutation> table = {
+      {"truncated file", [](Superblock& sb) { sb.volume_size = kFileSize + 4096; },
+       StatusCode::kCorruption, "truncated"},
+      {"unaligned region", [](Superblock& sb) { sb.regions[1].offset = 8000; },
+       StatusCode::kCorruption, "region 1 lies outside the volume"},
+      {"region over the copy", [](Superblock& sb) { sb.regions[1].length = 3 * 4096; },
+       StatusCode::kCorruption, "region 1 lies outside the volume"},
+      {"overlap", [](Superblock& sb) { sb.regions[1].offset = 4096; }, StatusCode::kCorruption,
+       "data and directory regions overlap"},
+      {"unknown kind", [](Superblock& sb) { sb.regions[1].kind = 9; }, StatusCode::kCorruption,
+       "unknown region kind 9"},
+      {"missing directory", [](Superblock& sb) { sb.region_count = 1; }, StatusCode::kCorruption,
+       "expected exactly one directory region"},
+      {"alignment", [](Superblock& sb) { sb.data_alignment = 3; }, StatusCode::kCorruption,
+       "bad data alignment"},
+      {"data bytes", [](Superblock& sb) { sb.data_bytes = 5000; }, StatusCode::kCorruption,
+       "data byte count exceeds"},
+      {"target index", [](Superblock& sb) { sb.target_index = 1; }, StatusCode::kCorruption,
+       "target index 1 of 1"},
+      {"offset + length overflows",
+       [](Superblock& sb) { sb.regions[0].offset = ~uint64_t{0} - 4095; }, StatusCode::kCorruption,
+       "region 0 lies outside the volume"},
   };
-  Superblock sb = ValidSuperblock();
-  sb.volume_size = kFileSize + 4096;
-  const Status truncated = Check(sb);
-  EXPECT_NE(truncated.message().find("truncated"), std::string::npos) << truncated.message();
-
-  sb = ValidSuperblock();
-  sb.regions[1].offset = 8000;  // not aligned
-  expect_corrupt(sb, "unaligned region");
-  sb = ValidSuperblock();
-  sb.regions[1].length = 3 * 4096;  // runs into the superblock copy
-  expect_corrupt(sb, "region over the copy");
-  sb = ValidSuperblock();
-  sb.regions[1].offset = 4096;  // overlaps data
-  expect_corrupt(sb, "overlap");
-  sb = ValidSuperblock();
-  sb.regions[1].kind = 9;
-  expect_corrupt(sb, "unknown kind");
-  sb = ValidSuperblock();
-  sb.region_count = 1;
-  expect_corrupt(sb, "missing directory");
-  sb = ValidSuperblock();
-  sb.data_alignment = 3;
-  expect_corrupt(sb, "alignment");
-  sb = ValidSuperblock();
-  sb.data_bytes = 5000;
-  expect_corrupt(sb, "data bytes");
-  sb = ValidSuperblock();
-  sb.target_index = 1;
-  expect_corrupt(sb, "target index");
-  sb = ValidSuperblock();
-  sb.regions[0].offset = ~uint64_t{0} - 4095;  // offset + length overflows
-  expect_corrupt(sb, "overflow");
+  ExpectRefused(table, ValidSuperblock(), kFileSize, "v.dlfs");
 }
 
 // Target 1 of a two-target volume: its own data region in [4096, 8192) of a
@@ -138,59 +146,44 @@ TEST(SuperblockTest, MultiTargetTable) {
   Superblock sb = ValidSecondTarget();
   sb.regions[1].offset = 12288;
   EXPECT_OK(check(sb));
-
-  auto expect_corrupt = [&](Superblock sb, const char* what, const char* says) {
-    const Status st = check(sb);
-    EXPECT_EQ(st.code(), StatusCode::kCorruption) << what << ": " << st.ToString();
-    EXPECT_NE(st.message().find(says), std::string::npos) << what << ": " << st.message();
-  };
   sb = ValidSecondTarget();
-  sb.targets[1].path_length = 0;
-  expect_corrupt(sb, "no path", "bad target table");
-  sb = ValidSecondTarget();
-  sb.targets[1].path_length = 241;
-  expect_corrupt(sb, "long path", "bad target table");
-  sb = ValidSecondTarget();
-  sb.targets[1].path[2] = '\0';
-  expect_corrupt(sb, "NUL in path", "NUL");
-  sb = ValidSecondTarget();
-  sb.targets[0].path_length = 1;
-  sb.targets[0].path[0] = 'x';
-  expect_corrupt(sb, "target 0 with a path", "target 0 has a path");
-  sb = ValidSecondTarget();
-  sb.targets[0].flags = 1;
-  expect_corrupt(sb, "flags", "flags");
-  sb = ValidSecondTarget();
-  sb.targets[0].size = 4096;
-  expect_corrupt(sb, "target too small", "too small");
-  sb = ValidSecondTarget();
-  sb.targets[1].size = 16384;  // not this file's size
-  expect_corrupt(sb, "own size", "not this file's");
-  sb = ValidSecondTarget();
-  sb.regions[2].length = 8192;  // over target 1's copy
-  expect_corrupt(sb, "region past its target", "outside the volume");
-  sb = ValidSecondTarget();
-  sb.regions[1].offset = 20480;  // past target 0's end
-  expect_corrupt(sb, "region past target 0", "outside the volume");
-  sb = ValidSecondTarget();
-  sb.regions[1].target = 1;
-  sb.regions[1].offset = 4096;
-  expect_corrupt(sb, "directory on target 1", "not on target 0");
-  sb = ValidSecondTarget();
-  sb.regions[2].target = 0;  // two data regions on target 0, none on 1
-  expect_corrupt(sb, "missing data region", "data region on target");
-  sb = ValidSecondTarget();
-  sb.region_count = 2;
-  expect_corrupt(sb, "data region not counted", "data region on target 1");
-  sb = ValidSecondTarget();
-  sb.data_bytes = 4096 + 4001;  // more than both data regions
-  expect_corrupt(sb, "data bytes", "data byte count");
-  sb = ValidSecondTarget();
-  sb.data_bytes = 4096 + 4000;  // exactly both
+  sb.data_bytes = 4096 + 4000;  // exactly both data regions
   EXPECT_OK(check(sb));
-  sb = ValidSecondTarget();
-  sb.target_count = 9;
-  expect_corrupt(sb, "too many targets", "target count 9");
+
+  constexpr StatusCode kBad = StatusCode::kCorruption;
+  const std::vector<Mutation> table = {
+      {"no path", [](Superblock& sb) { sb.targets[1].path_length = 0; }, kBad, "bad target table"},
+      {"long path", [](Superblock& sb) { sb.targets[1].path_length = 241; }, kBad,
+       "bad target table"},
+      {"NUL in path", [](Superblock& sb) { sb.targets[1].path[2] = '\0'; }, kBad, "NUL"},
+      {"target 0 with a path",
+       [](Superblock& sb) {
+         sb.targets[0].path_length = 1;
+         sb.targets[0].path[0] = 'x';
+       },
+       kBad, "target 0 has a path"},
+      {"flags", [](Superblock& sb) { sb.targets[0].flags = 1; }, kBad, "flags"},
+      {"target too small", [](Superblock& sb) { sb.targets[0].size = 4096; }, kBad, "too small"},
+      {"own size", [](Superblock& sb) { sb.targets[1].size = 16384; }, kBad, "not this file's"},
+      {"region past its target", [](Superblock& sb) { sb.regions[2].length = 8192; }, kBad,
+       "outside the volume"},
+      {"region past target 0", [](Superblock& sb) { sb.regions[1].offset = 20480; }, kBad,
+       "outside the volume"},
+      {"directory on target 1",
+       [](Superblock& sb) {
+         sb.regions[1].target = 1;
+         sb.regions[1].offset = 4096;
+       },
+       kBad, "not on target 0"},
+      {"two data regions on target 0, none on 1", [](Superblock& sb) { sb.regions[2].target = 0; },
+       kBad, "data region on target"},
+      {"data region not counted", [](Superblock& sb) { sb.region_count = 2; }, kBad,
+       "data region on target 1"},
+      {"more data bytes than both data regions",
+       [](Superblock& sb) { sb.data_bytes = 4096 + 4001; }, kBad, "data byte count"},
+      {"too many targets", [](Superblock& sb) { sb.target_count = 9; }, kBad, "target count 9"},
+  };
+  ExpectRefused(table, ValidSecondTarget(), 12288, "v.t1");
 }
 
 TEST(SuperblockTest, UuidFormatting) {

@@ -5,6 +5,7 @@
 
 #include "dlfs/builder.h"
 #include "dlfs/volume.h"
+#include "synthetic_volume.h"
 #include "testutil.h"
 
 namespace dlfs {
@@ -15,16 +16,8 @@ using testing::TempDir;
 class VolumeMetadataTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto b = VolumeBuilder::Create(path_, {.targets = 2});
-    ASSERT_OK(b);
-    for (int i = 0; i < 200; ++i) {
-      ASSERT_OK((*b)->Add("d" + std::to_string(i % 4) + "/s" + std::to_string(i),
-                          testing::RandomBytes(10 + i * 13, i), i % 4));
-    }
-    ASSERT_OK((*b)->Finish());
-    auto v = Volume::Open(path_);
-    ASSERT_OK(v);
-    volume_ = *v;
+    volume_ = testing::MakeSyntheticVolume(path_, {.samples = 200, .volume = {.targets = 2}});
+    ASSERT_TRUE(volume_);
   }
 
   // A private copy of the directory bytes, so a test can change them.

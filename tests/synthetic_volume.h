@@ -1,0 +1,67 @@
+// MakeSyntheticVolume: the test volume most suites need — n samples named
+// "c<i % classes>/<i, 6 digits>" with label i % classes, whose bytes are a
+// function of i alone, so any test can recompute what sample i must hold.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dlfs/builder.h"
+#include "dlfs/volume.h"
+#include "testutil.h"
+
+namespace dlfs::testing {
+
+// Default bytes of sample i: lengths from empty to ~9 KB, every 37th sample
+// 40-70 KB, every 53rd empty.
+inline std::vector<std::byte> SyntheticBytes(uint64_t i) {
+  std::mt19937 rng(static_cast<uint32_t>(i) * 7 + 1);
+  size_t len = rng() % 9000;
+  if (i % 37 == 3) len = 40000 + rng() % 30000;
+  if (i % 53 == 9) len = 0;
+  return RandomBytes(len, static_cast<uint32_t>(i));
+}
+
+inline std::string SyntheticName(uint64_t i, uint32_t classes) {
+  char name[48];
+  std::snprintf(name, sizeof name, "c%llu/%06llu", static_cast<unsigned long long>(i % classes),
+                static_cast<unsigned long long>(i));
+  return name;
+}
+
+struct SyntheticVolume {
+  uint64_t samples = 100;
+  uint32_t classes = 4;
+  VolumeBuilder::Options volume;  // alignment, targets, overwrite
+  std::function<std::vector<std::byte>(uint64_t)> bytes = SyntheticBytes;
+
+  std::string name(uint64_t i) const { return SyntheticName(i, classes); }
+  uint32_t label(uint64_t i) const { return static_cast<uint32_t>(i % classes); }
+};
+
+// Writes the volume described by `spec` at `path` (its target 0).
+inline Status WriteSyntheticVolume(const std::string& path, const SyntheticVolume& spec) {
+  DLFS_ASSIGN_OR_RETURN(std::unique_ptr<VolumeBuilder> b, VolumeBuilder::Create(path, spec.volume));
+  for (uint64_t i = 0; i < spec.samples; ++i) {
+    DLFS_RETURN_IF_ERROR(b->Add(spec.name(i), spec.bytes(i), spec.label(i)));
+  }
+  return b->Finish();
+}
+
+// Writes and opens it; a failure is a test failure (and nullptr).
+inline std::shared_ptr<Volume> MakeSyntheticVolume(const std::string& path,
+                                                   const SyntheticVolume& spec) {
+  const Status written = WriteSyntheticVolume(path, spec);
+  EXPECT_OK(written);
+  if (!written.ok()) return nullptr;
+  auto v = Volume::Open(path);
+  EXPECT_OK(v);
+  return v.ok() ? *v : nullptr;
+}
+
+}  // namespace dlfs::testing
