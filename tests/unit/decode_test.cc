@@ -52,9 +52,10 @@ std::vector<std::byte> Jpeg(const Image& img, int quality = 90, int subsamp = TJ
   tjhandle tj = tjInitCompress();
   unsigned char* out = nullptr;
   unsigned long size = 0;
-  const int rc = tjCompress2(tj, img.pixels.data(), static_cast<int>(img.width), 0,
-                             static_cast<int>(img.height), img.channels == 1 ? TJPF_GRAY : TJPF_RGB,
-                             &out, &size, img.channels == 1 ? TJSAMP_GRAY : TJSAMP_420, quality, 0);
+  const int rc =
+      tjCompress2(tj, img.pixels.data(), static_cast<int>(img.width), 0,
+                  static_cast<int>(img.height), img.channels == 1 ? TJPF_GRAY : TJPF_RGB, &out,
+                  &size, img.channels == 1 ? TJSAMP_GRAY : subsamp, quality, flags);
   EXPECT_EQ(rc, 0) << tjGetErrorStr2(tj);
   std::vector<std::byte> v(size);
   std::memcpy(v.data(), out, size);
