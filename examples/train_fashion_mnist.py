@@ -1,21 +1,27 @@
 #!/usr/bin/python3
-"""Train a small CNN on Fashion-MNIST for one epoch on CPU, fed by dlfs, and
-the same epoch fed by torchvision's ImageFolder over a PNG tree of the same
-images, so the input pipelines can be compared side by side.
+"""Train a small CNN on Fashion-MNIST for one epoch on CPU, fed by dlfs'
+ImageLoader, and the same epoch fed by torchvision's ImageFolder, both from
+the same PNG files, so the input pipelines can be compared side by side.
 
-The volume stores the raw 28x28 uint8 pixels (what `dlfs pack` takes from the
-IDX files): the training input is exactly the data set's bytes, and "decoding"
-is a reshape. ImageFolder needs one PNG per image and decodes each with PIL;
-that per-file open + decode is what people pay with files today.
+Both sides decode PNGs: ImageFolder opens one file per image and decodes it
+with PIL in DataLoader worker processes; dlfs.torch.ImageLoader reads the
+PNGs packed in a volume (io_uring, read ahead) and decodes them in C++ on its
+own threads into one float32 [B, 1, 28, 28] tensor per batch — the same
+values as ImageFolder's ToTensor().
 
-    /usr/bin/python3 examples/train_fashion_mnist.py --volume out/fashion-mnist.dlfs
+    bench/idx_to_files.py --png /usr/share/datasets/fashion-mnist out/fashion-mnist-png
+    dlfs pack out/fashion-mnist-png/train -o out/fashion-mnist-train.dlfs
+    dlfs pack out/fashion-mnist-png/test -o out/fashion-mnist-test.dlfs
+    /usr/bin/python3 examples/train_fashion_mnist.py --train out/fashion-mnist-train.dlfs \
+        --test out/fashion-mnist-test.dlfs --png-dir out/fashion-mnist-png
+
+(scripts/demo.sh does all of this.)
 """
 import argparse
 import os
 import sys
 import time
 
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -41,38 +47,11 @@ class LeNet(nn.Module):
         return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
 
 
-def raw_batch(samples, labels):
-    """Raw 784-byte samples -> float tensor [B, 1, 28, 28] in [0, 1]."""
-    x = torch.from_numpy(np.stack(samples)).view(-1, 1, 28, 28).float().div_(255)
-    return x, torch.from_numpy(labels)
-
-
-def dlfs_loaders(volume, batch, workers, seed):
-    train = dlfs_torch.LoaderDataset(volume, batch, shuffle=True, seed=seed, root="train",
-                                     batch_transform=raw_batch)
-    test = dlfs_torch.LoaderDataset(volume, 1000, shuffle=False, root="test",
-                                    batch_transform=raw_batch)
-    return (tud.DataLoader(train, batch_size=None, num_workers=workers),
-            tud.DataLoader(test, batch_size=None, num_workers=workers))
-
-
-def export_png_tree(volume, out_dir):
-    """Writes every image of the volume as <out>/<split>/<class>/<index>.png."""
-    from PIL import Image
-
-    vol = dlfs.Volume(volume)
-    done = os.path.join(out_dir, ".complete")
-    if os.path.exists(done):
-        return
-    print(f"exporting {len(vol)} PNGs to {out_dir} (once) ...", flush=True)
-    for i in range(len(vol)):
-        split, name = vol.path(i).split("/", 1)
-        cls = vol.classes[vol.label(i)].replace("/", "-")
-        d = os.path.join(out_dir, split, cls)
-        os.makedirs(d, exist_ok=True)
-        pixels = np.frombuffer(vol.read(i), dtype=np.uint8).reshape(28, 28)
-        Image.fromarray(pixels, mode="L").save(os.path.join(d, name + ".png"))
-    open(done, "w").close()
+def dlfs_loaders(train, test, batch, seed, threads):
+    kw = dict(size=28, crop="center", dtype="float32", layout="NCHW", color="gray",
+              decode_threads=threads)
+    return (dlfs_torch.ImageLoader(train, batch, seed=seed, shuffle=True, **kw),
+            dlfs_torch.ImageLoader(test, 1000, shuffle=False, **kw))
 
 
 def imagefolder_loaders(png_dir, batch, workers, seed):
@@ -141,31 +120,27 @@ def run(name, train_loader, test_loader, seed):
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--volume", required=True, help="Fashion-MNIST volume from `dlfs pack`")
-    ap.add_argument("--png-dir", help="PNG tree for the ImageFolder run "
-                    "(default: next to the volume; exported once)")
+    ap.add_argument("--train", required=True, help="volume of the training PNGs (dlfs pack)")
+    ap.add_argument("--test", required=True, help="volume of the test PNGs")
+    ap.add_argument("--png-dir", help="the PNG tree (train/, test/) for the ImageFolder run")
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--workers", type=int, default=2,
                     help="DataLoader workers for the ImageFolder run")
-    ap.add_argument("--dlfs-workers", type=int, default=0,
-                    help="DataLoader workers for the dlfs run (0: the C++ loader already "
-                    "reads ahead on its own threads; worker processes would only add a copy)")
+    ap.add_argument("--decode-threads", type=int, default=None,
+                    help="ImageLoader decode threads (default: one per core)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--skip-imagefolder", action="store_true", help="Only the dlfs run")
     args = ap.parse_args()
     torch.set_num_threads(max(1, os.cpu_count() or 1))
 
-    print(f"dlfs volume {args.volume}: {dlfs.Volume(args.volume).info()['samples']} samples")
-    a = run("dlfs LoaderDataset (raw bytes)", *dlfs_loaders(args.volume, args.batch_size,
-                                                            args.dlfs_workers, args.seed),
-            args.seed)
-    if args.skip_imagefolder:
+    print(f"dlfs volumes {args.train}, {args.test}: {len(dlfs.Volume(args.train))} + "
+          f"{len(dlfs.Volume(args.test))} PNG samples")
+    a = run("dlfs ImageLoader (PNG, C++ decode)",
+            *dlfs_loaders(args.train, args.test, args.batch_size, args.seed,
+                          args.decode_threads), args.seed)
+    if not args.png_dir:
         return 0
-    png_dir = args.png_dir or os.path.join(os.path.dirname(os.path.abspath(args.volume)),
-                                           "fashion-mnist-png")
-    export_png_tree(args.volume, png_dir)
     b = run("torchvision ImageFolder (PNG files)", *imagefolder_loaders(
-        png_dir, args.batch_size, args.workers, args.seed), args.seed)
+        args.png_dir, args.batch_size, args.workers, args.seed), args.seed)
     print(f"dlfs / ImageFolder: input pipeline "
           f"{a['input_samples_per_s'] / b['input_samples_per_s']:.1f}x the samples/s; "
           f"training epoch {a['epoch_s']:.1f} s vs {b['epoch_s']:.1f} s, "

@@ -362,6 +362,10 @@ py::array SampleView(py::object batch_obj, size_t i) {
 }
 
 }  // namespace
+
+// The decode module's classes (python/decode_bindings.cc); errors are thrown
+// through `throw_status` so they map to exceptions as everywhere here.
+void RegisterDecodeBindings(py::module_& m, void (*throw_status)(const Status&));
 }  // namespace dlfs
 
 PYBIND11_MODULE(_dlfs, m) {
@@ -788,4 +792,6 @@ The GIL is released while waiting for I/O.
 
 source_kind: "auto", "imagefolder", "idx" or "tar". Raises FileExistsError if
 output exists and force is False.)doc");
+
+  RegisterDecodeBindings(m, [](const Status& st) { throw StatusError{st}; });
 }

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The main job on the built-in default data: packs Fashion-MNIST (Debian's
-# dataset-fashion-mnist package) into a volume, inspects it, reads a sample
-# back, verifies every checksum, then trains a small CNN for one epoch fed by
-# dlfs — and the same epoch fed by torchvision's ImageFolder over PNG files,
-# to compare the input pipelines.
+# The main job on the built-in default data: writes Fashion-MNIST (Debian's
+# dataset-fashion-mnist package) as PNG files, packs them into volumes,
+# inspects one, decodes a sample with the C++ pipeline, verifies every
+# checksum, then trains a small CNN for one epoch fed by dlfs' ImageLoader —
+# and the same epoch fed by torchvision's ImageFolder over the same PNGs —
+# to compare the input pipelines (both decode PNGs).
 #   scripts/demo.sh [WORKDIR]     (default: ./out)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,21 +15,30 @@ cmake --build build -j "$(nproc)" --target dlfs_cli _dlfs
 
 work=${1:-out}
 mkdir -p "$work"
-vol=$work/fashion-mnist.dlfs
 src=/usr/share/datasets/fashion-mnist
+png=$work/fashion-mnist-png
+train=$work/fashion-mnist-train.dlfs
+test=$work/fashion-mnist-test.dlfs
 classes="T-shirt/top,Trouser,Pullover,Dress,Coat,Sandal,Shirt,Sneaker,Bag,Ankle boot"
 
 set -x
-build/dlfs pack "$src" -o "$vol" --force --class-names "$classes"
-build/dlfs info "$vol"
-build/dlfs ls "$vol"
-build/dlfs ls "$vol" test --json > "$work/test-listing.jsonl"
-head -n 3 "$work/test-listing.jsonl"
-# The sample's raw 28x28 pixels, drawn in ASCII.
-build/dlfs cat "$vol" train/00042 | od -An -tu1 -w28 -v |
+# 70,000 PNG files in an ImageFolder tree: <split>/<label>-<class>/<index>.png (once).
+[[ -e $png ]] || /usr/bin/python3 bench/idx_to_files.py --png --class-names "$classes" "$src" "$png"
+build/dlfs pack "$png/train" -o "$train" --force
+build/dlfs pack "$png/test" -o "$test" --force
+build/dlfs info "$train"
+build/dlfs ls "$train"
+build/dlfs ls "$train" 0-T-shirt-top --json > "$work/listing.jsonl"
+head -n 3 "$work/listing.jsonl"
+# Sample 42 as the C++ pipeline decodes it, drawn in ASCII from its pixels ...
+build/dlfs cat "$train" --index 42 --decode | od -An -tu1 -w28 -v |
   awk '{ s = ""; for (i = 1; i <= NF; i++) s = s substr(" .:-=+*#%@", int($i / 25.6) + 1, 1); print s }'
+# ... and as a training epoch sees it (RandomResizedCrop + flip), as a PNG to look at.
+build/dlfs cat "$train" --index 42 --decode --size 28 --crop random-resized --flip \
+  -o "$work/sample-42-augmented.png"
+build/dlfs verify "$train"
+build/dlfs bench "$train" --decode --size 28 --color gray --dtype float32 --layout NCHW
 
-build/dlfs verify "$vol"
-
-# Train for one epoch (CPU) fed by dlfs, then by ImageFolder over PNGs.
-PYTHONPATH=build/python /usr/bin/python3 examples/train_fashion_mnist.py --volume "$vol"
+# Train for one epoch (CPU) fed by dlfs' ImageLoader, then by ImageFolder over the PNGs.
+PYTHONPATH=build/python /usr/bin/python3 examples/train_fashion_mnist.py \
+  --train "$train" --test "$test" --png-dir "$png"

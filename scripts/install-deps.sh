@@ -8,6 +8,8 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   # libraries
   libisal-dev libarchive-dev zlib1g-dev libcli11-dev nlohmann-json3-dev liburing-dev liblmdb-dev
+  # image decoding (src/decode): libjpeg-turbo (TurboJPEG and libjpeg APIs), libspng
+  libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev
   # MPI (LMDBIO reader, distribution): Debian's OpenMPI
   libopenmpi-dev openmpi-bin
   # Python bindings (built for Debian's /usr/bin/python3) and the FUSE view
@@ -18,6 +20,7 @@ PACKAGES=(
   python3-matplotlib
   # fuzzing (scripts/fuzz.sh): clang and libFuzzer
   clang-14 libfuzzer-14-dev
+  python3-pil
   # the built-in default data set
   dataset-fashion-mnist
 )

@@ -304,17 +304,30 @@ int RunCat(const CatArgs& args) {
     if (!found.ok()) return Fail(found.status().WithContext(args.volume.path));
     index = *found;
   }
+  if (args.decode) return RunCatDecoded(args, **vol, index);
   auto bytes = (*vol)->Read(index, args.verify);
   if (!bytes.ok()) return Fail(bytes.status());
-  const std::byte* p = bytes->data();
-  size_t left = bytes->size();
+  return WriteOutput(args.output, *bytes);
+}
+
+int WriteOutput(const std::string& path, std::span<const std::byte> data) {
+  const bool to_stdout = path.empty() || path == "-";
+  ScopedFd file;
+  if (!to_stdout) {
+    file = ScopedFd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (file.get() < 0) return Fail(Status::FromErrno(errno, path));
+  }
+  const int fd = to_stdout ? STDOUT_FILENO : file.get();
+  const std::byte* p = data.data();
+  size_t left = data.size();
   while (left > 0) {
-    const ssize_t n = ::write(STDOUT_FILENO, p, left);
+    const ssize_t n = ::write(fd, p, left);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Fail(Status::FromErrno(errno, "stdout"));
+    if (n < 0) return Fail(Status::FromErrno(errno, to_stdout ? "stdout" : path));
     p += n;
     left -= static_cast<size_t>(n);
   }
+  if (!to_stdout && ::close(file.release()) != 0) return Fail(Status::FromErrno(errno, path));
   return kExitOk;
 }
 
@@ -369,12 +382,20 @@ int RunEpoch(const EpochArgs& args) {
 }
 
 int RunBench(const BenchArgs& args) {
-  if (LaunchedByMpirun()) return RunBenchMpi(args);
+  if (LaunchedByMpirun()) {
+    if (args.decode) {
+      return Fail(
+          Status::NotSupported("bench --decode does not run under mpirun yet; run it "
+                               "without mpirun (one process)"));
+    }
+    return RunBenchMpi(args);
+  }
   if (args.shard_local || args.private_open) {
     return Fail(Status::InvalidArgument("--shard-local and --private-open need mpirun"));
   }
   auto vol = OpenVolume(args.volume);
   if (!vol.ok()) return Fail(vol.status());
+  if (args.decode) return RunBenchDecoded(args, *vol);
   const LoaderOptions& o = args.source.loader;
   auto loader = Loader::Create(*vol, o);
   if (!loader.ok()) return Fail(loader.status());

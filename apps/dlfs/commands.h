@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 
 #include <vector>
 
 #include "dlfs/bench.h"
+#include "dlfs/decode_stage.h"
 #include "dlfs/lmdbio_options.h"
 #include "dlfs/loader.h"
 #include "dlfs/mount.h"
@@ -61,8 +63,21 @@ struct CatArgs {
   std::string path;
   std::optional<uint64_t> index;
   bool verify = true;
+  std::string output;  // -o FILE instead of stdout
+  // --decode: write what the decode pipeline makes of the sample (a PNG when
+  // the output ends in .png, else its raw HWC bytes). Without --size the
+  // whole image is decoded; with it, the transforms of sample `index` in
+  // `epoch` (uint8 output; --dtype/--layout/--mean/--std do not apply).
+  bool decode = false;
+  bool transform = false;  // --size given
+  uint64_t epoch = 0;
+  ImageOptions image;
 };
 int RunCat(const CatArgs& args);
+// The --decode part of RunCat (apps/dlfs/decode_commands.cc).
+int RunCatDecoded(const CatArgs& args, const Volume& volume, uint64_t index);
+// Writes `data` to `path` ("" or "-": stdout).
+int WriteOutput(const std::string& path, std::span<const std::byte> data);
 
 struct VerifyArgs {
   VolumeArgs volume;
@@ -85,8 +100,13 @@ struct BenchArgs {
   // Under mpirun only:
   bool shard_local = false;   // read own node's target, fetch the rest over MPI
   bool private_open = false;  // every rank reads the directory (no shared window)
+  // --decode: batches go through a DecodeStage; images/s and CPU per image.
+  bool decode = false;
+  DecodeStageOptions decode_stage;
 };
 int RunBench(const BenchArgs& args);
+// `dlfs bench --decode` (apps/dlfs/decode_commands.cc).
+int RunBenchDecoded(const BenchArgs& args, std::shared_ptr<Volume> volume);
 
 struct MountArgs {
   VolumeArgs volume;

@@ -2,7 +2,10 @@
 // structs and dispatches; the work is done by the library (see commands.cc).
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
+
 #include "commands.h"
+#include "dlfs/decode.h"
 #include "dlfs/enum_names.h"
 
 namespace {
@@ -100,6 +103,39 @@ void AddLoaderOptions(CLI::App* verb, LoaderOptions* o) {
       ->default_str("auto");
 }
 
+// --raw-shape HxW or HxWxC.
+void AddRawShapeOption(CLI::App* verb, RawShape* raw) {
+  verb->add_option_function<std::string>(
+      "--raw-shape",
+      [raw](const std::string& text) {
+        unsigned h = 0, w = 0, c = 1;
+        char tail = 0;
+        const int n = std::sscanf(text.c_str(), "%ux%ux%u%c", &h, &w, &c, &tail);
+        if ((n != 2 && n != 3) || h == 0 || w == 0) {
+          throw CLI::ValidationError("--raw-shape takes HxW or HxWxC, e.g. 28x28, not " + text);
+        }
+        *raw = {h, w, c};
+      },
+      "Samples that are neither JPEG nor PNG are raw pixels of this shape (HxW or HxWxC)");
+}
+
+// Decoding options shared by `cat --decode` and `bench --decode`.
+void AddDecodeOptions(CLI::App* verb, ImageOptions* o) {
+  AddEnumOption(verb, "--crop", &o->transform.crop, kCropModeNames,
+                "With --size: Resize+CenterCrop, or RandomResizedCrop");
+  verb->add_option("--resize", o->transform.resize,
+                   "--crop center: resize the shorter side to this first (default: --size)");
+  verb->add_flag("--flip", o->transform.flip, "Random horizontal flip (p = 0.5)");
+  AddEnumOption(verb, "--color", &o->decode.color, kColorModeNames,
+                "Channels: the image's own, or forced");
+  AddRawShapeOption(verb, &o->decode.raw);
+  verb->add_option("--max-pixels", o->decode.max_pixels,
+                   "Refuse images of more pixels (from their header)")
+      ->capture_default_str();
+  AddOffFlag(verb, "--no-dct-scaling", &o->decode.dct_scaling,
+             "Always decode JPEGs at full scale (no 1/2, 1/4, 1/8 DCT scaling)");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -156,14 +192,30 @@ int main(int argc, char** argv) {
   l->callback([&] { rc = RunLs(ls); });
 
   CatArgs cat;
-  auto* c = app.add_subcommand("cat", "Write one sample's exact bytes to stdout");
+  auto* c = app.add_subcommand(
+      "cat", "Write one sample's exact bytes to stdout (or -o FILE), or with --decode its pixels");
   AddVolumeArgs(c, &cat.volume);
   auto* path_opt = c->add_option("path", cat.path, "Sample path inside the volume");
   auto* index_opt = c->add_option("--index", cat.index, "Sample index instead of a path");
   path_opt->excludes(index_opt);
   AddOffFlag(c, "--no-verify", &cat.verify, "Do not check the sample's checksum");
+  c->add_option("-o,--output", cat.output, "Write to this file instead of stdout");
+  c->add_flag("--decode", cat.decode,
+              "Decode the sample (JPEG, PNG or --raw-shape pixels) and write its pixels: a PNG\n"
+              "when -o ends in .png, else raw HWC bytes");
+  auto* cat_size =
+      c->add_option("--size", cat.image.transform.size,
+                    "--decode: apply the training transforms (output SIZE x SIZE) as the\n"
+                    "pipeline does for this sample in --epoch with --seed");
+  c->add_option("--epoch", cat.epoch, "--decode --size: the epoch whose random choices apply")
+      ->capture_default_str();
+  c->add_option("--seed", cat.image.transform.seed, "--decode --size: the seed")
+      ->capture_default_str();
+  AddDecodeOptions(c, &cat.image);
   c->callback([&] {
     if (cat.path.empty() && !cat.index) throw CLI::ValidationError("give a PATH or --index N");
+    cat.transform = cat_size->count() > 0;
+    if (cat.transform && !cat.decode) throw CLI::ValidationError("--size needs --decode");
     rc = RunCat(cat);
   });
 
@@ -217,7 +269,35 @@ int main(int argc, char** argv) {
   b->add_flag("--private-open", bench.private_open,
               "mpirun: every rank reads the directory itself (to compare with the collective "
               "open)");
-  b->callback([&] { rc = RunBench(bench); });
+  ImageOptions& image = bench.decode_stage.image;
+  b->add_flag("--decode", bench.decode,
+              "Decode and transform every sample on --decode-threads (needs --size); reports\n"
+              "images/s and CPU per image");
+  auto* bench_size =
+      b->add_option("--size", image.transform.size, "--decode: output images are SIZE x SIZE");
+  AddDecodeOptions(b, &image);
+  AddEnumOption(b, "--dtype", &image.output.dtype, kDTypeNames, "--decode: output element type");
+  AddEnumOption(b, "--layout", &image.output.layout, kOutputLayoutNames, "--decode: output layout");
+  b->add_option("--mean", image.output.mean, "--decode, float32: per-channel mean (0..1 units)")
+      ->delimiter(',');
+  b->add_option("--std", image.output.std, "--decode, float32: per-channel std (0..1 units)")
+      ->delimiter(',');
+  b->add_option("--decode-threads", bench.decode_stage.decode_threads,
+                "--decode: decode threads (0: one per core)")
+      ->capture_default_str();
+  b->add_option("--decode-prefetch", bench.decode_stage.prefetch_batches,
+                "--decode: batches queued for decoding")
+      ->capture_default_str();
+  b->add_flag("--skip-bad", bench.decode_stage.skip_bad_samples,
+              "--decode: skip and count undecodable samples instead of failing");
+  b->callback([&] {
+    if (bench.decode && bench_size->count() == 0) {
+      throw CLI::ValidationError("--decode needs --size N");
+    }
+    if (!bench.decode && bench_size->count() > 0)
+      throw CLI::ValidationError("--size needs --decode");
+    rc = RunBench(bench);
+  });
 
   LmdbInfoArgs lmdb_info;
   auto* lmdb = app.add_subcommand("lmdb", "Inspect existing LMDB databases (e.g. Caffe's)");

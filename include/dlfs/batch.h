@@ -2,6 +2,11 @@
 // it out — sample indices, labels, and each sample's bytes as a span into a
 // buffer the batch shares.
 //
+// A batch made by a decode stage (dlfs/decode_stage.h) also holds one dense
+// tensor of all its images (tensor()); its samples are then the images'
+// slices of that tensor, and payload_bytes()/device_bytes() still count the
+// encoded bytes read from storage.
+//
 // Memory: the bytes live in a buffer owned by the batch (usually a loader's
 // recycled I/O buffer); copies of a Batch share it, and it is released when
 // the last copy is destroyed — even after the source that made it is gone.
@@ -14,8 +19,27 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 namespace dlfs {
+
+// Element type of a batch tensor.
+enum class DType : uint8_t { kUint8 = 0, kFloat32 = 1 };
+size_t DTypeSize(DType dtype);  // bytes per element
+
+// A dense, C-ordered (row-major) tensor inside memory the batch owns.
+// `data` is writable: the memory belongs to this batch alone (the consumer
+// may normalise in place), and is recycled only after the last Batch copy is
+// gone.
+struct TensorView {
+  void* data = nullptr;  // nullptr: the batch has no tensor
+  DType dtype = DType::kUint8;
+  std::vector<int64_t> shape;  // outermost first, e.g. {N, C, H, W}
+
+  explicit operator bool() const { return data != nullptr; }
+  uint64_t elements() const;  // product of shape (0 without a tensor)
+  uint64_t bytes() const { return elements() * DTypeSize(dtype); }
+};
 
 class Batch {
  public:
@@ -37,6 +61,9 @@ class Batch {
   uint64_t payload_bytes() const;  // sum of sample sizes
   uint64_t device_bytes() const;   // bytes read from storage (alignment, gaps)
   double io_seconds() const;       // from submitting the batch's reads to the last completion
+  // The batch's images as one tensor (decode stages); empty TensorView
+  // otherwise. Valid as long as this Batch (or a copy) lives.
+  const TensorView& tensor() const;
 
  private:
   std::shared_ptr<const Data> data_;

@@ -3,13 +3,16 @@
 LoaderDataset: iterable, one *batch* per item, driven by the C++ loader
     (io_uring reads the epoch ahead, zero-copy, memory tier); use
     DataLoader(ds, batch_size=None). The fastest path for training.
+ImageLoader: batches of decoded, augmented image tensors, decoded in C++
+    on the loader's threads (dlfs/torch_image.py).
 VolumeDataset: map-style. ds[i] is one sample, for any
     torch.utils.data.DataLoader setting (num_workers, DistributedSampler);
     ds[[i, j, ...]] is a whole batch read in one submission, for
     DataLoader(ds, sampler=BatchSampler(...), batch_size=None).
 
 Samples reach `transform` as read-only numpy uint8 arrays of the stored
-bytes (decode them there: e.g. PIL for PNG/JPEG, a reshape for raw pixels).
+bytes (decode them there: e.g. PIL for PNG/JPEG, a reshape for raw pixels),
+or, with VolumeDataset(decode=...), as tensors decoded in C++.
 """
 import os
 
@@ -18,8 +21,9 @@ import torch
 import torch.utils.data as tud
 
 from . import Loader, Volume
+from .torch_image import ImageLoader, make_pipeline
 
-__all__ = ["VolumeDataset", "LoaderDataset", "distributed_rank_world"]
+__all__ = ["VolumeDataset", "LoaderDataset", "ImageLoader", "distributed_rank_world"]
 
 
 def distributed_rank_world():
@@ -59,11 +63,20 @@ class VolumeDataset(tud.Dataset):
     Each process (DataLoader workers included) opens its own handle to the
     volume on first use after fork, so workers never share file descriptors.
     Labels are ints (-1 where a sample has none); `targets` holds them all.
+
+    decode: decode each sample natively (GIL released) before `transform`:
+    a dlfs.ImagePipeline or a dict of its keywords, e.g.
+    dict(size=224, crop="random-resized", flip=True, dtype="float32",
+    layout="NCHW"); the sample is then a torch tensor (C, H, W or H, W, C).
+    Its random choices are those of (seed, epoch, sample index): call
+    set_epoch(e) before each epoch (as with DistributedSampler).
     """
 
     def __init__(self, path, transform=None, target_transform=None, root=None, verify=True,
-                 batch_transform=None, shared_memory=True, shared_slots=6):
+                 batch_transform=None, shared_memory=True, shared_slots=6, decode=None):
         self.path = os.fspath(path)
+        self.decode = make_pipeline(decode) if decode is not None else None
+        self.epoch = 0
         self.transform = transform
         self.target_transform = target_transform
         self.batch_transform = batch_transform or _default_batch_transform
@@ -85,12 +98,21 @@ class VolumeDataset(tud.Dataset):
     def __len__(self):
         return len(self.indices)
 
+    def set_epoch(self, epoch):
+        """Epoch whose random choices decode= uses."""
+        self.epoch = epoch
+
     def __getitem__(self, index):
         vol = self._volume()
         if not isinstance(index, (int, np.integer)) and not (
                 isinstance(index, torch.Tensor) and index.dim() == 0):
             return self._batch(vol, index)
-        sample = np.frombuffer(vol.read(int(self.indices[index]), self.verify), dtype=np.uint8)
+        i = int(self.indices[index])
+        data = vol.read(i, self.verify)
+        if self.decode is not None:
+            sample = torch.from_numpy(self.decode(data, self.epoch, i))
+        else:
+            sample = np.frombuffer(data, dtype=np.uint8)
         label = int(self.targets[index])
         if self.transform is not None:
             sample = self.transform(sample)
@@ -100,7 +122,8 @@ class VolumeDataset(tud.Dataset):
 
     def _batch(self, vol, positions):
         positions = np.asarray(positions, dtype=np.int64)
-        if (self.shared_memory and self.transform is None and self.target_transform is None
+        if (self.shared_memory and self.decode is None and self.transform is None
+                and self.target_transform is None
                 and self.batch_transform is _default_batch_transform
                 and tud.get_worker_info() is not None):
             shared = self._shared_batch(vol, positions)
@@ -108,6 +131,9 @@ class VolumeDataset(tud.Dataset):
                 return shared
         batch = vol.read_many(self.indices[positions].tolist(), self.verify)
         samples = batch.samples
+        if self.decode is not None:
+            samples = [torch.from_numpy(self.decode(s, self.epoch, int(i)))
+                       for s, i in zip(samples, self.indices[positions])]
         if self.transform is not None:
             samples = [self.transform(s) for s in samples]
         labels = self.targets[positions]

@@ -21,6 +21,19 @@ std::span<const uint32_t> Batch::labels() const {
 uint64_t Batch::payload_bytes() const { return data_ ? data_->payload_bytes : 0; }
 uint64_t Batch::device_bytes() const { return data_ ? data_->device_bytes : 0; }
 double Batch::io_seconds() const { return data_ ? data_->io_seconds : 0; }
+const TensorView& Batch::tensor() const {
+  static const TensorView kNone;
+  return data_ ? data_->tensor : kNone;
+}
+
+size_t DTypeSize(DType dtype) { return dtype == DType::kFloat32 ? 4 : 1; }
+
+uint64_t TensorView::elements() const {
+  if (data == nullptr) return 0;
+  uint64_t n = 1;
+  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+  return n;
+}
 
 SourceStats SourceStats::operator-(const SourceStats& earlier) const {
   SourceStats d = *this;

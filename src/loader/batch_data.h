@@ -24,6 +24,9 @@ struct Batch::Data {
   uint64_t payload_bytes = 0;
   uint64_t device_bytes = 0;
   double io_seconds = 0;
+  // Stages that make one tensor of the batch (dlfs/decode_stage.h) set it;
+  // its memory is kept alive by `owner`.
+  TensorView tensor;
 };
 
 }  // namespace dlfs

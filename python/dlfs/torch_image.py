@@ -1,0 +1,147 @@
+"""dlfs.torch.ImageLoader: batches of decoded, augmented images as torch
+tensors, decoded and augmented in C++ on the loader's own threads.
+
+    import dlfs.torch
+    loader = dlfs.torch.ImageLoader("train.dlfs", 256, size=224, crop="random-resized",
+                                    flip=True, dtype="float32", layout="NCHW",
+                                    mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])
+    for epoch in range(90):
+        loader.set_epoch(epoch)
+        for images, labels in loader:      # torch tensors; images over the loader's buffer
+            ...
+
+Re-exported by dlfs.torch; see ImageLoader's docstring.
+"""
+import torch
+
+from . import _dlfs
+
+__all__ = ["ImageLoader", "make_pipeline"]
+
+# Keywords of dlfs.ImagePipeline beyond the ones ImageLoader names itself.
+_PIPELINE_KEYS = {"resize", "color", "format", "raw_shape", "max_pixels", "dct_scaling", "scale",
+                  "ratio"}
+# Keywords of the C++ loader (dlfs.Loader) and the decode stage.
+_LOADER_KEYS = {"drop_last", "prefetch_batches", "queue_depth", "io_threads", "engine",
+                "direct_io", "verify_checksums", "coalesce", "decode_prefetch",
+                "skip_bad_samples"}
+
+
+def make_pipeline(decode):
+    """An ImagePipeline from `decode`: one already, or a dict of its keywords."""
+    if isinstance(decode, _dlfs.ImagePipeline):
+        return decode
+    if isinstance(decode, dict):
+        return _dlfs.ImagePipeline(**decode)
+    raise TypeError(f"decode must be a dlfs.ImagePipeline or a dict of its keywords, "
+                    f"not {type(decode).__name__}")
+
+
+class ImageLoader:
+    """Iterable of (images, labels) torch tensors for this rank, one epoch per
+    iteration: the C++ loader reads the samples (io_uring, read ahead) and a
+    pool of decode_threads C++ threads decodes (JPEG, PNG or raw pixels) and
+    transforms them into one tensor per batch, without the GIL.
+
+    ImageLoader(volume, batch_size, *, size, crop="center"|"random-resized",
+                flip=False, dtype="uint8"|"float32", layout="NHWC"|"NCHW",
+                mean=None, std=None, seed=0, shuffle=True, rank=None,
+                world_size=None, root=None, decode_threads=None,
+                **loader_options)
+
+    - size: output images are size x size. crop="center" is torchvision's
+      Resize(resize, default size) + CenterCrop(size); "random-resized" is
+      RandomResizedCrop(size) (scale=(0.08, 1), ratio=(3/4, 4/3) by default;
+      pass scale=/ratio= to change). flip: RandomHorizontalFlip(0.5).
+    - dtype "uint8" gives the pixels; "float32" gives ToTensor() values,
+      normalised by mean/std (per channel, in [0, 1] units) when given.
+      layout: per image H, W, C ("NHWC") or C, H, W ("NCHW").
+    - Random choices are a pure function of (seed, epoch, sample index): the
+      same batches come out whatever decode_threads is.
+    - rank, world_size: from torch.distributed when initialised, else the
+      RANK / WORLD_SIZE variables, unless given. Every rank gets the same
+      number of batches (see dlfs.Loader on padding and drop_last).
+    - root: only the samples under this directory of the volume.
+    - decode_threads: default one per core.
+    - loader_options: color ("auto", "rgb", "gray"), resize, format
+      ("auto", "jpeg", "png", "raw"), raw_shape=(H, W[, C]) for raw samples,
+      max_pixels, dct_scaling, scale, ratio, skip_bad_samples (leave
+      undecodable samples out of their batch and count them in .stats
+      instead of raising), decode_prefetch (batches queued for decoding),
+      return_indices (yield (images, labels, indices)), and dlfs.Loader's
+      drop_last, prefetch_batches, queue_depth, io_threads, engine,
+      direct_io, verify_checksums, coalesce.
+
+    images is a writable tensor over the loader's batch buffer (no copy); the
+    buffer is recycled once the tensor (and every view of it) is gone.
+    A sample that cannot be decoded raises ValueError naming the volume, the
+    sample's index and path, and the problem. Call set_epoch(e) before each
+    epoch; len() is the number of batches per epoch for this rank.
+    """
+
+    def __init__(self, volume, batch_size, *, size, crop="center", flip=False, dtype="uint8",
+                 layout="NHWC", mean=None, std=None, seed=0, shuffle=True, rank=None,
+                 world_size=None, root=None, decode_threads=None, **loader_options):
+        from .torch import distributed_rank_world
+
+        self.return_indices = bool(loader_options.pop("return_indices", False))
+        unknown = set(loader_options) - _PIPELINE_KEYS - _LOADER_KEYS
+        if unknown:
+            raise TypeError(f"ImageLoader: unknown option(s) {', '.join(sorted(unknown))}")
+        pipe_kw = {k: loader_options.pop(k) for k in list(loader_options) if k in _PIPELINE_KEYS}
+        self.pipeline = _dlfs.ImagePipeline(size, crop=crop, flip=flip, dtype=dtype,
+                                            layout=layout, mean=mean, std=std, seed=seed,
+                                            **pipe_kw)
+        r, w = distributed_rank_world()
+        self.rank = r if rank is None else rank
+        self.world_size = w if world_size is None else world_size
+        vol = volume if isinstance(volume, _dlfs.Volume) else _dlfs.Volume(str(volume))
+        self.volume = vol
+        self.classes = vol.classes
+        indices = vol.indices(root) if root else None
+        if decode_threads is not None:
+            loader_options["decode_threads"] = decode_threads
+        self._loader = _dlfs.ImageLoader(vol, batch_size, self.pipeline, shuffle=shuffle,
+                                         seed=seed, rank=self.rank, world_size=self.world_size,
+                                         indices=indices, **loader_options)
+        self.batch_size = batch_size
+
+    def set_epoch(self, epoch):
+        self._loader.set_epoch(epoch)
+
+    @property
+    def epoch(self):
+        return self._loader.epoch
+
+    def __len__(self):
+        return len(self._loader)
+
+    def __iter__(self):
+        for images, labels, indices in self._loader:
+            out = (torch.from_numpy(images), torch.from_numpy(labels))
+            if self.return_indices:
+                out += (torch.from_numpy(indices),)
+            yield out
+
+    @property
+    def stats(self):
+        """{'images', 'skipped', 'skipped_examples'} over the loader's life."""
+        return self._loader.stats
+
+    @property
+    def decode_threads(self):
+        return self._loader.decode_threads
+
+    @property
+    def channels(self):
+        """Output channels (1 or 3); 0 before the first batch with color="auto"."""
+        return self._loader.channels
+
+    @property
+    def description(self):
+        return self._loader.description
+
+    @property
+    def indices(self):
+        """This rank's sample indices for the current epoch, in reading order."""
+        return self._loader.indices

@@ -1,0 +1,293 @@
+#include "decode/resample.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace dlfs::decode_internal {
+
+namespace {
+
+// PIL: 32 bits minus 8 for the pixel and 2 for overshoot of the sum.
+constexpr int kPrecisionBits = 32 - 8 - 2;
+
+inline uint8_t Clip8(int32_t v) {
+  v >>= kPrecisionBits;
+  return static_cast<uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
+}
+
+double Bilinear(double x) {
+  if (x < 0.0) x = -x;
+  return x < 1.0 ? 1.0 - x : 0.0;
+}
+
+// Pillow's precompute_coeffs + normalize_coeffs_8bpc for outputs
+// [first, first + count) of a resize of [in0, in1) (of an input in_size
+// long) to out_size. bounds gets (first tap, tap count) per output; coeffs
+// ksize fixed-point weights per output. Returns ksize.
+int Coefficients(int in_size, float in0, float in1, int out_size, int first, int count,
+                 ImageWorkspace::State& ws, std::vector<int32_t>& bounds,
+                 std::vector<int32_t>& coeffs) {
+  const double scale = static_cast<double>(in1 - in0) / out_size;
+  const double filterscale = scale < 1.0 ? 1.0 : scale;
+  const double support = 1.0 * filterscale;  // bilinear: support 1
+  const int ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
+  bounds.resize(size_t(2) * count);
+  coeffs.assign(size_t(ksize) * count, 0);
+  ws.weights.resize(ksize);
+  double* w = ws.weights.data();
+  for (int i = 0; i < count; ++i) {
+    const int xx = first + i;
+    const double center = in0 + (xx + 0.5) * scale;
+    const double ss = 1.0 / filterscale;
+    int xmin = static_cast<int>(center - support + 0.5);
+    if (xmin < 0) xmin = 0;
+    int xmax = static_cast<int>(center + support + 0.5);
+    if (xmax > in_size) xmax = in_size;
+    xmax -= xmin;
+    double ww = 0.0;
+    for (int x = 0; x < xmax; ++x) {
+      w[x] = Bilinear((x + xmin - center + 0.5) * ss);
+      ww += w[x];
+    }
+    int32_t* k = &coeffs[size_t(i) * ksize];
+    for (int x = 0; x < xmax; ++x) {
+      const double v = ww != 0.0 ? w[x] / ww : w[x];
+      k[x] = v < 0 ? static_cast<int32_t>(-0.5 + v * (1 << kPrecisionBits))
+                   : static_cast<int32_t>(0.5 + v * (1 << kPrecisionBits));
+    }
+    bounds[2 * i] = xmin;
+    bounds[2 * i + 1] = xmax;
+  }
+  return ksize;
+}
+
+template <int C>
+void HorizontalPass(const uint8_t* in, size_t in_stride, int rows, const int32_t* bounds,
+                    const int32_t* coeffs, int ksize, int out_w, uint8_t* out) {
+  for (int y = 0; y < rows; ++y) {
+    const uint8_t* row = in + y * in_stride;
+    uint8_t* o = out + size_t(y) * out_w * C;
+    for (int x = 0; x < out_w; ++x) {
+      const uint8_t* p = row + size_t(bounds[2 * x]) * C;
+      const int n = bounds[2 * x + 1];
+      const int32_t* k = coeffs + size_t(x) * ksize;
+      int32_t s[C];
+      for (int c = 0; c < C; ++c) s[c] = 1 << (kPrecisionBits - 1);
+      for (int t = 0; t < n; ++t) {
+        for (int c = 0; c < C; ++c) s[c] += p[t * C + c] * k[t];
+      }
+      for (int c = 0; c < C; ++c) o[x * C + c] = Clip8(s[c]);
+    }
+  }
+}
+
+// Each output row is a weighted sum of whole input rows: the inner loop runs
+// along the row with one weight, which the compiler vectorises.
+void VerticalPass(const uint8_t* in, size_t in_stride, int rows_out, const int32_t* bounds,
+                  const int32_t* coeffs, int ksize, int row_bytes, uint8_t* out, int32_t* acc) {
+  for (int y = 0; y < rows_out; ++y) {
+    const int ymin = bounds[2 * y];
+    const int n = bounds[2 * y + 1];
+    const int32_t* k = coeffs + size_t(y) * ksize;
+    for (int i = 0; i < row_bytes; ++i) acc[i] = 1 << (kPrecisionBits - 1);
+    for (int t = 0; t < n; ++t) {
+      const uint8_t* r = in + size_t(ymin + t) * in_stride;
+      const int32_t kt = k[t];
+      for (int i = 0; i < row_bytes; ++i) acc[i] += r[i] * kt;
+    }
+    uint8_t* o = out + size_t(y) * row_bytes;
+    for (int i = 0; i < row_bytes; ++i) o[i] = Clip8(acc[i]);
+  }
+}
+
+// ---- AVX2 versions: the same integer arithmetic (so the same bytes), eight
+// 32-bit lanes at a time. Chosen at run time (DecodeWithAvx2).
+
+// Vertical: eight output bytes per accumulator, the taps' weights broadcast.
+__attribute__((target("avx2"))) void VerticalPassAvx2(const uint8_t* in, size_t in_stride,
+                                                      int rows_out, const int32_t* bounds,
+                                                      const int32_t* coeffs, int ksize,
+                                                      int row_bytes, uint8_t* out) {
+  const __m256i half = _mm256_set1_epi32(1 << (kPrecisionBits - 1));
+  for (int y = 0; y < rows_out; ++y) {
+    const int ymin = bounds[2 * y];
+    const int n = bounds[2 * y + 1];
+    const int32_t* k = coeffs + size_t(y) * ksize;
+    const uint8_t* base = in + size_t(ymin) * in_stride;
+    uint8_t* o = out + size_t(y) * row_bytes;
+    int i = 0;
+    for (; i + 16 <= row_bytes; i += 16) {
+      __m256i a0 = half, a1 = half;
+      for (int t = 0; t < n; ++t) {
+        const __m128i px =
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + size_t(t) * in_stride + i));
+        const __m256i kk = _mm256_set1_epi32(k[t]);
+        a0 = _mm256_add_epi32(a0, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(px), kk));
+        a1 = _mm256_add_epi32(a1,
+                              _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(px, 8)), kk));
+      }
+      a0 = _mm256_srai_epi32(a0, kPrecisionBits);
+      a1 = _mm256_srai_epi32(a1, kPrecisionBits);
+      const __m128i w0 =
+          _mm_packs_epi32(_mm256_castsi256_si128(a0), _mm256_extracti128_si256(a0, 1));
+      const __m128i w1 =
+          _mm_packs_epi32(_mm256_castsi256_si128(a1), _mm256_extracti128_si256(a1, 1));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + i), _mm_packus_epi16(w0, w1));
+    }
+    for (; i < row_bytes; ++i) {
+      int32_t acc = 1 << (kPrecisionBits - 1);
+      for (int t = 0; t < n; ++t) acc += base[size_t(t) * in_stride + i] * k[t];
+      o[i] = Clip8(acc);
+    }
+  }
+}
+
+// Horizontal: eight rows at a time. Their needed columns are first copied
+// into a block where each input column holds the eight rows' pixels side by
+// side (8 x C bytes), so that every tap of an output pixel is one contiguous
+// load for all eight rows, and the weights are broadcast as in the vertical
+// pass. Rows left over (fewer than eight) take the scalar path.
+template <int C>
+__attribute__((target("avx2"))) void HorizontalPassAvx2(const uint8_t* in, size_t in_stride,
+                                                        int rows, const int32_t* bounds,
+                                                        const int32_t* coeffs, int ksize, int out_w,
+                                                        uint8_t* out, std::vector<uint8_t>& block) {
+  constexpr int kLane = 8 * C;    // bytes per input column in the block
+  const int x_first = bounds[0];  // bounds are monotonic in the output x
+  const int x_end = bounds[2 * (out_w - 1)] + bounds[2 * (out_w - 1) + 1];
+  const int cols = x_end - x_first;
+  if (block.size() < size_t(cols) * kLane) block.resize(size_t(cols) * kLane);
+  const __m256i half = _mm256_set1_epi32(1 << (kPrecisionBits - 1));
+  const size_t out_stride = size_t(out_w) * C;
+  int y = 0;
+  for (; y + 8 <= rows; y += 8) {
+    for (int r = 0; r < 8; ++r) {
+      const uint8_t* src = in + size_t(y + r) * in_stride + size_t(x_first) * C;
+      uint8_t* dst = block.data() + r * C;
+      for (int x = 0; x < cols; ++x) std::memcpy(dst + size_t(x) * kLane, src + x * C, C);
+    }
+    for (int xo = 0; xo < out_w; ++xo) {
+      const int n = bounds[2 * xo + 1];
+      const int32_t* k = coeffs + size_t(xo) * ksize;
+      const uint8_t* p = block.data() + size_t(bounds[2 * xo] - x_first) * kLane;
+      __m256i acc[C];
+      for (int c = 0; c < C; ++c) acc[c] = half;
+      for (int t = 0; t < n; ++t) {
+        const __m256i kk = _mm256_set1_epi32(k[t]);
+        for (int c = 0; c < C; ++c) {
+          const __m128i px =
+              _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + size_t(t) * kLane + 8 * c));
+          acc[c] = _mm256_add_epi32(acc[c], _mm256_mullo_epi32(_mm256_cvtepu8_epi32(px), kk));
+        }
+      }
+      alignas(16) uint8_t res[8 * C + 8];
+      for (int c = 0; c < C; ++c) {
+        const __m256i v = _mm256_srai_epi32(acc[c], kPrecisionBits);
+        const __m128i w =
+            _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(res + 8 * c), _mm_packus_epi16(w, w));
+      }
+      uint8_t* o = out + size_t(y) * out_stride + size_t(xo) * C;
+      for (int r = 0; r < 8; ++r) std::memcpy(o + r * out_stride, res + r * C, C);
+    }
+  }
+  if (y < rows) {
+    HorizontalPass<C>(in + size_t(y) * in_stride, in_stride, rows - y, bounds, coeffs, ksize, out_w,
+                      out + size_t(y) * out_stride);
+  }
+}
+
+const bool kAvx2 = __builtin_cpu_supports("avx2");
+
+}  // namespace
+
+ResamplePlan PrepareResample(const ResampleSpec& spec, ImageWorkspace::State& ws) {
+  ResamplePlan p;
+  const int win_w = static_cast<int>(spec.win_width);
+  const int win_h = static_cast<int>(spec.win_height);
+  p.need_h = spec.out_width != spec.image_width || spec.box[0] != 0 ||
+             spec.box[2] != static_cast<float>(spec.out_width);
+  p.need_v = spec.out_height != spec.image_height || spec.box[1] != 0 ||
+             spec.box[3] != static_cast<float>(spec.out_height);
+  if (p.need_v) {
+    p.ksize_v = Coefficients(static_cast<int>(spec.image_height), spec.box[1], spec.box[3],
+                             static_cast<int>(spec.out_height), static_cast<int>(spec.win_top),
+                             win_h, ws, ws.bounds_y, ws.coeffs_y);
+    // Taps are monotonic in the output row: the first and last rows bound them.
+    p.y0 = ws.bounds_y[0];
+    p.y1 = ws.bounds_y[2 * (win_h - 1)] + ws.bounds_y[2 * (win_h - 1) + 1];
+  } else {
+    p.y0 = spec.win_top;
+    p.y1 = spec.win_top + spec.win_height;
+  }
+  if (p.need_h) {
+    p.ksize_h = Coefficients(static_cast<int>(spec.image_width), spec.box[0], spec.box[2],
+                             static_cast<int>(spec.out_width), static_cast<int>(spec.win_left),
+                             win_w, ws, ws.bounds_x, ws.coeffs_x);
+    p.x0 = ws.bounds_x[0];
+    p.x1 = ws.bounds_x[2 * (win_w - 1)] + ws.bounds_x[2 * (win_w - 1) + 1];
+  } else {
+    p.x0 = spec.win_left;
+    p.x1 = spec.win_left + spec.win_width;
+  }
+  return p;
+}
+
+void RunResample(const PixelView& view, int64_t view_x, int64_t view_y, const ResampleSpec& spec,
+                 const ResamplePlan& p, ImageWorkspace::State& ws, uint8_t* out) {
+  const int c = static_cast<int>(view.channels);
+  const int win_w = static_cast<int>(spec.win_width);
+  const int win_h = static_cast<int>(spec.win_height);
+  const int row_bytes = win_w * c;
+  const int y_count = static_cast<int>(p.y1 - p.y0);
+  // The rows the window reads, from the view's first row.
+  const uint8_t* rows = view.data + size_t(int64_t{p.y0} - view_y) * view.stride;
+  if (p.need_v) {
+    for (int y = 0; y < win_h; ++y) ws.bounds_y[2 * y] -= static_cast<int32_t>(p.y0);
+  }
+
+  // Horizontal pass over those rows, into a dense buffer; or, when none is
+  // needed, the window's columns of the view itself.
+  const uint8_t* mid = rows + size_t(int64_t{p.x0} - view_x) * c;
+  size_t mid_stride = view.stride;
+  if (p.need_h) {
+    for (int x = 0; x < win_w; ++x) ws.bounds_x[2 * x] -= static_cast<int32_t>(view_x);
+    if (ws.horizontal.size() < size_t(y_count) * row_bytes) {
+      ws.horizontal.resize(size_t(y_count) * row_bytes);
+    }
+    const int32_t* b = ws.bounds_x.data();
+    const int32_t* k = ws.coeffs_x.data();
+    uint8_t* h = ws.horizontal.data();
+    if (kAvx2 && c == 3) {
+      HorizontalPassAvx2<3>(rows, view.stride, y_count, b, k, p.ksize_h, win_w, h, ws.block);
+    } else if (kAvx2) {
+      HorizontalPassAvx2<1>(rows, view.stride, y_count, b, k, p.ksize_h, win_w, h, ws.block);
+    } else if (c == 3) {
+      HorizontalPass<3>(rows, view.stride, y_count, b, k, p.ksize_h, win_w, h);
+    } else {
+      HorizontalPass<1>(rows, view.stride, y_count, b, k, p.ksize_h, win_w, h);
+    }
+    mid = ws.horizontal.data();
+    mid_stride = size_t(row_bytes);
+  }
+
+  if (p.need_v) {
+    if (kAvx2) {
+      VerticalPassAvx2(mid, mid_stride, win_h, ws.bounds_y.data(), ws.coeffs_y.data(), p.ksize_v,
+                       row_bytes, out);
+      return;
+    }
+    if (ws.accumulator.size() < size_t(row_bytes)) ws.accumulator.resize(row_bytes);
+    VerticalPass(mid, mid_stride, win_h, ws.bounds_y.data(), ws.coeffs_y.data(), p.ksize_v,
+                 row_bytes, out, ws.accumulator.data());
+  } else {
+    for (int y = 0; y < win_h; ++y) {
+      std::memcpy(out + size_t(y) * row_bytes, mid + size_t(y) * mid_stride, row_bytes);
+    }
+  }
+}
+
+}  // namespace dlfs::decode_internal

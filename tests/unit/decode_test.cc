@@ -1,0 +1,673 @@
+// The decode module: option checks, the specified random choices, geometry
+// invariants, DecodeStage batches (order, labels, determinism across thread
+// counts, errors, skipping), and malformed and hostile images. Equality with
+// PIL and torchvision is checked from Python (tests/python/test_decode.py).
+#include <turbojpeg.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <random>
+#include <set>
+
+#include "dlfs/builder.h"
+#include "dlfs/decode.h"
+#include "dlfs/decode_stage.h"
+#include "dlfs/loader.h"
+#include "dlfs/testing.h"
+#include "testutil.h"
+
+namespace dlfs {
+namespace {
+
+using testing::TempDir;
+
+// A width x height image with smooth gradients and a little noise: what
+// photographs look like to a codec.
+Image Gradient(uint32_t width, uint32_t height, uint32_t channels, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Image img{width, height, channels, std::vector<uint8_t>(size_t{width} * height * channels)};
+  for (uint32_t y = 0; y < height; ++y) {
+    for (uint32_t x = 0; x < width; ++x) {
+      for (uint32_t c = 0; c < channels; ++c) {
+        const int v = static_cast<int>((x * 255 / width + y * 91 / height + c * 60 + seed) % 256) +
+                      static_cast<int>(rng() % 7) - 3;
+        img.pixels[(size_t{y} * width + x) * channels + c] =
+            static_cast<uint8_t>(std::clamp(v, 0, 255));
+      }
+    }
+  }
+  return img;
+}
+
+std::vector<std::byte> Png(const Image& img) {
+  auto png = EncodePng(img);
+  EXPECT_OK(png);
+  return png.ok() ? *png : std::vector<std::byte>{};
+}
+
+std::vector<std::byte> Jpeg(const Image& img, int quality = 90, int subsamp = TJSAMP_420,
+                            int flags = 0) {
+  tjhandle tj = tjInitCompress();
+  unsigned char* out = nullptr;
+  unsigned long size = 0;
+  const int rc =
+      tjCompress2(tj, img.pixels.data(), static_cast<int>(img.width), 0,
+                  static_cast<int>(img.height), img.channels == 1 ? TJPF_GRAY : TJPF_RGB, &out,
+                  &size, img.channels == 1 ? TJSAMP_GRAY : subsamp, quality, flags);
+  EXPECT_EQ(rc, 0) << tjGetErrorStr2(tj);
+  std::vector<std::byte> v(size);
+  std::memcpy(v.data(), out, size);
+  tjFree(out);
+  tjDestroy(tj);
+  return v;
+}
+
+ImageOptions Options(uint32_t size, CropMode crop = CropMode::kCenter) {
+  ImageOptions o;
+  o.transform.size = size;
+  o.transform.crop = crop;
+  return o;
+}
+
+ImagePipeline MakePipeline(const ImageOptions& o) {
+  auto p = ImagePipeline::Create(o);
+  EXPECT_OK(p);
+  return std::move(p).value();
+}
+
+TEST(ImagePipelineTest, RejectsBadOptions) {
+  auto bad = [](auto edit) {
+    ImageOptions o = Options(32);
+    edit(o);
+    auto p = ImagePipeline::Create(o);
+    EXPECT_FALSE(p.ok());
+    return p.ok() ? StatusCode::kOk : p.status().code();
+  };
+  EXPECT_EQ(bad([](ImageOptions& o) { o.transform.size = 0; }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](ImageOptions& o) { o.transform.resize = 16; }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](ImageOptions& o) { o.transform.random_resized.scale_min = 0; }),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](ImageOptions& o) { o.transform.random_resized.ratio_max = 0.5; }),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](ImageOptions& o) { o.output.mean = {0.5f}; }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](ImageOptions& o) {
+              o.output.dtype = DType::kFloat32;
+              o.output.mean = {0.1f, 0.2f};
+            }),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](ImageOptions& o) {
+              o.output.dtype = DType::kFloat32;
+              o.output.std = {0.f};
+            }),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](ImageOptions& o) { o.decode.format = ImageFormat::kRaw; }),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](ImageOptions& o) { o.decode.raw = {4, 4, 2}; }), StatusCode::kInvalidArgument);
+  EXPECT_OK(ImagePipeline::Create(Options(32)));
+}
+
+TEST(RandomChoicesTest, PureFunctionOfSeedEpochIndex) {
+  const RandomResizedCropOptions o;
+  std::set<std::tuple<uint32_t, uint32_t, uint32_t, uint32_t>> boxes;
+  int flips = 0;
+  for (uint64_t i = 0; i < 2000; ++i) {
+    const RandomChoices a = DrawRandomChoices(7, 3, i, 500, 375, o);
+    const RandomChoices b = DrawRandomChoices(7, 3, i, 500, 375, o);
+    EXPECT_EQ(a.flip, b.flip);
+    EXPECT_EQ(a.box.top, b.box.top);
+    EXPECT_EQ(a.box.width, b.box.width);
+    ASSERT_GT(a.box.width, 0u);
+    ASSERT_GT(a.box.height, 0u);
+    ASSERT_LE(a.box.left + a.box.width, 500u);
+    ASSERT_LE(a.box.top + a.box.height, 375u);
+    const double area = double(a.box.width) * a.box.height / (500.0 * 375.0);
+    // Rounding to whole pixels moves the area a little past the bounds.
+    EXPECT_GE(area, 0.07);
+    EXPECT_LE(area, 1.0);
+    boxes.insert({a.box.top, a.box.left, a.box.height, a.box.width});
+    flips += a.flip;
+  }
+  EXPECT_GT(boxes.size(), 1900u);  // varied
+  EXPECT_NEAR(flips, 1000, 150);   // p = 0.5
+  // Another seed, epoch or index gives other choices.
+  const RandomChoices base = DrawRandomChoices(7, 3, 5, 500, 375, o);
+  for (auto [s, e, i] : {std::tuple{8, 3, 5}, {7, 4, 5}, {7, 3, 6}}) {
+    const RandomChoices other = DrawRandomChoices(s, e, i, 500, 375, o);
+    EXPECT_FALSE(other.box.top == base.box.top && other.box.left == base.box.left &&
+                 other.box.width == base.box.width)
+        << s << " " << e << " " << i;
+  }
+}
+
+TEST(RandomChoicesTest, CentralFallbackForExtremeAspect) {
+  // A 1000 x 10 strip: no attempt fits (h would exceed 10 for most draws
+  // at ratio <= 4/3 ... and the fallback is the central 4/3 crop).
+  RandomResizedCropOptions o;
+  o.attempts = 0;  // straight to the fallback
+  const RandomChoices wide = DrawRandomChoices(0, 0, 0, 1000, 10, o);
+  EXPECT_EQ(wide.box.height, 10u);
+  EXPECT_EQ(wide.box.width, 13u);  // round(10 * 4/3)
+  EXPECT_EQ(wide.box.left, (1000u - 13u) / 2);
+  const RandomChoices tall = DrawRandomChoices(0, 0, 0, 10, 1000, o);
+  EXPECT_EQ(tall.box.width, 10u);
+  EXPECT_EQ(tall.box.height, 13u);  // round(10 / (3/4))
+  const RandomChoices square = DrawRandomChoices(0, 0, 0, 50, 50, o);
+  EXPECT_EQ(square.box.width, 50u);
+  EXPECT_EQ(square.box.height, 50u);
+}
+
+TEST(ImagePipelineTest, CenterPlanFollowsTorchvisionResize) {
+  ImageOptions o = Options(224);
+  o.transform.resize = 256;
+  const ImagePipeline p = MakePipeline(o);
+  // 500 x 375 -> shorter side 256: int(256 * 500 / 375) = 341 wide.
+  const SamplePlan plan = p.Plan({ImageFormat::kPng, 500, 375, 3}, 0, 0);
+  EXPECT_EQ(plan.resized_width, 341u);
+  EXPECT_EQ(plan.resized_height, 256u);
+  EXPECT_EQ(plan.window_left, 58u);  // round(117 / 2) = 58 (half to even)
+  EXPECT_EQ(plan.window_top, 16u);
+  EXPECT_EQ(plan.box.width, 500u);
+  EXPECT_FALSE(plan.flip);
+  // JPEGs much larger than the output are decoded at a reduced scale, as
+  // PIL's draft() would choose it.
+  const SamplePlan big = p.Plan({ImageFormat::kJpeg, 2100, 1600, 3}, 0, 0);
+  EXPECT_EQ(big.scale_denom, 4u);  // min(2100 // 336, 1600 // 256) = 6 -> 4
+  const SamplePlan small = p.Plan({ImageFormat::kJpeg, 500, 375, 3}, 0, 0);
+  EXPECT_EQ(small.scale_denom, 1u);
+  o.decode.dct_scaling = false;
+  EXPECT_EQ(MakePipeline(o).Plan({ImageFormat::kJpeg, 2100, 1600, 3}, 0, 0).scale_denom, 1u);
+}
+
+TEST(ImagePipelineTest, SameSizeCenterIsTheImageAndFlipMirrorsIt) {
+  const Image img = Gradient(40, 40, 3, 1);
+  const std::vector<std::byte> png = Png(img);
+  ImageWorkspace ws;
+  ImageOptions o = Options(40);
+  auto out = MakePipeline(o).Run(ws, png, 0, 0);
+  ASSERT_OK(out);
+  ASSERT_EQ(out->size(), img.pixels.size());
+  EXPECT_EQ(std::memcmp(out->data(), img.pixels.data(), out->size()), 0);
+
+  // Flip: exactly the mirror image, for whichever samples flip.
+  o.transform.flip = true;
+  const ImagePipeline flipping = MakePipeline(o);
+  int flipped = 0;
+  for (uint64_t index = 0; index < 8; ++index) {
+    auto f = flipping.Run(ws, png, 0, index);
+    ASSERT_OK(f);
+    const bool flip = flipping.Plan({ImageFormat::kPng, 40, 40, 3}, 0, index).flip;
+    flipped += flip;
+    for (uint32_t y = 0; y < 40; ++y) {
+      for (uint32_t x = 0; x < 40; ++x) {
+        const uint32_t sx = flip ? 39 - x : x;
+        for (uint32_t c = 0; c < 3; ++c) {
+          ASSERT_EQ(static_cast<uint8_t>((*f)[(y * 40 + x) * 3 + c]),
+                    img.pixels[(y * 40 + sx) * 3 + c]);
+        }
+      }
+    }
+  }
+  EXPECT_GT(flipped, 0);
+  EXPECT_LT(flipped, 8);
+}
+
+TEST(ImagePipelineTest, LayoutsAndNormalisationAgree) {
+  const std::vector<std::byte> jpeg = Jpeg(Gradient(90, 70, 3, 2));
+  ImageWorkspace ws;
+  ImageOptions o = Options(32, CropMode::kRandomResized);
+  o.transform.flip = true;
+  auto hwc = MakePipeline(o).Run(ws, jpeg, 1, 9);
+  ASSERT_OK(hwc);
+  o.output = {DType::kFloat32, OutputLayout::kNCHW, {0.5f, 0.4f, 0.3f}, {0.2f, 0.25f, 0.3f}};
+  std::vector<int64_t> shape;
+  auto chw = MakePipeline(o).Run(ws, jpeg, 1, 9, &shape);
+  ASSERT_OK(chw);
+  EXPECT_EQ(shape, (std::vector<int64_t>{3, 32, 32}));
+  ASSERT_EQ(chw->size(), hwc->size() * 4);
+  const float mean[3] = {0.5f, 0.4f, 0.3f}, std[3] = {0.2f, 0.25f, 0.3f};
+  for (size_t y = 0; y < 32; ++y) {
+    for (size_t x = 0; x < 32; ++x) {
+      for (size_t c = 0; c < 3; ++c) {
+        float v;
+        std::memcpy(&v, chw->data() + 4 * (c * 1024 + y * 32 + x), 4);
+        const auto byte = static_cast<uint8_t>((*hwc)[(y * 32 + x) * 3 + c]);
+        ASSERT_EQ(v, (static_cast<float>(byte) / 255.0f - mean[c]) / std[c]);
+      }
+    }
+  }
+}
+
+TEST(ImagePipelineTest, RawSamplesAndChannelConversion) {
+  ImageOptions o = Options(28);
+  o.decode.raw = {28, 28, 1};
+  std::vector<std::byte> raw(784);
+  for (size_t i = 0; i < raw.size(); ++i) raw[i] = std::byte(i * 7);
+  ImageWorkspace ws;
+  auto gray = MakePipeline(o).Run(ws, raw, 0, 0);
+  ASSERT_OK(gray);
+  EXPECT_EQ(*gray, raw);
+  o.decode.color = ColorMode::kRgb;
+  auto rgb = MakePipeline(o).Run(ws, raw, 0, 0);
+  ASSERT_OK(rgb);
+  ASSERT_EQ(rgb->size(), 3 * raw.size());
+  for (size_t i = 0; i < raw.size(); ++i) {
+    ASSERT_EQ((*rgb)[3 * i], raw[i]);
+    ASSERT_EQ((*rgb)[3 * i + 2], raw[i]);
+  }
+  // A colour image to gray uses PIL's luma.
+  const Image color = Gradient(20, 10, 3, 4);
+  DecodeOptions d;
+  d.color = ColorMode::kGray;
+  auto g = DecodeImage(ws, Png(color), d);
+  ASSERT_OK(g);
+  ASSERT_EQ(g->channels, 1u);
+  for (size_t i = 0; i < 200; ++i) {
+    const uint8_t* p = &color.pixels[3 * i];
+    ASSERT_EQ(g->pixels[i], (p[0] * 19595 + p[1] * 38470 + p[2] * 7471 + 0x8000) >> 16);
+  }
+}
+
+TEST(DecodeTest, PngRoundTripAndJpegReducedScale) {
+  ImageWorkspace ws;
+  for (uint32_t c : {1u, 3u}) {
+    const Image img = Gradient(33, 17, c, c);
+    auto back = DecodeImage(ws, Png(img), {});
+    ASSERT_OK(back);
+    EXPECT_EQ(back->channels, c);
+    EXPECT_EQ(back->pixels, img.pixels);
+  }
+  const std::vector<std::byte> jpeg = Jpeg(Gradient(301, 203, 3, 5));
+  for (uint32_t d : {1u, 2u, 4u, 8u}) {
+    auto img = DecodeImage(ws, jpeg, {}, d);
+    ASSERT_OK(img);
+    EXPECT_EQ(img->width, (301 + d - 1) / d);
+    EXPECT_EQ(img->height, (203 + d - 1) / d);
+  }
+  EXPECT_EQ(DecodeImage(ws, jpeg, {}, 3).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(DecodeTest, JpegCropsDecodeOnlyTheRegionWithTheSamePixels) {
+  // Crops are decoded with libjpeg's partial decoding; the same image made
+  // lossless (PNG of the full decode) through the same plans must give the
+  // same bytes.
+  ImageWorkspace ws;
+  struct Case {
+    uint32_t channels;
+    int subsamp, flags;
+  };
+  for (const Case& k : {Case{3, TJSAMP_420, 0}, Case{3, TJSAMP_422, 0}, Case{3, TJSAMP_444, 0},
+                        Case{3, TJSAMP_420, TJFLAG_PROGRESSIVE}, Case{1, TJSAMP_GRAY, 0}}) {
+    const std::vector<std::byte> jpeg =
+        Jpeg(Gradient(317, 229, k.channels, 12), 90, k.subsamp, k.flags);
+    auto full = DecodeImage(ws, jpeg, {});
+    ASSERT_OK(full);
+    const std::vector<std::byte> png = Png(*full);
+    for (CropMode crop : {CropMode::kRandomResized, CropMode::kCenter}) {
+      ImageOptions o = Options(40, crop);
+      o.transform.resize = 57;
+      o.transform.flip = true;
+      o.decode.dct_scaling = false;
+      const ImagePipeline p = MakePipeline(o);
+      for (uint64_t index = 0; index < 20; ++index) {
+        auto a = p.Run(ws, jpeg, 0, index);
+        auto b = p.Run(ws, png, 0, index);
+        ASSERT_OK(a);
+        ASSERT_OK(b);
+        ASSERT_EQ(*a, *b) << "subsamp " << k.subsamp << " flags " << k.flags << " index " << index;
+      }
+    }
+  }
+}
+
+// ---- malformed and hostile images --------------------------------------------
+
+// Sets a JPEG's SOF dimensions (the first SOFn marker).
+std::vector<std::byte> WithJpegSize(std::vector<std::byte> j, uint16_t w, uint16_t h) {
+  for (size_t i = 2; i + 9 < j.size(); ++i) {
+    const auto m = static_cast<uint8_t>(j[i + 1]);
+    if (j[i] == std::byte{0xff} && m >= 0xc0 && m <= 0xc2) {
+      j[i + 5] = std::byte(h >> 8), j[i + 6] = std::byte(h & 0xff);
+      j[i + 7] = std::byte(w >> 8), j[i + 8] = std::byte(w & 0xff);
+      return j;
+    }
+  }
+  ADD_FAILURE() << "no SOF marker";
+  return j;
+}
+
+// Sets a PNG's IHDR dimensions and fixes the chunk's CRC, so only the size
+// is hostile.
+std::vector<std::byte> WithPngSize(std::vector<std::byte> p, uint32_t w, uint32_t h) {
+  auto put32 = [&](size_t at, uint32_t v) {
+    for (int k = 0; k < 4; ++k) p[at + k] = std::byte((v >> (24 - 8 * k)) & 0xff);
+  };
+  put32(16, w);
+  put32(20, h);
+  const uLong crc = crc32(0, reinterpret_cast<const Bytef*>(p.data() + 12), 17);
+  put32(29, static_cast<uint32_t>(crc));
+  return p;
+}
+
+TEST(DecodeTest, HostileAndMalformedImagesAreErrorsNotCrashes) {
+  ImageWorkspace ws;
+  const ImagePipeline p = MakePipeline(Options(32, CropMode::kRandomResized));
+  auto expect_error = [&](const std::vector<std::byte>& data, const std::string& words) {
+    auto r = p.Run(ws, data, 0, 0);
+    ASSERT_FALSE(r.ok()) << words;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(words), std::string::npos) << r.status().message();
+  };
+  const std::vector<std::byte> jpeg = Jpeg(Gradient(64, 48, 3, 6));
+  const std::vector<std::byte> png = Png(Gradient(64, 48, 3, 6));
+  // 60000 x 60000 headers: refused from the header, nothing allocated.
+  expect_error(WithJpegSize(jpeg, 60000, 60000), "60000x60000 image has 3600000000 pixels");
+  expect_error(WithPngSize(png, 60000, 60000), "60000x60000 image has 3600000000 pixels");
+  // Truncated files.
+  expect_error({jpeg.begin(), jpeg.begin() + jpeg.size() / 2}, "JPEG: truncated");
+  expect_error({png.begin(), png.begin() + png.size() / 2}, "PNG:");
+  expect_error({jpeg.begin(), jpeg.begin() + 20}, "JPEG");
+  // Damaged image data: PNG's CRC catches it.
+  std::vector<std::byte> bad_png = png;
+  bad_png[bad_png.size() / 2] ^= std::byte{0x5a};
+  expect_error(bad_png, "PNG:");
+  // Not an image at all; empty; raw of the wrong size.
+  expect_error(testing::Bytes("hello, world"), "neither JPEG nor PNG");
+  expect_error({}, "neither JPEG nor PNG");
+  ImageOptions raw = Options(8);
+  raw.decode.raw = {28, 28, 1};
+  auto r = MakePipeline(raw).Run(ws, testing::Bytes("short"), 0, 0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("raw sample of 5 bytes, expected 28x28x1 = 784"),
+            std::string::npos)
+      << r.status().message();
+  // The wrong kind forced: a PNG read as JPEG.
+  ImageOptions forced = Options(8);
+  forced.decode.format = ImageFormat::kJpeg;
+  EXPECT_FALSE(MakePipeline(forced).Run(ws, png, 0, 0).ok());
+}
+
+TEST(DecodeTest, RandomCorruptionNeverCrashes) {
+  // A small fuzz pass (run under ASan/UBSan in CI): flipped, cut and
+  // stretched JPEGs and PNGs give an image or an error, never a crash.
+  ImageWorkspace ws;
+  ImageOptions o = Options(24, CropMode::kRandomResized);
+  o.decode.max_pixels = 1 << 20;
+  const ImagePipeline p = MakePipeline(o);
+  const std::vector<std::vector<std::byte>> seeds = {
+      Jpeg(Gradient(40, 30, 3, 7)), Jpeg(Gradient(40, 30, 1, 8)), Png(Gradient(40, 30, 3, 9))};
+  std::mt19937 rng(11);
+  int errors = 0;
+  for (int round = 0; round < 600; ++round) {
+    std::vector<std::byte> d = seeds[round % seeds.size()];
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits; ++e) {
+      const size_t at = rng() % d.size();
+      switch (rng() % 3) {
+        case 0:
+          d[at] = std::byte(rng() & 0xff);
+          break;
+        case 1:
+          d.resize(std::max<size_t>(at, 1));
+          break;
+        default:
+          d.insert(d.begin() + static_cast<ptrdiff_t>(at), std::byte(rng() & 0xff));
+          break;
+      }
+    }
+    errors += !p.Run(ws, d, 0, round).ok();
+  }
+  EXPECT_GT(errors, 100);  // the corruption is noticed, mostly
+}
+
+// ---- DecodeStage ---------------------------------------------------------------
+
+// A volume of `n` PNG images, 20 x 16 (width x height), whose top-left pixel
+// encodes the sample: (index & 255, index >> 8, label); labels i % 5.
+std::shared_ptr<Volume> MakeImageVolume(const std::string& path, uint64_t n,
+                                        const std::set<uint64_t>& broken = {}) {
+  auto b = VolumeBuilder::Create(path, {});
+  EXPECT_OK(b);
+  for (uint64_t i = 0; i < n; ++i) {
+    Image img = Gradient(20, 16, 3, static_cast<uint32_t>(i));
+    img.pixels[0] = static_cast<uint8_t>(i & 255);
+    img.pixels[1] = static_cast<uint8_t>(i >> 8);
+    img.pixels[2] = static_cast<uint8_t>(i % 5);
+    std::vector<std::byte> data = broken.count(i) ? testing::Bytes("not an image") : Png(img);
+    // Names sort as they are added, so volume index == i.
+    char name[32];
+    std::snprintf(name, sizeof name, "img/%05llu.png", static_cast<unsigned long long>(i));
+    EXPECT_OK((*b)->Add(name, data, static_cast<uint32_t>(i % 5)));
+  }
+  EXPECT_OK((*b)->Finish());
+  auto v = Volume::Open(path);
+  EXPECT_OK(v);
+  return *v;
+}
+
+std::unique_ptr<DecodeStage> MakeStage(std::shared_ptr<Volume> vol, DecodeStageOptions o,
+                                       uint32_t batch = 16, uint64_t seed = 3) {
+  LoaderOptions lo;
+  lo.sampler.batch_size = batch;
+  lo.sampler.seed = seed;
+  lo.engine.kind = EngineKind::kPread;  // runs everywhere; the engine is not under test
+  auto loader = Loader::Create(vol, lo);
+  EXPECT_OK(loader);
+  auto stage = DecodeStage::Create(std::move(*loader), vol, o);
+  EXPECT_OK(stage);
+  return std::move(stage).value();
+}
+
+struct Epoch {
+  std::vector<uint64_t> indices;
+  std::vector<uint32_t> labels;
+  std::vector<uint8_t> pixels;  // every image, in order
+  Status error;                 // the first failed batch's
+  int failed_batches = 0;
+};
+
+Epoch ReadEpoch(BatchSource& s, uint64_t epoch) {
+  Epoch out;
+  s.SetEpoch(epoch);
+  Batch b;
+  while (true) {
+    Result<bool> more = s.Next(&b);
+    if (!more.ok()) {
+      if (out.error.ok()) out.error = more.status();
+      ++out.failed_batches;
+      continue;
+    }
+    if (!*more) break;
+    const TensorView& t = b.tensor();
+    EXPECT_EQ(t.shape.empty() ? 0 : t.shape[0], static_cast<int64_t>(b.size()));
+    const auto* px = static_cast<const uint8_t*>(t.data);
+    out.pixels.insert(out.pixels.end(), px, px + t.bytes());
+    for (size_t i = 0; i < b.size(); ++i) {
+      out.indices.push_back(b.index(i));
+      out.labels.push_back(b.label(i));
+      EXPECT_EQ(b.sample(i).size(), t.bytes() / b.size());
+    }
+  }
+  return out;
+}
+
+TEST(DecodeStageTest, EverySampleOnceLabelsAlignedSameImagesForAnyThreadCount) {
+  TempDir tmp;
+  auto vol = MakeImageVolume(tmp / "v.dlfs", 203);
+  DecodeStageOptions o;
+  o.image = Options(20, CropMode::kRandomResized);
+  o.image.transform.flip = true;
+  std::vector<uint8_t> reference;
+  for (uint32_t threads : {1u, 2u, 5u}) {
+    o.decode_threads = threads;
+    o.prefetch_batches = threads;
+    auto stage = MakeStage(vol, o);
+    EXPECT_EQ(stage->channels(), 0u);  // kAuto: decided by the first sample
+    const Epoch e = ReadEpoch(*stage, 2);
+    ASSERT_OK(e.error);
+    EXPECT_EQ(stage->channels(), 3u);
+    EXPECT_EQ(stage->batches_per_epoch(), 13u);
+    std::vector<uint64_t> sorted = e.indices;
+    std::sort(sorted.begin(), sorted.end());
+    for (uint64_t i = 0; i < 203; ++i) ASSERT_EQ(sorted[i], i);
+    for (size_t k = 0; k < e.indices.size(); ++k) EXPECT_EQ(e.labels[k], e.indices[k] % 5);
+    if (reference.empty()) {
+      reference = e.pixels;
+    } else {
+      EXPECT_EQ(e.pixels, reference) << threads << " threads";
+    }
+    EXPECT_EQ(stage->stats().images, 203u);
+  }
+  // The same images as one-sample runs of the pipeline.
+  o.decode_threads = 2;
+  auto stage = MakeStage(vol, o);
+  const Epoch e = ReadEpoch(*stage, 2);
+  ImageWorkspace ws;
+  const size_t image_bytes = 20 * 20 * 3;
+  for (size_t k = 0; k < e.indices.size(); k += 17) {
+    auto bytes = vol->Read(e.indices[k]);
+    ASSERT_OK(bytes);
+    auto one = stage->pipeline().Run(ws, *bytes, 2, e.indices[k]);
+    ASSERT_OK(one);
+    EXPECT_EQ(std::memcmp(one->data(), e.pixels.data() + k * image_bytes, image_bytes), 0);
+  }
+}
+
+TEST(DecodeStageTest, PixelsCarryTheirSample) {
+  // Same-size center crop: the image as stored, so the top-left pixel
+  // names the sample it came from.
+  TempDir tmp;
+  auto vol = MakeImageVolume(tmp / "v.dlfs", 77);
+  DecodeStageOptions o;
+  o.image = Options(16);
+  o.image.transform.resize = 16;  // 20 x 16 -> 20 x 16, centre 16 x 16 from x = 2
+  auto stage = MakeStage(vol, o, 10);
+  stage->SetEpoch(1);
+  Batch b;
+  size_t seen = 0;
+  while (true) {
+    auto more = stage->Next(&b);
+    ASSERT_OK(more);
+    if (!*more) break;
+    const auto* px = static_cast<const uint8_t*>(b.tensor().data);
+    for (size_t i = 0; i < b.size(); ++i) {
+      auto want = vol->Read(b.index(i));
+      ASSERT_OK(want);
+      ImageWorkspace ws;
+      auto img = DecodeImage(ws, *want, {});
+      ASSERT_OK(img);
+      // Row 0 from x = 2 of the stored image.
+      EXPECT_EQ(std::memcmp(px + i * 16 * 16 * 3, img->pixels.data() + 2 * 3, 16 * 3), 0);
+      ++seen;
+    }
+  }
+  EXPECT_EQ(seen, 77u);
+}
+
+TEST(DecodeStageTest, BadSampleNamesPathAndIndexOrIsSkipped) {
+  TempDir tmp;
+  auto vol = MakeImageVolume(tmp / "v.dlfs", 60, {17, 42});
+  DecodeStageOptions o;
+  o.image = Options(8);
+  {
+    auto stage = MakeStage(vol, o, 8);
+    const Epoch e = ReadEpoch(*stage, 0);
+    ASSERT_FALSE(e.error.ok());
+    const std::string& m = e.error.message();
+    EXPECT_NE(m.find("v.dlfs"), std::string::npos) << m;
+    EXPECT_TRUE(m.find("sample 17 (img/00017.png)") != std::string::npos ||
+                m.find("sample 42 (img/00042.png)") != std::string::npos)
+        << m;
+    EXPECT_NE(m.find("neither JPEG nor PNG"), std::string::npos) << m;
+    // Only the batches holding 17 or 42 failed; the others were delivered.
+    EXPECT_GE(e.failed_batches, 1);
+    EXPECT_LE(e.failed_batches, 2);
+    EXPECT_EQ(stage->batches_per_epoch(), 8u);
+    EXPECT_GE(e.indices.size(), 60u - 16u);
+    EXPECT_EQ(std::count(e.indices.begin(), e.indices.end(), 17u), 0);
+    EXPECT_EQ(std::count(e.indices.begin(), e.indices.end(), 42u), 0);
+  }
+  o.skip_bad_samples = true;
+  auto stage = MakeStage(vol, o, 8);
+  const Epoch e = ReadEpoch(*stage, 0);
+  ASSERT_OK(e.error);
+  EXPECT_EQ(e.indices.size(), 58u);
+  EXPECT_EQ(std::count(e.indices.begin(), e.indices.end(), 17u), 0);
+  EXPECT_EQ(e.pixels.size(), 58u * 8 * 8 * 3);
+  for (size_t k = 0; k < e.indices.size(); ++k) EXPECT_EQ(e.labels[k], e.indices[k] % 5);
+  const DecodeStats s = stage->stats();
+  EXPECT_EQ(s.skipped, 2u);
+  EXPECT_EQ(s.images, 58u);
+  ASSERT_EQ(s.skipped_examples.size(), 2u);
+  EXPECT_NE(s.skipped_examples[0].find("v.dlfs"), std::string::npos);
+}
+
+TEST(DecodeStageTest, InputErrorsPassThroughAndTheEpochGoesOn) {
+  TempDir tmp;
+  auto vol = MakeImageVolume(tmp / "v.dlfs", 64);
+  DecodeStageOptions o;
+  o.image = Options(8);
+  testing::ScopedFaultInjection faults({.eio_every = 3});
+  auto stage = MakeStage(vol, o, 8);
+  stage->SetEpoch(0);
+  Batch b;
+  int ok = 0, failed = 0;
+  while (true) {
+    auto more = stage->Next(&b);
+    if (!more.ok()) {
+      ++failed;
+      EXPECT_EQ(more.status().code(), StatusCode::kIOError) << more.status().ToString();
+      continue;
+    }
+    if (!*more) break;
+    ++ok;
+  }
+  EXPECT_GT(failed, 0);
+  EXPECT_EQ(ok + failed, 8);
+}
+
+TEST(DecodeStageTest, BatchesOutliveTheStageAndBuffersAreReused) {
+  TempDir tmp;
+  auto vol = MakeImageVolume(tmp / "v.dlfs", 96);
+  DecodeStageOptions o;
+  o.image = Options(12);
+  o.image.output.dtype = DType::kFloat32;
+  o.image.output.layout = OutputLayout::kNCHW;
+  o.prefetch_batches = 2;
+  Batch kept;
+  std::set<const void*> buffers;
+  {
+    auto stage = MakeStage(vol, o, 8);
+    for (uint64_t epoch = 0; epoch < 3; ++epoch) {
+      stage->SetEpoch(epoch);
+      Batch b;
+      while (true) {
+        auto more = stage->Next(&b);
+        ASSERT_OK(more);
+        if (!*more) break;
+        buffers.insert(b.tensor().data);
+        EXPECT_EQ(b.tensor().dtype, DType::kFloat32);
+        EXPECT_EQ(b.tensor().shape, (std::vector<int64_t>{8, 3, 12, 12}));
+      }
+    }
+    // Mid-epoch restart: SetEpoch drops what was queued.
+    stage->SetEpoch(5);
+    ASSERT_OK(stage->Next(&kept));
+    stage->SetEpoch(5);
+    Batch again;
+    ASSERT_OK(stage->Next(&again));
+    EXPECT_EQ(std::vector<uint64_t>(again.indices().begin(), again.indices().end()),
+              std::vector<uint64_t>(kept.indices().begin(), kept.indices().end()));
+  }
+  // 36 batches went through a handful of buffers.
+  EXPECT_LE(buffers.size(), 6u);
+  // The stage is gone; the batch and its tensor are not. Writable, too.
+  auto* f = static_cast<float*>(kept.tensor().data);
+  f[0] = 42.f;
+  EXPECT_EQ(f[0], 42.f);
+  EXPECT_EQ(kept.size(), 8u);
+}
+
+}  // namespace
+}  // namespace dlfs
