@@ -54,8 +54,10 @@ def test_errors_map_to_python_exceptions(volume, tmp_path):
         dlfs.Loader(vol, batch_size=2, rank=2, world_size=2)
     with pytest.raises(ValueError, match="engine"):
         dlfs.Loader(vol, batch_size=2, engine="spdk")
+    src = tmp_path / "src"
+    src.mkdir()
     with pytest.raises(FileExistsError):
-        dlfs.pack(str(tmp_path), str(vol_path))
+        dlfs.pack(str(src), str(vol_path))
 
 
 def test_damaged_sample_raises_naming_it(volume):

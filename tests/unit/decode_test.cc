@@ -452,6 +452,7 @@ std::unique_ptr<DecodeStage> MakeStage(std::shared_ptr<Volume> vol, DecodeStageO
   lo.sampler.batch_size = batch;
   lo.sampler.seed = seed;
   lo.engine.kind = EngineKind::kPread;  // runs everywhere; the engine is not under test
+  lo.cache_budget = 0;  // every epoch through the engine, so injected faults reach the stage
   auto loader = Loader::Create(vol, lo);
   EXPECT_OK(loader);
   auto stage = DecodeStage::Create(std::move(*loader), vol, o);

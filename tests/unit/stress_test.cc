@@ -170,6 +170,9 @@ TEST_F(StressTest, ConcurrentLoadersWithInjectedFaults) {
         o.sampler.batch_size = 8;
         o.sampler.seed = t;
         o.io_threads = 2;
+        // Per-sample reads every epoch: the memory tier would retry the
+        // injected EIOs away after its first load.
+        o.cache_budget = 0;
         auto l = Loader::Create(vol_, o);
         if (!l.ok()) {
           o.engine.kind = EngineKind::kPread;
