@@ -30,11 +30,13 @@
 # report fails if not). Each configuration runs REPS times, the modes in an
 # order that rotates between repetitions; the report prints medians, speed-ups
 # over the baseline at the same latency and node count, and the counts, and
-# draws the speed-ups (bench/lmdbio_bench_report.py). bench/lmdbio_model.py
-# fits the scaling model of docs/lmdbio.md to the same results.
+# draws the speed-ups (bench/lmdbio_bench_report.py). Then
+# bench/lmdbio_model.py fits the scaling model of docs/lmdbio.md to the same
+# results and prints its fit error and the paper-scale predictions.
 #
-# Duration: about 35 minutes on a quiet 2-core VM with the defaults (378 runs,
-# ~5.5 s each with mpirun's start-up); CIFAR_ITERS / IMAGENET_ITERS set it.
+# Duration: about 30 minutes on a 2-core VM with the defaults (378 runs of
+# 3-5 s each with mpirun's start-up, estimated from partial runs);
+# CIFAR_ITERS / IMAGENET_ITERS set it.
 #
 # Environment:
 #   DLFS_BENCH_DIR   work directory on a local disk (/tmp/dlfs-lmdbio-bench)
@@ -202,3 +204,13 @@ echo "== $(($(date +%s) - start)) s for the runs; results in $results" >&2
 
 # The warm-up runs (rep 0) are not reported.
 $python "$here/lmdbio_bench_report.py" "$results" ${plot:+--plot "$plot"}
+# The scaling model of docs/lmdbio.md, fitted to the pfs-emu runs.
+for lat in $latencies; do
+  if ((lat > 0)); then
+    echo
+    echo "### Scaling model (bench/lmdbio_model.py)"
+    echo
+    $python "$here/lmdbio_model.py" "$results"
+    break
+  fi
+done
