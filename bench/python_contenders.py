@@ -138,11 +138,17 @@ def loader_dataset(args):
     import dlfs.torch as dt
 
     ds = dt.LoaderDataset(args.volume, args.batch, seed=args.seed)
+
+    def count(item):
+        samples, labels = item
+        if isinstance(samples, torch.Tensor):  # stacked: counting row by row would cost
+            return len(labels), samples.numel() * samples.element_size()  # more than reading
+        return len(labels), sum(len(s) for s in samples)
+
     epochs = []
     for e in range(args.epochs):
         ds.set_epoch(e)
-        n, nb, secs, cpu = timed(lambda: iter(tud.DataLoader(ds, batch_size=None)),
-                                 lambda item: (len(item[1]), sum(len(s) for s in item[0])))
+        n, nb, secs, cpu = timed(lambda: iter(tud.DataLoader(ds, batch_size=None)), count)
         epochs.append((n, nb, secs, cpu))
     later = epochs[1:] or epochs
     report(sum(e[0] for e in later), sum(e[1] for e in later), sum(e[2] for e in later),

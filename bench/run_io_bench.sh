@@ -7,11 +7,12 @@
 #
 #   bench/run_io_bench.sh            (as root; from anywhere; ~15 min)
 #   SMALL=1 bench/run_io_bench.sh    (small data sets, 2 repetitions: ~3 min, for development)
+#   SMALL=1 REPS=1 DIAG=0 FIO_RUNTIME=1 bench/run_io_bench.sh   (the tiniest end-to-end check: ~2 min)
 #
 # Data sets (generated and packed once into $DLFS_BENCH_DIR, reused):
 # A  ImageNet-like: 20,000 files, log-normal sizes, mean ~110 KB (2.2 GB), 100
-#    classes (bench/make_imagenet_like.py), packed into imagenet.dlfs and
-#    built into imagenet.lmdb.
+#    classes (bench/make_imagenet_like.py), packed into <tree>.dlfs and
+#    built into <tree>.lmdb (<tree> = imagenet-like-20000f-100c-110kb-seed0).
 #      fio 108 KiB     fio --rw=randread --direct=1 --ioengine=io_uring, QD 64,
 #                      block size = mean sample size rounded to 4 KiB: the limit
 #      dlfs, device    dlfs bench --cache-budget 0: random reads from the device

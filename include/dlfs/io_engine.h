@@ -29,6 +29,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -128,6 +129,10 @@ class IoEngine {
   virtual Status Reap(std::vector<ReadCompletion>* out, size_t min_complete) = 0;
   // Requests enqueued and not yet reaped.
   virtual uint64_t pending() const = 0;
+  // Requests still queued (not handed to the device) whose tag `which`
+  // accepts complete at once with a Cancelled status, reaped as usual;
+  // reads already in flight are not affected.
+  virtual void Cancel(const std::function<bool(uint64_t tag)>& which) = 0;
 
   // Counters and timers since the engine was created; any thread.
   virtual EngineStats stats() const = 0;

@@ -185,6 +185,18 @@ class Engine final : public IoEngine {
 
   uint64_t pending() const override { return pending_; }
 
+  void Cancel(const std::function<bool(uint64_t tag)>& which) override {
+    std::deque<uint32_t> keep;
+    for (uint32_t s : ready_) {
+      if (which(slots_[s].tag)) {
+        Finish(s, Status::Cancelled("read cancelled before it started"));
+      } else {
+        keep.push_back(s);
+      }
+    }
+    ready_.swap(keep);
+  }
+
   EngineStats stats() const override {
     const uint64_t now = Ns(Now());
     const uint64_t last = stats_.last_ns.load(std::memory_order_relaxed);

@@ -294,6 +294,8 @@ class Loader::Impl {
             my_gen = gen_;
             next = w.index;
             for (auto& [id, b] : flying) b->abandoned = true;
+            // Their reads not yet started need not be done at all.
+            w.engine->Cancel([&](uint64_t tag) { return flying.count(tag >> kReadBits) > 0; });
           }
           if (next < consumer_) next += (consumer_ - next + n - 1) / n * n;  // skipped ahead
           start = batches_ > 0 && next < consumer_ + window_;
@@ -365,7 +367,9 @@ class Loader::Impl {
         flying.clear();
       }
     }
-    // Stopping: wait for every read in flight before the buffers go.
+    // Stopping: drop what has not started, wait for every read in flight
+    // before the buffers go.
+    w.engine->Cancel([](uint64_t) { return true; });
     while (w.engine->pending() > 0) {
       done.clear();
       if (!w.engine->Reap(&done, w.engine->pending()).ok()) {
@@ -546,6 +550,7 @@ class Loader::Impl {
         tier_->MarkLoaded(c, failed);
       }
     }
+    w.engine->Cancel([](uint64_t) { return true; });
     while (w.engine->pending() > 0) {
       done.clear();
       if (!w.engine->Reap(&done, w.engine->pending()).ok()) break;
