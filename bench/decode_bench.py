@@ -29,8 +29,10 @@ Every timed run is a fresh process; the page cache is dropped before it
 alternate between contenders, --reps times; the table gives the median.
 CPU is user+sys of the process and its DataLoader workers over the epoch.
 
-  sudo /usr/bin/python3 bench/decode_bench.py                    # full size
-  sudo /usr/bin/python3 bench/decode_bench.py --jpegs 2000 --fmnist 10000 --reps 1
+  /usr/bin/python3 bench/decode_bench.py      # as root; full size
+  /usr/bin/python3 bench/decode_bench.py --jpegs 2000 --fmnist 10000 --reps 1
+  /usr/bin/python3 bench/decode_bench.py --dir /tmp/dlfs-bench/decode-tiny \
+      --jpegs 200 --fmnist 1000 --reps 1 --batch 32          # smoke run, ~1.5 min
 
 Prints a Markdown table (paste into docs/benchmarks.md) and writes the raw
 results as JSON next to the data. Run from the repository root after
@@ -171,6 +173,14 @@ def timed_python(args, name, contender, tree, vol, cold):
     return json.loads(out.strip().splitlines()[-1])
 
 
+def check_same_output(name, runs):
+    """The comparison holds only if every contender delivered the same tensors."""
+    seen = {(r["images"], tuple(r["shape"]), r["dtype"]) for rs in runs.values() for r in rs}
+    if len(seen) != 1:
+        detail = {c: [(r["images"], r["shape"], r["dtype"]) for r in rs] for c, rs in runs.items()}
+        sys.exit(f"decode_bench: {name}: contenders delivered different output: {detail}")
+
+
 def limit_runs(tree, threads, extra):
     """dlfs_decode_limit: the median of 3 in-process repetitions (warm: from memory)."""
     out = subprocess.run([LIMIT, tree, "--threads", str(threads), "--reps", "3", *extra],
@@ -226,6 +236,7 @@ def main():
                 print(f"{name} rep {rep}: {c}: {r['images'] / r['seconds']:,.0f} images/s, "
                       f"{r['cpu_seconds'] / r['images'] * 1000:.2f} CPU s/1000",
                       file=sys.stderr, flush=True)
+        check_same_output(name, runs)
         lib1 = limit_runs(tree, 1, [])
         libn = limit_runs(tree, args.threads, [])
         extra = (["--pipeline", "224", "--crop", "random-resized", "--flip", "--float"]
