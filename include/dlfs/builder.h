@@ -56,7 +56,24 @@ class VolumeBuilder {
     // the directory of `path` when it lies at or below it, else absolute;
     // such a recorded path must fit in 240 bytes.
     std::vector<std::string> target_paths;
+    // Per-field compression (format v2, docs/format.md §4.8.4). Off: fields
+    // are stored raw. On: each field is compressed with zstd at `level` and
+    // kept raw when that saves less than `min_saving` of its bytes.
+    struct Compression {
+      bool zstd = false;
+      int level = 3;
+      double min_saving = 0.03;
+      // A zstd dictionary to compress with (stored in the volume when a
+      // field uses it), e.g. from TrainDictionary; empty for none.
+      std::vector<std::byte> dictionary;
+    } compress;
   };
+
+  // Trains a zstd dictionary of at most `max_bytes` on `samples` (a few
+  // hundred representative fields). InvalidArgument when zstd finds too
+  // little to learn from.
+  static Result<std::vector<std::byte>> TrainDictionary(
+      const std::vector<std::vector<std::byte>>& samples, size_t max_bytes = 112640);
 
   // Creates the temporary files, first removing stale ones a builder killed
   // while writing the same destination left ("<path>.tmp.<pid>.<n>" of a
@@ -85,6 +102,18 @@ class VolumeBuilder {
   Status Append(std::span<const std::byte> data);
   Status EndSample();
   void AbortSample();
+
+  // Multi-field samples (format v2, docs/format.md §4.8): between
+  // BeginSample and EndSample, any number of BeginField(name), Append...,
+  // EndField() — or AddField(name, bytes). Field names are at most 65535
+  // bytes without '/' or NUL ("jpg", "seg.png"; "" is the unnamed field); a
+  // sample holds each name at most once. Appending in a sample without
+  // BeginField makes it one unnamed field. A volume whose samples are all a
+  // single unnamed raw field is written as format v1, byte for byte.
+  // With compression on, a field's bytes are held in memory until EndField.
+  Status BeginField(std::string_view name);
+  Status EndField();
+  Status AddField(std::string_view name, std::span<const std::byte> data);
 
   // Sets the label of the n-th sample added (counting from 0, aborted
   // samples not counted), e.g. once a label that arrives after the sample's

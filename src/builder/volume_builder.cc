@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <numeric>
 #include <set>
 #include <unordered_map>
 
@@ -20,6 +21,7 @@
 #include "format/directory_codec.h"
 #include "format/format.h"
 #include "format/superblock.h"
+#include "format/zstd_field.h"
 
 namespace dlfs {
 
@@ -169,6 +171,33 @@ class VolumeBuilder::Impl {
   bool in_sample_ = false;
   PendingSample cur_{};
 
+  // Fields (format v2). Every finished sample has its fields here, in
+  // storage order (TreeSample::first_field/field_count); field ids are
+  // provisional (order of first use) until Finish sorts the names.
+  std::vector<format::TreeField> fields_;
+  std::vector<std::string> field_names_;
+  std::unordered_map<std::string, uint32_t> field_ids_;
+  bool in_field_ = false;
+  bool implicit_field_ = false;  // opened by a plain Append
+  format::TreeField cur_field_{};
+  std::vector<std::byte> field_buf_;  // the open field's raw bytes, when compressing
+  std::shared_ptr<const format::ZstdDictionary> dict_;
+  bool dict_used_ = false;
+
+  // Writes stored bytes of the open sample (and field) to its target.
+  Status WriteSampleBytes(std::span<const std::byte> data) {
+    if (data.size() > uint64_t{0xFFFFFFFFu} - cur_.length) {
+      return Status::InvalidArgument("sample larger than 4 GiB - 1 bytes");
+    }
+    cur_.crc32c = crc32c::Extend(cur_.crc32c, data.data(), data.size());
+    cur_.length += static_cast<uint32_t>(data.size());
+    if (in_field_) {
+      cur_field_.crc32c = crc32c::Extend(cur_field_.crc32c, data.data(), data.size());
+      cur_field_.stored_length += static_cast<uint32_t>(data.size());
+    }
+    return Write(targets_[cur_.target], data);
+  }
+
   Status Flush(TargetFile& t) {
     if (t.buf.empty()) return Status::Ok();
     DLFS_RETURN_IF_ERROR(PwriteFull(t.fd, t.buf.data(), t.buf.size(), t.buf_start, t.temp_path));
@@ -264,7 +293,10 @@ class VolumeBuilder::Impl {
   Result<Layout> EndDataRegions();
   // The samples, directories and class names added so far, as the codec's
   // tree (borrowing this builder's entries).
-  format::DirectoryTree Tree() const;
+  format::DirectoryTree Tree();
+  // The superblock's incompat flags for `tree` (docs/format.md §2.5).
+  uint32_t IncompatFlags(const format::DirectoryTree& tree) const;
+  uint32_t incompat_flags_ = 0;
   // Encodes `tree` in `order` and appends the region to target 0 at
   // layout->dir_offset, padded and flushed; records its length and CRC.
   Status WriteDirectory(const format::DirectoryTree& tree, const format::DirectoryOrder& order,
@@ -348,6 +380,16 @@ Result<std::unique_ptr<VolumeBuilder>> VolumeBuilder::Create(const std::string& 
                                    std::to_string(options.target_paths.size()));
   }
   auto impl = std::make_unique<Impl>();
+  if (!options.compress.dictionary.empty()) {
+    if (!options.compress.zstd) {
+      return Status::InvalidArgument("a zstd dictionary needs zstd compression");
+    }
+    DLFS_ASSIGN_OR_RETURN(impl->dict_, format::ZstdDictionary::Create(options.compress.dictionary,
+                                                                      options.compress.level));
+  }
+  if (options.compress.min_saving < 0 || options.compress.min_saving >= 1) {
+    return Status::InvalidArgument("compression's minimum saving must be in [0, 1)");
+  }
   impl->path_ = path;
   impl->options_ = options;
   impl->targets_.resize(options.targets);
@@ -437,8 +479,16 @@ Status VolumeBuilder::BeginSample(std::string_view path, uint32_t label) {
   const uint32_t target = m.PickTarget();
   Impl::TargetFile& tf = m.targets_[target];
   DLFS_RETURN_IF_ERROR(m.Pad(tf, m.options_.align));
-  m.cur_ = PendingSample{
-      tf.Tell(), target, 0, 0, label, dir_id, m.names_.size(), static_cast<uint32_t>(name.size())};
+  m.cur_ = PendingSample{tf.Tell(),
+                         target,
+                         0,
+                         0,
+                         label,
+                         dir_id,
+                         m.names_.size(),
+                         static_cast<uint32_t>(name.size()),
+                         0,
+                         m.fields_.size()};
   m.names_.append(name);
   m.in_sample_ = true;
   return Status::Ok();
@@ -447,17 +497,105 @@ Status VolumeBuilder::BeginSample(std::string_view path, uint32_t label) {
 Status VolumeBuilder::Append(std::span<const std::byte> data) {
   Impl& m = *impl_;
   if (!m.in_sample_) return Status::InvalidArgument("Append without BeginSample");
-  if (data.size() > uint64_t{0xFFFFFFFFu} - m.cur_.length) {
-    return Status::InvalidArgument("sample larger than 4 GiB - 1 bytes");
+  if (!m.in_field_) {
+    if (m.cur_.field_count != 0) {
+      return Status::InvalidArgument("Append outside a field of a sample that has fields");
+    }
+    DLFS_RETURN_IF_ERROR(BeginField(""));
+    m.implicit_field_ = true;
   }
-  m.cur_.crc32c = crc32c::Extend(m.cur_.crc32c, data.data(), data.size());
-  m.cur_.length += static_cast<uint32_t>(data.size());
-  return m.Write(m.targets_[m.cur_.target], data);
+  if (m.options_.compress.zstd) {
+    if (data.size() > uint64_t{0xFFFFFFFFu} - m.field_buf_.size()) {
+      return Status::InvalidArgument("field larger than 4 GiB - 1 bytes");
+    }
+    m.field_buf_.insert(m.field_buf_.end(), data.begin(), data.end());
+    return Status::Ok();
+  }
+  DLFS_RETURN_IF_ERROR(m.WriteSampleBytes(data));
+  m.cur_field_.decoded_length = m.cur_field_.stored_length;
+  return Status::Ok();
+}
+
+Status VolumeBuilder::BeginField(std::string_view name) {
+  Impl& m = *impl_;
+  if (!m.in_sample_) return Status::InvalidArgument("BeginField without BeginSample");
+  if (m.in_field_) return Status::InvalidArgument("BeginField while a field is open");
+  if (name.size() > 0xFFFF || name.find('/') != name.npos || name.find('\0') != name.npos) {
+    return Status::InvalidArgument("bad field name '" + std::string(name.substr(0, 80)) +
+                                   "' (at most 65535 bytes, no '/' or NUL)");
+  }
+  auto [it, fresh] =
+      m.field_ids_.try_emplace(std::string(name), static_cast<uint32_t>(m.field_names_.size()));
+  if (fresh) {
+    if (m.field_names_.size() >= format::kMaxFields) {
+      m.field_ids_.erase(it);
+      return Status::InvalidArgument("more than 65535 field names in one volume");
+    }
+    m.field_names_.emplace_back(name);
+  }
+  for (uint64_t k = m.cur_.first_field; k < m.fields_.size(); ++k) {
+    if (m.fields_[k].field == it->second) {
+      return Status::InvalidArgument("field '" + std::string(name) + "' added twice to one sample");
+    }
+  }
+  m.in_field_ = true;
+  m.implicit_field_ = false;
+  m.cur_field_ = format::TreeField{it->second, 0, 0, 0, 0};
+  m.field_buf_.clear();
+  return Status::Ok();
+}
+
+Status VolumeBuilder::EndField() {
+  Impl& m = *impl_;
+  if (!m.in_field_) return Status::InvalidArgument("EndField without BeginField");
+  if (m.options_.compress.zstd) {
+    // Kept raw unless compression saves at least min_saving of the bytes.
+    const std::vector<std::byte> raw = std::move(m.field_buf_);
+    m.field_buf_.clear();
+    m.cur_field_.decoded_length = static_cast<uint32_t>(raw.size());
+    std::vector<std::byte> packed;
+    if (!raw.empty()) {
+      DLFS_ASSIGN_OR_RETURN(packed,
+                            format::ZstdCompress(raw, m.options_.compress.level, m.dict_.get()));
+    }
+    const double limit = static_cast<double>(raw.size()) * (1.0 - m.options_.compress.min_saving);
+    if (!raw.empty() && static_cast<double>(packed.size()) <= limit) {
+      m.cur_field_.codec =
+          static_cast<uint8_t>(m.dict_ ? format::FieldCodec::kZstdDict : format::FieldCodec::kZstd);
+      m.dict_used_ = m.dict_used_ || m.dict_ != nullptr;
+      DLFS_RETURN_IF_ERROR(m.WriteSampleBytes(packed));
+    } else {
+      DLFS_RETURN_IF_ERROR(m.WriteSampleBytes(raw));
+    }
+  }
+  m.in_field_ = false;
+  m.implicit_field_ = false;
+  m.fields_.push_back(m.cur_field_);
+  ++m.cur_.field_count;
+  return Status::Ok();
+}
+
+Status VolumeBuilder::AddField(std::string_view name, std::span<const std::byte> data) {
+  DLFS_RETURN_IF_ERROR(BeginField(name));
+  DLFS_RETURN_IF_ERROR(Append(data));
+  return EndField();
+}
+
+Result<std::vector<std::byte>> VolumeBuilder::TrainDictionary(
+    const std::vector<std::vector<std::byte>>& samples, size_t max_bytes) {
+  return format::TrainZstdDictionary(samples, max_bytes);
 }
 
 Status VolumeBuilder::EndSample() {
   Impl& m = *impl_;
   if (!m.in_sample_) return Status::InvalidArgument("EndSample without BeginSample");
+  if (m.in_field_ && !m.implicit_field_) {
+    return Status::InvalidArgument("EndSample with a field still open");
+  }
+  if (m.in_field_) DLFS_RETURN_IF_ERROR(EndField());
+  // A sample given no bytes at all is one empty unnamed field, like v1's
+  // empty sample.
+  if (m.cur_.field_count == 0) DLFS_RETURN_IF_ERROR(AddField("", {}));
   m.in_sample_ = false;
   m.samples_.push_back(m.cur_);
   m.data_bytes_ += m.cur_.length;
@@ -471,6 +609,10 @@ void VolumeBuilder::AbortSample() {
   Impl& m = *impl_;
   if (!m.in_sample_) return;
   m.in_sample_ = false;
+  m.in_field_ = false;
+  m.implicit_field_ = false;
+  m.field_buf_.clear();
+  m.fields_.resize(m.cur_.first_field);
   m.names_.resize(m.cur_.name_offset);
   Impl::Rewind(m.targets_[m.cur_.target], m.cur_.offset);
 }
@@ -511,6 +653,7 @@ Status VolumeBuilder::Impl::Finish() {
   DLFS_ASSIGN_OR_RETURN(Layout layout, EndDataRegions());
   // Order: the canonical order, refusing paths no directory can hold.
   const format::DirectoryTree tree = Tree();
+  incompat_flags_ = IncompatFlags(tree);
   DLFS_ASSIGN_OR_RETURN(const format::DirectoryOrder order, format::OrderDirectory(tree));
   // Encode: the directory region, after target 0's data.
   DLFS_RETURN_IF_ERROR(WriteDirectory(tree, order, &layout));
@@ -534,8 +677,41 @@ Result<VolumeBuilder::Impl::Layout> VolumeBuilder::Impl::EndDataRegions() {
   return layout;
 }
 
-format::DirectoryTree VolumeBuilder::Impl::Tree() const {
-  return format::DirectoryTree{names_, dirs_, samples_, class_names_, class_count()};
+format::DirectoryTree VolumeBuilder::Impl::Tree() {
+  format::DirectoryTree tree{names_, dirs_, samples_, class_names_, class_count()};
+  // A volume of whole raw samples (one unnamed raw field each) is format v1.
+  bool v1 = field_names_.empty() || (field_names_.size() == 1 && field_names_[0].empty());
+  for (const format::TreeField& f : fields_) v1 = v1 && f.codec == 0;
+  for (const PendingSample& s : samples_) v1 = v1 && s.field_count == 1;
+  if (v1) return tree;
+  // Field ids become positions in the sorted name table (§4.8.2).
+  std::vector<uint32_t> order(field_names_.size());
+  std::iota(order.begin(), order.end(), 0u);
+  std::sort(order.begin(), order.end(),
+            [&](uint32_t a, uint32_t b) { return field_names_[a] < field_names_[b]; });
+  std::vector<uint32_t> new_id(order.size());
+  std::vector<std::string> sorted;
+  for (uint32_t k = 0; k < order.size(); ++k) {
+    new_id[order[k]] = k;
+    sorted.push_back(field_names_[order[k]]);
+  }
+  for (format::TreeField& f : fields_) f.field = new_id[f.field];
+  field_names_ = std::move(sorted);
+  field_ids_.clear();
+  tree.with_fields = true;
+  tree.field_names = field_names_;
+  tree.fields = fields_;
+  if (dict_used_) tree.dictionary = options_.compress.dictionary;
+  return tree;
+}
+
+uint32_t VolumeBuilder::Impl::IncompatFlags(const format::DirectoryTree& tree) const {
+  if (!tree.with_fields) return 0;
+  uint32_t flags = format::kIncompatFields;
+  for (const format::TreeField& f : fields_) {
+    if (f.codec != 0) flags |= format::kIncompatZstd;
+  }
+  return flags;
 }
 
 Status VolumeBuilder::Impl::WriteDirectory(const format::DirectoryTree& tree,
@@ -562,6 +738,7 @@ Result<format::Superblock> VolumeBuilder::Impl::Describe(const Layout& layout) c
       static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                 std::chrono::system_clock::now().time_since_epoch())
                                 .count());
+  sb.incompat_flags = incompat_flags_;
   sb.sample_count = samples_.size();
   sb.dir_count = dirs_.size();
   sb.class_count = class_count();

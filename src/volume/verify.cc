@@ -27,7 +27,7 @@ Status VerifyVolume(const Volume& volume, const VerifyOptions& options, VerifyRe
     return x.target != y.target ? x.target < y.target : x.offset < y.offset;
   });
 
-  std::vector<std::byte> window, sample;
+  std::vector<std::byte> window, sample, decoded;
   uint32_t win_target = 0;
   uint64_t win_begin = 0, win_end = 0;  // range of target win_target held in `window`
   uint64_t failed_end = 0;              // the window's read failed: read alone below this
@@ -63,6 +63,19 @@ Status VerifyVolume(const Volume& volume, const VerifyOptions& options, VerifyRe
     ++report->samples_checked;
     report->bytes_checked += s.length;
     if (check.ok()) check = volume.CheckSample(i, bytes);
+    // Format v2: every field's own CRC, and every compressed field decodes
+    // to its recorded length.
+    if (check.ok() && dir.has_fields()) {
+      for (const FieldInfo& f : dir.Fields(i)) {
+        decoded.resize(f.decoded_length);
+        const auto stored = bytes.subspan(f.offset_in_sample, f.stored_length);
+        check = volume.DecodeField(
+            i, f, stored,
+            f.codec == FieldCodec::kNone ? std::span<std::byte>() : std::span<std::byte>(decoded),
+            true);
+        if (!check.ok()) break;
+      }
+    }
     if (!check.ok()) {
       ++report->bad_samples;
       if (options.on_bad_sample) options.on_bad_sample(i, check);
