@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -116,7 +117,30 @@ json SampleJson(const SampleDirectory& d, uint64_t i) {
     j["label"] = s.label;
     j["class"] = std::string(d.class_name(s.label));
   }
+  if (d.has_fields()) {
+    // Format v2: each field's name, decoded size, stored size and codec.
+    json fields = json::array();
+    for (const FieldInfo& f : d.Fields(i)) {
+      fields.push_back({{"name", std::string(d.field_name(f.field))},
+                        {"size", f.decoded_length},
+                        {"stored", f.stored_length},
+                        {"codec", f.codec == FieldCodec::kNone ? "none" : "zstd"}});
+    }
+    j["fields"] = fields;
+  }
   return j;
+}
+
+// "jpg,cls,json" (text listing of a sample's fields; empty without fields).
+std::string FieldList(const SampleDirectory& d, uint64_t i) {
+  std::string out;
+  if (!d.has_fields()) return out;
+  for (const FieldInfo& f : d.Fields(i)) {
+    out += out.empty() ? "" : ",";
+    out += d.field_name(f.field);
+    if (f.codec != FieldCodec::kNone) out += "(zstd)";
+  }
+  return out;
 }
 
 void PrintSample(const SampleDirectory& d, uint64_t i, bool as_json) {
@@ -126,7 +150,9 @@ void PrintSample(const SampleDirectory& d, uint64_t i, bool as_json) {
   }
   const SampleInfo s = d.sample(i);
   const std::string label = s.label == kNoLabel ? "-" : std::to_string(s.label);
-  std::cout << i << '\t' << s.length << '\t' << label << '\t' << d.Path(i) << '\n';
+  std::cout << i << '\t' << s.length << '\t' << label << '\t' << d.Path(i);
+  if (d.has_fields()) std::cout << '\t' << FieldList(d, i);
+  std::cout << '\n';
 }
 
 // Lists every sample below directory `k`, depth first in name order.
@@ -180,6 +206,28 @@ int RunPack(PackArgs args) {
   auto names = ParseClassNames(args.class_names);
   if (!names.ok()) return Fail(names.status());
   options.class_names = std::move(*names);
+  for (std::string_view rest = args.fields; !rest.empty();) {
+    const size_t comma = rest.find(',');
+    if (comma != 0) options.fields.emplace_back(rest.substr(0, comma));
+    rest = comma == rest.npos ? std::string_view() : rest.substr(comma + 1);
+  }
+  if (!args.compress.empty()) {
+    // "zstd" or "zstd:LEVEL".
+    const std::string& c = args.compress;
+    const size_t colon = c.find(':');
+    if (c.substr(0, colon) != "zstd") {
+      return Fail(Status::InvalidArgument("--compress " + c + ": only zstd[:LEVEL] is supported"));
+    }
+    volume.compress.zstd = true;
+    if (colon != c.npos) {
+      int level = 0;
+      const auto [end, ec] = std::from_chars(c.data() + colon + 1, c.data() + c.size(), level);
+      if (ec != std::errc() || end != c.data() + c.size() || level < 1 || level > 22) {
+        return Fail(Status::InvalidArgument("--compress " + c + ": the level is 1..22"));
+      }
+      volume.compress.level = level;
+    }
+  }
   options.cancel = &g_cancel;
   const bool progress = ShowProgress(args.quiet);
   if (progress) {
@@ -305,7 +353,23 @@ int RunCat(const CatArgs& args) {
     index = *found;
   }
   if (args.decode) return RunCatDecoded(args, **vol, index);
-  auto bytes = (*vol)->Read(index, args.verify);
+  if (args.field) {
+    auto field = (*vol)->Read(index, std::string_view(*args.field), args.verify);
+    if (!field.ok()) return Fail(field.status());
+    return WriteOutput(args.output, *field);
+  }
+  const SampleDirectory& d = (*vol)->directory();
+  if (d.has_fields() &&
+      (d.Fields(index).size() != 1 || d.field_name(d.Fields(index)[0].field) != "")) {
+    // A multi-field (or named-field) sample has no single byte string.
+    std::string names;
+    for (const FieldInfo& f : d.Fields(index)) names += " " + std::string(d.field_name(f.field));
+    return Fail(Status::InvalidArgument(
+        args.volume.path + ": sample " + std::to_string(index) + " '" + d.Path(index) +
+        "' has fields (" + (names.empty() ? " none" : names) + " ); pick one with --field"));
+  }
+  auto bytes = d.has_fields() ? (*vol)->Read(index, std::string_view(""), args.verify)
+                              : (*vol)->Read(index, args.verify);
   if (!bytes.ok()) return Fail(bytes.status());
   return WriteOutput(args.output, *bytes);
 }

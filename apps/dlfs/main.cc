@@ -173,6 +173,12 @@ int main(int argc, char** argv) {
                 "Stored relative to OUT's directory when inside it, else absolute")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  p->add_option("--fields", pack.fields,
+                "tar: keep only these fields of each key, e.g. jpg,cls (labels still come from\n"
+                "the .cls members)");
+  p->add_option("--compress", pack.compress,
+                "zstd[:LEVEL]: compress each field with zstd (default level 3), keeping it raw\n"
+                "when that saves less than 3 %");
   p->add_flag("-q,--quiet", pack.quiet, "No progress output");
   p->callback([&] { rc = RunPack(pack); });
 
@@ -199,6 +205,9 @@ int main(int argc, char** argv) {
   auto* index_opt = c->add_option("--index", cat.index, "Sample index instead of a path");
   path_opt->excludes(index_opt);
   AddOffFlag(c, "--no-verify", &cat.verify, "Do not check the sample's checksum");
+  c->add_option("--field", cat.field,
+                "Write this field of the sample (e.g. json), decompressed; a sample with\n"
+                "several fields needs it");
   c->add_option("-o,--output", cat.output, "Write to this file instead of stdout");
   c->add_flag("--decode", cat.decode,
               "Decode the sample (JPEG, PNG or --raw-shape pixels) and write its pixels: a PNG\n"

@@ -142,6 +142,10 @@ Result<PackStats> Pack(const std::string& source, const std::string& volume_path
   if (stats.from == SourceKind::kAuto) {
     DLFS_ASSIGN_OR_RETURN(stats.from, DetectSourceKind(source));
   }
+  if (!options.fields.empty() && stats.from != SourceKind::kTar) {
+    return Status::InvalidArgument(source + ": --fields applies to tar shards only (this is a " +
+                                   std::string(SourceKindName(stats.from)) + " source)");
+  }
   DLFS_RETURN_IF_ERROR(CheckOutsideSource(source, volume_path, options.volume));
   DLFS_ASSIGN_OR_RETURN(std::unique_ptr<VolumeBuilder> builder,
                         VolumeBuilder::Create(volume_path, options.volume));
