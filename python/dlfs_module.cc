@@ -469,7 +469,60 @@ for target 1 there instead.
           "(bytes, label) of sample `index`; the checksum is verified. label is None when the "
           "sample has none.")
       .def("read", &ReadSample, py::arg("index"), py::arg("verify") = true,
-           "The bytes of sample `index` (checksum verified unless verify=False).")
+           "The bytes of sample `index` (checksum verified unless verify=False). For a sample "
+           "with fields, its stored bytes; use read_field / read_fields.")
+      .def(
+          "read_field",
+          [](const Volume& v, int64_t i, const std::string& field, bool verify) {
+            const uint64_t index = CheckIndex(v, i);
+            Result<std::vector<std::byte>> r = Status::Cancelled("not run");
+            {
+              py::gil_scoped_release release;
+              r = v.Read(index, std::string_view(field), verify);
+            }
+            const std::vector<std::byte> b = Unwrap(std::move(r));
+            return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+          },
+          py::arg("index"), py::arg("field"), py::arg("verify") = true,
+          "Field `field` (e.g. 'json') of sample `index`, decompressed and checked; an error "
+          "naming the sample when it lacks the field.")
+      .def(
+          "read_fields",
+          [](const Volume& v, int64_t i, bool verify) {
+            const uint64_t index = CheckIndex(v, i);
+            Result<std::vector<std::pair<std::string, std::vector<std::byte>>>> r =
+                Status::Cancelled("not run");
+            {
+              py::gil_scoped_release release;
+              r = v.ReadFields(index, verify);
+            }
+            py::dict out;
+            for (const auto& [name, b] : Unwrap(std::move(r))) {
+              out[py::str(name)] = py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+            }
+            return out;
+          },
+          py::arg("index"), py::arg("verify") = true,
+          "{field name: bytes} of sample `index`, decompressed, in storage order (a volume "
+          "without fields gives {'': bytes}).")
+      .def(
+          "extent",
+          [](const Volume& v, int64_t i) {
+            const SampleInfo s = v.directory().sample(CheckIndex(v, i));
+            return py::make_tuple(s.target, s.offset, s.length);
+          },
+          py::arg("index"),
+          "(target, offset, length): where sample `index`'s stored bytes are in its target file.")
+      .def_property_readonly(
+          "fields",
+          [](const Volume& v) {
+            std::vector<std::string> names;
+            const SampleDirectory& d = v.directory();
+            if (!d.has_fields()) return names;
+            for (uint32_t f = 0; f < d.field_count(); ++f) names.emplace_back(d.field_name(f));
+            return names;
+          },
+          "The volume's field names, sorted ([] for a volume without fields).")
       .def(
           "read_many",
           [](py::object self, std::vector<int64_t> indices, bool verify) {

@@ -62,9 +62,9 @@ Status VerifyVolume(const Volume& volume, const VerifyOptions& options, VerifyRe
     }
     ++report->samples_checked;
     report->bytes_checked += s.length;
-    if (check.ok()) check = volume.CheckSample(i, bytes);
-    // Format v2: every field's own CRC, and every compressed field decodes
-    // to its recorded length.
+    // Format v2: every field's own CRC first (so a damaged sample's message
+    // names the field), and every compressed field decodes to its recorded
+    // length; then the sample's CRC.
     if (check.ok() && dir.has_fields()) {
       for (const FieldInfo& f : dir.Fields(i)) {
         decoded.resize(f.decoded_length);
@@ -76,6 +76,7 @@ Status VerifyVolume(const Volume& volume, const VerifyOptions& options, VerifyRe
         if (!check.ok()) break;
       }
     }
+    if (check.ok()) check = volume.CheckSample(i, bytes);
     if (!check.ok()) {
       ++report->bad_samples;
       if (options.on_bad_sample) options.on_bad_sample(i, check);

@@ -156,8 +156,10 @@ def test_pack_class_names(run, tmp_path):
     info = json.loads(run("info", vol, "--json", check=0).stdout)
     assert info["class_names"] == ["zero", "one", "two"]
     rows = [json.loads(l) for l in run("ls", vol, "--json", check=0).stdout.splitlines()]
+    # One sample per WebDataset key, its members as fields (format v2).
     assert [(r["path"], r["label"], r["class"]) for r in rows] == [
-        ("k0.bin", 0, "zero"), ("k1.bin", 2, "two")]
+        ("k0", 0, "zero"), ("k1", 2, "two")]
+    assert [f["name"] for f in rows[0]["fields"]] == ["cls", "bin"]
 
 
 def _big_tree(root, files=300, size=1 << 20):
