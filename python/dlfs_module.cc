@@ -782,6 +782,7 @@ The GIL is released while waiting for I/O.
         d["bytes"] = s.bytes;
         d["classes"] = s.classes;
         d["skipped"] = s.skipped;
+        d["removed_temporaries"] = s.removed_temporaries;  // of killed earlier packs
         d["seconds"] = s.seconds;
         return d;
       },
