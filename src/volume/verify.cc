@@ -18,6 +18,7 @@ Status VerifyVolume(const Volume& volume, const VerifyOptions& options, VerifyRe
   const double start = Now();
   auto last = start;
   *report = VerifyReport{};
+  if (volume.closed()) return Status::InvalidArgument(volume.path() + ": volume is closed");
   const SampleDirectory& dir = volume.directory();
   std::vector<uint64_t> order(dir.size());
   std::iota(order.begin(), order.end(), uint64_t{0});
