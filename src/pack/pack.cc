@@ -12,7 +12,11 @@ namespace dlfs {
 namespace pack_internal {
 
 PackContext::PackContext(VolumeBuilder& builder, const PackOptions& options, PackStats& stats)
-    : builder_(builder), options_(options), stats_(stats), start_(Now()), last_report_(start_) {}
+    : builder_(builder),
+      options_(options),
+      stats_(stats),
+      start_(Now()),
+      last_report_(start_ - 1) {}  // the first sample is reported at once
 
 Status PackContext::Unreadable(const std::string& path, const Status& error) {
   if (!options_.skip_unreadable) {
@@ -24,6 +28,37 @@ Status PackContext::Unreadable(const std::string& path, const Status& error) {
   if (stats_.skipped_examples.size() < 10) stats_.skipped_examples.push_back(error.message());
   (void)path;
   return Status::Ok();
+}
+
+void PackContext::CountSourceBytes(const std::vector<std::string>& files) {
+  uint64_t total = 0;
+  for (const std::string& f : files) {
+    struct stat st;
+    if (::stat(f.c_str(), &st) == 0) total += static_cast<uint64_t>(st.st_size);
+  }
+  progress_.total_source_bytes = total;
+}
+
+void PackContext::BeginSource(const std::string& file) {
+  builder_.SetSourceName(file);
+  progress_.source_bytes += current_source_bytes_;
+  struct stat st;
+  current_source_bytes_ = ::stat(file.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
+
+void PackContext::Ignore(Ignored why, const std::string& rel_path) {
+  switch (why) {
+    case Ignored::kNotImage:
+      ++stats_.ignored_not_image;
+      break;
+    case Ignored::kHidden:
+      ++stats_.ignored_hidden;
+      break;
+    case Ignored::kAtRoot:
+      ++stats_.ignored_at_root;
+      break;
+  }
+  if (stats_.ignored_examples.size() < 5) stats_.ignored_examples.push_back(rel_path);
 }
 
 Status PackContext::Tick() {

@@ -43,6 +43,7 @@ class ShardReader {
   ShardReader(const std::string& shard, PackContext& ctx) : shard_(shard), ctx_(ctx) {}
 
   Status Run() {
+    ctx_.BeginSource(shard_);  // progress, and a duplicate path names both shards
     std::unique_ptr<archive, int (*)(archive*)> a(archive_read_new(), archive_read_free);
     archive_read_support_filter_all(a.get());
     archive_read_support_format_tar(a.get());
@@ -148,6 +149,7 @@ Status ImportTar(const std::string& source, PackContext& ctx) {
   } else {
     shards.push_back(source);
   }
+  ctx.CountSourceBytes(shards);
   for (const std::string& shard : shards) {
     DLFS_RETURN_IF_ERROR(ShardReader(shard, ctx).Run());
   }
