@@ -37,6 +37,12 @@ class Batch {
   uint64_t payload_bytes() const;  // sum of sample sizes
   uint64_t device_bytes() const;   // bytes read from storage (alignment, gaps)
   double io_seconds() const;       // from submitting the batch's reads to the last completion
+  // True when the samples' bytes are this batch's alone (a loader's buffer
+  // made for it): no other batch, epoch or cache reads them, so a consumer
+  // may change them in place (Python then hands out writable views).
+  // Samples repeated within the batch may share bytes. False when the bytes
+  // are shared (an exchange window, a cache) or the source does not say.
+  bool owns_bytes() const;
 
  private:
   std::shared_ptr<const Data> data_;

@@ -24,6 +24,9 @@ struct Batch::Data {
   uint64_t payload_bytes = 0;
   uint64_t device_bytes = 0;
   double io_seconds = 0;
+  // Batch::owns_bytes(): set by a source whose `owner` holds this batch's
+  // bytes and nobody else's use of them (the Loader's per-batch slab).
+  bool owns_bytes = false;
 };
 
 }  // namespace dlfs

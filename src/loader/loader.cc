@@ -207,6 +207,7 @@ class Loader::Impl {
           ReadRequest{r.target, r.offset, r.length, base + r.buffer_offset, slab->slot});
     }
     data->owner = std::move(slab);
+    data->owns_bytes = true;  // a slab per batch, recycled only after its last copy
     results->assign(requests->size(), Status::Ok());
     const double t0 = Now();
     Status st = w.engine->Read(*requests, *results);

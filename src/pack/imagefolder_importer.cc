@@ -220,7 +220,17 @@ Status ImportImageFolder(const std::string& root_in, PackContext& ctx) {
     ctx.set_total_samples(counter.counted());
   }
   Walker walker(root, ctx);
-  return walk(walker);
+  DLFS_RETURN_IF_ERROR(walk(walker));
+  // As torchvision, which refuses such a tree: most likely the wrong
+  // directory, or files ImageFolder cannot load.
+  if (!all_files && ctx.builder().sample_count() == 0 && ctx.stats().skipped == 0) {
+    return Status::InvalidArgument(root + ": no image files (" +
+                                   std::to_string(ctx.stats().ignored()) +
+                                   " other files or hidden entries ignored); ImageFolder loads " +
+                                   "ROOT/CLASS/.../NAME.{jpg,jpeg,png,ppm,bmp,pgm,tif,tiff,webp}; "
+                                   "--all-files packs every file");
+  }
+  return Status::Ok();
 }
 
 }  // namespace dlfs::pack_internal

@@ -18,6 +18,7 @@ class PackContext {
 
   VolumeBuilder& builder() { return builder_; }
   const PackOptions& options() const { return options_; }
+  const PackStats& stats() const { return stats_; }
 
   // A source that could not be read: with skip_unreadable it is counted and
   // OK is returned, otherwise `error` is returned to stop packing.
@@ -26,6 +27,8 @@ class PackContext {
   // Call after each sample: reports progress (rate-limited) and returns
   // Cancelled once cancellation was requested.
   Status Tick();
+  // Reports progress now (Pack's last report, when every sample is in).
+  void Report();
 
   // True when progress is reported: importers then count their sources
   // first (set_total_samples, CountSourceBytes).

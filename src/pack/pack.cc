@@ -66,15 +66,20 @@ Status PackContext::Tick() {
     return Status::Cancelled("packing interrupted");
   }
   if (!options_.on_progress) return Status::Ok();
+  if (Now() - last_report_ < 0.1) return Status::Ok();
+  Report();
+  return Status::Ok();
+}
+
+void PackContext::Report() {
+  if (!options_.on_progress) return;
   const double now = Now();
-  if (now - last_report_ < 0.1) return Status::Ok();
   last_report_ = now;
   progress_.samples = builder_.sample_count();
   progress_.bytes = builder_.data_bytes();
   progress_.skipped = stats_.skipped;
   progress_.seconds = now - start_;
   options_.on_progress(progress_);
-  return Status::Ok();
 }
 
 }  // namespace pack_internal
@@ -166,6 +171,8 @@ Result<PackStats> Pack(const std::string& source, const std::string& volume_path
       break;
   }
   DLFS_RETURN_IF_ERROR(st);
+  ctx.BeginSource("");  // every source is done
+  ctx.Report();
   if (!options.class_names.empty()) builder->SetClassNames(options.class_names);
   stats.samples = builder->sample_count();
   stats.classes = builder->class_count();

@@ -128,6 +128,13 @@ TEST(PackImageFolderTest, TreeWithoutClassDirectoryIsAnError) {
   auto stats = PackQuiet(src, tmp / "v.dlfs", o);
   ASSERT_OK(stats);
   EXPECT_EQ(stats->samples, 2u);
+
+  // Class directories, but nothing ImageFolder loads in them.
+  testing::WriteFile(tmp / "txt/a/notes.txt", Bytes("n"));
+  r = PackQuiet(tmp / "txt", tmp / "t.dlfs");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("no image files (1 other files"), std::string::npos)
+      << r.status().message();
 }
 
 TEST(PackImageFolderTest, UnreadableSourceIsNamedOrSkipped) {
