@@ -5,8 +5,10 @@ VolumeDataset: map-style, one sample per item; works with any
 LoaderDataset: iterable, one *batch* per item, driven by the C++ loader
     (io_uring reads ahead, zero-copy); use DataLoader(ds, batch_size=None).
 
-Samples reach `transform` as read-only numpy uint8 arrays of the stored
-bytes (decode them there: e.g. PIL for PNG/JPEG, a reshape for raw pixels).
+Samples reach `transform` as numpy uint8 arrays of the stored bytes
+(decode them there: e.g. PIL for PNG/JPEG, a reshape for raw pixels). They
+are writable and not copies: torch.from_numpy takes them as they are,
+without a warning.
 """
 import os
 
@@ -35,7 +37,9 @@ class VolumeDataset(tud.Dataset):
     root: only the samples under this directory of the volume (e.g. "train").
     Each process (DataLoader workers included) opens its own handle to the
     volume on first use after fork, so workers never share file descriptors.
-    Labels are ints (-1 where a sample has none); `targets` holds them all.
+    As torchvision's ImageFolder: `classes` (names, by label), `class_to_idx`
+    ({name: label}) and `targets` (the label of every item, a list of ints;
+    -1 where a sample has none).
     """
 
     def __init__(self, path, transform=None, target_transform=None, root=None, verify=True):
@@ -46,8 +50,17 @@ class VolumeDataset(tud.Dataset):
         vol = Volume(self.path)  # fail early, in the parent, on a bad path
         self.indices = vol.indices(root) if root else np.arange(len(vol), dtype=np.int64)
         self.classes = vol.classes
-        self.targets = vol.labels[self.indices]
+        self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
+        self._labels = vol.labels[self.indices]  # int64 array, item order
+        self._targets = None
         self._vol, self._pid = vol, os.getpid()
+
+    @property
+    def targets(self):
+        """The label of every item, as a list of ints (made on first use)."""
+        if self._targets is None:
+            self._targets = self._labels.tolist()
+        return self._targets
 
     def _volume(self):
         if self._pid != os.getpid():
@@ -59,8 +72,8 @@ class VolumeDataset(tud.Dataset):
 
     def __getitem__(self, index):
         vol = self._volume()
-        sample = np.frombuffer(vol.read(int(self.indices[index]), self.verify), dtype=np.uint8)
-        label = int(self.targets[index])
+        sample = vol.read_array(int(self.indices[index]), self.verify)  # writable, no copy
+        label = int(self._labels[index])
         if self.transform is not None:
             sample = self.transform(sample)
         if self.target_transform is not None:
@@ -71,6 +84,34 @@ class VolumeDataset(tud.Dataset):
         state = dict(self.__dict__)
         state["_vol"], state["_pid"] = None, None
         return state
+
+
+class _SharedPosition:
+    """Where the next iteration of a dataset starts, in shared memory.
+
+    Set in the main process, read by DataLoader workers at __iter__: also by
+    persistent workers (persistent_workers=True), which keep the dataset
+    object they received once. Shared through torch's multiprocessing
+    (inherited on fork; passed as shared memory when pickled for spawn).
+    Slot 0 is the epoch; the others are kept for the resume point (batches
+    of the epoch already consumed), which belongs with it.
+    """
+
+    EPOCH = 0
+
+    def __init__(self):
+        self._values = torch.zeros(4, dtype=torch.int64).share_memory_()
+
+    @property
+    def epoch(self):
+        return int(self._values[self.EPOCH])
+
+    @epoch.setter
+    def epoch(self, epoch):
+        epoch = int(epoch)
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, not {epoch}")
+        self._values[self.EPOCH] = epoch
 
 
 def _default_batch_transform(samples, labels):
@@ -92,8 +133,9 @@ class LoaderDataset(tud.IterableDataset):
     int64 numpy array. The default returns (samples, labels tensor).
     root: only the samples under this directory of the volume (e.g. "train").
     Other keyword arguments go to dlfs.Loader (queue_depth, engine, ...).
-    Call set_epoch(e) before each epoch. With persistent_workers=True the
-    workers keep the epoch they started with, so leave that option off.
+    Call set_epoch(e) before each epoch (before iterating the DataLoader).
+    The epoch lives in shared memory, so DataLoader workers read the current
+    one whenever they start an epoch, persistent_workers=True included.
     len() counts batches as one worker would read them; with several
     workers each pads and batches its own shard, so the count can be a
     little higher.
@@ -111,13 +153,24 @@ class LoaderDataset(tud.IterableDataset):
         self.batch_transform = batch_transform or _default_batch_transform
         self.rank, self.world_size = rank, world_size
         self.loader_options = loader_options
+        self._position = _SharedPosition()
         self.epoch = 0
         vol = Volume(self.path)
         self.classes = vol.classes
         self.indices = vol.indices(root) if root else None
         self._samples = len(vol) if root is None else len(self.indices)
 
+    @property
+    def epoch(self):
+        """The epoch the next iteration reads (shared with the workers)."""
+        return self._position.epoch
+
+    @epoch.setter
+    def epoch(self, epoch):
+        self._position.epoch = epoch
+
     def set_epoch(self, epoch):
+        """Sets the epoch the next iteration reads, in every worker."""
         self.epoch = epoch
 
     def _shard(self):
