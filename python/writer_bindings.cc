@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "dlfs/builder.h"
+#include "dlfs/version.h"
 #include "dlfs/volume.h"
 
 namespace py = pybind11;
@@ -162,6 +163,7 @@ py::list ReadSlice(const Volume& v, const py::slice& s) {
 
 void RegisterAdoptionBindings(py::module_& m, void (*throw_status)(const Status&)) {
   g_throw_status = throw_status;
+  m.attr("__version__") = DLFS_VERSION_STRING;
 
   py::class_<PyWriter>(m, "_VolumeWriter",
                        "The engine of dlfs.Writer (see help(dlfs.Writer)); use that instead.")
