@@ -127,6 +127,15 @@ endfunction()
 install(TARGETS dlfs EXPORT dlfsTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# `cmake --install --strip` (and cpack) strips the CLI and the Python module;
+# the static libraries lose their debug sections only.
+function(dlfs_strip_static_on_install target)
+  install(CODE "if(CMAKE_INSTALL_DO_STRIP)
+    execute_process(COMMAND \"${CMAKE_STRIP}\" --strip-debug
+      \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_LIBDIR}/$<TARGET_FILE_NAME:${target}>\")
+  endif()")
+endfunction()
+dlfs_strip_static_on_install(dlfs)
 install(DIRECTORY include/dlfs DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
   FILES_MATCHING PATTERN "*.h")
 install(FILES ${PROJECT_BINARY_DIR}/include/dlfs/version.h
@@ -141,6 +150,7 @@ if(DLFS_HAVE_MPI)
     ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
     INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
   install(EXPORT dlfsMpiTargets NAMESPACE dlfs:: DESTINATION ${DLFS_INSTALL_CMAKEDIR})
+  dlfs_strip_static_on_install(dlfs_mpi)
   dlfs_describe_dependencies(dlfs_mpi DLFS_MPI_DEPS)
 endif()
 
@@ -172,10 +182,11 @@ if(TARGET dlfs_cli)
 endif()
 
 if(TARGET _dlfs)
+  # Empty: lib/python3/dist-packages under the prefix /usr (Debian's layout),
+  # else lib/python3.X/dist-packages on Debian (read from /usr/local) or
+  # lib/python3.X/site-packages elsewhere.
   set(DLFS_INSTALL_PYTHONDIR "" CACHE STRING
-    "Where `cmake --install` puts the Python package dlfs, relative to the prefix. Empty: "
-    "lib/python3/dist-packages for the prefix /usr (Debian's layout), else "
-    "lib/python3.X/dist-packages on Debian (read from /usr/local) or lib/python3.X/site-packages")
+    "Where cmake --install puts the Python package dlfs, relative to the prefix (empty: automatic)")
   if(EXISTS /etc/debian_version)
     set(_dlfs_site dist-packages)
   else()
@@ -189,6 +200,7 @@ if(TARGET _dlfs)
     set(DLFS_PY_DIR \"${DLFS_INSTALL_PYTHONDIR}\")
     set(DLFS_PY_VERSION \"${Python_VERSION_MAJOR}.${Python_VERSION_MINOR}\")
     set(DLFS_PY_SITE \"${_dlfs_site}\")
+    set(DLFS_STRIP \"${CMAKE_STRIP}\")
     include(\"${PROJECT_SOURCE_DIR}/cmake/InstallPython.cmake\")")
 endif()
 
@@ -208,6 +220,7 @@ set(CPACK_GENERATOR DEB)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION science)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+set(CPACK_STRIP_FILES TRUE)
 set(_dlfs_depends ${DLFS_CORE_DEPS_DEB} pkg-config)
 if(TARGET _dlfs)
   # The module is built for one Python minor version (its ABI).

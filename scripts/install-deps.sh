@@ -14,6 +14,8 @@ PACKAGES=(
   pybind11-dev python3-dev python3-numpy python3-torch libfuse3-dev fuse3
   # tests and benchmarks
   libgtest-dev libbenchmark-dev python3 python3-pytest python3-torchvision python3-lmdb
+  # packaging tests: pip install in a venv (offline), the .deb
+  python3-pip python3-setuptools python3-wheel python3-venv dpkg-dev
   # the built-in default data set
   dataset-fashion-mnist
 )
