@@ -39,9 +39,11 @@ def _copy_source(dest):
 def _missing_python_tools():
     """What pip install in a venv needs from Debian (python3-venv, -pip,
     -setuptools, -wheel), or "" when all is there."""
-    proc = subprocess.run(["/usr/bin/python3", "-c", "import ensurepip, pip, setuptools, wheel"],
-                          capture_output=True, text=True)
-    return proc.stderr.strip().splitlines()[-1] if proc.returncode else ""
+    # Looked up, not imported: importing pip before setuptools trips setuptools' distutils hack.
+    code = ("import importlib.util as u; print(' '.join(m for m in "
+            "['ensurepip', 'pip', 'setuptools', 'wheel'] if u.find_spec(m) is None))")
+    proc = subprocess.run(["/usr/bin/python3", "-c", code], capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else proc.stderr.strip()
 
 
 def test_pip_install_in_a_venv(tmp_path):
