@@ -342,6 +342,7 @@ class TarImport {
 
   Status ImportShard(uint32_t s) {
     const std::string& shard = shards_[s];
+    ctx_.BeginSource(shard);  // progress, and a duplicate path names both shards
     TarShardReader reader(shard, s);
     std::unordered_map<std::string, std::pair<uint32_t, std::string>>
         cls_here;  // .cls: label, text
@@ -476,6 +477,7 @@ Status ImportTar(const std::string& source, PackContext& ctx) {
   } else {
     shards.push_back(source);
   }
+  ctx.CountSourceBytes(shards);
   return TarImport(shards, ctx).Run();
 }
 

@@ -124,3 +124,16 @@ def _sample_offset(vol, index):
     target, offset, _ = dlfs.Volume(str(vol)).extent(index)
     assert target == 0
     return offset
+
+
+def test_writer_takes_fields(tmp_path):
+    vol = tmp_path / "w.dlfs"
+    with dlfs.Writer(str(vol), class_names=["cat", "dog"]) as w:
+        w.add("s/000", {"jpg": b"\xff\xd8jpeg", "json": b'{"a": 1}'}, label="dog")
+        w.add("s/001", {"json": b"{}"})
+    v = dlfs.Volume(str(vol))
+    assert v.fields == ["jpg", "json"]
+    assert v.read_fields(0) == {"jpg": b"\xff\xd8jpeg", "json": b'{"a": 1}'}
+    assert list(v.read_fields(0)) == ["jpg", "json"]  # storage order
+    assert v.read_fields(1) == {"json": b"{}"}
+    assert v.label(0) == 1
