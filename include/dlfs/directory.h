@@ -150,6 +150,9 @@ class SampleDirectory {
   // ---- Fields (format v2). A volume without the fields feature answers as
   // if every sample were one unnamed raw field. ----
   bool has_fields() const { return field_count_ != 0; }
+  // Some sample has several fields or a compressed one (the records layout,
+  // docs/format.md §4.8.3): its stored extent is then not one field's bytes.
+  bool has_field_records() const { return field_index_ != nullptr; }
   // Field ids are 0 .. field_count() - 1, sorted by name.
   uint32_t field_count() const { return field_count_ != 0 ? field_count_ : 1; }
   std::string_view field_name(uint32_t f) const;  // REQUIRES: f < field_count()

@@ -357,6 +357,13 @@ void ReadOnly(fuse_req_t req) { fuse_reply_err(req, EROFS); }
 
 Status MountVolume(std::shared_ptr<Volume> volume, const std::string& mountpoint,
                    const MountOptions& options) {
+  // The view lists samples, not KEY.FIELD files yet (issue 15); serving a
+  // multi-field or compressed sample's stored bytes as a file would be wrong.
+  if (volume->directory().has_fields()) {
+    return Status::NotSupported(volume->path() +
+                                ": has named or compressed fields (format v2); the FUSE view "
+                                "of fields (KEY.FIELD files) is not implemented yet");
+  }
   Context ctx;
   ctx.volume = std::move(volume);
   ctx.options = options;

@@ -597,6 +597,14 @@ Loader::~Loader() = default;
 Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
                                                const LoaderOptions& options) {
   if (!volume) return Status::InvalidArgument("no volume");
+  // A batch holds each sample's stored extent; with several or compressed
+  // fields that is not what a consumer expects, and the loader does not
+  // split and decode fields yet (issue 15, fields=[...]).
+  if (volume->directory().has_field_records()) {
+    return Status::NotSupported(volume->path() +
+                                ": has samples with several or compressed fields (format v2); "
+                                "the loader does not read fields yet — use Volume::Read(i, field)");
+  }
   if (options.io_threads == 0 || options.io_threads > 64) {
     return Status::InvalidArgument("io_threads must be between 1 and 64");
   }

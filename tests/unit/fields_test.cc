@@ -8,6 +8,7 @@
 
 #include "common/crc32c.h"
 #include "dlfs/builder.h"
+#include "dlfs/loader.h"
 #include "dlfs/verify.h"
 #include "dlfs/volume.h"
 #include "format/format.h"
@@ -262,6 +263,17 @@ TEST(FieldsTest, ReaderWithoutTheFeatureRefuses) {
   sb.incompat_flags = format::kIncompatZstd;  // zstd without fields
   format::SealSuperblock(&sb);
   EXPECT_EQ(format::CheckSuperblock(sb, bytes.size(), "z.dlfs").code(), StatusCode::kCorruption);
+}
+
+// The loader does not split fields yet: it refuses a volume whose stored
+// extents are not one field's bytes rather than hand them out as samples.
+TEST(FieldsTest, LoaderRefusesMultiFieldVolumesUntilItReadsFields) {
+  TempDir tmp;
+  ASSERT_OK(Build(tmp / "v.dlfs", Dataset()));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<Volume> v, Volume::Open(tmp / "v.dlfs"));
+  auto loader = Loader::Create(v, LoaderOptions{});
+  ASSERT_EQ(loader.status().code(), StatusCode::kNotSupported);
+  EXPECT_NE(loader.status().message().find("does not read fields yet"), std::string::npos);
 }
 
 // The volume written by the v1 code (before fields existed), committed as
