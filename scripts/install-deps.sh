@@ -21,6 +21,8 @@ PACKAGES=(
   # fuzzing (scripts/fuzz.sh): clang and libFuzzer
   clang-14 libfuzzer-14-dev
   python3-pil
+  # NBD targets (libnbd client) and the NBD server the tests and benchmark start
+  libnbd-dev libnbd-bin nbdkit
   # the built-in default data set
   dataset-fashion-mnist
 )
