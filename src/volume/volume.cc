@@ -101,13 +101,25 @@ Result<Source> OpenSource(const std::string& path, const std::string& name,
 // bytes) and runs docs/format.md §5 checks 1-16 on it. When the primary is
 // damaged but has the magic, says whether the copy at the end is intact —
 // but never uses it: a damaged primary means the file was changed behind us.
-Status ReadSuperblock(const Source& fd, uint64_t file_size, const std::string& name,
+// An NBD export (a whole device, typically) may be larger than the target
+// written to it: the target is the first volume_size bytes, as the
+// superblock says (docs/format.md §6.1). A file is exactly its target.
+void FitExport(Source& src, const format::Superblock& sb) {
+  if (src.remote && sb.volume_size >= 2 * uint64_t{format::kSuperblockSize} &&
+      sb.volume_size < src.size && std::memcmp(sb.magic, format::kSuperblockMagic, 8) == 0) {
+    src.size = sb.volume_size;
+  }
+}
+
+Status ReadSuperblock(Source& fd, uint64_t file_size, const std::string& name,
                       format::Superblock* sb) {
   if (file_size < 2 * uint64_t{format::kSuperblockSize}) {
     return Status::Corruption(name + ": not a dlfs volume (" + std::to_string(file_size) +
                               " bytes is too small to hold one)");
   }
   DLFS_RETURN_IF_ERROR(fd.Read(sb, sizeof *sb, 0, name));
+  FitExport(fd, *sb);
+  file_size = fd.size;
   Status st = format::CheckSuperblock(*sb, file_size, name);
   if (st.ok() || st.code() != StatusCode::kCorruption ||
       std::memcmp(sb->magic, format::kSuperblockMagic, 8) != 0) {
@@ -124,15 +136,16 @@ Status ReadSuperblock(const Source& fd, uint64_t file_size, const std::string& n
 
 // Takes target `name`'s superblock from `stored` (bytes handed over with the
 // metadata of a collective open) and runs the same checks as ReadSuperblock.
-Status LoadSuperblock(const std::vector<std::byte>& stored, uint64_t file_size,
-                      const std::string& name, format::Superblock* sb) {
+Status LoadSuperblock(const std::vector<std::byte>& stored, Source& src, const std::string& name,
+                      format::Superblock* sb) {
   if (stored.size() != sizeof *sb) {
     return Status::InvalidArgument(name + ": the superblock handed over has " +
                                    std::to_string(stored.size()) + " bytes, not " +
                                    std::to_string(sizeof *sb));
   }
   std::memcpy(sb, stored.data(), sizeof *sb);
-  return format::CheckSuperblock(*sb, file_size, name);
+  FitExport(src, *sb);
+  return format::CheckSuperblock(*sb, src.size, name);
 }
 
 std::vector<std::byte> SuperblockBytes(const format::Superblock& sb) {
@@ -187,14 +200,15 @@ Status CheckMemberTarget(const format::Superblock& sb0, const format::Superblock
 Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path,
                                              const VolumeOpenOptions& options) {
   DLFS_ASSIGN_OR_RETURN(Source fd, OpenSource(path, path, options.nbd));
-  const uint64_t file_size = fd.size;
+  uint64_t file_size = fd.size;
   const VolumeMetadata* md = options.metadata;
   format::Superblock sb;
   if (md != nullptr && md->superblocks.empty()) {
     return Status::InvalidArgument(path + ": metadata handed over without superblocks");
   }
-  DLFS_RETURN_IF_ERROR(md ? LoadSuperblock(md->superblocks[0], file_size, path, &sb)
+  DLFS_RETURN_IF_ERROR(md ? LoadSuperblock(md->superblocks[0], fd, path, &sb)
                           : ReadSuperblock(fd, file_size, path, &sb));
+  file_size = fd.size;  // an export's target may end before the export does
   if (md != nullptr && md->superblocks.size() != sb.target_count) {
     return Status::InvalidArgument(path + ": metadata handed over for " +
                                    std::to_string(md->superblocks.size()) +
@@ -254,9 +268,9 @@ Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path,
     }
     format::Superblock tsb;
     if (st.ok()) {
-      st = md && !md->superblocks[t].empty()
-               ? LoadSuperblock(md->superblocks[t], ti.size, name, &tsb)
-               : ReadSuperblock(tfd, ti.size, name, &tsb);
+      st = md && !md->superblocks[t].empty() ? LoadSuperblock(md->superblocks[t], tfd, name, &tsb)
+                                             : ReadSuperblock(tfd, ti.size, name, &tsb);
+      ti.size = tfd.size;
     }
     if (st.ok()) st = CheckMemberTarget(sb, tsb, t, name);
     if (!st.ok()) return st.WithContext(path);

@@ -371,5 +371,79 @@ TEST_F(NbdTest, TlsPskWorksAndAWrongKeyIsRefused) {
   EXPECT_FALSE(Volume::Open(path_, open).ok());
 }
 
+// An export larger than its target (a whole device) opens: the target is
+// the first volume_size bytes, as its superblock says.
+TEST_F(NbdTest, ExportLargerThanItsTargetOpens) {
+  std::vector<std::byte> bytes = testing::ReadFile(Target(1));
+  bytes.resize(bytes.size() + (1 << 20), std::byte{0x5a});
+  testing::WriteFile(tmp_ / "device", bytes);
+  auto server = Serve(tmp_ / "device");
+  VolumeOpenOptions open;
+  open.target_map = {{1, server->uri()}};
+  auto v = Volume::Open(path_, open);
+  ASSERT_OK(v);
+  ASSERT_OK((*v)->CheckBackupSuperblock());
+  ReadEpochExactly(*v, Options());
+}
+
+// Packing onto exports: targets 1 and 2 written through libnbd, recorded
+// as URIs in target 0's table, read back exactly; an interrupted pack and
+// a too small export leave no valid target.
+TEST_F(NbdTest, PackWritesTargetsToExports) {
+  const std::string d1 = tmp_ / "disk1", d2 = tmp_ / "disk2";
+  for (const std::string& d : {d1, d2}) {
+    testing::WriteFile(d, std::vector<std::byte>(4 << 20, std::byte{0x77}));
+  }
+  auto s1 = Serve(d1, {.read_only = false});
+  auto s2 = Serve(d2, {.tcp = true, .read_only = false});
+  const std::string out = tmp_ / "remote.dlfs";
+  testing::SyntheticVolume spec{.samples = kN, .classes = 3};
+  spec.volume = {.align = 1, .targets = 3, .target_paths = {s1->uri(), s2->uri()}};
+  ASSERT_OK(testing::WriteSyntheticVolume(out, spec));
+  auto v = Volume::Open(out);
+  ASSERT_OK(v);
+  EXPECT_EQ((*v)->info().target_details[1].stored_path, s1->uri());
+  EXPECT_EQ((*v)->info().targets[2], s2->uri());
+  ReadEpochExactly(*v, Options());
+  VerifyReport report;
+  ASSERT_OK(VerifyVolume(**v, {}, &report));
+  EXPECT_EQ(report.bad_samples, 0u);
+  ASSERT_OK((*v)->CheckBackupSuperblock());
+  v->reset();
+
+  // The exports now hold targets: a second pack is refused without force.
+  auto again = VolumeBuilder::Create(tmp_ / "again.dlfs", spec.volume);
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(again.status().message().find(s1->uri()), std::string::npos);
+
+  // Interrupted (never finished) with force: the old targets are gone, no
+  // new one is valid, so the old volume no longer opens.
+  spec.volume.overwrite = true;
+  {
+    auto b = VolumeBuilder::Create(tmp_ / "again.dlfs", spec.volume);
+    ASSERT_OK(b);
+    ASSERT_OK((*b)->Add("a/x", testing::RandomBytes(100000, 1), 0));
+  }
+  auto old = Volume::Open(out);
+  ASSERT_FALSE(old.ok());
+  EXPECT_NE(old.status().message().find(s1->uri()), std::string::npos) << old.status().message();
+
+  // An export smaller than the target: refused naming the URI.
+  testing::WriteFile(tmp_ / "tiny", std::vector<std::byte>(64 << 10));
+  auto tiny = Serve(tmp_ / "tiny", {.read_only = false});
+  spec.volume.target_paths = {tiny->uri(), s2->uri()};
+  const Status st = testing::WriteSyntheticVolume(tmp_ / "small.dlfs", spec);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find(tiny->uri()), std::string::npos) << st.message();
+
+  // A read-only export cannot be packed onto.
+  auto ro = Serve(d1);
+  spec.volume.target_paths = {ro->uri(), s2->uri()};
+  const Status refused = testing::WriteSyntheticVolume(tmp_ / "ro.dlfs", spec);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("read-only"), std::string::npos) << refused.message();
+}
+
 }  // namespace
 }  // namespace dlfs
