@@ -25,6 +25,7 @@
 #   VOLUME           the volume to read (default: the ImageNet-like volume of
 #                    bench/run_io_bench.sh, 20,000 files of ~110 KB, 2.2 GB,
 #                    generated and packed once)
+#   FILES            files of the generated volume (20000; SMALL: 300)
 #   QDS              queue depths ("1 4 16 64 128"; SMALL: "1 16 64")
 #   CONNS            connections per target ("1 2 4"; SMALL: "1 2")
 #   DELAYS_US        added read latencies in µs ("0 50 200"; SMALL: "0 200")
@@ -46,12 +47,12 @@ if [[ $small == 1 ]]; then
   qds=${QDS:-"1 16 64"}
   conns=${CONNS:-"1 2"}
   delays=${DELAYS_US:-"0 200"}
-  files_n=300
+  files_n=${FILES:-300}
 else
   qds=${QDS:-"1 4 16 64 128"}
   conns=${CONNS:-"1 2 4"}
   delays=${DELAYS_US:-"0 50 200"}
-  files_n=20000
+  files_n=${FILES:-20000}
 fi
 log() { echo "[nbd-bench] $*" >&2; }
 
