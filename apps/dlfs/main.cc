@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "dlfs/decode.h"
 #include "dlfs/enum_names.h"
+#include "dlfs/version.h"
 
 namespace {
 
@@ -152,7 +153,7 @@ int main(int argc, char** argv) {
       "dlfs: pack many small training samples into one volume and read them back fast.\n"
       "Exit codes: 0 ok, 1 damaged samples found (verify), 2 error or bad input."};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "dlfs 0.1.0");
+  app.set_version_flag("--version", "dlfs " DLFS_VERSION_STRING);
   int rc = kExitOk;
 
   PackArgs pack;
@@ -169,6 +170,9 @@ int main(int argc, char** argv) {
               "Skip (and count) source files that cannot be read instead of stopping");
   p->add_option("--class-names", pack.class_names,
                 "Names of labels 0, 1, ...: \"a,b,c\" or @FILE with one name per line");
+  p->add_flag("--all-files", pack.options.all_files,
+              "imagefolder: pack every regular file (hidden ones and files at the root too),\n"
+              "not only the images torchvision's ImageFolder would load");
   p->add_flag("--datum-payload", pack.options.lmdb_payload_only,
               "lmdb: store only each Caffe Datum's data (e.g. the JPEG), not the whole record");
   p->add_option("--targets", pack.targets,

@@ -20,8 +20,14 @@
 //
 // Paths are relative, '/'-separated ("cat/001.jpg"); intermediate directories
 // are created implicitly. A path may hold one sample; a name cannot be both a
-// sample and a directory. Sample order in the volume is canonical (see
-// docs/format.md §4), not insertion order.
+// sample and a directory. Both are refused when the offending sample is
+// added (BeginSample / Add), before any of its bytes are written, naming the
+// sample that came first (and its source, see SetSourceName). Sample order
+// in the volume is canonical (see docs/format.md §4), not insertion order.
+//
+// Memory: per sample, its directory entry (32 bytes plus the name) and 8 to
+// 16 bytes in the table of paths that finds duplicates; per directory, its
+// entry and its path.
 //
 // Thread safety: none; use one builder from one thread.
 #pragma once
@@ -81,7 +87,13 @@ class VolumeBuilder {
   // number as name.
   void SetClassNames(std::vector<std::string> names);
 
-  // Adds one sample with all its bytes.
+  // Names the source of the samples added from now on (e.g. the tar shard
+  // they come from), for the message that refuses a later duplicate path.
+  void SetSourceName(std::string name);
+
+  // Adds one sample with all its bytes. InvalidArgument for a bad path, a
+  // path already added (naming the earlier sample and its source) or a path
+  // that is also a directory.
   Status Add(std::string_view path, std::span<const std::byte> data, uint32_t label = kNoLabel);
 
   // Adds one sample in pieces: BeginSample, any number of Append, then

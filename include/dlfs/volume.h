@@ -13,9 +13,10 @@
 // CLI, tests and importers; the batch loader (dlfs/loader.h) is the fast one.
 //
 // Thread safety: after Open(), every const method may be called from any
-// number of threads concurrently.
+// number of threads concurrently, and Close() may be called while they run.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -159,6 +160,18 @@ class Volume {
   // the first target whose copy differs.
   Status CheckBackupSuperblock() const;
 
+  // Releases the target files before the Volume is destroyed (Python's
+  // `with dlfs.Volume(...)`). Afterwards reading samples (ReadInto, Read,
+  // CheckBackupSuperblock, VerifyVolume) fails with InvalidArgument "...
+  // is closed"; info(), directory() and metadata() stay usable, and loaders
+  // made from this volume are unaffected (they open the targets
+  // themselves). Safe while other threads read: each descriptor is
+  // atomically pointed at /dev/null (dup3) rather than closed, so its number
+  // stays reserved until destruction and a read in flight completes or
+  // fails but never reads another file. Calling it again does nothing.
+  void Close();
+  bool closed() const { return closed_.load(std::memory_order_acquire); }
+
   uint32_t target_count() const { return static_cast<uint32_t>(fds_.size()); }
 
   // The file descriptor of target `t` (read-only, close-on-exec), for I/O
@@ -182,6 +195,7 @@ class Volume {
   VolumeInfo info_;
   std::vector<int> fds_;
   std::vector<std::unique_ptr<nbd::Connection>> remote_;  // by target; null for files
+  std::atomic<bool> closed_{false};
   SampleDirectory directory_;
   VolumeMetadata metadata_;
 };

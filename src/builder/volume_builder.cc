@@ -7,10 +7,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -28,6 +31,8 @@ namespace dlfs {
 namespace {
 
 constexpr size_t kWriteBuffer = 8u << 20;
+constexpr uint32_t kEmptySlot = 0xFFFFFFFFu;
+constexpr size_t kMinPathSlots = 1024;
 
 // Entries kept per added sample and directory until Finish() orders them:
 // the codec's tree types, so Finish hands them over without a copy.
@@ -174,6 +179,65 @@ class VolumeBuilder::Impl {
   bool in_sample_ = false;
   PendingSample cur_{};
 
+  // The paths added so far, so that a duplicate is refused when it is added
+  // rather than at Finish: an open-addressed table of sample numbers keyed
+  // by (directory, name), at most half full (4-byte slots: 8 to 16 bytes per
+  // sample); the names are those in names_.
+  std::vector<uint32_t> path_slots_;
+  // Where samples came from, for messages: (first sample number, source).
+  std::vector<std::pair<uint64_t, std::string>> sources_;
+
+  std::string_view NameOf(const PendingSample& s) const {
+    return std::string_view(names_).substr(s.name_offset, s.name_length);
+  }
+
+  static uint64_t PathHash(uint32_t dir, std::string_view name) {
+    const uint64_t h = std::hash<std::string_view>{}(name);
+    return h ^ ((uint64_t{dir} + 0x9E3779B97F4A7C15ull) * 0xBF58476D1CE4E5B9ull);
+  }
+
+  // The slot holding the sample at (dir, name), or the empty slot where it
+  // would go. REQUIRES: path_slots_ is not empty.
+  size_t Probe(uint32_t dir, std::string_view name) const {
+    const size_t mask = path_slots_.size() - 1;
+    for (size_t i = PathHash(dir, name) & mask;; i = (i + 1) & mask) {
+      const uint32_t n = path_slots_[i];
+      if (n == kEmptySlot || (samples_[n].dir == dir && NameOf(samples_[n]) == name)) return i;
+    }
+  }
+
+  // The sample already added at (dir, name), if any.
+  std::optional<uint32_t> FindSample(uint32_t dir, std::string_view name) const {
+    if (path_slots_.empty()) return std::nullopt;
+    const uint32_t n = path_slots_[Probe(dir, name)];
+    if (n == kEmptySlot) return std::nullopt;
+    return n;
+  }
+
+  // Enters the last added sample into the table, growing it first when it
+  // would become more than half full.
+  void IndexLastSample() {
+    const size_t n = samples_.size();
+    if (2 * n > path_slots_.size()) {
+      path_slots_.assign(std::max(kMinPathSlots, std::bit_ceil(2 * n)), kEmptySlot);
+      for (size_t i = 0; i + 1 < n; ++i) {
+        path_slots_[Probe(samples_[i].dir, NameOf(samples_[i]))] = static_cast<uint32_t>(i);
+      }
+    }
+    path_slots_[Probe(samples_[n - 1].dir, NameOf(samples_[n - 1]))] = static_cast<uint32_t>(n - 1);
+  }
+
+  // "sample #12" or "sample #12 from shard-000.tar".
+  std::string DescribeSample(uint64_t n) const {
+    std::string out = "sample #" + std::to_string(n);
+    auto it = std::upper_bound(sources_.begin(), sources_.end(), n,
+                               [](uint64_t v, const auto& s) { return v < s.first; });
+    if (it != sources_.begin() && !std::prev(it)->second.empty()) {
+      out += " from " + std::prev(it)->second;
+    }
+    return out;
+  }
+
   Status Flush(TargetFile& t) {
     if (t.buf.empty()) return Status::Ok();
     DLFS_RETURN_IF_ERROR(
@@ -241,6 +305,11 @@ class VolumeBuilder::Impl {
     const std::string_view name = slash == dir_path.npos ? dir_path : dir_path.substr(slash + 1);
     DLFS_RETURN_IF_ERROR(ValidateComponent(name, full));
     DLFS_ASSIGN_OR_RETURN(const uint32_t parent, DirId(parent_path, full));
+    if (const auto sample = FindSample(parent, name)) {
+      return Status::InvalidArgument("sample path '" + std::string(full) + "' needs directory '" +
+                                     std::string(dir_path) + "', which was already added as " +
+                                     DescribeSample(*sample));
+    }
     if (dirs_.size() >= format::kNone - 1) return Status::InvalidArgument("too many directories");
     const uint32_t id = static_cast<uint32_t>(dirs_.size());
     dirs_.push_back(PendingDir{parent, names_.size(), static_cast<uint32_t>(name.size())});
@@ -464,6 +533,16 @@ void VolumeBuilder::SetClassNames(std::vector<std::string> names) {
   impl_->class_names_ = std::move(names);
 }
 
+void VolumeBuilder::SetSourceName(std::string name) {
+  auto& sources = impl_->sources_;
+  const uint64_t first = impl_->samples_.size();
+  if (!sources.empty() && sources.back().first == first) {
+    sources.back().second = std::move(name);
+  } else {
+    sources.emplace_back(first, std::move(name));
+  }
+}
+
 Status VolumeBuilder::Add(std::string_view path, std::span<const std::byte> data, uint32_t label) {
   DLFS_RETURN_IF_ERROR(BeginSample(path, label));
   Status st = Append(data);
@@ -489,7 +568,15 @@ Status VolumeBuilder::BeginSample(std::string_view path, uint32_t label) {
   const std::string_view dir = slash == path.npos ? std::string_view() : path.substr(0, slash);
   const std::string_view name = slash == path.npos ? path : path.substr(slash + 1);
   DLFS_RETURN_IF_ERROR(ValidateComponent(name, path));
+  if (m.dir_ids_.contains(std::string(path))) {
+    return Status::InvalidArgument("sample path '" + std::string(path) +
+                                   "' is already a directory of the volume");
+  }
   DLFS_ASSIGN_OR_RETURN(const uint32_t dir_id, m.DirId(dir, path));
+  if (const auto earlier = m.FindSample(dir_id, name)) {
+    return Status::InvalidArgument("duplicate sample path '" + std::string(path) +
+                                   "' (already added as " + m.DescribeSample(*earlier) + ")");
+  }
   if (m.samples_.size() >= format::kNone - 1) return Status::InvalidArgument("too many samples");
   const uint32_t target = m.PickTarget();
   Impl::TargetFile& tf = m.targets_[target];
@@ -517,6 +604,7 @@ Status VolumeBuilder::EndSample() {
   if (!m.in_sample_) return Status::InvalidArgument("EndSample without BeginSample");
   m.in_sample_ = false;
   m.samples_.push_back(m.cur_);
+  m.IndexLastSample();
   m.data_bytes_ += m.cur_.length;
   if (m.cur_.label != format::kNone) {
     m.max_label_plus_one_ = std::max(m.max_label_plus_one_, m.cur_.label + 1);

@@ -124,7 +124,15 @@ Connection::~Connection() {
   if (h_ != nullptr) nbd_close(h_);
 }
 
+void Connection::Close() {
+  std::lock_guard lock(mu_);
+  closed_ = true;
+  if (h_ != nullptr) nbd_close(h_);
+  h_ = nullptr;
+}
+
 Status Connection::Reconnect() {
+  if (closed_) return Status::InvalidArgument(uri_ + ": connection closed");
   if (h_ != nullptr) nbd_close(h_);
   Status st;
   h_ = ConnectHandle(uri_, timeout_, &st);
@@ -223,6 +231,7 @@ Result<std::unique_ptr<Connection>> Connection::Open(const std::string& uri, dou
 }
 
 Connection::~Connection() = default;
+void Connection::Close() {}
 Status Connection::Read(void*, size_t, uint64_t, const std::string& what) {
   return LastError(what);
 }

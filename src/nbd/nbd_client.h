@@ -60,6 +60,9 @@ class Connection {
   // max_request() (split here).
   Status Read(void* buf, size_t n, uint64_t offset, const std::string& what);
   Status Write(const void* buf, size_t n, uint64_t offset, const std::string& what);
+  // Closes the connection once no command runs on it; every later call
+  // fails (no reconnect). Any thread.
+  void Close();
   // Asks the server to make every write stable (a no-op for a server that
   // cannot flush, which says its writes are stable already).
   Status Flush(const std::string& what);
@@ -75,6 +78,7 @@ class Connection {
   std::string uri_;
   double timeout_ = 30;
   bool writable_ = false;
+  bool closed_ = false;
   nbd_handle* h_ = nullptr;
   uint64_t size_ = 0;
   bool multi_conn_ = false;

@@ -16,8 +16,9 @@ constexpr uint64_t kWindow = 8u << 20;
 
 Status VerifyVolume(const Volume& volume, const VerifyOptions& options, VerifyReport* report) {
   const double start = Now();
-  auto last = start;
+  auto last = start - 1;  // the first report comes at once
   *report = VerifyReport{};
+  if (volume.closed()) return Status::InvalidArgument(volume.path() + ": volume is closed");
   const SampleDirectory& dir = volume.directory();
   std::vector<uint64_t> order(dir.size());
   std::iota(order.begin(), order.end(), uint64_t{0});

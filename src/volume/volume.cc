@@ -35,12 +35,32 @@ Volume::~Volume() {
 
 Status Volume::ReadTarget(uint32_t t, void* buf, size_t n, uint64_t offset,
                           const std::string& what) const {
+  if (closed()) return Status::InvalidArgument(path_ + ": volume is closed");
   if (remote_[t] != nullptr) return remote_[t]->Read(buf, n, offset, what);
   if (fds_[t] < 0) {
     return Status::Unavailable(what + ": target " + std::to_string(t) + " (" + info_.targets[t] +
                                ") is not open on this node");
   }
   return PreadFull(fds_[t], buf, n, offset, what);
+}
+
+void Volume::Close() {
+  if (closed_.exchange(true, std::memory_order_acq_rel)) return;
+  // An NBD connection is closed once no read runs on it (each is bounded by
+  // the read timeout); later reads are refused by closed().
+  for (const auto& r : remote_) {
+    if (r) r->Close();
+  }
+  // Not close(): another thread may be inside pread on the descriptor, and a
+  // number freed now could be reused for an unrelated file before that
+  // thread (or a caller of target_fd) uses it. Pointing it at /dev/null
+  // drops the reference to the target at once and keeps the number.
+  const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null_fd < 0) return;  // reads are refused anyway; the files close with the Volume
+  for (int fd : fds_) {
+    if (fd >= 0) ::dup3(null_fd, fd, O_CLOEXEC);
+  }
+  ::close(null_fd);
 }
 
 Result<std::map<uint32_t, std::string>> ParseTargetMap(std::string_view spec) {
@@ -375,12 +395,15 @@ Status Volume::ReadInto(uint64_t index, std::span<std::byte> dst, bool verify) c
                                    " bytes for sample " + std::to_string(index) + " of " +
                                    std::to_string(s.length));
   }
+  if (closed()) return Status::InvalidArgument(path_ + ": volume is closed");
   if (!target_open(s.target)) {
     return Status::Unavailable(path_ + ": sample " + std::to_string(index) + " is on target " +
                                std::to_string(s.target) + " (" + info_.targets[s.target] +
                                "), which is not open on this node");
   }
   Status st = ReadTarget(s.target, dst.data(), dst.size(), s.offset, info_.targets[s.target]);
+  // A Close() during the read leaves /dev/null, which ends every read early.
+  if (!st.ok() && closed()) return Status::InvalidArgument(path_ + ": volume is closed");
   if (!st.ok()) return st.WithContext("sample " + std::to_string(index));
   return verify ? CheckSample(index, dst) : Status::Ok();
 }
@@ -402,6 +425,7 @@ Result<std::vector<std::byte>> Volume::Read(uint64_t index, bool verify) const {
 }
 
 Status Volume::CheckBackupSuperblock() const {
+  if (closed()) return Status::InvalidArgument(path_ + ": volume is closed");
   for (uint32_t t = 0; t < fds_.size(); ++t) {
     if (!target_open(t)) continue;  // not opened here (open_only)
     const TargetInfo& ti = info_.target_details[t];

@@ -39,7 +39,7 @@ def volumes(tmp_path_factory, dlfs_bin):
     """The same 300 samples packed into one target and into two."""
     root = tmp_path_factory.mktemp("mpi") / "tree"
     for i in range(300):
-        p = root / f"c{i % 3}" / f"s{i:03d}.bin"
+        p = root / f"c{i % 3}" / f"s{i:03d}.png"
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(os.urandom(50 + (i * 37) % 5000))
     one, two = root.parent / "one.dlfs", root.parent / "two.dlfs"

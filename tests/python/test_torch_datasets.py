@@ -15,7 +15,7 @@ import torch.utils.data as tud  # noqa: E402
 def labelled(tmp_path, run):
     root = tmp_path / "tree"
     for i in range(300):
-        p = root / f"class{i % 3}" / f"{i:04d}.bin"
+        p = root / f"class{i % 3}" / f"{i:04d}.png"
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(i.to_bytes(2, "little") * (1 + i % 7))
     vol = tmp_path / "v.dlfs"
