@@ -371,6 +371,22 @@ TEST_F(NbdTest, TlsPskWorksAndAWrongKeyIsRefused) {
   EXPECT_FALSE(Volume::Open(path_, open).ok());
 }
 
+// Volume::Close closes the NBD connections; reads are then refused.
+TEST_F(NbdTest, CloseRefusesLaterReads) {
+  auto s1 = Serve(Target(1));
+  VolumeOpenOptions open;
+  open.target_map = {{1, s1->uri()}};
+  auto v = Volume::Open(path_, open);
+  ASSERT_OK(v);
+  uint64_t on1 = 0;
+  while ((*v)->directory().sample(on1).target != 1) ++on1;
+  ASSERT_OK((*v)->Read(on1));
+  (*v)->Close();
+  auto r = (*v)->Read(on1);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("closed"), std::string::npos) << r.status().message();
+}
+
 // An export larger than its target (a whole device) opens: the target is
 // the first volume_size bytes, as its superblock says.
 TEST_F(NbdTest, ExportLargerThanItsTargetOpens) {
