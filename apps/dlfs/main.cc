@@ -19,7 +19,7 @@ void AddVolumeArgs(CLI::App* verb, VolumeArgs* args) {
   verb->add_option("volume", args->path, "Volume file (its target 0)")->required();
   verb->add_option("--target-map", args->target_map,
                    "Where to find targets other than 0, e.g. 1=/dev/nvme1n1,2=/data/v.t2\n"
-                   "(instead of the paths recorded in the volume)");
+                   "or 1=nbd://storage1/nvme0n1 (instead of the paths recorded in the volume)");
 }
 
 // A flag that sets *value to false (e.g. --no-verify for a default-on check).
@@ -91,6 +91,15 @@ void AddLoaderOptions(CLI::App* verb, LoaderOptions* o) {
   AddOffFlag(verb, "--buffered", &o->engine.direct_io, "Read through the page cache (no O_DIRECT)");
   verb->add_flag("--sqpoll", o->engine.sqpoll,
                  "io_uring SQPOLL (a kernel thread polls; uses a core)");
+  verb->add_option("--nbd-connections", o->engine.nbd.connections,
+                   "Connections per NBD target and I/O thread (if the server allows multi-conn)")
+      ->capture_default_str();
+  verb->add_option("--nbd-timeout", o->engine.nbd.timeout_seconds,
+                   "Seconds before an unanswered NBD read fails (its connection is reopened)")
+      ->capture_default_str();
+  verb->add_option("--nbd-reconnects", o->engine.nbd.reconnects,
+                   "Attempts to reconnect a lost NBD connection before its reads fail")
+      ->capture_default_str();
   verb->add_option_function<std::string>(
           "--cache-budget",
           [o](const std::string& text) {

@@ -60,7 +60,12 @@ class VolumeBuilder {
     // Paths of targets 1, 2, ... (exactly targets - 1 of them), or empty for
     // DefaultTargetPath's names. Target 0's table records each relative to
     // the directory of `path` when it lies at or below it, else absolute;
-    // such a recorded path must fit in 240 bytes.
+    // such a recorded path must fit in 240 bytes. A path may be an NBD URI
+    // (dlfs/nbd.h; recorded as given): the export, at least as large as the
+    // target, is written in place — its old superblock is zeroed at
+    // Create, and the new one written last, after the data and a flush
+    // (docs/format.md §6.1). An export holding a dlfs target counts as
+    // existing (overwrite replaces it). Target 0 must be a file.
     std::vector<std::string> target_paths;
     // Per-field compression (format v2, docs/format.md §4.8.4). Off: fields
     // are stored raw. On: each field is compressed with zstd at `level` and

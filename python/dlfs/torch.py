@@ -353,7 +353,11 @@ class LoaderDataset(tud.IterableDataset):
             if samples is None:
                 samples = batch.samples
                 if self.transform is not None:
-                    samples = [self.transform(s) for s in samples]
+                    # Writable, as torch.from_numpy wants them: views of a
+                    # batch's own buffer are; bytes shared with later epochs
+                    # (the memory tier) are copied rather than exposed.
+                    samples = [self.transform(s if s.flags.writeable else s.copy())
+                               for s in samples]
             yield self.batch_transform(samples, batch.labels)
 
     def __getstate__(self):  # each process makes its own loader

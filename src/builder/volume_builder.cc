@@ -21,10 +21,12 @@
 #include "common/crc32c.h"
 #include "common/file_util.h"
 #include "dlfs/builder.h"
+#include "dlfs/nbd.h"
 #include "format/directory_codec.h"
 #include "format/format.h"
 #include "format/superblock.h"
 #include "format/zstd_field.h"
+#include "nbd/nbd_client.h"
 
 namespace dlfs {
 
@@ -147,6 +149,9 @@ class VolumeBuilder::Impl {
     std::vector<std::byte> buf;
     uint64_t buf_start = format::kSuperblockSize;
     bool published = false;  // renamed to `path` by this Finish
+    // An NBD export written in place (docs/format.md §6.1): no temporary
+    // name, fd -1; its primary superblock is written last.
+    std::unique_ptr<nbd::Connection> remote;
 
     uint64_t Tell() const { return buf_start + buf.size(); }
   };
@@ -264,7 +269,9 @@ class VolumeBuilder::Impl {
 
   Status Flush(TargetFile& t) {
     if (t.buf.empty()) return Status::Ok();
-    DLFS_RETURN_IF_ERROR(PwriteFull(t.fd, t.buf.data(), t.buf.size(), t.buf_start, t.temp_path));
+    DLFS_RETURN_IF_ERROR(
+        t.remote ? t.remote->Write(t.buf.data(), t.buf.size(), t.buf_start, t.path)
+                 : PwriteFull(t.fd, t.buf.data(), t.buf.size(), t.buf_start, t.temp_path));
     t.buf_start += t.buf.size();
     t.buf.clear();
     return Status::Ok();
@@ -381,9 +388,21 @@ class VolumeBuilder::Impl {
   // directories holding them.
   Status Publish();
 
+  // Zeroes an export's primary superblock and flushes: from then on it
+  // holds no valid target, whatever the rest of it holds.
+  static Status Invalidate(TargetFile& t) {
+    static const std::byte kZeros[format::kSuperblockSize] = {};
+    DLFS_RETURN_IF_ERROR(t.remote->Write(kZeros, sizeof kZeros, 0, t.path));
+    return t.remote->Flush(t.path);
+  }
+
   // Moves target `t`'s finished temporary file to its path, never replacing
   // an existing file unless overwrite was asked for.
   Status Rename(TargetFile& t) {
+    if (t.remote) {  // sealed in place: its primary superblock made it a target
+      t.published = true;
+      return Status::Ok();
+    }
     const auto exists = [&] {
       return Status::AlreadyExists(t.path + ": already exists (use --force to replace it)");
     };
@@ -420,7 +439,11 @@ class VolumeBuilder::Impl {
     for (size_t t = targets_.size(); t-- > 0 && st.ok();) st = Rename(targets_[t]);
     if (st.ok()) return st;
     for (TargetFile& t : targets_) {
-      if (t.published) ::unlink(t.path.c_str());
+      if (t.published && t.remote) {
+        (void)Invalidate(t);
+      } else if (t.published) {
+        ::unlink(t.path.c_str());
+      }
       t.published = false;
     }
     return st;
@@ -469,6 +492,23 @@ Result<std::unique_ptr<VolumeBuilder>> VolumeBuilder::Create(const std::string& 
               : options.target_paths.empty() ? DefaultTargetPath(path, t)
                                              : options.target_paths[t - 1];
     if (tf.path.empty()) return Status::InvalidArgument("empty target path");
+    if (t == 0 && IsNbdUri(tf.path)) {
+      return Status::InvalidArgument(tf.path +
+                                     ": target 0 names the volume and must be a file; write "
+                                     "targets 1, 2, ... to NBD exports (--target-path)");
+    }
+    if (t > 0 && IsNbdUri(tf.path)) {
+      // Stored as given: a URI is not relative to anything.
+      if (tf.path.size() > format::kMaxTargetPath) {
+        return Status::InvalidArgument(tf.path + ": URI longer than " +
+                                       std::to_string(format::kMaxTargetPath) + " bytes");
+      }
+      tf.stored_path = tf.path;
+      if (!seen.insert(tf.path).second) {
+        return Status::InvalidArgument(tf.path + ": named as two targets of the volume");
+      }
+      continue;
+    }
     if (t > 0) {
       DLFS_ASSIGN_OR_RETURN(tf.stored_path, StoredTargetPath(path, tf.path));
     }
@@ -479,17 +519,34 @@ Result<std::unique_ptr<VolumeBuilder>> VolumeBuilder::Create(const std::string& 
   }
   // An early error only; the no-replace rename at Finish is what enforces it.
   for (const Impl::TargetFile& tf : impl->targets_) {
+    if (IsNbdUri(tf.path)) continue;
     if (!options.overwrite && PathExists(tf.path)) {
       return Status::AlreadyExists(tf.path + ": already exists (use --force to replace it)");
     }
   }
   for (const Impl::TargetFile& tf : impl->targets_) {
+    if (IsNbdUri(tf.path)) continue;
     for (std::string& r : RemoveStaleTemporaries(tf.path)) {
       impl->removed_temporaries_.push_back(std::move(r));
     }
   }
   static std::atomic<uint64_t> counter{0};
   for (Impl::TargetFile& tf : impl->targets_) {
+    if (IsNbdUri(tf.path)) {
+      DLFS_ASSIGN_OR_RETURN(tf.remote,
+                            nbd::Connection::Open(tf.path, NbdOptions{}.timeout_seconds, true));
+      format::Superblock old{};
+      if (tf.remote->size() >= sizeof old) {
+        DLFS_RETURN_IF_ERROR(tf.remote->Read(&old, sizeof old, 0, tf.path));
+      }
+      if (!options.overwrite && std::memcmp(old.magic, format::kSuperblockMagic, 8) == 0) {
+        return Status::AlreadyExists(tf.path +
+                                     ": holds a dlfs target already (use --force to replace it)");
+      }
+      // Whatever was there stops being a target before any byte changes.
+      DLFS_RETURN_IF_ERROR(Impl::Invalidate(tf));
+      continue;
+    }
     for (int attempt = 0; attempt < 100; ++attempt) {
       std::string tmp = tf.path + ".tmp." + std::to_string(::getpid()) + "." +
                         std::to_string(counter.fetch_add(1));
@@ -728,7 +785,7 @@ Status VolumeBuilder::Finish() {
   for (Impl::TargetFile& t : m.targets_) {
     if (t.fd >= 0) ::close(t.fd);
     t.fd = -1;
-    if (!st.ok()) ::unlink(t.temp_path.c_str());
+    if (!st.ok() && !t.temp_path.empty()) ::unlink(t.temp_path.c_str());
   }
   return st;
 }
@@ -865,6 +922,22 @@ Status VolumeBuilder::Impl::Seal(const format::Superblock& sb) {
     own.target_index = t;
     own.volume_size = sb.targets[t].size;
     format::SealSuperblock(&own);
+    if (tf.remote) {
+      // An export cannot be renamed: the data, then the copy at the end,
+      // each flushed, and the primary superblock last (format.md §6.1).
+      if (tf.remote->size() < own.volume_size) {
+        return Status::InvalidArgument(
+            tf.path + ": export has " + std::to_string(tf.remote->size()) + " bytes, target " +
+            std::to_string(t) + " needs " + std::to_string(own.volume_size));
+      }
+      DLFS_RETURN_IF_ERROR(tf.remote->Flush(tf.path));
+      DLFS_RETURN_IF_ERROR(
+          tf.remote->Write(&own, sizeof own, own.volume_size - sizeof own, tf.path));
+      DLFS_RETURN_IF_ERROR(tf.remote->Flush(tf.path));
+      DLFS_RETURN_IF_ERROR(tf.remote->Write(&own, sizeof own, 0, tf.path));
+      DLFS_RETURN_IF_ERROR(tf.remote->Flush(tf.path));
+      continue;
+    }
     // Drop anything an aborted sample left past the end and make everything
     // else durable before the primary superblock: a file whose primary is
     // valid then has all of its bytes on disk, even before the rename.
@@ -883,6 +956,7 @@ Status VolumeBuilder::Impl::Seal(const format::Superblock& sb) {
 Status VolumeBuilder::Impl::Publish() {
   DLFS_RETURN_IF_ERROR(RenameAll());
   for (size_t t = targets_.size(); t-- > 0;) {
+    if (targets_[t].remote) continue;
     DLFS_RETURN_IF_ERROR(SyncParentDirectory(targets_[t].path));
   }
   return Status::Ok();
