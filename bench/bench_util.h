@@ -2,7 +2,6 @@
 // which deliberately do not link the dlfs library.
 #pragma once
 
-#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -36,17 +35,6 @@ inline void Shuffle(std::vector<std::string>* v, uint64_t seed) {
 [[noreturn]] inline void Die(const char* program, const std::string& msg) {
   std::fprintf(stderr, "%s: %s\n", program, msg.c_str());
   std::exit(2);
-}
-
-// The unsigned decimal in `s`, or exits naming `flag`.
-inline uint64_t ParseUint(const char* program, const char* flag, const char* s) {
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long v = std::strtoull(s, &end, 10);
-  if (errno != 0 || end == s || *end != '\0') {
-    Die(program, std::string(flag) + ": not a number: " + s);
-  }
-  return v;
 }
 
 }  // namespace dlfs_bench

@@ -36,6 +36,8 @@
 #include <thread>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "bench_util.h"
 
 namespace {
@@ -47,17 +49,6 @@ using dlfs_bench::Shuffle;
 constexpr char kProgram[] = "dlfs_file_reader";
 
 [[noreturn]] void Die(const std::string& msg) { dlfs_bench::Die(kProgram, msg); }
-
-void Usage() {
-  std::fprintf(stderr,
-               "usage: dlfs_file_reader LIST_OR_DIR [--threads N] [--seed S] [--limit K]\n"
-               "  reads every file (open, read all, close) in a seeded random order and\n"
-               "  prints JSON {files, bytes, seconds, samples_per_s, mb_per_s, cpu_s_per_gb}\n");
-}
-
-uint64_t ParseUint(const char* flag, const char* s) {
-  return dlfs_bench::ParseUint(kProgram, flag, s);
-}
 
 std::vector<std::string> ListFiles(const std::string& source) {
   namespace fs = std::filesystem;
@@ -127,37 +118,20 @@ bool ReadWhole(const std::string& path, std::vector<char>* buf, uint64_t* size, 
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app{
+      "Reads every file (open, read all, close) in a seeded random order and prints JSON "
+      "{files, bytes, seconds, samples_per_s, mb_per_s, cpu_s_per_gb}: the one-file-per-sample "
+      "baseline of dlfs bench.",
+      kProgram};
   std::string source;
   uint64_t threads = 2, seed = 0, limit = 0;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&](const char* flag) {
-      if (i + 1 >= argc) Die(std::string(flag) + " needs a value");
-      return ParseUint(flag, argv[++i]);
-    };
-    if (a == "--threads") {
-      threads = value("--threads");
-    } else if (a == "--seed") {
-      seed = value("--seed");
-    } else if (a == "--limit") {
-      limit = value("--limit");
-    } else if (a == "-h" || a == "--help") {
-      Usage();
-      return 0;
-    } else if (!a.empty() && a[0] == '-') {
-      Usage();
-      Die("unknown option " + a);
-    } else if (source.empty()) {
-      source = a;
-    } else {
-      Die("one LIST_OR_DIR only");
-    }
-  }
-  if (source.empty()) {
-    Usage();
-    return 2;
-  }
-  if (threads < 1 || threads > 1024) Die("--threads must be between 1 and 1024");
+  app.add_option("LIST_OR_DIR", source,
+                 "a directory (every regular file under it) or a file listing one path per line")
+      ->required();
+  app.add_option("--threads", threads, "reader threads")->check(CLI::Range(1, 1024));
+  app.add_option("--seed", seed, "seed of the shuffled order");
+  app.add_option("--limit", limit, "read only the first K files of the order (0: all)");
+  CLI11_PARSE(app, argc, argv);
 
   const double l0 = Now();
   std::vector<std::string> files = ListFiles(source);

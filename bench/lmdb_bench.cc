@@ -37,6 +37,8 @@
 #include <thread>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "bench_util.h"
 
 namespace {
@@ -51,17 +53,6 @@ constexpr char kProgram[] = "dlfs_lmdb_bench";
 
 void Check(int rc, const char* what) {
   if (rc != MDB_SUCCESS) Die(std::string(what) + ": " + mdb_strerror(rc));
-}
-
-void Usage() {
-  std::fprintf(stderr,
-               "usage: dlfs_lmdb_bench build TREE DB\n"
-               "       dlfs_lmdb_bench read DB [--threads N] [--seed S] [--limit K] "
-               "[--no-readahead]\n");
-}
-
-uint64_t ParseUint(const char* flag, const char* s) {
-  return dlfs_bench::ParseUint(kProgram, flag, s);
 }
 
 int Build(const std::string& tree, const std::string& db) {
@@ -218,38 +209,25 @@ int Read(const std::string& db, uint64_t threads, uint64_t seed, uint64_t limit,
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help") {
-    Usage();
-    return argc < 2 ? 2 : 0;
-  }
-  const std::string mode = argv[1];
-  std::vector<std::string> pos;
+  CLI::App app{
+      "LMDB as a sample store (one key per file, mdb_get in random order), the peer "
+      "dlfs bench is compared with.",
+      kProgram};
+  app.require_subcommand(1);
+  std::string tree, db;
+  CLI::App* build = app.add_subcommand("build", "pack every file under TREE into the LMDB file DB");
+  build->add_option("TREE", tree, "directory of sample files")->required();
+  build->add_option("DB", db, "LMDB file to create (MDB_NOSUBDIR)")->required();
   uint64_t threads = 2, seed = 0, limit = 0;
   bool no_readahead = false;
-  for (int i = 2; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&](const char* flag) {
-      if (i + 1 >= argc) Die(std::string(flag) + " needs a value");
-      return ParseUint(flag, argv[++i]);
-    };
-    if (a == "--threads") {
-      threads = value("--threads");
-    } else if (a == "--seed") {
-      seed = value("--seed");
-    } else if (a == "--limit") {
-      limit = value("--limit");
-    } else if (a == "--no-readahead") {
-      no_readahead = true;
-    } else if (!a.empty() && a[0] == '-') {
-      Usage();
-      Die("unknown option " + a);
-    } else {
-      pos.push_back(a);
-    }
-  }
-  if (threads < 1 || threads > 1000) Die("--threads must be between 1 and 1000");
-  if (mode == "build" && pos.size() == 2) return Build(pos[0], pos[1]);
-  if (mode == "read" && pos.size() == 1) return Read(pos[0], threads, seed, limit, no_readahead);
-  Usage();
-  return 2;
+  CLI::App* read = app.add_subcommand(
+      "read", "mdb_get every key in a seeded random order; prints dlfs_file_reader's JSON");
+  read->add_option("DB", db, "LMDB file made by build")->required();
+  read->add_option("--threads", threads, "reader threads")->check(CLI::Range(1, 1000));
+  read->add_option("--seed", seed, "seed of the shuffled order");
+  read->add_option("--limit", limit, "read only the first K keys of the order (0: all)");
+  read->add_flag("--no-readahead", no_readahead, "open with MDB_NORDAHEAD");
+  CLI11_PARSE(app, argc, argv);
+  if (*build) return Build(tree, db);
+  return Read(db, threads, seed, limit, no_readahead);
 }

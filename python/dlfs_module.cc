@@ -879,6 +879,7 @@ loop); another epoch starts afresh.
         d["bytes"] = s.bytes;
         d["classes"] = s.classes;
         d["skipped"] = s.skipped;
+        d["removed_temporaries"] = s.removed_temporaries;  // of killed earlier packs
         d["seconds"] = s.seconds;
         return d;
       },

@@ -1,6 +1,7 @@
 """The Python module: dlfs.Volume, dlfs.Loader, zero-copy batches, errors."""
 import gc
 import random
+import subprocess
 
 import numpy as np
 import pytest
@@ -54,10 +55,10 @@ def test_errors_map_to_python_exceptions(volume, tmp_path):
         dlfs.Loader(vol, batch_size=2, rank=2, world_size=2)
     with pytest.raises(ValueError, match="engine"):
         dlfs.Loader(vol, batch_size=2, engine="spdk")
-    src = tmp_path / "src"
-    src.mkdir()
     with pytest.raises(FileExistsError):
-        dlfs.pack(str(src), str(vol_path))
+        dlfs.pack(str(tmp_path / "tree"), str(vol_path))
+    with pytest.raises(ValueError, match="inside the source directory"):
+        dlfs.pack(str(tmp_path), str(tmp_path / "new.dlfs"))
 
 
 def test_damaged_sample_raises_naming_it(volume):
@@ -217,3 +218,20 @@ def test_loader_memory_tier_serves_the_same_bytes(many, budget):
     s = loader.stats()
     assert s["cache_bytes"] > 0 if budget is None else s["buffer_pool_bytes"] > 0
     assert s["mean_reads_in_flight"] > 0
+
+
+def test_pack_reports_removed_temporaries(tree, tmp_path):
+    """dlfs.pack's stats list the temporaries of killed earlier packs it removed (issue 13 #9)."""
+    root, files = tree
+    child = subprocess.Popen(["/bin/true"])
+    child.wait()  # a process id that is certainly not running
+    out = tmp_path / "out"
+    out.mkdir()
+    stale = out / f"v.dlfs.tmp.{child.pid}.0"
+    stale.write_bytes(b"x" * 1234)
+    stats = dlfs.pack(str(root), str(out / "v.dlfs"))
+    assert stats["samples"] == len(files)
+    assert stats["removed_temporaries"] == [f"{stale} (left by process {child.pid}, 1234 bytes)"]
+    assert sorted(p.name for p in out.iterdir()) == ["v.dlfs"]
+    stats = dlfs.pack(str(root), str(out / "v.dlfs"), force=True)
+    assert stats["removed_temporaries"] == []

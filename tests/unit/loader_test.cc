@@ -342,7 +342,9 @@ TEST_P(LoaderTest, DamagedRangeNamesExactlyTheSamplesInside) {
         for (uint64_t i = 0; i < v->size(); ++i) {
           const bool named = m.find(" " + std::to_string(i) + " '") != std::string::npos;
           const bool damaged = std::find(hit.begin(), hit.end(), i) != hit.end();
-          if (named) EXPECT_TRUE(damaged) << "names healthy sample " << i << ": " << m;
+          if (named) {
+            EXPECT_TRUE(damaged) << "names healthy sample " << i << ": " << m;
+          }
         }
         continue;
       }
@@ -395,11 +397,14 @@ TEST_P(LoaderTest, DestroyedWithReadsInFlight) {
     if (!loader) GTEST_SKIP() << "engine unavailable";
     if (stage >= 1) loader->SetEpoch(0);
     Batch kept;
-    if (stage >= 2) ASSERT_TRUE(*loader->Next(&kept));
+    if (stage >= 2) {
+      ASSERT_TRUE(*loader->Next(&kept));
+    }
     if (stage >= 3) loader->SetEpoch(5);  // a new generation while the old is in flight
     loader.reset();
-    if (kept.size() > 0)
+    if (kept.size() > 0) {
       EXPECT_TRUE(std::ranges::equal(kept.sample(0), *vol_->Read(kept.index(0))));
+    }
   }
 }
 

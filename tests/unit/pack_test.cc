@@ -138,8 +138,9 @@ TEST(PackTest, OutputInsideTheSourceIsRefused) {
   testing::WriteFile(src + "/a/1.png", Bytes("1"));
   std::filesystem::create_directories(src + "/sub");
   std::filesystem::create_directory_symlink(src, tmp / "link");
-  for (const std::string out :
-       {src + "/sub/v.dlfs", src + "/v.dlfs", tmp / "link/sub/v.dlfs", src + "/../src/v.dlfs"}) {
+  const std::vector<std::string> outputs = {src + "/sub/v.dlfs", src + "/v.dlfs",
+                                            tmp / "link/sub/v.dlfs", src + "/../src/v.dlfs"};
+  for (const std::string& out : outputs) {
     auto r = PackQuiet(src, out);
     ASSERT_FALSE(r.ok()) << out;
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
