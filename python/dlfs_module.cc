@@ -209,9 +209,9 @@ class PyLoader {
   // After load_state_dict, setting the restored epoch keeps the restored
   // position (the usual loop sets the epoch before iterating it).
   void set_epoch(uint64_t e) {
-    if (positioned_ && e == epoch_) return;
+    if (restored_ && e == epoch_) return;
     epoch_ = e;
-    positioned_ = false;
+    positioned_ = restored_ = false;
   }
   uint64_t epoch() const { return epoch_; }
 
@@ -222,6 +222,7 @@ class PyLoader {
     std::lock_guard lock(mu_);
     loader_->SetEpoch(epoch_);  // keeps a position LoadState just restored
     positioned_ = true;
+    restored_ = false;
   }
 
   std::shared_ptr<Batch> Next() {
@@ -263,7 +264,7 @@ class PyLoader {
     }
     Check(st);
     epoch_ = s.epoch;
-    positioned_ = true;
+    positioned_ = restored_ = true;
   }
 
   Loader& loader() { return *loader_; }
@@ -272,6 +273,7 @@ class PyLoader {
   std::unique_ptr<Loader> loader_;
   uint64_t epoch_ = 0;
   bool positioned_ = false;  // the C++ loader is at epoch_ (iterated or restored)
+  bool restored_ = false;    // by load_state_dict, and not iterated since
   std::mutex mu_;
 };
 

@@ -28,20 +28,19 @@ def numbered(tmp_path_factory):
     return str(tmp / "v.dlfs"), str(tmp / "w.dlfs")
 
 
-# Runs in a fresh interpreter: args (JSON) say what to build and do; prints
-# {"epochs": [[values of each batch...] per epoch], ...} as JSON.
+# Runs scenarios in a fresh interpreter: argv[1] is a JSON list of what to
+# build and do; prints a JSON list of results ({"epochs": [[values of each
+# batch...] per epoch], ...}, or {"error": traceback}).
 SCRIPT = textwrap.dedent("""
-    import json, os, sys
+    import json, sys, traceback
     import numpy as np
     import dlfs
-
-    a = json.loads(sys.argv[1])
 
     def values(samples):
         a = np.asarray(samples)
         return a.reshape(a.shape[0], -1)[:, :8].copy().view("<u8")[:, 0].tolist()
 
-    def make():
+    def make(a):
         if a["kind"] == "loader":
             src = dlfs.Loader(a["path"], a["batch_size"], **a["options"])
             def batches():
@@ -58,119 +57,144 @@ SCRIPT = textwrap.dedent("""
                 yield values(x.numpy())
         return src, batches
 
-    out = {"epochs": []}
-    if a["mode"] == "first":
-        # The reference: an uninterrupted run (in this process, to save a start).
-        ref, batches = make()
-        out["full"] = []
-        for e in a["full_epochs"]:
-            ref.set_epoch(e)
-            out["full"].append(list(batches()))
-        out["full_io_bytes"] = ref.stats()["io_bytes"] if a["kind"] == "loader" else 0
-        del ref, batches
-    src, batches = make()
-    if a["mode"] == "rest":
-        with open(a["state"]) as f:
-            src.load_state_dict(json.load(f))
-    for e in a["epochs"]:
-        src.set_epoch(e)
-        got = []
-        skip_all = a["mode"] == "first" and a["k"] == 0
-        for step, b in enumerate(iter(()) if skip_all else batches()):
-            got.append(b)
-            if a["mode"] == "rest" and e == a["epochs"][0] and a["kind"] == "dataset":
-                # The position counts the batches before the restore too.
-                st = src.state_dict(batches=step + 1)
-                assert st["batches"] == a["k"] + step + 1, (st, step)
-            if a["mode"] == "first" and len(got) == a["k"]:
-                break
-        out["epochs"].append(got)
+    def scenario(a):
+        out = {"epochs": []}
         if a["mode"] == "first":
-            st = src.state_dict(**({"batches": a["k"]} if a.get("pass_batches") else {}))
-            with open(a["state"], "w") as f:
-                json.dump(st, f)
-            out["state"] = st
-            break
-    if a["kind"] == "loader":
-        out["io_bytes"] = src.stats()["io_bytes"]
-    print(json.dumps(out))
+            # The reference: an uninterrupted run.
+            ref, batches = make(a)
+            out["full"] = []
+            for e in a["full_epochs"]:
+                ref.set_epoch(e)
+                out["full"].append(list(batches()))
+            out["full_io_bytes"] = ref.stats()["io_bytes"] if a["kind"] == "loader" else 0
+            del ref, batches
+        src, batches = make(a)
+        if a["mode"] == "rest":
+            with open(a["state"]) as f:
+                src.load_state_dict(json.load(f))
+        for e in a["epochs"]:
+            src.set_epoch(e)
+            got = []
+            it = iter(()) if a["mode"] == "first" and a["k"] == 0 else batches()
+            for step, b in enumerate(it):
+                got.append(b)
+                if a["mode"] == "rest" and e == a["epochs"][0] and a["kind"] == "dataset":
+                    # The position counts the batches before the restore too.
+                    st = src.state_dict(batches=step + 1)
+                    assert st["batches"] == a["k"] + step + 1, (st, step)
+                if a["mode"] == "first" and len(got) == a["k"]:
+                    break
+            if hasattr(it, "close"):
+                it.close()  # stops the DataLoader's workers
+            out["epochs"].append(got)
+            if a["mode"] == "first":
+                st = src.state_dict(**({"batches": a["k"]} if a.get("pass_batches") else {}))
+                with open(a["state"], "w") as f:
+                    json.dump(st, f)
+                out["state"] = st
+                break
+        if a["kind"] == "loader":
+            out["io_bytes"] = src.stats()["io_bytes"]
+        return out
+
+    results = []
+    for a in json.loads(sys.argv[1]):
+        try:
+            results.append(scenario(a))
+        except Exception:
+            results.append({"error": traceback.format_exc()})
+    print(json.dumps(results))
 """)
 
+# The scenarios: name -> (k, arguments). Each is interrupted after batch k of
+# epoch 3 and resumed over epochs 3 and 4.
+LOADER = dict(kind="loader", batch_size=16, options=dict(seed=5, cache_budget=0))
+DATASET = dict(kind="dataset", batch_size=8, options=dict(seed=9, cache_budget=0))
+SCENARIOS = {
+    "loader-7": (7, LOADER),
+    "loader-all": (16, LOADER),  # every batch of the epoch
+    # num_workers 0 (the dataset counts the batches itself, or is told), 2, 2
+    # persistent; k odd and even (with 2 workers the DataLoader's turn is then
+    # worker 1's or worker 0's).
+    "dataset-0-counted": (3, dict(DATASET, workers=0)),
+    "dataset-0-told": (4, dict(DATASET, workers=0, pass_batches=True)),
+    "dataset-2": (3, dict(DATASET, workers=2, pass_batches=True)),
+    "dataset-2-persistent": (4, dict(DATASET, workers=2, persistent=True, pass_batches=True)),
+    "dataset-rank": (5, dict(DATASET, workers=2, pass_batches=True,
+                             options=dict(seed=1, rank=1, world_size=2))),
+    # Volume order, small read-ahead, to count what the resumed run reads.
+    "loader-io": (20, dict(kind="loader", batch_size=10, options=dict(
+        shuffle=False, cache_budget=0, prefetch_batches=1, direct_io=False))),
+}
 
-def run(**args):
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(args)],
-                          capture_output=True, text=True, timeout=300, env=os.environ)
+
+def run(scenarios):
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(scenarios)],
+                          capture_output=True, text=True, timeout=600, env=os.environ)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def resumed(numbered, tmp_path_factory):
+    """name -> (first run, resumed run): all scenarios' first runs in one new
+    process, then all resumed runs in another."""
+    path, _ = numbered
+    tmp = tmp_path_factory.mktemp("states")
+    names = list(SCENARIOS)
+    args = [dict(a, path=path, k=k, state=str(tmp / f"{n}.json"))
+            for n, (k, a) in SCENARIOS.items()]
+    first = run([dict(a, mode="first", epochs=[3], full_epochs=[3, 4]) for a in args])
+    rest = run([dict(a, mode="rest", epochs=[3, 4]) for a in args])
+    return {n: (f, r) for n, f, r in zip(names, first, rest)}
 
 
 def flat(batches):
     return [v for b in batches for v in b]
 
 
-def check_resume(tmp_path, k, **args):
-    """Uninterrupted vs interrupted-after-k + restored, over epochs 3 and 4."""
-    state = str(tmp_path / "state.json")
-    first = run(mode="first", epochs=[3], full_epochs=[3, 4], k=k, state=state, **args)
+def check_resume(resumed, name):
+    """The first run's k batches and the resumed run's rest are the
+    uninterrupted epoch, batch by batch; the next epoch is whole."""
+    first, rest = resumed[name]
+    assert "error" not in first, first["error"]
+    assert "error" not in rest, rest["error"]
     full = first["full"]
+    k = SCENARIOS[name][0]
     assert len(first["epochs"][0]) == k
-    rest = run(mode="rest", epochs=[3, 4], k=k, state=state, **args)
-    # Batch by batch: the same batches, in the same order.
     assert first["epochs"][0] + rest["epochs"][0] == full[0]
     assert rest["epochs"][1] == full[1]
     return first, rest, flat(full[0])
 
 
-@pytest.mark.parametrize("k", [7, 16])  # 16: every batch of the epoch
-def test_loader_resumes_in_a_new_process(numbered, tmp_path, k):
-    path, _ = numbered
-    first, rest, values = check_resume(
-        tmp_path, k, kind="loader", path=path, batch_size=16,
-        options=dict(seed=5, cache_budget=0))
+@pytest.mark.parametrize("name", ["loader-7", "loader-all"])
+def test_loader_resumes_in_a_new_process(resumed, name):
+    first, rest, values = check_resume(resumed, name)
     assert sorted(values) == list(range(N))  # each sample once
-    assert first["state"]["epoch"] == 3 and first["state"]["batches"] == k
+    assert (first["state"]["epoch"], first["state"]["batches"]) == (3, SCENARIOS[name][0])
 
 
-def test_loader_does_not_read_the_skipped_batches(numbered, tmp_path):
-    path, _ = numbered
-    vol = dlfs.Volume(path)
-    args = dict(kind="loader", path=path, batch_size=10,
-                options=dict(shuffle=False, cache_budget=0, prefetch_batches=1,
-                             direct_io=False))
-    state = str(tmp_path / "s.json")
-    first = run(mode="first", epochs=[0], full_epochs=[0], k=20, state=state, **args)
-    rest = run(mode="rest", epochs=[0], k=20, state=state, **args)
-    assert flat(rest["epochs"][0]) == flat(first["full"][0])[200:]
-    # The full epoch read every sample; the resumed one a fifth of them (plus
-    # what reads ahead into the next epoch).
-    assert first["full_io_bytes"] >= vol.info()["bytes"]
-    assert rest["io_bytes"] < first["full_io_bytes"] / 2, (rest["io_bytes"], first)
+def test_loader_does_not_read_the_skipped_batches(resumed, numbered):
+    first, rest, _ = check_resume(resumed, "loader-io")
+    # The uninterrupted run read epochs 3 and 4 whole; the resumed one the
+    # last fifth of epoch 3 and all of epoch 4: 1.2 epochs, not 2.
+    assert first["full_io_bytes"] >= 2 * dlfs.Volume(numbered[0]).info()["bytes"]
+    assert rest["io_bytes"] < first["full_io_bytes"] * 0.75, (rest["io_bytes"], first)
 
 
-# num_workers 0 (the dataset counts the batches itself, or is told), 2, 2
-# persistent; k odd and even (with 2 workers the DataLoader's turn is then
-# worker 1's or worker 0's).
-@pytest.mark.parametrize("workers,persistent,pass_batches,k", [
-    (0, False, False, 3), (0, False, True, 4), (2, False, True, 3), (2, True, True, 4)])
-def test_loader_dataset_resumes_across_workers(numbered, tmp_path, workers, persistent,
-                                               pass_batches, k):
-    path, _ = numbered
-    first, rest, values = check_resume(
-        tmp_path, k, kind="dataset", path=path, batch_size=8, workers=workers,
-        persistent=persistent, pass_batches=pass_batches,
-        options=dict(seed=9, cache_budget=0))
-    shards = max(workers, 1)
+@pytest.mark.parametrize("name", ["dataset-0-counted", "dataset-0-told", "dataset-2",
+                                  "dataset-2-persistent"])
+def test_loader_dataset_resumes_across_workers(resumed, name):
+    first, rest, values = check_resume(resumed, name)
+    shards = max(SCENARIOS[name][1]["workers"], 1)
     assert len(values) == -(-N // shards) * shards  # padded to a multiple of the shards
     assert set(values) == set(range(N))
     st = first["state"]
-    assert (st["epoch"], st["batches"], st["num_workers"]) == (3, k, shards)
+    assert (st["epoch"], st["batches"], st["num_workers"]) == (3, SCENARIOS[name][0], shards)
 
 
-def test_loader_dataset_resumes_a_rank(numbered, tmp_path):
-    path, _ = numbered
-    _, _, values = check_resume(
-        tmp_path, 5, kind="dataset", path=path, batch_size=8, workers=2, pass_batches=True,
-        options=dict(seed=1, rank=1, world_size=2))
+def test_loader_dataset_resumes_a_rank(resumed):
+    _, _, values = check_resume(resumed, "dataset-rank")
     assert len(values) == len(set(values)) > N // 2 - 8
 
 
@@ -211,6 +235,10 @@ def test_loader_refuses_a_state_of_other_options(numbered):
     b.set_epoch(3)
     assert next(iter(b)).sequence == 0
     assert b.state_dict()["epoch"] == 3
+    # An epoch set again after iterating it starts afresh, as state_dict says.
+    b.set_epoch(3)
+    assert (b.state_dict()["epoch"], b.state_dict()["batches"]) == (3, 0)
+    assert next(iter(b)).sequence == 0
 
 
 def test_loader_dataset_refuses_a_state_of_other_options(numbered):
