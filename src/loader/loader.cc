@@ -99,16 +99,6 @@ class Loader::Impl {
   }
 
   ~Impl() {
-    if (::getpid() != pid_) {
-      // Destroyed in a child of fork(): the I/O threads exist only in the
-      // parent. Leave them and their engines alone (a small leak) rather
-      // than join threads that are not there.
-      for (auto& w : workers_) {
-        if (w->thread.joinable()) w->thread.detach();
-        (void)w->engine.release();
-      }
-      return;
-    }
     {
       std::lock_guard lock(mu_);
       stop_ = true;
@@ -645,7 +635,17 @@ class Loader::Impl {
 };
 
 Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Loader::~Loader() = default;
+
+Loader::~Loader() {
+  if (impl_ && ::getpid() != impl_->pid_) {
+    // Destroyed in a child of fork() (e.g. garbage-collected in a DataLoader
+    // worker): the I/O threads exist only in the parent, and the mutex and
+    // condition variables are copies of the parent's, possibly with waiters
+    // or an owner that is not here (destroying them can hang or throw).
+    // Leave all of it alone: a leak of the child's copy.
+    (void)impl_.release();
+  }
+}
 
 Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
                                                const LoaderOptions& options) {

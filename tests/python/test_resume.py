@@ -278,3 +278,24 @@ def test_loader_dataset_refuses_a_state_of_other_options(numbered):
     with pytest.raises(ValueError, match="pass batches="):
         ds2.state_dict()
     assert ds2.state_dict(batches=1)["num_workers"] == 2
+
+
+def test_a_loader_destroyed_in_a_forked_child(numbered):
+    """A Loader garbage-collected in a child of fork() (a DataLoader worker
+    inherits the parent's objects) leaves the parent's threads and locks
+    alone: no hang, no abort."""
+    script = textwrap.dedent("""
+        import os, sys, dlfs
+        for budget in (0, None):  # reading from the device, and the memory tier
+            loader = dlfs.Loader(sys.argv[1], 16, cache_budget=budget)
+            next(iter(loader))  # the I/O threads run, waiting for work
+            pid = os.fork()
+            if pid == 0:
+                del loader
+                os._exit(0)
+            _, status = os.waitpid(pid, 0)
+            assert status == 0, status
+    """)
+    proc = subprocess.run([sys.executable, "-c", script, numbered[0]], capture_output=True,
+                          text=True, timeout=120, env=os.environ)
+    assert proc.returncode == 0, proc.stderr
