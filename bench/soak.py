@@ -53,7 +53,7 @@ def make_volume(dlfs_bin, workdir, samples):
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(rnd.randbytes(rnd.randrange(500, 20000)))
     vol = workdir / "soak.dlfs"
-    subprocess.run([dlfs_bin, "pack", str(src), "-o", str(vol), "-q", "--force"], check=True,
+    subprocess.run([dlfs_bin, "pack", str(src), "-o", str(vol), "-q", "--force", "--all-files"], check=True,
                    stdout=subprocess.DEVNULL)
     shutil.rmtree(src)
     return vol

@@ -435,14 +435,18 @@ std::shared_ptr<SlotLease> AttachSlot(int pid, int fd, uint64_t total, uint64_t 
   return lease;
 }
 
-// A read-only uint8 numpy view of sample i whose base is the Python Batch.
+// A uint8 numpy view of sample i whose base is the Python Batch.
 py::array SampleView(py::object batch_obj, size_t i) {
   const Batch& b = batch_obj.cast<const Batch&>();
   if (i >= b.size()) throw py::index_error("sample index out of range in batch");
   const auto s = b.sample(i);
   py::array a(py::dtype::of<uint8_t>(), {static_cast<py::ssize_t>(s.size())}, {1},
               reinterpret_cast<const uint8_t*>(s.data()), batch_obj);
-  py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  // Writable when the bytes are this batch's alone (torch.from_numpy then
+  // takes them without a copy or a warning); read-only when they are shared.
+  if (!b.owns_bytes()) {
+    py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  }
   return a;
 }
 
@@ -451,6 +455,9 @@ py::array SampleView(py::object batch_obj, size_t i) {
 // The decode module's classes (python/decode_bindings.cc); errors are thrown
 // through `throw_status` so they map to exceptions as everywhere here.
 void RegisterDecodeBindings(py::module_& m, void (*throw_status)(const Status&));
+// dlfs.Writer's engine, Volume.close/slicing/read_array, __version__
+// (python/writer_bindings.cc).
+void RegisterAdoptionBindings(py::module_& m, void (*throw_status)(const Status&));
 }  // namespace dlfs
 
 PYBIND11_MODULE(_dlfs, m) {
@@ -654,9 +661,11 @@ indices at once (a BatchSampler); for whole epochs use dlfs.Loader.)doc")
   py::class_<Batch, std::shared_ptr<Batch>>(m, "Batch", R"doc(
 One batch from a Loader: len(batch) samples.
 
-batch[i] / batch.samples are read-only numpy uint8 views straight into the
-batch's I/O buffer (no copy); the buffer stays alive as long as any view or
-the Batch itself is referenced.
+batch[i] / batch.samples are numpy uint8 views straight into the batch's
+I/O buffer (no copy); the buffer stays alive as long as any view or the
+Batch itself is referenced. They are writable when the buffer is this
+batch's alone (a Loader's), so torch.from_numpy takes them without a warning;
+read-only when the bytes are shared.
 )doc")
       .def("__len__", &Batch::size)
       .def(
@@ -862,18 +871,46 @@ loop); another epoch starts afresh.
   m.def(
       "pack",
       [](const std::string& source, const std::string& output, const std::string& source_kind,
-         bool force, uint32_t align, bool skip_unreadable, std::vector<std::string> class_names) {
+         bool force, uint32_t align, bool skip_unreadable, std::vector<std::string> class_names,
+         bool all_files, std::optional<py::function> on_progress) {
         PackOptions o;
         o.from = Unwrap(ParseSourceKind(source_kind));
         o.volume.overwrite = force;
         o.volume.align = align;
         o.skip_unreadable = skip_unreadable;
         o.class_names = std::move(class_names);
+        o.all_files = all_files;
+        // Every ~100 ms: Ctrl-C (and an exception in on_progress) stops
+        // packing, leaving nothing behind, and is raised here.
+        std::atomic<bool> cancel{false};
+        std::optional<py::error_already_set> py_error;
+        o.cancel = &cancel;
+        o.on_progress = [&](const PackProgress& p) {
+          py::gil_scoped_acquire acquire;
+          if (py_error) return;
+          try {
+            if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+            if (!on_progress) return;
+            py::dict d;
+            d["samples"] = p.samples;
+            d["bytes"] = p.bytes;
+            d["skipped"] = p.skipped;
+            d["total_samples"] = p.total_samples;
+            d["source_bytes"] = p.source_bytes;
+            d["total_source_bytes"] = p.total_source_bytes;
+            d["seconds"] = p.seconds;
+            (*on_progress)(d);
+          } catch (py::error_already_set& e) {
+            py_error.emplace(std::move(e));
+            cancel = true;
+          }
+        };
         Result<PackStats> r = Status::Cancelled("not run");
         {
           py::gil_scoped_release release;
           r = Pack(source, output, o);
         }
+        if (py_error) throw std::move(*py_error);
         const PackStats s = Unwrap(std::move(r));
         py::dict d;
         d["source_kind"] = std::string(SourceKindName(s.from));
@@ -882,20 +919,27 @@ loop); another epoch starts afresh.
         d["classes"] = s.classes;
         d["skipped"] = s.skipped;
         d["removed_temporaries"] = s.removed_temporaries;  // of killed earlier packs
+        d["ignored"] = s.ignored();
+        d["ignored_examples"] = s.ignored_examples;
         d["seconds"] = s.seconds;
         return d;
       },
       py::arg("source"), py::arg("output"), py::arg("source_kind") = "auto",
       py::arg("force") = false, py::arg("align") = PackOptions{}.volume.align,
       py::arg("skip_unreadable") = false, py::arg("class_names") = std::vector<std::string>{},
+      py::arg("all_files") = false, py::arg("on_progress") = py::none(),
       R"doc(Packs a data set into a new volume (like `dlfs pack`) and returns stats.
 
 source_kind: "auto", "imagefolder", "idx" or "tar". Raises FileExistsError if
-output exists and force is False.)doc");
+output exists and force is False. all_files: imagefolder packs every file,
+not only what torchvision's ImageFolder loads. on_progress(dict) is called
+about every 100 ms (samples, bytes, total_samples, ...); dlfs.pack's
+progress=True uses it. Ctrl-C stops packing and leaves no volume.)doc");
 
   m.def(
       "_subset_crc", [](const std::vector<uint64_t>& indices) { return SubsetCrc(indices); },
       py::arg("indices"), "CRC32C of a loader's sample subset, as its state_dict() has it.");
 
   RegisterDecodeBindings(m, [](const Status& st) { throw StatusError{st}; });
+  RegisterAdoptionBindings(m, [](const Status& st) { throw StatusError{st}; });
 }

@@ -20,7 +20,12 @@ PACKAGES=(
   python3-matplotlib
   # fuzzing (scripts/fuzz.sh): clang and libFuzzer
   clang-14 libfuzzer-14-dev
-  python3-pil
+  python3-pil  # the decode tests compare with PIL
+  # packaging tests: pip install in a venv (offline), the .deb
+  python3-pip python3-setuptools python3-wheel python3-venv dpkg-dev
+  # NBD targets (libnbd client), the NBD server the tests and benchmark start,
+  # and nbdkit's filter header (the benchmark's microsecond delay filter)
+  libnbd-dev libnbd-bin nbdkit nbdkit-plugin-dev
   # the built-in default data set
   dataset-fashion-mnist
 )

@@ -54,6 +54,45 @@ using nlohmann::json;
 // Progress lines go to stderr and only to a terminal, overwritten in place.
 bool ShowProgress(bool quiet) { return !quiet && ::isatty(STDERR_FILENO); }
 
+// "1:05" or "2:03:04".
+std::string Duration(double seconds) {
+  const auto s = static_cast<unsigned long long>(seconds + 0.5);
+  char buf[32];
+  if (s >= 3600) {
+    std::snprintf(buf, sizeof buf, "%llu:%02llu:%02llu", s / 3600, s / 60 % 60, s % 60);
+  } else {
+    std::snprintf(buf, sizeof buf, "%llu:%02llu", s / 60, s % 60);
+  }
+  return buf;
+}
+
+// One progress line: "<verb> N of TOTAL samples (P%), BYTES, R samples/s,
+// ETA m:ss". `fraction` is how much of the work is done (from samples or
+// bytes), or negative when the total is unknown.
+void PrintProgress(const char* verb, uint64_t samples, uint64_t total, uint64_t bytes,
+                   double seconds, double fraction, const std::string& extra = "") {
+  std::string line = "\r  " + std::string(verb) + " " + std::to_string(samples);
+  if (total > 0) line += " of " + std::to_string(total);
+  line += " samples";
+  if (fraction >= 0) {
+    char pct[32];
+    std::snprintf(pct, sizeof pct, " (%.1f%%)", 100 * std::min(fraction, 1.0));
+    line += pct;
+  }
+  line += ", " + HumanBytes(bytes);
+  if (seconds > 0) {
+    char rate[64];
+    std::snprintf(rate, sizeof rate, ", %.0f samples/s, %s/s", samples / seconds,
+                  HumanBytes(bytes / seconds).c_str());
+    line += rate;
+  }
+  line += extra;
+  if (fraction > 0 && fraction < 1 && seconds > 0) {
+    line += ", ETA " + Duration(seconds * (1 - fraction) / fraction);
+  }
+  std::fprintf(stderr, "%s\033[K", line.c_str());
+}
+
 std::atomic<bool> g_cancel{false};
 extern "C" void OnSignal(int) { g_cancel.store(true); }
 
@@ -184,10 +223,17 @@ int RunPack(PackArgs args) {
   const bool progress = ShowProgress(args.quiet);
   if (progress) {
     options.on_progress = [](const PackProgress& p) {
-      std::fprintf(stderr, "\r  packed %llu samples, %s, %s/s%s   ",
-                   static_cast<unsigned long long>(p.samples), HumanBytes(p.bytes).c_str(),
-                   HumanBytes(p.seconds > 0 ? p.bytes / p.seconds : 0).c_str(),
-                   p.skipped ? (", skipped " + std::to_string(p.skipped)).c_str() : "");
+      // The importers counted their sources first: samples, or (tar) bytes.
+      double fraction = -1;
+      std::string extra;
+      if (p.total_samples > 0) {
+        fraction = static_cast<double>(p.samples) / p.total_samples;
+      } else if (p.total_source_bytes > 0) {
+        fraction = static_cast<double>(p.source_bytes) / p.total_source_bytes;
+        extra = ", read " + HumanBytes(p.source_bytes) + " of " + HumanBytes(p.total_source_bytes);
+      }
+      if (p.skipped) extra += ", skipped " + std::to_string(p.skipped);
+      PrintProgress("packed", p.samples, p.total_samples, p.bytes, p.seconds, fraction, extra);
     };
   }
   std::signal(SIGINT, OnSignal);
@@ -212,6 +258,25 @@ int RunPack(PackArgs args) {
       list += t + 1 < volume.targets ? ", " : "";
     }
     std::printf("%u targets: %s\n", volume.targets, list.c_str());
+  }
+  if (stats->ignored() > 0) {
+    // What ImageFolder would not load either; one line, with examples.
+    std::string why;
+    const auto part = [&](uint64_t n, const char* what) {
+      if (n == 0) return;
+      why += (why.empty() ? "" : ", ") + std::to_string(n) + " " + what;
+    };
+    part(stats->ignored_not_image, "without an image extension");
+    part(stats->ignored_hidden, "hidden");
+    part(stats->ignored_at_root, "at the root (no class)");
+    std::string examples;
+    for (const std::string& e : stats->ignored_examples) {
+      examples += (examples.empty() ? "" : ", ") + e;
+    }
+    std::printf(
+        "ignored %llu entries that ImageFolder would not load: %s (e.g. %s); "
+        "--all-files packs them\n",
+        static_cast<unsigned long long>(stats->ignored()), why.c_str(), examples.c_str());
   }
   if (stats->skipped > 0) {
     std::printf("skipped %llu unreadable sources, e.g.:\n",
@@ -340,11 +405,14 @@ int RunVerify(const VerifyArgs& args) {
                  problem.message().c_str());
   };
   const uint64_t total = (*vol)->size();
+  const uint64_t total_bytes = (*vol)->info().data_bytes;
   if (ShowProgress(args.quiet)) {
-    options.on_progress = [total](const VerifyReport& r) {
-      std::fprintf(stderr, "\r  verified %llu of %llu samples",
-                   static_cast<unsigned long long>(r.samples_checked),
-                   static_cast<unsigned long long>(total));
+    options.on_progress = [total, total_bytes](const VerifyReport& r) {
+      // By bytes: verify reads sequentially, so time follows bytes.
+      const double fraction =
+          total_bytes > 0 ? static_cast<double>(r.bytes_checked) / total_bytes
+                          : static_cast<double>(r.samples_checked) / std::max<uint64_t>(total, 1);
+      PrintProgress("verified", r.samples_checked, total, r.bytes_checked, r.seconds, fraction);
     };
   }
   VerifyReport report;

@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "dlfs/decode.h"
 #include "dlfs/enum_names.h"
+#include "dlfs/version.h"
 
 namespace {
 
@@ -18,7 +19,7 @@ void AddVolumeArgs(CLI::App* verb, VolumeArgs* args) {
   verb->add_option("volume", args->path, "Volume file (its target 0)")->required();
   verb->add_option("--target-map", args->target_map,
                    "Where to find targets other than 0, e.g. 1=/dev/nvme1n1,2=/data/v.t2\n"
-                   "(instead of the paths recorded in the volume)");
+                   "or 1=nbd://storage1/nvme0n1 (instead of the paths recorded in the volume)");
 }
 
 // A flag that sets *value to false (e.g. --no-verify for a default-on check).
@@ -90,6 +91,15 @@ void AddLoaderOptions(CLI::App* verb, LoaderOptions* o) {
   AddOffFlag(verb, "--buffered", &o->engine.direct_io, "Read through the page cache (no O_DIRECT)");
   verb->add_flag("--sqpoll", o->engine.sqpoll,
                  "io_uring SQPOLL (a kernel thread polls; uses a core)");
+  verb->add_option("--nbd-connections", o->engine.nbd.connections,
+                   "Connections per NBD target and I/O thread (if the server allows multi-conn)")
+      ->capture_default_str();
+  verb->add_option("--nbd-timeout", o->engine.nbd.timeout_seconds,
+                   "Seconds before an unanswered NBD read fails (its connection is reopened)")
+      ->capture_default_str();
+  verb->add_option("--nbd-reconnects", o->engine.nbd.reconnects,
+                   "Attempts to reconnect a lost NBD connection before its reads fail")
+      ->capture_default_str();
   verb->add_option_function<std::string>(
           "--cache-budget",
           [o](const std::string& text) {
@@ -143,7 +153,7 @@ int main(int argc, char** argv) {
       "dlfs: pack many small training samples into one volume and read them back fast.\n"
       "Exit codes: 0 ok, 1 damaged samples found (verify), 2 error or bad input."};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "dlfs 0.1.0");
+  app.set_version_flag("--version", "dlfs " DLFS_VERSION_STRING);
   int rc = kExitOk;
 
   PackArgs pack;
@@ -160,6 +170,9 @@ int main(int argc, char** argv) {
               "Skip (and count) source files that cannot be read instead of stopping");
   p->add_option("--class-names", pack.class_names,
                 "Names of labels 0, 1, ...: \"a,b,c\" or @FILE with one name per line");
+  p->add_flag("--all-files", pack.options.all_files,
+              "imagefolder: pack every regular file (hidden ones and files at the root too),\n"
+              "not only the images torchvision's ImageFolder would load");
   p->add_flag("--datum-payload", pack.options.lmdb_payload_only,
               "lmdb: store only each Caffe Datum's data (e.g. the JPEG), not the whole record");
   p->add_option("--targets", pack.targets,

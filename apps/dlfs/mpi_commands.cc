@@ -130,8 +130,10 @@ int RunBenchMpi(const BenchArgs& args) {
       std::cout << j.dump(2) << '\n';
       return kExitOk;
     }
+    // Direct: every rank reads any target itself, from local devices or
+    // from storage servers (NBD URIs: the disaggregated mode).
     std::printf("job          %d ranks, %s reading, %s open\n", r.ranks,
-                args.shard_local ? "shard-local" : "local",
+                args.shard_local ? "shard-local" : "direct (every rank reads every target)",
                 args.private_open ? "per-rank" : "collective");
     std::printf("engine       %s\n", r.bench.source.c_str());
     std::printf("samples/s    %.0f (all ranks)\n", r.bench.total.samples_per_s());

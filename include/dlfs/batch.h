@@ -64,6 +64,12 @@ class Batch {
   // The batch's images as one tensor (decode stages); empty TensorView
   // otherwise. Valid as long as this Batch (or a copy) lives.
   const TensorView& tensor() const;
+  // True when the samples' bytes are this batch's alone (a loader's buffer
+  // made for it): no other batch, epoch or cache reads them, so a consumer
+  // may change them in place (Python then hands out writable views).
+  // Samples repeated within the batch may share bytes. False when the bytes
+  // are shared (an exchange window, a cache) or the source does not say.
+  bool owns_bytes() const;
 
  private:
   std::shared_ptr<const Data> data_;

@@ -20,8 +20,14 @@
 //
 // Paths are relative, '/'-separated ("cat/001.jpg"); intermediate directories
 // are created implicitly. A path may hold one sample; a name cannot be both a
-// sample and a directory. Sample order in the volume is canonical (see
-// docs/format.md §4), not insertion order.
+// sample and a directory. Both are refused when the offending sample is
+// added (BeginSample / Add), before any of its bytes are written, naming the
+// sample that came first (and its source, see SetSourceName). Sample order
+// in the volume is canonical (see docs/format.md §4), not insertion order.
+//
+// Memory: per sample, its directory entry (32 bytes plus the name) and 8 to
+// 16 bytes in the table of paths that finds duplicates; per directory, its
+// entry and its path.
 //
 // Thread safety: none; use one builder from one thread.
 #pragma once
@@ -54,7 +60,12 @@ class VolumeBuilder {
     // Paths of targets 1, 2, ... (exactly targets - 1 of them), or empty for
     // DefaultTargetPath's names. Target 0's table records each relative to
     // the directory of `path` when it lies at or below it, else absolute;
-    // such a recorded path must fit in 240 bytes.
+    // such a recorded path must fit in 240 bytes. A path may be an NBD URI
+    // (dlfs/nbd.h; recorded as given): the export, at least as large as the
+    // target, is written in place — its old superblock is zeroed at
+    // Create, and the new one written last, after the data and a flush
+    // (docs/format.md §6.1). An export holding a dlfs target counts as
+    // existing (overwrite replaces it). Target 0 must be a file.
     std::vector<std::string> target_paths;
   };
 
@@ -76,7 +87,13 @@ class VolumeBuilder {
   // number as name.
   void SetClassNames(std::vector<std::string> names);
 
-  // Adds one sample with all its bytes.
+  // Names the source of the samples added from now on (e.g. the tar shard
+  // they come from), for the message that refuses a later duplicate path.
+  void SetSourceName(std::string name);
+
+  // Adds one sample with all its bytes. InvalidArgument for a bad path, a
+  // path already added (naming the earlier sample and its source) or a path
+  // that is also a directory.
   Status Add(std::string_view path, std::span<const std::byte> data, uint32_t label = kNoLabel);
 
   // Adds one sample in pieces: BeginSample, any number of Append, then

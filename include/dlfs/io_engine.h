@@ -7,6 +7,11 @@
 //          in flight.
 //   pread  a pool of threads calling pread(2); also the fallback where
 //          io_uring or O_DIRECT is unavailable (e.g. tmpfs, seccomp).
+//   nbd    targets named by NBD URIs (dlfs/nbd.h), read with libnbd's
+//          asynchronous API, queue_depth reads in flight over
+//          NbdOptions::connections connections per target; chosen whenever
+//          a target is a URI (a volume's local targets are then read by a
+//          pread pool inside the same engine).
 // With EngineKind::kAuto the best available one is chosen and description()
 // says what was chosen and why; a fallback is never silent.
 //
@@ -37,16 +42,19 @@
 #include <vector>
 
 #include "dlfs/enum_names.h"
+#include "dlfs/nbd.h"
 #include "dlfs/status.h"
 
 namespace dlfs {
 
-enum class EngineKind { kAuto, kUring, kPread };
+enum class EngineKind { kAuto, kUring, kPread, kNbd };
 
-inline constexpr EnumName<EngineKind> kEngineKindNames[] = {
-    {EngineKind::kAuto, "auto"}, {EngineKind::kUring, "uring"}, {EngineKind::kPread, "pread"}};
+inline constexpr EnumName<EngineKind> kEngineKindNames[] = {{EngineKind::kAuto, "auto"},
+                                                            {EngineKind::kUring, "uring"},
+                                                            {EngineKind::kPread, "pread"},
+                                                            {EngineKind::kNbd, "nbd"}};
 
-std::string_view EngineKindName(EngineKind kind);  // "auto", "uring", "pread"
+std::string_view EngineKindName(EngineKind kind);  // "auto", "uring", "pread", "nbd"
 Result<EngineKind> ParseEngineKind(std::string_view name);
 
 struct EngineOptions {
@@ -61,6 +69,8 @@ struct EngineOptions {
   // DEFER_TASKRUN where the kernel has them. The Loader sets it for the
   // engines its I/O threads own.
   bool single_thread = false;
+  // NBD targets: connections per target, per-read timeout, reconnects.
+  NbdOptions nbd;
 };
 
 // One read: `length` bytes at `offset` of target `target` into `buffer`.
@@ -156,7 +166,10 @@ class IoEngine {
 };
 
 // Opens `target_paths` (read-only) and creates an engine per `options`.
-// Unavailable if options.kind is forced and not supported here.
+// Unavailable if options.kind is forced and not supported here. When a
+// path is an NBD URI the engine is an nbd one (whatever options.kind says,
+// unless it is kNbd without any URI: InvalidArgument), and an export that
+// cannot be reached is an error naming its URI.
 Result<std::unique_ptr<IoEngine>> CreateEngine(const std::vector<std::string>& target_paths,
                                                const EngineOptions& options);
 

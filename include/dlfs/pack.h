@@ -3,9 +3,17 @@
 // Importers (the `from` option):
 //   imagefolder  a class-per-directory tree, as torchvision's ImageFolder
 //                reads it: label = index of the top-level directory in
-//                sorted (byte-wise) order; every regular file below it is a
-//                sample stored under its relative path; files directly at
-//                the root get no label.
+//                sorted (byte-wise) order; every file below it with one of
+//                torchvision's image extensions (IMG_EXTENSIONS: .jpg .jpeg
+//                .png .ppm .bmp .pgm .tif .tiff .webp, any case) is a sample
+//                stored under its relative path. Left out (and counted in
+//                PackStats): other files, hidden files and directories (a
+//                name starting with '.'; torchvision would keep those with
+//                an image extension, e.g. macOS "._x.jpg", and make a hidden
+//                top-level directory a class), and files directly at the
+//                root. A tree without a class directory is an error. With
+//                all_files, every regular file is a sample, hidden ones
+//                included, and files at the root get no label.
 //   idx          MNIST / Fashion-MNIST IDX files (optionally .gz) in a
 //                directory: each "<split>-images-idx3-ubyte" with its
 //                "<split>-labels-idx1-ubyte"; each image's raw bytes become
@@ -66,11 +74,18 @@ Result<SourceKind> ParseSourceKind(std::string_view name);
 // imagefolder.
 Result<SourceKind> DetectSourceKind(const std::string& source);
 
+// How far packing got. When progress is asked for (on_progress), the
+// importers count first: imagefolder walks the tree, idx reads the headers,
+// lmdb the record count (total_samples); tar shards would have to be read
+// twice, so tar reports the bytes of the shards done so far instead
+// (source_bytes of total_source_bytes, moving shard by shard).
 struct PackProgress {
   uint64_t samples = 0;
   uint64_t bytes = 0;
   uint64_t skipped = 0;
-  uint64_t total_samples = 0;  // 0 when unknown in advance
+  uint64_t total_samples = 0;       // 0 when unknown in advance
+  uint64_t source_bytes = 0;        // tar: bytes of the shards finished
+  uint64_t total_source_bytes = 0;  // tar: bytes of all shards; else 0
   double seconds = 0;
 };
 
@@ -85,6 +100,9 @@ struct PackOptions {
   // lmdb: store only a Caffe Datum's data field (e.g. the JPEG), not the
   // whole serialized Datum.
   bool lmdb_payload_only = false;
+  // imagefolder: every regular file is a sample, not only what
+  // torchvision's ImageFolder would load (see above).
+  bool all_files = false;
   // Called about every 100 ms from the packing thread.
   std::function<void(const PackProgress&)> on_progress;
   // When set to true from another thread or a signal handler, packing stops
@@ -102,6 +120,14 @@ struct PackStats {
   // Temporary files of killed earlier packs to the same destination, removed
   // before this one started (VolumeBuilder::removed_temporaries).
   std::vector<std::string> removed_temporaries;
+  // imagefolder: entries left out because ImageFolder would not load them
+  // (not with all_files): files without an image extension, hidden files
+  // and directories (each counted once), files at the root.
+  uint64_t ignored_not_image = 0;
+  uint64_t ignored_hidden = 0;
+  uint64_t ignored_at_root = 0;
+  std::vector<std::string> ignored_examples;  // relative paths, the first few
+  uint64_t ignored() const { return ignored_not_image + ignored_hidden + ignored_at_root; }
   double seconds = 0;
 };
 

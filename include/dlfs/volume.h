@@ -13,9 +13,10 @@
 // CLI, tests and importers; the batch loader (dlfs/loader.h) is the fast one.
 //
 // Thread safety: after Open(), every const method may be called from any
-// number of threads concurrently.
+// number of threads concurrently, and Close() may be called while they run.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -26,9 +27,14 @@
 #include <vector>
 
 #include "dlfs/directory.h"
+#include "dlfs/nbd.h"
 #include "dlfs/status.h"
 
 namespace dlfs {
+
+namespace nbd {
+class Connection;
+}
 
 // One target of an open volume.
 struct TargetInfo {
@@ -92,6 +98,9 @@ struct VolumeOpenOptions {
   // the superblocks of targets not opened by the sender may be empty; this
   // rank then reads its own targets' superblocks.
   std::vector<uint32_t> open_only;
+  // Targets named by NBD URIs (dlfs/nbd.h): the timeout bounds connecting
+  // and every metadata read (reconnects: one per read).
+  NbdOptions nbd;
 };
 
 // Parses "1=/dev/nvme1n1,2=/data/v.dlfs.t2" (the CLI's --target-map) into a
@@ -103,7 +112,10 @@ class Volume {
  public:
   // Opens the volume whose target 0 is `path`, read-only, and every other
   // target it names (relative paths in the table are resolved against the
-  // directory of `path`; options.target_map overrides them). Errors:
+  // directory of `path`; options.target_map overrides them). Any of them
+  // may be an NBD URI (dlfs/nbd.h): an export is checked like a file, and
+  // a relative path stored for a volume opened through a URI must be given
+  // with target_map. Errors:
   // NotFound / IOError (with errno) when a file cannot be read; Corruption
   // for a bad magic, a checksum mismatch, a truncated file, a target that
   // does not belong to the volume (other uuid, index or size) or any
@@ -148,12 +160,30 @@ class Volume {
   // the first target whose copy differs.
   Status CheckBackupSuperblock() const;
 
+  // Releases the target files before the Volume is destroyed (Python's
+  // `with dlfs.Volume(...)`). Afterwards reading samples (ReadInto, Read,
+  // CheckBackupSuperblock, VerifyVolume) fails with InvalidArgument "...
+  // is closed"; info(), directory() and metadata() stay usable, and loaders
+  // made from this volume are unaffected (they open the targets
+  // themselves). Safe while other threads read: each descriptor is
+  // atomically pointed at /dev/null (dup3) rather than closed, so its number
+  // stays reserved until destruction and a read in flight completes or
+  // fails but never reads another file. Calling it again does nothing.
+  void Close();
+  bool closed() const { return closed_.load(std::memory_order_acquire); }
+
   uint32_t target_count() const { return static_cast<uint32_t>(fds_.size()); }
 
   // The file descriptor of target `t` (read-only, close-on-exec), for I/O
-  // engines that read the data region themselves. REQUIRES: t < target count.
-  int target_fd(uint32_t t) const { return fds_[t]; }  // -1 if not opened (open_only)
-  bool target_open(uint32_t t) const { return fds_[t] >= 0; }
+  // engines that read the data region themselves; -1 if not opened here
+  // (open_only) or not a file (an NBD export). REQUIRES: t < target count.
+  int target_fd(uint32_t t) const { return fds_[t]; }
+  bool target_open(uint32_t t) const { return fds_[t] >= 0 || remote_[t] != nullptr; }
+  // Reads exactly n bytes at `offset` of target t, file or NBD export;
+  // errors name `what`. Unavailable for a target not opened here. Any
+  // thread. REQUIRES: t < target count.
+  Status ReadTarget(uint32_t t, void* buf, size_t n, uint64_t offset,
+                    const std::string& what) const;
   // info().targets with "" for targets not opened here: what an IoEngine
   // for this volume is created with.
   std::vector<std::string> OpenTargetPaths() const;
@@ -164,6 +194,8 @@ class Volume {
   std::string path_;
   VolumeInfo info_;
   std::vector<int> fds_;
+  std::vector<std::unique_ptr<nbd::Connection>> remote_;  // by target; null for files
+  std::atomic<bool> closed_{false};
   SampleDirectory directory_;
   VolumeMetadata metadata_;
 };

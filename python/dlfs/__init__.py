@@ -1,11 +1,14 @@
 """dlfs: packed sample volumes and a fast shuffled batch loader.
 
     import dlfs
-    vol = dlfs.Volume("fashion-mnist.dlfs")
-    data, label = vol[0]
-    for batch in dlfs.Loader(vol, batch_size=256, seed=0):
-        images = batch.samples        # zero-copy numpy uint8 views
-        labels = batch.labels         # int64 numpy array
+    with dlfs.Volume("fashion-mnist.dlfs") as vol:
+        data, label = vol[0]
+        for batch in dlfs.Loader(vol, batch_size=256, seed=0):
+            images = batch.samples        # zero-copy numpy uint8 views
+            labels = batch.labels         # int64 numpy array
+
+    with dlfs.Writer("my.dlfs", class_names=["cat", "dog"]) as w:
+        w.add("cat/001.jpg", jpeg_bytes, label="cat")
 
 dlfs.torch has PyTorch datasets (VolumeDataset, LoaderDataset) and
 ImageLoader (decoded image batches). ImagePipeline, decode_image and
@@ -14,8 +17,53 @@ Errors: FileNotFoundError / OSError for I/O, ValueError for bad arguments,
 KeyError for a path not in the volume, dlfs.CorruptVolumeError when stored
 bytes fail an integrity check. Messages name the file and the problem.
 """
-from ._dlfs import Batch, CorruptVolumeError, Loader, Volume, pack
-from ._dlfs import ImagePipeline, decode_image, encode_png
+import os
 
-__all__ = ["Volume", "Loader", "Batch", "CorruptVolumeError", "pack",
+from ._dlfs import Batch, CorruptVolumeError, Loader, Volume, __version__
+from ._dlfs import ImagePipeline, decode_image, encode_png
+from ._dlfs import pack as _pack
+from ._progress import Progress as _Progress
+from .writer import Writer
+
+__all__ = ["Volume", "Loader", "Batch", "CorruptVolumeError", "Writer", "pack", "__version__",
            "ImagePipeline", "decode_image", "encode_png"]
+
+
+def pack(source, output, *args, progress=False, **options):
+    """Packs a data set into a new volume, as `dlfs pack` does; returns stats.
+
+    pack(source, output, source_kind="auto", force=False, align=1,
+         skip_unreadable=False, class_names=[], all_files=False,
+         progress=False)
+
+    source_kind: "auto", "imagefolder", "idx", "tar" or "lmdb". imagefolder
+    packs what torchvision's ImageFolder loads (image files below class
+    directories); all_files=True packs every file. Raises FileExistsError if
+    `output` exists and force is False. progress=True shows samples done
+    out of the total, rate and ETA (tqdm when installed, else a line on
+    stderr). Ctrl-C stops packing and leaves no volume. The stats dict has
+    samples, bytes, classes, skipped, ignored (files ImageFolder would not
+    load) and seconds.
+    """
+    source, output = os.fspath(source), os.fspath(output)
+    if not progress:
+        return _pack(source, output, *args, **options)
+    bar = None
+
+    def on_progress(p):
+        nonlocal bar
+        if p["total_samples"] or not p["total_source_bytes"]:
+            if bar is None:
+                bar = _Progress("packing", total=p["total_samples"] or None)
+            bar.update_to(p["samples"], bytes=p["bytes"])
+        else:  # tar: how far through the shards
+            if bar is None:
+                bar = _Progress("packing", unit="B", unit_scale=True,
+                                total=p["total_source_bytes"])
+            bar.update_to(p["source_bytes"], samples=p["samples"])
+
+    try:
+        return _pack(source, output, *args, on_progress=on_progress, **options)
+    finally:
+        if bar is not None:
+            bar.close()

@@ -10,9 +10,11 @@ VolumeDataset: map-style. ds[i] is one sample, for any
     ds[[i, j, ...]] is a whole batch read in one submission, for
     DataLoader(ds, sampler=BatchSampler(...), batch_size=None).
 
-Samples reach `transform` as read-only numpy uint8 arrays of the stored
-bytes (decode them there: e.g. PIL for PNG/JPEG, a reshape for raw pixels),
-or, with VolumeDataset(decode=...), as tensors decoded in C++.
+Samples reach `transform` as numpy uint8 arrays of the stored bytes
+(decode them there: e.g. PIL for PNG/JPEG, a reshape for raw pixels), or,
+with VolumeDataset(decode=...), as tensors decoded in C++. The arrays are
+writable and not copies: torch.from_numpy takes them as they are, without a
+warning.
 """
 import os
 
@@ -62,7 +64,9 @@ class VolumeDataset(tud.Dataset):
     root: only the samples under this directory of the volume (e.g. "train").
     Each process (DataLoader workers included) opens its own handle to the
     volume on first use after fork, so workers never share file descriptors.
-    Labels are ints (-1 where a sample has none); `targets` holds them all.
+    As torchvision's ImageFolder: `classes` (names, by label), `class_to_idx`
+    ({name: label}) and `targets` (the label of every item, a list of ints;
+    -1 where a sample has none).
 
     decode: decode each sample natively (GIL released) before `transform`:
     a dlfs.ImagePipeline or a dict of its keywords, e.g.
@@ -87,8 +91,17 @@ class VolumeDataset(tud.Dataset):
         vol = Volume(self.path)  # fail early, in the parent, on a bad path
         self.indices = vol.indices(root) if root else np.arange(len(vol), dtype=np.int64)
         self.classes = vol.classes
-        self.targets = vol.labels[self.indices]
+        self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
+        self._labels = vol.labels[self.indices]  # int64 array, item order
+        self._targets = None
         self._vol, self._pid = vol, os.getpid()
+
+    @property
+    def targets(self):
+        """The label of every item, as a list of ints (made on first use)."""
+        if self._targets is None:
+            self._targets = self._labels.tolist()
+        return self._targets
 
     def _volume(self):
         if self._pid != os.getpid():
@@ -108,12 +121,11 @@ class VolumeDataset(tud.Dataset):
                 isinstance(index, torch.Tensor) and index.dim() == 0):
             return self._batch(vol, index)
         i = int(self.indices[index])
-        data = vol.read(i, self.verify)
         if self.decode is not None:
-            sample = torch.from_numpy(self.decode(data, self.epoch, i))
+            sample = torch.from_numpy(self.decode(vol.read(i, self.verify), self.epoch, i))
         else:
-            sample = np.frombuffer(data, dtype=np.uint8)
-        label = int(self.targets[index])
+            sample = vol.read_array(i, self.verify)  # writable, no copy
+        label = int(self._labels[index])
         if self.transform is not None:
             sample = self.transform(sample)
         if self.target_transform is not None:
@@ -136,7 +148,7 @@ class VolumeDataset(tud.Dataset):
                        for s, i in zip(samples, self.indices[positions])]
         if self.transform is not None:
             samples = [self.transform(s) for s in samples]
-        labels = self.targets[positions]
+        labels = self._labels[positions]
         if self.target_transform is not None:
             labels = np.asarray([self.target_transform(int(x)) for x in labels])
         return self.batch_transform(samples, labels)
@@ -164,7 +176,7 @@ class VolumeDataset(tud.Dataset):
         offsets, lengths = where
         return _SharedBatch(os.getpid(), self._slots.fd, self._slots.total,
                             self._slots.slot_bytes, slot, offsets, lengths,
-                            self.targets[positions])
+                            self._labels[positions])
 
     def __getstate__(self):  # workers reopen the volume themselves
         state = dict(self.__dict__)
@@ -252,10 +264,11 @@ class LoaderDataset(tud.IterableDataset):
     tensor of it rather than one per sample.
     root: only the samples under this directory of the volume (e.g. "train").
     Other keyword arguments go to dlfs.Loader (queue_depth, engine, ...).
-    Call set_epoch(e) before each epoch. Each process keeps its loader from
-    epoch to epoch, so the memory tier (cache_budget) and the read-ahead of
-    the next epoch carry over. The epoch lives in shared memory, so
-    DataLoader workers read the current one whenever they start an epoch.
+    Call set_epoch(e) before each epoch (before iterating the DataLoader).
+    The epoch lives in shared memory, so DataLoader workers read the current
+    one whenever they start an epoch, persistent_workers=True included. Each
+    process keeps its loader from epoch to epoch, so the memory tier
+    (cache_budget) and the read-ahead of the next epoch carry over.
     len() counts batches as one worker would read them; with several
     workers each pads and batches its own shard, so the count can be a
     little higher.
@@ -396,7 +409,11 @@ class LoaderDataset(tud.IterableDataset):
             if samples is None:
                 samples = batch.samples
                 if self.transform is not None:
-                    samples = [self.transform(s) for s in samples]
+                    # Writable, as torch.from_numpy wants them: views of a
+                    # batch's own buffer are; bytes shared with later epochs
+                    # (the memory tier) are copied rather than exposed.
+                    samples = [self.transform(s if s.flags.writeable else s.copy())
+                               for s in samples]
             if main:
                 p[p.TAKEN] = p[p.TAKEN] + 1
             yield self.batch_transform(samples, batch.labels)

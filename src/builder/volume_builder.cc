@@ -7,25 +7,32 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
 #include "common/crc32c.h"
 #include "common/file_util.h"
 #include "dlfs/builder.h"
+#include "dlfs/nbd.h"
 #include "format/directory_codec.h"
 #include "format/format.h"
 #include "format/superblock.h"
+#include "nbd/nbd_client.h"
 
 namespace dlfs {
 
 namespace {
 
 constexpr size_t kWriteBuffer = 8u << 20;
+constexpr uint32_t kEmptySlot = 0xFFFFFFFFu;
+constexpr size_t kMinPathSlots = 1024;
 
 // Entries kept per added sample and directory until Finish() orders them:
 // the codec's tree types, so Finish hands them over without a copy.
@@ -140,6 +147,9 @@ class VolumeBuilder::Impl {
     std::vector<std::byte> buf;
     uint64_t buf_start = format::kSuperblockSize;
     bool published = false;  // renamed to `path` by this Finish
+    // An NBD export written in place (docs/format.md §6.1): no temporary
+    // name, fd -1; its primary superblock is written last.
+    std::unique_ptr<nbd::Connection> remote;
 
     uint64_t Tell() const { return buf_start + buf.size(); }
   };
@@ -169,9 +179,70 @@ class VolumeBuilder::Impl {
   bool in_sample_ = false;
   PendingSample cur_{};
 
+  // The paths added so far, so that a duplicate is refused when it is added
+  // rather than at Finish: an open-addressed table of sample numbers keyed
+  // by (directory, name), at most half full (4-byte slots: 8 to 16 bytes per
+  // sample); the names are those in names_.
+  std::vector<uint32_t> path_slots_;
+  // Where samples came from, for messages: (first sample number, source).
+  std::vector<std::pair<uint64_t, std::string>> sources_;
+
+  std::string_view NameOf(const PendingSample& s) const {
+    return std::string_view(names_).substr(s.name_offset, s.name_length);
+  }
+
+  static uint64_t PathHash(uint32_t dir, std::string_view name) {
+    const uint64_t h = std::hash<std::string_view>{}(name);
+    return h ^ ((uint64_t{dir} + 0x9E3779B97F4A7C15ull) * 0xBF58476D1CE4E5B9ull);
+  }
+
+  // The slot holding the sample at (dir, name), or the empty slot where it
+  // would go. REQUIRES: path_slots_ is not empty.
+  size_t Probe(uint32_t dir, std::string_view name) const {
+    const size_t mask = path_slots_.size() - 1;
+    for (size_t i = PathHash(dir, name) & mask;; i = (i + 1) & mask) {
+      const uint32_t n = path_slots_[i];
+      if (n == kEmptySlot || (samples_[n].dir == dir && NameOf(samples_[n]) == name)) return i;
+    }
+  }
+
+  // The sample already added at (dir, name), if any.
+  std::optional<uint32_t> FindSample(uint32_t dir, std::string_view name) const {
+    if (path_slots_.empty()) return std::nullopt;
+    const uint32_t n = path_slots_[Probe(dir, name)];
+    if (n == kEmptySlot) return std::nullopt;
+    return n;
+  }
+
+  // Enters the last added sample into the table, growing it first when it
+  // would become more than half full.
+  void IndexLastSample() {
+    const size_t n = samples_.size();
+    if (2 * n > path_slots_.size()) {
+      path_slots_.assign(std::max(kMinPathSlots, std::bit_ceil(2 * n)), kEmptySlot);
+      for (size_t i = 0; i + 1 < n; ++i) {
+        path_slots_[Probe(samples_[i].dir, NameOf(samples_[i]))] = static_cast<uint32_t>(i);
+      }
+    }
+    path_slots_[Probe(samples_[n - 1].dir, NameOf(samples_[n - 1]))] = static_cast<uint32_t>(n - 1);
+  }
+
+  // "sample #12" or "sample #12 from shard-000.tar".
+  std::string DescribeSample(uint64_t n) const {
+    std::string out = "sample #" + std::to_string(n);
+    auto it = std::upper_bound(sources_.begin(), sources_.end(), n,
+                               [](uint64_t v, const auto& s) { return v < s.first; });
+    if (it != sources_.begin() && !std::prev(it)->second.empty()) {
+      out += " from " + std::prev(it)->second;
+    }
+    return out;
+  }
+
   Status Flush(TargetFile& t) {
     if (t.buf.empty()) return Status::Ok();
-    DLFS_RETURN_IF_ERROR(PwriteFull(t.fd, t.buf.data(), t.buf.size(), t.buf_start, t.temp_path));
+    DLFS_RETURN_IF_ERROR(
+        t.remote ? t.remote->Write(t.buf.data(), t.buf.size(), t.buf_start, t.path)
+                 : PwriteFull(t.fd, t.buf.data(), t.buf.size(), t.buf_start, t.temp_path));
     t.buf_start += t.buf.size();
     t.buf.clear();
     return Status::Ok();
@@ -234,6 +305,11 @@ class VolumeBuilder::Impl {
     const std::string_view name = slash == dir_path.npos ? dir_path : dir_path.substr(slash + 1);
     DLFS_RETURN_IF_ERROR(ValidateComponent(name, full));
     DLFS_ASSIGN_OR_RETURN(const uint32_t parent, DirId(parent_path, full));
+    if (const auto sample = FindSample(parent, name)) {
+      return Status::InvalidArgument("sample path '" + std::string(full) + "' needs directory '" +
+                                     std::string(dir_path) + "', which was already added as " +
+                                     DescribeSample(*sample));
+    }
     if (dirs_.size() >= format::kNone - 1) return Status::InvalidArgument("too many directories");
     const uint32_t id = static_cast<uint32_t>(dirs_.size());
     dirs_.push_back(PendingDir{parent, names_.size(), static_cast<uint32_t>(name.size())});
@@ -280,9 +356,21 @@ class VolumeBuilder::Impl {
   // directories holding them.
   Status Publish();
 
+  // Zeroes an export's primary superblock and flushes: from then on it
+  // holds no valid target, whatever the rest of it holds.
+  static Status Invalidate(TargetFile& t) {
+    static const std::byte kZeros[format::kSuperblockSize] = {};
+    DLFS_RETURN_IF_ERROR(t.remote->Write(kZeros, sizeof kZeros, 0, t.path));
+    return t.remote->Flush(t.path);
+  }
+
   // Moves target `t`'s finished temporary file to its path, never replacing
   // an existing file unless overwrite was asked for.
   Status Rename(TargetFile& t) {
+    if (t.remote) {  // sealed in place: its primary superblock made it a target
+      t.published = true;
+      return Status::Ok();
+    }
     const auto exists = [&] {
       return Status::AlreadyExists(t.path + ": already exists (use --force to replace it)");
     };
@@ -319,7 +407,11 @@ class VolumeBuilder::Impl {
     for (size_t t = targets_.size(); t-- > 0 && st.ok();) st = Rename(targets_[t]);
     if (st.ok()) return st;
     for (TargetFile& t : targets_) {
-      if (t.published) ::unlink(t.path.c_str());
+      if (t.published && t.remote) {
+        (void)Invalidate(t);
+      } else if (t.published) {
+        ::unlink(t.path.c_str());
+      }
       t.published = false;
     }
     return st;
@@ -358,6 +450,23 @@ Result<std::unique_ptr<VolumeBuilder>> VolumeBuilder::Create(const std::string& 
               : options.target_paths.empty() ? DefaultTargetPath(path, t)
                                              : options.target_paths[t - 1];
     if (tf.path.empty()) return Status::InvalidArgument("empty target path");
+    if (t == 0 && IsNbdUri(tf.path)) {
+      return Status::InvalidArgument(tf.path +
+                                     ": target 0 names the volume and must be a file; write "
+                                     "targets 1, 2, ... to NBD exports (--target-path)");
+    }
+    if (t > 0 && IsNbdUri(tf.path)) {
+      // Stored as given: a URI is not relative to anything.
+      if (tf.path.size() > format::kMaxTargetPath) {
+        return Status::InvalidArgument(tf.path + ": URI longer than " +
+                                       std::to_string(format::kMaxTargetPath) + " bytes");
+      }
+      tf.stored_path = tf.path;
+      if (!seen.insert(tf.path).second) {
+        return Status::InvalidArgument(tf.path + ": named as two targets of the volume");
+      }
+      continue;
+    }
     if (t > 0) {
       DLFS_ASSIGN_OR_RETURN(tf.stored_path, StoredTargetPath(path, tf.path));
     }
@@ -368,17 +477,34 @@ Result<std::unique_ptr<VolumeBuilder>> VolumeBuilder::Create(const std::string& 
   }
   // An early error only; the no-replace rename at Finish is what enforces it.
   for (const Impl::TargetFile& tf : impl->targets_) {
+    if (IsNbdUri(tf.path)) continue;
     if (!options.overwrite && PathExists(tf.path)) {
       return Status::AlreadyExists(tf.path + ": already exists (use --force to replace it)");
     }
   }
   for (const Impl::TargetFile& tf : impl->targets_) {
+    if (IsNbdUri(tf.path)) continue;
     for (std::string& r : RemoveStaleTemporaries(tf.path)) {
       impl->removed_temporaries_.push_back(std::move(r));
     }
   }
   static std::atomic<uint64_t> counter{0};
   for (Impl::TargetFile& tf : impl->targets_) {
+    if (IsNbdUri(tf.path)) {
+      DLFS_ASSIGN_OR_RETURN(tf.remote,
+                            nbd::Connection::Open(tf.path, NbdOptions{}.timeout_seconds, true));
+      format::Superblock old{};
+      if (tf.remote->size() >= sizeof old) {
+        DLFS_RETURN_IF_ERROR(tf.remote->Read(&old, sizeof old, 0, tf.path));
+      }
+      if (!options.overwrite && std::memcmp(old.magic, format::kSuperblockMagic, 8) == 0) {
+        return Status::AlreadyExists(tf.path +
+                                     ": holds a dlfs target already (use --force to replace it)");
+      }
+      // Whatever was there stops being a target before any byte changes.
+      DLFS_RETURN_IF_ERROR(Impl::Invalidate(tf));
+      continue;
+    }
     for (int attempt = 0; attempt < 100; ++attempt) {
       std::string tmp = tf.path + ".tmp." + std::to_string(::getpid()) + "." +
                         std::to_string(counter.fetch_add(1));
@@ -407,6 +533,16 @@ void VolumeBuilder::SetClassNames(std::vector<std::string> names) {
   impl_->class_names_ = std::move(names);
 }
 
+void VolumeBuilder::SetSourceName(std::string name) {
+  auto& sources = impl_->sources_;
+  const uint64_t first = impl_->samples_.size();
+  if (!sources.empty() && sources.back().first == first) {
+    sources.back().second = std::move(name);
+  } else {
+    sources.emplace_back(first, std::move(name));
+  }
+}
+
 Status VolumeBuilder::Add(std::string_view path, std::span<const std::byte> data, uint32_t label) {
   DLFS_RETURN_IF_ERROR(BeginSample(path, label));
   Status st = Append(data);
@@ -432,7 +568,15 @@ Status VolumeBuilder::BeginSample(std::string_view path, uint32_t label) {
   const std::string_view dir = slash == path.npos ? std::string_view() : path.substr(0, slash);
   const std::string_view name = slash == path.npos ? path : path.substr(slash + 1);
   DLFS_RETURN_IF_ERROR(ValidateComponent(name, path));
+  if (m.dir_ids_.contains(std::string(path))) {
+    return Status::InvalidArgument("sample path '" + std::string(path) +
+                                   "' is already a directory of the volume");
+  }
   DLFS_ASSIGN_OR_RETURN(const uint32_t dir_id, m.DirId(dir, path));
+  if (const auto earlier = m.FindSample(dir_id, name)) {
+    return Status::InvalidArgument("duplicate sample path '" + std::string(path) +
+                                   "' (already added as " + m.DescribeSample(*earlier) + ")");
+  }
   if (m.samples_.size() >= format::kNone - 1) return Status::InvalidArgument("too many samples");
   const uint32_t target = m.PickTarget();
   Impl::TargetFile& tf = m.targets_[target];
@@ -460,6 +604,7 @@ Status VolumeBuilder::EndSample() {
   if (!m.in_sample_) return Status::InvalidArgument("EndSample without BeginSample");
   m.in_sample_ = false;
   m.samples_.push_back(m.cur_);
+  m.IndexLastSample();
   m.data_bytes_ += m.cur_.length;
   if (m.cur_.label != format::kNone) {
     m.max_label_plus_one_ = std::max(m.max_label_plus_one_, m.cur_.label + 1);
@@ -498,7 +643,7 @@ Status VolumeBuilder::Finish() {
   for (Impl::TargetFile& t : m.targets_) {
     if (t.fd >= 0) ::close(t.fd);
     t.fd = -1;
-    if (!st.ok()) ::unlink(t.temp_path.c_str());
+    if (!st.ok() && !t.temp_path.empty()) ::unlink(t.temp_path.c_str());
   }
   return st;
 }
@@ -600,6 +745,22 @@ Status VolumeBuilder::Impl::Seal(const format::Superblock& sb) {
     own.target_index = t;
     own.volume_size = sb.targets[t].size;
     format::SealSuperblock(&own);
+    if (tf.remote) {
+      // An export cannot be renamed: the data, then the copy at the end,
+      // each flushed, and the primary superblock last (format.md §6.1).
+      if (tf.remote->size() < own.volume_size) {
+        return Status::InvalidArgument(
+            tf.path + ": export has " + std::to_string(tf.remote->size()) + " bytes, target " +
+            std::to_string(t) + " needs " + std::to_string(own.volume_size));
+      }
+      DLFS_RETURN_IF_ERROR(tf.remote->Flush(tf.path));
+      DLFS_RETURN_IF_ERROR(
+          tf.remote->Write(&own, sizeof own, own.volume_size - sizeof own, tf.path));
+      DLFS_RETURN_IF_ERROR(tf.remote->Flush(tf.path));
+      DLFS_RETURN_IF_ERROR(tf.remote->Write(&own, sizeof own, 0, tf.path));
+      DLFS_RETURN_IF_ERROR(tf.remote->Flush(tf.path));
+      continue;
+    }
     // Drop anything an aborted sample left past the end and make everything
     // else durable before the primary superblock: a file whose primary is
     // valid then has all of its bytes on disk, even before the rename.
@@ -618,6 +779,7 @@ Status VolumeBuilder::Impl::Seal(const format::Superblock& sb) {
 Status VolumeBuilder::Impl::Publish() {
   DLFS_RETURN_IF_ERROR(RenameAll());
   for (size_t t = targets_.size(); t-- > 0;) {
+    if (targets_[t].remote) continue;
     DLFS_RETURN_IF_ERROR(SyncParentDirectory(targets_[t].path));
   }
   return Status::Ok();

@@ -265,7 +265,7 @@ Status VerifyStreaming(const Volume& v, uint64_t index) {
   uint32_t crc = 0;
   for (uint64_t at = 0; at < s.length;) {
     const size_t n = std::min<uint64_t>(buf.size(), s.length - at);
-    DLFS_RETURN_IF_ERROR(PreadFull(v.target_fd(s.target), buf.data(), n, s.offset + at, file)
+    DLFS_RETURN_IF_ERROR(v.ReadTarget(s.target, buf.data(), n, s.offset + at, file)
                              .WithContext(v.path() + ": sample " + std::to_string(index)));
     crc = crc32c::Extend(crc, buf.data(), n);
     at += n;
@@ -330,6 +330,18 @@ void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_i
     }
     std::lock_guard lock(c.verified_mu);
     c.verified.insert(index);
+  }
+  if (v.target_fd(s.target) < 0) {
+    // An NBD export has no fd to splice from: read, then reply.
+    std::vector<std::byte> bytes(n);
+    const Status st = v.ReadTarget(s.target, bytes.data(), n, s.offset + offset, v.path());
+    if (!st.ok()) {
+      Log(st);
+      fuse_reply_err(req, EIO);
+      return;
+    }
+    fuse_reply_buf(req, reinterpret_cast<const char*>(bytes.data()), n);
+    return;
   }
   fuse_bufvec buf = FUSE_BUFVEC_INIT(n);
   buf.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);

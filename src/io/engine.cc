@@ -387,7 +387,25 @@ Result<std::unique_ptr<IoEngine>> CreateEngine(const std::vector<std::string>& t
   std::unique_ptr<Backend> backend;
   EngineKind kind = EngineKind::kPread;
   std::string why;
-  if (options.kind != EngineKind::kPread) {
+  const bool any_remote =
+      std::find(targets->remote.begin(), targets->remote.end(), true) != targets->remote.end();
+  if (any_remote) {
+    // NBD targets are read by the NBD backend whatever the engine kind; the
+    // volume's local targets (if any) by a pread pool that can wake the
+    // backend's poll() (io_uring's completions cannot join it portably).
+    std::unique_ptr<Backend> local;
+    bool any_local = false;
+    for (size_t t = 0; t < targets->fds.size(); ++t) any_local = any_local || targets->fds[t] >= 0;
+    if (any_local) {
+      DLFS_ASSIGN_OR_RETURN(local, io_internal::CreatePreadBackend(*targets, options, true));
+    }
+    DLFS_ASSIGN_OR_RETURN(backend,
+                          io_internal::CreateNbdBackend(*targets, options, std::move(local)));
+    kind = EngineKind::kNbd;
+  } else if (options.kind == EngineKind::kNbd) {
+    return Status::InvalidArgument("engine nbd asked for, but no target is an NBD URI");
+  }
+  if (!backend && options.kind != EngineKind::kPread) {
     auto uring = io_internal::CreateUringBackend(*targets, options);
     if (uring.ok()) {
       backend = std::move(uring).value();

@@ -19,14 +19,16 @@ namespace dlfs::io_internal {
 // The targets an engine reads, opened once.
 struct Targets {
   std::vector<std::string> paths;
-  std::vector<int> fds;
-  bool direct = false;     // every fd has O_DIRECT
-  uint32_t alignment = 1;  // offset/length/memory alignment required
-  std::string note;        // why direct I/O is off, if it is
+  std::vector<int> fds;      // -1 for an NBD target (and one not read here)
+  std::vector<bool> remote;  // paths[t] is an NBD URI
+  bool direct = false;       // every fd has O_DIRECT
+  uint32_t alignment = 1;    // offset/length/memory alignment required
+  std::string note;          // why direct I/O is off, if it is
   ~Targets();
 };
 
-// Opens every path read-only, with O_DIRECT when asked and supported.
+// Opens every path read-only, with O_DIRECT when asked and supported; NBD
+// URIs are not opened here (their backend connects).
 Result<std::unique_ptr<Targets>> OpenTargets(const std::vector<std::string>& paths, bool direct);
 
 struct Op {
@@ -64,6 +66,10 @@ class Backend {
   // Appends the completions available now, without blocking. Optional: a
   // backend without it is only reaped by Reap.
   virtual Status Poll(std::vector<Completion>* /*out*/) { return Status::Ok(); }
+  // An fd that polls readable when completions may be available (an
+  // eventfd; the reader drains it), or -1. Lets another backend wait for
+  // this one's completions together with its own sockets (NBD).
+  virtual int NotifyFd() const { return -1; }
   // Setup flags in use, for reports (io_uring's SINGLE_ISSUER, ...).
   virtual std::vector<std::string> Flags() const { return {}; }
 };
@@ -71,8 +77,16 @@ class Backend {
 // io_uring backend; Unavailable (with the reason) when the kernel refuses.
 Result<std::unique_ptr<Backend>> CreateUringBackend(const Targets& targets,
                                                     const EngineOptions& options);
+// With `notify`, the pool signals an eventfd (NotifyFd) on every completion.
 Result<std::unique_ptr<Backend>> CreatePreadBackend(const Targets& targets,
-                                                    const EngineOptions& options);
+                                                    const EngineOptions& options,
+                                                    bool notify = false);
+// Reads the targets that are NBD URIs (libnbd); `local`, when not null,
+// reads the others and must have a NotifyFd. Unavailable without libnbd;
+// an export that cannot be reached is an error naming its URI.
+Result<std::unique_ptr<Backend>> CreateNbdBackend(const Targets& targets,
+                                                  const EngineOptions& options,
+                                                  std::unique_ptr<Backend> local);
 // Wraps `inner`, altering completions as `faults` says.
 std::unique_ptr<Backend> CreateFaultInjectingBackend(std::unique_ptr<Backend> inner,
                                                      const testing::FaultInjection& faults,

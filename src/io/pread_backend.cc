@@ -1,5 +1,6 @@
 // pread backend: a fixed pool of threads, one blocking pread(2) each. It is
 // the portable engine and the fallback when io_uring is unavailable.
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,8 +21,12 @@ constexpr uint32_t kMaxThreads = 64;
 
 class PreadBackend final : public Backend {
  public:
-  PreadBackend(const Targets& targets, const EngineOptions& options)
+  PreadBackend(const Targets& targets, const EngineOptions& options, bool notify)
       : targets_(targets), capacity_(std::clamp<uint32_t>(options.queue_depth, 1, kMaxThreads)) {
+    if (notify) {
+      notify_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+      if (notify_fd_ < 0) error_ = "cannot create an eventfd for the pread pool";
+    }
     try {
       for (uint32_t i = 0; i < capacity_; ++i) workers_.emplace_back([this] { Work(); });
     } catch (const std::system_error& e) {
@@ -40,7 +45,10 @@ class PreadBackend final : public Backend {
     }
     work_cv_.notify_all();
     for (auto& t : workers_) t.join();
+    if (notify_fd_ >= 0) ::close(notify_fd_);
   }
+
+  int NotifyFd() const override { return notify_fd_; }
 
   uint32_t capacity() const override { return capacity_; }
 
@@ -101,12 +109,14 @@ class PreadBackend final : public Backend {
         done_.push_back(Completion{op.tag, result});
       }
       done_cv_.notify_one();
+      if (notify_fd_ >= 0) (void)::eventfd_write(notify_fd_, 1);
     }
   }
 
   const Targets& targets_;
   uint32_t capacity_;
   std::string error_;
+  int notify_fd_ = -1;
   std::vector<Op> prepared_;  // touched only by the engine's thread
   std::mutex mu_;
   std::condition_variable work_cv_, done_cv_;
@@ -119,8 +129,8 @@ class PreadBackend final : public Backend {
 }  // namespace
 
 Result<std::unique_ptr<Backend>> CreatePreadBackend(const Targets& targets,
-                                                    const EngineOptions& options) {
-  auto b = std::make_unique<PreadBackend>(targets, options);
+                                                    const EngineOptions& options, bool notify) {
+  auto b = std::make_unique<PreadBackend>(targets, options, notify);
   if (!b->error().empty()) return Status::Unavailable(b->error());
   return std::unique_ptr<Backend>(std::move(b));
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "dlfs/nbd.h"
 #include "io/io_backend.h"
 
 namespace dlfs::io_internal {
@@ -23,9 +24,11 @@ Result<std::unique_ptr<Targets>> OpenTargets(const std::vector<std::string>& pat
   t->direct = direct;
   if (!direct) t->note = "direct I/O off by option";
   for (const std::string& path : paths) {
-    if (path.empty()) {
+    t->remote.push_back(IsNbdUri(path));
+    if (path.empty() || t->remote.back()) {
       // A target this process does not read (a shard held by another
       // node): no file; a read of it fails with EBADF, naming the target.
+      // An NBD target: its backend connects.
       t->fds.push_back(-1);
       continue;
     }

@@ -42,5 +42,6 @@ SourceStats SourceStats::operator-(const SourceStats& earlier) const {
   d.next_wait_seconds = next_wait_seconds - earlier.next_wait_seconds;
   return d;
 }
+bool Batch::owns_bytes() const { return data_ && data_->owns_bytes; }
 
 }  // namespace dlfs

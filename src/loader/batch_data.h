@@ -27,6 +27,9 @@ struct Batch::Data {
   // Stages that make one tensor of the batch (dlfs/decode_stage.h) set it;
   // its memory is kept alive by `owner`.
   TensorView tensor;
+  // Batch::owns_bytes(): set by a source whose `owner` holds this batch's
+  // bytes and nobody else's use of them (the Loader's per-batch slab).
+  bool owns_bytes = false;
 };
 
 }  // namespace dlfs

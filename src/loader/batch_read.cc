@@ -154,6 +154,7 @@ Result<Batch> BatchRead::Finish(std::shared_ptr<const void> owner, uint64_t epoc
   const SampleDirectory& dir = volume_.directory();
   auto data = std::make_shared<Batch::Data>();
   data->owner = std::move(owner);
+  data->owns_bytes = true;  // the buffer is this read's alone (a loader slab, a reader's)
   data->epoch = epoch;
   data->sequence = sequence;
   data->indices.assign(indices_.begin(), indices_.end());

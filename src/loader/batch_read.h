@@ -55,7 +55,7 @@ class BatchRead {
   size_t outstanding() const { return outstanding_; }
 
   // The batch (samples as spans into the buffer, which `owner` keeps
-  // alive), or an error naming the volume and every sample (index and
+  // alive and nobody else uses: Batch::owns_bytes() is true), or an error naming the volume and every sample (index and
   // path) whose bytes could not be read.
   Result<Batch> Finish(std::shared_ptr<const void> owner, uint64_t epoch, uint64_t sequence,
                        double io_seconds) const;

@@ -87,7 +87,7 @@ bool DropPageCache() {
 std::string EvictFromPageCache(const Volume& volume) {
   if (DropPageCache()) return "dropped the page cache";
   for (uint32_t t = 0; t < volume.target_count(); ++t) {
-    if (volume.target_open(t)) ::posix_fadvise(volume.target_fd(t), 0, 0, POSIX_FADV_DONTNEED);
+    if (volume.target_fd(t) >= 0) ::posix_fadvise(volume.target_fd(t), 0, 0, POSIX_FADV_DONTNEED);
   }
   return "evicted the volume from the page cache (fadvise)";
 }

@@ -216,6 +216,16 @@ Status ImportIdx(const std::string& dir, PackContext& ctx) {
           (files.images.empty() ? "labels but no images" : "images but no labels"));
     }
   }
+  if (ctx.wants_progress()) {  // the total from the headers (errors come later)
+    uint64_t total = 0;
+    for (const auto& [split, files] : splits) {
+      GzFile images(dir + "/" + files.images);
+      auto dims = images.status().ok() ? ReadHeader(images, files.images, 3)
+                                       : Result<std::vector<uint32_t>>(images.status());
+      if (dims.ok()) total += (*dims)[0];
+    }
+    ctx.set_total_samples(total);
+  }
   for (const auto& [split, files] : splits) {
     DLFS_RETURN_IF_ERROR(ImportSplit(dir, split, files, ctx));
   }

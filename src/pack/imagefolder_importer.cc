@@ -1,11 +1,14 @@
-// ImageFolder importer: a class-per-directory tree, labelled the way
-// torchvision.datasets.ImageFolder labels it.
+// ImageFolder importer: a class-per-directory tree, read the way
+// torchvision.datasets.ImageFolder reads it: the same classes, labels and
+// samples (files with an image extension below a class directory), hidden
+// entries left out; `all_files` packs every regular file instead.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <set>
 #include <utility>
@@ -20,6 +23,26 @@ namespace dlfs::pack_internal {
 namespace {
 
 constexpr size_t kReadChunk = 1u << 20;
+
+// torchvision.datasets.folder.IMG_EXTENSIONS, matched case-insensitively as
+// has_file_allowed_extension does.
+constexpr std::string_view kImageExtensions[] = {".jpg", ".jpeg", ".png",  ".ppm", ".bmp",
+                                                 ".pgm", ".tif",  ".tiff", ".webp"};
+
+bool IsImageName(std::string_view name) {
+  for (std::string_view ext : kImageExtensions) {
+    if (name.size() < ext.size()) continue;
+    const std::string_view tail = name.substr(name.size() - ext.size());
+    if (std::equal(tail.begin(), tail.end(), ext.begin(), [](char a, char b) {
+          return std::tolower(static_cast<unsigned char>(a)) == b;
+        })) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool IsHidden(std::string_view name) { return !name.empty() && name[0] == '.'; }
 
 struct Entry {
   std::string name;
@@ -56,11 +79,23 @@ Result<std::vector<Entry>> ListSorted(const std::string& dir) {
   return out;
 }
 
+// Walks the tree in sorted order, depth first. In counting mode it only
+// counts the samples a packing walk would add (for the progress total),
+// reporting nothing.
 class Walker {
  public:
-  Walker(const std::string& root, PackContext& ctx) : root_(root), ctx_(ctx), buf_(kReadChunk) {}
+  Walker(const std::string& root, PackContext& ctx, bool counting = false)
+      : root_(root), ctx_(ctx), counting_(counting), all_files_(ctx.options().all_files) {
+    if (!counting_) buf_.resize(kReadChunk);
+  }
+
+  uint64_t counted() const { return counted_; }
 
   Status AddFile(const std::string& rel, uint32_t label) {
+    if (counting_) {
+      ++counted_;
+      return Status::Ok();
+    }
     const std::string path = root_ + "/" + rel;
     ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
     if (fd.get() < 0) return ctx_.Unreadable(path, Status::FromErrno(errno, path));
@@ -96,19 +131,29 @@ class Walker {
   Status AddTree(const std::string& rel, uint32_t label) {
     const std::string path = root_ + "/" + rel;
     struct stat st;
-    if (::stat(path.c_str(), &st) != 0)
+    if (::stat(path.c_str(), &st) != 0) {
+      if (counting_) return Status::Ok();  // the packing walk reports it
       return ctx_.Unreadable(path, Status::FromErrno(errno, path));
+    }
     // A symlink back up the tree would recurse forever.
     const std::pair<dev_t, ino_t> id{st.st_dev, st.st_ino};
     if (!active_.insert(id).second) return Status::Ok();
     auto listing = ListSorted(path);
     Status result;
     if (!listing.ok()) {
-      result = ctx_.Unreadable(path, listing.status());
+      if (!counting_) result = ctx_.Unreadable(path, listing.status());
     } else {
       for (const Entry& e : *listing) {
         const std::string child = rel + "/" + e.name;
-        result = e.is_dir ? AddTree(child, label) : AddFile(child, label);
+        if (!all_files_ && IsHidden(e.name)) {
+          Ignore(PackContext::Ignored::kHidden, child);
+        } else if (e.is_dir) {
+          result = AddTree(child, label);
+        } else if (!all_files_ && !IsImageName(e.name)) {
+          Ignore(PackContext::Ignored::kNotImage, child);
+        } else {
+          result = AddFile(child, label);
+        }
         if (!result.ok()) break;
       }
     }
@@ -116,9 +161,16 @@ class Walker {
     return result;
   }
 
+  void Ignore(PackContext::Ignored why, const std::string& rel) {
+    if (!counting_) ctx_.Ignore(why, rel);
+  }
+
  private:
   const std::string& root_;
   PackContext& ctx_;
+  const bool counting_;
+  const bool all_files_;
+  uint64_t counted_ = 0;
   std::vector<std::byte> buf_;
   std::set<std::pair<dev_t, ino_t>> active_;
 };
@@ -129,21 +181,54 @@ Status ImportImageFolder(const std::string& root_in, PackContext& ctx) {
   std::string root = root_in;
   while (root.size() > 1 && root.back() == '/') root.pop_back();
   DLFS_ASSIGN_OR_RETURN(std::vector<Entry> top, ListSorted(root));
+  const bool all_files = ctx.options().all_files;
+  // Classes: the top-level directories (not hidden ones, unless all_files).
+  const auto is_class = [&](const Entry& e) {
+    return e.is_dir && (all_files || !IsHidden(e.name));
+  };
   std::vector<std::string> classes;
   for (const Entry& e : top) {
-    if (e.is_dir) classes.push_back(e.name);
+    if (is_class(e)) classes.push_back(e.name);
   }
   if (classes.size() >= format::kNone - 1)
     return Status::InvalidArgument(root + ": too many classes");
+  if (classes.empty() && !all_files) {
+    return Status::InvalidArgument(
+        root + ": no class directories (ImageFolder reads ROOT/CLASS/IMAGE; files directly in " +
+        root + " have no class); --all-files packs every file as an unlabelled sample");
+  }
   ctx.builder().SetClassNames(classes);
-  Walker walker(root, ctx);
-  uint32_t label = 0;
-  for (const Entry& e : top) {
-    if (e.is_dir) {
-      DLFS_RETURN_IF_ERROR(walker.AddTree(e.name, label++));
-    } else {
-      DLFS_RETURN_IF_ERROR(walker.AddFile(e.name, kNoLabel));
+  // Walks the tree: adds (or, counting, counts) every sample.
+  const auto walk = [&](Walker& walker) -> Status {
+    uint32_t label = 0;
+    for (const Entry& e : top) {
+      if (is_class(e)) {
+        DLFS_RETURN_IF_ERROR(walker.AddTree(e.name, label++));
+      } else if (all_files && !e.is_dir) {
+        DLFS_RETURN_IF_ERROR(walker.AddFile(e.name, kNoLabel));
+      } else {
+        walker.Ignore(
+            IsHidden(e.name) ? PackContext::Ignored::kHidden : PackContext::Ignored::kAtRoot,
+            e.name);
+      }
     }
+    return Status::Ok();
+  };
+  if (ctx.wants_progress()) {  // count first: the progress total
+    Walker counter(root, ctx, /*counting=*/true);
+    DLFS_RETURN_IF_ERROR(walk(counter));
+    ctx.set_total_samples(counter.counted());
+  }
+  Walker walker(root, ctx);
+  DLFS_RETURN_IF_ERROR(walk(walker));
+  // As torchvision, which refuses such a tree: most likely the wrong
+  // directory, or files ImageFolder cannot load.
+  if (!all_files && ctx.builder().sample_count() == 0 && ctx.stats().skipped == 0) {
+    return Status::InvalidArgument(root + ": no image files (" +
+                                   std::to_string(ctx.stats().ignored()) +
+                                   " other files or hidden entries ignored); ImageFolder loads " +
+                                   "ROOT/CLASS/.../NAME.{jpg,jpeg,png,ppm,bmp,pgm,tif,tiff,webp}; "
+                                   "--all-files packs every file");
   }
   return Status::Ok();
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "dlfs/builder.h"
 #include "dlfs/pack.h"
@@ -17,6 +18,7 @@ class PackContext {
 
   VolumeBuilder& builder() { return builder_; }
   const PackOptions& options() const { return options_; }
+  const PackStats& stats() const { return stats_; }
 
   // A source that could not be read: with skip_unreadable it is counted and
   // OK is returned, otherwise `error` is returned to stop packing.
@@ -25,16 +27,33 @@ class PackContext {
   // Call after each sample: reports progress (rate-limited) and returns
   // Cancelled once cancellation was requested.
   Status Tick();
+  // Reports progress now (Pack's last report, when every sample is in).
+  void Report();
 
+  // True when progress is reported: importers then count their sources
+  // first (set_total_samples, CountSourceBytes).
+  bool wants_progress() const { return static_cast<bool>(options_.on_progress); }
   void set_total_samples(uint64_t n) { progress_.total_samples = n; }
+
+  // Sources read as a byte stream (tar shards): their total size, and the
+  // one being read from now on (its predecessors count as done). The name
+  // goes to the builder too (SetSourceName), for duplicate-path messages.
+  void CountSourceBytes(const std::vector<std::string>& files);
+  void BeginSource(const std::string& file);
+
+  // An entry left out by design (imagefolder: ImageFolder would not load
+  // it): counted in the stats, with the first few as examples.
+  enum class Ignored { kNotImage, kHidden, kAtRoot };
+  void Ignore(Ignored why, const std::string& rel_path);
 
  private:
   VolumeBuilder& builder_;
   const PackOptions& options_;
   PackStats& stats_;
   PackProgress progress_;
-  double start_;        // Now() at construction
-  double last_report_;  // Now() at the last progress report
+  uint64_t current_source_bytes_ = 0;  // size of the source BeginSource named
+  double start_;                       // Now() at construction
+  double last_report_;                 // Now() at the last progress report
 };
 
 Status ImportImageFolder(const std::string& root, PackContext& ctx);

@@ -13,7 +13,11 @@ namespace dlfs {
 namespace pack_internal {
 
 PackContext::PackContext(VolumeBuilder& builder, const PackOptions& options, PackStats& stats)
-    : builder_(builder), options_(options), stats_(stats), start_(Now()), last_report_(start_) {}
+    : builder_(builder),
+      options_(options),
+      stats_(stats),
+      start_(Now()),
+      last_report_(start_ - 1) {}  // the first sample is reported at once
 
 Status PackContext::Unreadable(const std::string& path, const Status& error) {
   if (!options_.skip_unreadable) {
@@ -27,20 +31,56 @@ Status PackContext::Unreadable(const std::string& path, const Status& error) {
   return Status::Ok();
 }
 
+void PackContext::CountSourceBytes(const std::vector<std::string>& files) {
+  uint64_t total = 0;
+  for (const std::string& f : files) {
+    struct stat st;
+    if (::stat(f.c_str(), &st) == 0) total += static_cast<uint64_t>(st.st_size);
+  }
+  progress_.total_source_bytes = total;
+}
+
+void PackContext::BeginSource(const std::string& file) {
+  builder_.SetSourceName(file);
+  progress_.source_bytes += current_source_bytes_;
+  struct stat st;
+  current_source_bytes_ = ::stat(file.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
+
+void PackContext::Ignore(Ignored why, const std::string& rel_path) {
+  switch (why) {
+    case Ignored::kNotImage:
+      ++stats_.ignored_not_image;
+      break;
+    case Ignored::kHidden:
+      ++stats_.ignored_hidden;
+      break;
+    case Ignored::kAtRoot:
+      ++stats_.ignored_at_root;
+      break;
+  }
+  if (stats_.ignored_examples.size() < 5) stats_.ignored_examples.push_back(rel_path);
+}
+
 Status PackContext::Tick() {
   if (options_.cancel != nullptr && options_.cancel->load(std::memory_order_relaxed)) {
     return Status::Cancelled("packing interrupted");
   }
   if (!options_.on_progress) return Status::Ok();
+  if (Now() - last_report_ < 0.1) return Status::Ok();
+  Report();
+  return Status::Ok();
+}
+
+void PackContext::Report() {
+  if (!options_.on_progress) return;
   const double now = Now();
-  if (now - last_report_ < 0.1) return Status::Ok();
   last_report_ = now;
   progress_.samples = builder_.sample_count();
   progress_.bytes = builder_.data_bytes();
   progress_.skipped = stats_.skipped;
   progress_.seconds = now - start_;
   options_.on_progress(progress_);
-  return Status::Ok();
 }
 
 }  // namespace pack_internal
@@ -166,6 +206,8 @@ Result<PackStats> Pack(const std::string& source, const std::string& volume_path
       break;
   }
   DLFS_RETURN_IF_ERROR(st);
+  ctx.BeginSource("");  // every source is done
+  ctx.Report();
   if (!options.class_names.empty()) builder->SetClassNames(options.class_names);
   stats.samples = builder->sample_count();
   stats.classes = builder->class_count();

@@ -179,6 +179,7 @@ class TarImport {
 
   Status ImportShard(uint32_t s) {
     const std::string& shard = shards_[s];
+    ctx_.BeginSource(shard);  // progress, and a duplicate path names both shards
     TarShardReader reader(shard, s);
     std::unordered_map<std::string, uint32_t> cls_here;  // .cls members of this shard
     std::vector<Link> links;
@@ -296,6 +297,7 @@ Status ImportTar(const std::string& source, PackContext& ctx) {
   } else {
     shards.push_back(source);
   }
+  ctx.CountSourceBytes(shards);
   return TarImport(shards, ctx).Run();
 }
 

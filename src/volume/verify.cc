@@ -16,8 +16,9 @@ constexpr uint64_t kWindow = 8u << 20;
 
 Status VerifyVolume(const Volume& volume, const VerifyOptions& options, VerifyReport* report) {
   const double start = Now();
-  auto last = start;
+  auto last = start - 1;  // the first report comes at once
   *report = VerifyReport{};
+  if (volume.closed()) return Status::InvalidArgument(volume.path() + ": volume is closed");
   const SampleDirectory& dir = volume.directory();
   std::vector<uint64_t> order(dir.size());
   std::iota(order.begin(), order.end(), uint64_t{0});
@@ -38,7 +39,7 @@ Status VerifyVolume(const Volume& volume, const VerifyOptions& options, VerifyRe
       const uint64_t want = std::max<uint64_t>(kWindow, s.length);
       const uint64_t n = std::min(want, target.size - s.offset);
       window.resize(n);
-      Status st = PreadFull(volume.target_fd(s.target), window.data(), n, s.offset, target.path);
+      Status st = volume.ReadTarget(s.target, window.data(), n, s.offset, target.path);
       win_target = s.target;
       win_begin = s.offset;
       win_end = s.offset + n;
@@ -57,7 +58,7 @@ Status VerifyVolume(const Volume& volume, const VerifyOptions& options, VerifyRe
         what += " on target " + std::to_string(s.target) + " (" +
                 volume.info().target_details[s.target].path + ")";
       }
-      check = PreadFull(volume.target_fd(s.target), sample.data(), s.length, s.offset, what);
+      check = volume.ReadTarget(s.target, sample.data(), s.length, s.offset, what);
       bytes = sample;
     }
     ++report->samples_checked;

@@ -13,6 +13,7 @@
 #include "common/file_util.h"
 #include "format/format.h"
 #include "format/superblock.h"
+#include "nbd/nbd_client.h"
 
 namespace dlfs {
 
@@ -30,6 +31,36 @@ Volume::~Volume() {
   for (int fd : fds_) {
     if (fd >= 0) ::close(fd);
   }
+}
+
+Status Volume::ReadTarget(uint32_t t, void* buf, size_t n, uint64_t offset,
+                          const std::string& what) const {
+  if (closed()) return Status::InvalidArgument(path_ + ": volume is closed");
+  if (remote_[t] != nullptr) return remote_[t]->Read(buf, n, offset, what);
+  if (fds_[t] < 0) {
+    return Status::Unavailable(what + ": target " + std::to_string(t) + " (" + info_.targets[t] +
+                               ") is not open on this node");
+  }
+  return PreadFull(fds_[t], buf, n, offset, what);
+}
+
+void Volume::Close() {
+  if (closed_.exchange(true, std::memory_order_acq_rel)) return;
+  // An NBD connection is closed once no read runs on it (each is bounded by
+  // the read timeout); later reads are refused by closed().
+  for (const auto& r : remote_) {
+    if (r) r->Close();
+  }
+  // Not close(): another thread may be inside pread on the descriptor, and a
+  // number freed now could be reused for an unrelated file before that
+  // thread (or a caller of target_fd) uses it. Pointing it at /dev/null
+  // drops the reference to the target at once and keeps the number.
+  const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null_fd < 0) return;  // reads are refused anyway; the files close with the Volume
+  for (int fd : fds_) {
+    if (fd >= 0) ::dup3(null_fd, fd, O_CLOEXEC);
+  }
+  ::close(null_fd);
 }
 
 Result<std::map<uint32_t, std::string>> ParseTargetMap(std::string_view spec) {
@@ -56,23 +87,66 @@ Result<std::map<uint32_t, std::string>> ParseTargetMap(std::string_view spec) {
 
 namespace {
 
+// One opened target: a file (fd) or an NBD export (remote).
+struct Source {
+  ScopedFd fd;
+  std::unique_ptr<nbd::Connection> remote;
+  uint64_t size = 0;
+  Status Read(void* buf, size_t n, uint64_t offset, const std::string& name) const {
+    return remote ? remote->Read(buf, n, offset, name) : PreadFull(fd.get(), buf, n, offset, name);
+  }
+};
+
+// Opens `path` (a file, device or NBD URI) read-only; errors name `name`.
+Result<Source> OpenSource(const std::string& path, const std::string& name,
+                          const NbdOptions& nbd_options) {
+  Source src;
+  if (IsNbdUri(path)) {
+    auto c = nbd::Connection::Open(path, nbd_options.timeout_seconds);
+    if (!c.ok()) {
+      // The URI is already in the message; add the target's name if it differs.
+      return name == path ? c.status() : c.status().WithContext(name);
+    }
+    src.remote = std::move(c).value();
+    src.size = src.remote->size();
+    return src;
+  }
+  src.fd = ScopedFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (src.fd.get() < 0) return Status::FromErrno(errno, name);
+  DLFS_ASSIGN_OR_RETURN(src.size, FileSize(src.fd.get(), name));
+  return src;
+}
+
 // Reads the primary superblock of target `name` (open as `fd`, `file_size`
 // bytes) and runs docs/format.md §5 checks 1-16 on it. When the primary is
 // damaged but has the magic, says whether the copy at the end is intact —
 // but never uses it: a damaged primary means the file was changed behind us.
-Status ReadSuperblock(int fd, uint64_t file_size, const std::string& name, format::Superblock* sb) {
+// An NBD export (a whole device, typically) may be larger than the target
+// written to it: the target is the first volume_size bytes, as the
+// superblock says (docs/format.md §6.1). A file is exactly its target.
+void FitExport(Source& src, const format::Superblock& sb) {
+  if (src.remote && sb.volume_size >= 2 * uint64_t{format::kSuperblockSize} &&
+      sb.volume_size < src.size && std::memcmp(sb.magic, format::kSuperblockMagic, 8) == 0) {
+    src.size = sb.volume_size;
+  }
+}
+
+Status ReadSuperblock(Source& fd, uint64_t file_size, const std::string& name,
+                      format::Superblock* sb) {
   if (file_size < 2 * uint64_t{format::kSuperblockSize}) {
     return Status::Corruption(name + ": not a dlfs volume (" + std::to_string(file_size) +
                               " bytes is too small to hold one)");
   }
-  DLFS_RETURN_IF_ERROR(PreadFull(fd, sb, sizeof *sb, 0, name));
+  DLFS_RETURN_IF_ERROR(fd.Read(sb, sizeof *sb, 0, name));
+  FitExport(fd, *sb);
+  file_size = fd.size;
   Status st = format::CheckSuperblock(*sb, file_size, name);
   if (st.ok() || st.code() != StatusCode::kCorruption ||
       std::memcmp(sb->magic, format::kSuperblockMagic, 8) != 0) {
     return st;
   }
   format::Superblock copy;
-  if (PreadFull(fd, &copy, sizeof copy, file_size - sizeof copy, name).ok() &&
+  if (fd.Read(&copy, sizeof copy, file_size - sizeof copy, name).ok() &&
       format::CheckSuperblock(copy, file_size, name).ok()) {
     return Status::Corruption(st.message() +
                               " (the superblock copy at the end of the file is intact)");
@@ -82,15 +156,16 @@ Status ReadSuperblock(int fd, uint64_t file_size, const std::string& name, forma
 
 // Takes target `name`'s superblock from `stored` (bytes handed over with the
 // metadata of a collective open) and runs the same checks as ReadSuperblock.
-Status LoadSuperblock(const std::vector<std::byte>& stored, uint64_t file_size,
-                      const std::string& name, format::Superblock* sb) {
+Status LoadSuperblock(const std::vector<std::byte>& stored, Source& src, const std::string& name,
+                      format::Superblock* sb) {
   if (stored.size() != sizeof *sb) {
     return Status::InvalidArgument(name + ": the superblock handed over has " +
                                    std::to_string(stored.size()) + " bytes, not " +
                                    std::to_string(sizeof *sb));
   }
   std::memcpy(sb, stored.data(), sizeof *sb);
-  return format::CheckSuperblock(*sb, file_size, name);
+  FitExport(src, *sb);
+  return format::CheckSuperblock(*sb, src.size, name);
 }
 
 std::vector<std::byte> SuperblockBytes(const format::Superblock& sb) {
@@ -103,7 +178,10 @@ std::vector<std::byte> SuperblockBytes(const format::Superblock& sb) {
 // relative ones from the directory holding target 0 as it was named, so a
 // volume's files can be moved together.
 std::string ResolveTargetPath(const std::string& target0, std::string_view stored) {
-  if (!stored.empty() && stored.front() == '/') return std::string(stored);
+  if (!stored.empty() && (stored.front() == '/' || IsNbdUri(stored))) return std::string(stored);
+  // Relative to a URI there is no directory to resolve against: the path
+  // stays relative and fails to open, naming it (give it with target_map).
+  if (IsNbdUri(target0)) return std::string(stored);
   const std::filesystem::path dir = std::filesystem::path(target0).parent_path();
   return dir.empty() ? std::string(stored) : (dir / std::string(stored)).string();
 }
@@ -141,16 +219,16 @@ Status CheckMemberTarget(const format::Superblock& sb0, const format::Superblock
 
 Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path,
                                              const VolumeOpenOptions& options) {
-  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return Status::FromErrno(errno, path);
-  DLFS_ASSIGN_OR_RETURN(const uint64_t file_size, FileSize(fd.get(), path));
+  DLFS_ASSIGN_OR_RETURN(Source fd, OpenSource(path, path, options.nbd));
+  uint64_t file_size = fd.size;
   const VolumeMetadata* md = options.metadata;
   format::Superblock sb;
   if (md != nullptr && md->superblocks.empty()) {
     return Status::InvalidArgument(path + ": metadata handed over without superblocks");
   }
-  DLFS_RETURN_IF_ERROR(md ? LoadSuperblock(md->superblocks[0], file_size, path, &sb)
-                          : ReadSuperblock(fd.get(), file_size, path, &sb));
+  DLFS_RETURN_IF_ERROR(md ? LoadSuperblock(md->superblocks[0], fd, path, &sb)
+                          : ReadSuperblock(fd, file_size, path, &sb));
+  file_size = fd.size;  // an export's target may end before the export does
   if (md != nullptr && md->superblocks.size() != sb.target_count) {
     return Status::InvalidArgument(path + ": metadata handed over for " +
                                    std::to_string(md->superblocks.size()) +
@@ -179,7 +257,7 @@ Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path,
   }
 
   std::vector<TargetInfo> targets(sb.target_count);
-  std::vector<ScopedFd> fds;
+  std::vector<Source> fds;
   fds.push_back(std::move(fd));
   targets[0].path = path;
   targets[0].size = file_size;
@@ -197,22 +275,22 @@ Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path,
                                                 t) == options.open_only.end()) {
       // Not needed here: described from target 0's table, not opened.
       ti.size = sb.targets[t].size;
-      fds.emplace_back(-1);
+      fds.emplace_back();
       kept.superblocks.emplace_back();
       continue;
     }
-    ScopedFd tfd(::open(ti.path.c_str(), O_RDONLY | O_CLOEXEC));
-    Status st = tfd.get() < 0 ? Status::FromErrno(errno, name) : Status::Ok();
+    auto opened = OpenSource(ti.path, name, options.nbd);
+    Status st = opened.status();
+    Source tfd;
     if (st.ok()) {
-      auto size = FileSize(tfd.get(), name);
-      st = size.status();
-      if (st.ok()) ti.size = *size;
+      tfd = std::move(opened).value();
+      ti.size = tfd.size;
     }
     format::Superblock tsb;
     if (st.ok()) {
-      st = md && !md->superblocks[t].empty()
-               ? LoadSuperblock(md->superblocks[t], ti.size, name, &tsb)
-               : ReadSuperblock(tfd.get(), ti.size, name, &tsb);
+      st = md && !md->superblocks[t].empty() ? LoadSuperblock(md->superblocks[t], tfd, name, &tsb)
+                                             : ReadSuperblock(tfd, ti.size, name, &tsb);
+      ti.size = tfd.size;
     }
     if (st.ok()) st = CheckMemberTarget(sb, tsb, t, name);
     if (!st.ok()) return st.WithContext(path);
@@ -240,7 +318,7 @@ Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path,
   } else {
     std::shared_ptr<std::byte> fresh = AllocateLarge(dir->length);
     if (!fresh) return Status::Unavailable(path + ": cannot allocate the directory");
-    DLFS_RETURN_IF_ERROR(PreadFull(fds[0].get(), fresh.get(), dir->length, dir->offset, path));
+    DLFS_RETURN_IF_ERROR(fds[0].Read(fresh.get(), dir->length, dir->offset, path));
     region = std::move(fresh);
   }
   kept.directory = region;
@@ -284,12 +362,13 @@ Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path,
   info.data_alignment = sb.data_alignment;
   for (const TargetInfo& ti : targets) info.targets.push_back(ti.path);
   info.target_details = std::move(targets);
-  for (ScopedFd& f : fds) {
+  for (Source& f : fds) {
     // Samples are read at random: kernel readahead around each would read
     // (and evict) neighbours nobody asked for. Large sequential reads, as in
     // verify, are unaffected.
-    ::posix_fadvise(f.get(), 0, 0, POSIX_FADV_RANDOM);
-    v->fds_.push_back(f.release());
+    if (f.fd.get() >= 0) ::posix_fadvise(f.fd.get(), 0, 0, POSIX_FADV_RANDOM);
+    v->fds_.push_back(f.fd.release());
+    v->remote_.push_back(std::move(f.remote));
   }
   return v;
 }
@@ -299,7 +378,7 @@ VolumeMetadata Volume::metadata() const { return metadata_; }
 std::vector<std::string> Volume::OpenTargetPaths() const {
   std::vector<std::string> paths = info_.targets;
   for (uint32_t t = 0; t < fds_.size(); ++t) {
-    if (fds_[t] < 0) paths[t].clear();
+    if (!target_open(t)) paths[t].clear();
   }
   return paths;
 }
@@ -316,12 +395,15 @@ Status Volume::ReadInto(uint64_t index, std::span<std::byte> dst, bool verify) c
                                    " bytes for sample " + std::to_string(index) + " of " +
                                    std::to_string(s.length));
   }
-  if (fds_[s.target] < 0) {
+  if (closed()) return Status::InvalidArgument(path_ + ": volume is closed");
+  if (!target_open(s.target)) {
     return Status::Unavailable(path_ + ": sample " + std::to_string(index) + " is on target " +
                                std::to_string(s.target) + " (" + info_.targets[s.target] +
                                "), which is not open on this node");
   }
-  Status st = PreadFull(fds_[s.target], dst.data(), dst.size(), s.offset, info_.targets[s.target]);
+  Status st = ReadTarget(s.target, dst.data(), dst.size(), s.offset, info_.targets[s.target]);
+  // A Close() during the read leaves /dev/null, which ends every read early.
+  if (!st.ok() && closed()) return Status::InvalidArgument(path_ + ": volume is closed");
   if (!st.ok()) return st.WithContext("sample " + std::to_string(index));
   return verify ? CheckSample(index, dst) : Status::Ok();
 }
@@ -343,13 +425,14 @@ Result<std::vector<std::byte>> Volume::Read(uint64_t index, bool verify) const {
 }
 
 Status Volume::CheckBackupSuperblock() const {
+  if (closed()) return Status::InvalidArgument(path_ + ": volume is closed");
   for (uint32_t t = 0; t < fds_.size(); ++t) {
-    if (fds_[t] < 0) continue;  // not opened here (open_only)
+    if (!target_open(t)) continue;  // not opened here (open_only)
     const TargetInfo& ti = info_.target_details[t];
     const std::string name = t == 0 ? path_ : "target " + std::to_string(t) + " (" + ti.path + ")";
     format::Superblock primary, copy;
-    DLFS_RETURN_IF_ERROR(PreadFull(fds_[t], &primary, sizeof primary, 0, name));
-    DLFS_RETURN_IF_ERROR(PreadFull(fds_[t], &copy, sizeof copy, ti.size - sizeof copy, name));
+    DLFS_RETURN_IF_ERROR(ReadTarget(t, &primary, sizeof primary, 0, name));
+    DLFS_RETURN_IF_ERROR(ReadTarget(t, &copy, sizeof copy, ti.size - sizeof copy, name));
     if (std::memcmp(&primary, &copy, sizeof copy) != 0) {
       return Status::Corruption(name +
                                 ": the superblock copy at the end of the file differs from "

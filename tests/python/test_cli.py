@@ -165,7 +165,7 @@ def _big_tree(root, files=300, size=1 << 20):
     for c in range(3):
         (root / f"c{c}").mkdir()
     for i in range(files):
-        with open(root / f"c{i % 3}" / f"{i:05d}.bin", "wb") as f:
+        with open(root / f"c{i % 3}" / f"{i:05d}.png", "wb") as f:
             f.truncate(size)  # sparse: cheap to make, real bytes to pack
 
 

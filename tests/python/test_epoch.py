@@ -66,7 +66,7 @@ def reference_rank_indices(n, seed, epoch, rank, world, batch, drop_last):
 def small_volume(tmp_path, run):
     root = tmp_path / "tree"
     for i in range(101):
-        p = root / f"c{i % 3}" / f"{i:04d}.bin"
+        p = root / f"c{i % 3}" / f"{i:04d}.png"
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(bytes([i]) * (i * 37 % 5000))
     vol = tmp_path / "v.dlfs"

@@ -30,7 +30,7 @@ def aligned_volume(tmp_path, run):
         (src / rel).write_bytes(files[rel])
     backing = tmp_path / "backing"
     backing.mkdir()
-    run("pack", src, "-o", backing / "v.dlfs", "--align", PAGE, "-q", check=0)
+    run("pack", src, "-o", backing / "v.dlfs", "--align", PAGE, "-q", "--all-files", check=0)
     image = (backing / "v.dlfs").read_bytes()
     where = {rel: (data, image.index(data)) for rel, data in files.items()}
     assert all(off % PAGE == 0 for _, off in where.values())
@@ -138,11 +138,12 @@ def test_pack_from_imagefolder_names_the_unreadable_file(run, tmp_path):
     files = _image_folder(backing / "tree")
     with PfsEmu(backing, tmp_path / "mnt", "--eio", f"tree/k1/3.bin:{PAGE}:1") as emu:
         src = emu.view(0) / "tree"
-        proc = run("pack", src, "-o", tmp_path / "v.dlfs")
+        proc = run("pack", src, "-o", tmp_path / "v.dlfs", "--all-files")
         err = proc.stderr.decode()
         assert proc.returncode == 2 and f"{src}/k1/3.bin" in err and "Input/output error" in err
         assert not (tmp_path / "v.dlfs").exists()
-        proc = run("pack", src, "-o", tmp_path / "v.dlfs", "--skip-unreadable", check=0)
+        proc = run("pack", src, "-o", tmp_path / "v.dlfs", "--skip-unreadable", "--all-files",
+                   check=0)
         out = proc.stdout.decode()
         assert "skipped 1 unreadable sources" in out and "k1/3.bin" in out, out
     for rel, data in files.items():

@@ -149,7 +149,7 @@ def test_large_samples_are_verified_before_any_byte_is_served(run, tmp_path):
     results = {}
     for damaged in (False, True):
         vol = tmp_path / f"v{int(damaged)}.dlfs"
-        run("pack", root, "-o", vol, "-q", check=0)
+        run("pack", root, "-o", vol, "-q", "--all-files", check=0)
         if damaged:
             with open(vol, "r+b") as f:
                 data = f.read()

@@ -31,3 +31,46 @@ def test_labels_equal_torchvision_class_to_idx(run, tmp_path):
     assert ours == theirs
     for path, _ in list(theirs.items())[:5]:
         assert run("cat", vol, path, check=0).stdout == (root / path).read_bytes()
+
+
+def test_samples_equal_torchvision_with_files_it_would_not_load(run, tmp_path):
+    """A tree as users have them: notes, macOS droppings, a completion
+    marker, files at the root. dlfs packs exactly torchvision's samples and
+    says what it left out."""
+    root = tmp_path / "tree"
+    files = ["cat/1.jpg", "cat/2.JPEG", "cat/3.Png", "cat/sub/4.webp", "cat/notes.txt",
+             "cat/.DS_Store", "dog/5.tif", "dog/6.tiff", "dog/7.bmp", "dog/8.pgm", "dog/9.ppm",
+             "dog/labels.json", "dog/x.gif", "README.md", ".complete", "root.jpg"]
+    for rel in files:
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(os.urandom(40))
+    vol = tmp_path / "v.dlfs"
+    out = run("pack", root, "-o", vol, check=0).stdout.decode()
+
+    ref = datasets.ImageFolder(str(root), loader=lambda p: p)
+    rows = [json.loads(l) for l in run("ls", vol, "-r", "--json", check=0).stdout.splitlines()]
+    assert {r["path"]: r["label"] for r in rows} == \
+        {os.path.relpath(p, root): label for p, label in ref.samples}
+    assert len(rows) == len(ref) == 9
+    assert ("ignored 7 entries that ImageFolder would not load: 3 without an image extension, "
+            "2 hidden, 2 at the root (no class)") in out, out
+    assert "--all-files" in out
+
+    # --all-files: every file, the root's unlabelled.
+    out = run("pack", root, "-o", tmp_path / "all.dlfs", "--all-files", check=0).stdout.decode()
+    assert out.startswith(f"packed {len(files)} samples")
+    assert "ignored" not in out
+
+
+def test_tree_without_class_directories_is_refused(run, tmp_path):
+    root = tmp_path / "flat"
+    root.mkdir()
+    for i in range(3):
+        (root / f"{i}.png").write_bytes(b"x")
+    for args in [(), ("--from", "imagefolder")]:
+        proc = run("pack", root, "-o", tmp_path / "v.dlfs", *args)
+        assert proc.returncode == 2
+        assert f"{root}: no class directories" in proc.stderr.decode()
+    assert not (tmp_path / "v.dlfs").exists()
+    run("pack", root, "-o", tmp_path / "v.dlfs", "--all-files", "-q", check=0)

@@ -2,6 +2,7 @@
 and `dlfs lmdb read`, 4 ranks on two fake nodes. Skipped without mpirun or
 when dlfs was built without MPI."""
 import json
+import time
 import os
 import shutil
 import subprocess
@@ -39,7 +40,7 @@ def volumes(tmp_path_factory, dlfs_bin):
     """The same 300 samples packed into one target and into two."""
     root = tmp_path_factory.mktemp("mpi") / "tree"
     for i in range(300):
-        p = root / f"c{i % 3}" / f"s{i:03d}.bin"
+        p = root / f"c{i % 3}" / f"s{i:03d}.png"
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(os.urandom(50 + (i * 37) % 5000))
     one, two = root.parent / "one.dlfs", root.parent / "two.dlfs"
@@ -168,3 +169,41 @@ def test_lmdb_read_options_or_database_that_differ_fail(mpi, dlfs_bin, small_db,
                            (["-np", "2"], ["lmdb", "read", other, "-b", 8, "-n", 5])])
     assert bad.returncode == 2, bad.stderr.decode()
     assert "ranks disagree on the database" in bad.stderr.decode()
+
+
+NBDKIT = shutil.which("nbdkit") or next(
+    (p for p in ("/usr/sbin/nbdkit", "/usr/bin/nbdkit") if os.access(p, os.X_OK)), None)
+
+
+@pytest.mark.skipif(NBDKIT is None, reason="nbdkit not installed")
+@pytest.mark.parametrize("extra", [[], ["--shard-local"]])
+def test_bench_under_mpirun_reads_targets_from_an_nbd_server(mpi, volumes, tmp_path, extra):
+    """Disaggregated: target 1 served by nbdkit; every rank reads it directly
+    (or, shard-local, its node does), checksums verified, in one job."""
+    _, two = volumes
+    sock, pid = tmp_path / "t1.sock", tmp_path / "t1.pid"
+    server = subprocess.Popen([NBDKIT, "-f", "-r", "--log=null", "-U", str(sock), "-P", str(pid),
+                               "file", f"{two}.t1"])
+    try:
+        for _ in range(500):
+            if pid.exists() and pid.stat().st_size > 0:
+                break
+            server.poll()
+            assert server.returncode is None, "nbdkit exited"
+            time.sleep(0.01)
+        uri = f"nbd+unix:///?socket={sock}"
+        out = mpi("bench", two, "--batch", 16, "--epochs", 1, "--json", "--cache-budget", 0,
+                  "--target-map", f"1={uri}", *extra).stdout
+        j = json.loads(out)
+        assert j["ranks"] == 4 and j["samples"] == 300
+        if not extra:
+            assert j["engine"].startswith("NBD"), j["engine"]
+        # Without the server the same job fails naming the URI.
+        server.terminate()
+        server.wait(timeout=30)
+        failed = mpi("bench", two, "--epochs", 1, "--target-map", f"1={uri}", *extra, check=None)
+        assert failed.returncode != 0
+        assert str(sock) in failed.stderr.decode()
+    finally:
+        server.kill()
+        server.wait(timeout=30)

@@ -22,7 +22,7 @@ def big_tree(tmp_path):
     files = {}
     rnd = __import__("random").Random(7)
     for i in range(120):
-        rel = f"c{i % 3}/{i:04d}.bin"
+        rel = f"c{i % 3}/{i:04d}.png"  # any bytes: the importer goes by extension
         files[rel] = os.urandom(rnd.randrange(0, 20000))
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_bytes(files[rel])

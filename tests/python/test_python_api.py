@@ -85,7 +85,7 @@ def many(tmp_path, run):
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(p.name.encode() * (1 + i % 300))
     vol = tmp_path / "many.dlfs"
-    run("pack", root, "-o", vol, "-q", check=0)
+    run("pack", root, "-o", vol, "-q", "--all-files", check=0)  # names without extension
     return dlfs.Volume(str(vol))
 
 
@@ -129,7 +129,8 @@ def test_views_outlive_the_loader_and_their_batch(many):
     many batches while the loader recycles buffers, then check every byte."""
     rng = random.Random(0)
     kept = []
-    loader = dlfs.Loader(many, batch_size=50, seed=3, prefetch_batches=2)
+    # From the device every epoch (no memory tier), so batch buffers recycle.
+    loader = dlfs.Loader(many, batch_size=50, seed=3, prefetch_batches=2, cache_budget=0)
     for epoch in range(3):
         loader.set_epoch(epoch)
         for batch in loader:
@@ -140,7 +141,7 @@ def test_views_outlive_the_loader_and_their_batch(many):
     del loader
     gc.collect()
     for index, view in kept:
-        assert not view.flags.writeable
+        assert view.flags.writeable and not view.flags.owndata  # the batch's own buffer
         assert bytes(view) == many.read(index)
 
 
@@ -183,7 +184,7 @@ def test_batch_stack_copies_fixed_size_samples(tmp_path, run):
         p = root / f"c{i % 2}" / f"{i:03d}"
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(bytes([i]) * 16)
-    run("pack", root, "-o", tmp_path / "f.dlfs", "-q", check=0)
+    run("pack", root, "-o", tmp_path / "f.dlfs", "-q", "--all-files", check=0)
     vol = dlfs.Volume(str(tmp_path / "f.dlfs"))
     batch = vol.read_many([5, 7, 5])
     arr = batch.stack()
@@ -195,7 +196,7 @@ def test_batch_stack_copies_fixed_size_samples(tmp_path, run):
     (odd / "a").mkdir(parents=True)
     (odd / "a" / "1").write_bytes(b"x")
     (odd / "a" / "2").write_bytes(b"yy")
-    run("pack", odd, "-o", tmp_path / "o.dlfs", "-q", check=0)
+    run("pack", odd, "-o", tmp_path / "o.dlfs", "-q", "--all-files", check=0)
     with pytest.raises(ValueError, match="differ in size"):
         dlfs.Volume(str(tmp_path / "o.dlfs")).read_many([0, 1]).stack()
 
@@ -210,6 +211,8 @@ def test_loader_memory_tier_serves_the_same_bytes(many, budget):
         for batch in loader:
             for i, view in zip(batch.indices, batch.samples):
                 assert bytes(view) == many.read(int(i))
+                # Bytes the tier holds for every epoch are read-only.
+                assert view.flags.writeable == (budget == 0)
         read = loader.stats()["io_bytes"] - before
         if budget is None and epoch > 0:
             assert read == 0  # served from memory

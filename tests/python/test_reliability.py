@@ -66,7 +66,7 @@ def hostile_volume(tmp_path, run, field_offset, value, fmt="<Q"):
         (src / "c" / f"{i}.bin").parent.mkdir(parents=True, exist_ok=True)
         (src / "c" / f"{i}.bin").write_bytes(bytes([i]) * 100)
     vol = tmp_path / f"v{field_offset}.dlfs"
-    run("pack", src, "-o", vol, "-q", check=0)
+    run("pack", src, "-o", vol, "-q", "--all-files", check=0)
     data = bytearray(vol.read_bytes())
     sb = bytearray(data[:4096])
     struct.pack_into(fmt, sb, field_offset, value)

@@ -15,7 +15,7 @@ import torch.utils.data as tud  # noqa: E402
 def labelled(tmp_path, run):
     root = tmp_path / "tree"
     for i in range(300):
-        p = root / f"class{i % 3}" / f"{i:04d}.bin"
+        p = root / f"class{i % 3}" / f"{i:04d}.png"
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(i.to_bytes(2, "little") * (1 + i % 7))
     vol = tmp_path / "v.dlfs"
@@ -107,7 +107,7 @@ def test_loader_dataset_keeps_its_loader_and_stacks_fixed_size_samples(tmp_path,
         p = root / f"c{i % 2}" / f"{i:03d}"
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(bytes([i % 256]) * 24)
-    run("pack", root, "-o", tmp_path / "px.dlfs", "-q", check=0)
+    run("pack", root, "-o", tmp_path / "px.dlfs", "-q", "--all-files", check=0)
     ds = dt.LoaderDataset(str(tmp_path / "px.dlfs"), batch_size=50, seed=1)
     firsts = []
     for epoch in range(2):
@@ -148,7 +148,7 @@ def test_volume_dataset_batches_cross_from_workers_in_shared_memory(labelled, ho
         for s, y in zip(samples, labels.tolist()):
             v = _decode(s.numpy())
             assert y == v % 3
-            assert bytes(s.numpy()) == vol.read(vol.lookup(f"class{v % 3}/{v:04d}.bin"))
+            assert bytes(s.numpy()) == vol.read(vol.lookup(f"class{v % 3}/{v:04d}.png"))
             seen.append(v)
         if hold:
             kept.append(samples)

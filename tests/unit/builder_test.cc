@@ -67,28 +67,89 @@ TEST(BuilderTest, UnfinishedBuilderLeavesNothing) {
   EXPECT_EQ(Leftovers(tmp.path()), std::vector<std::string>{});
 }
 
-TEST(BuilderTest, DuplicatePathsAndSampleDirectoryClashesAreRefused) {
+bool Contains(const Status& st, std::string_view text) {
+  return st.message().find(text) != std::string::npos;
+}
+
+TEST(BuilderTest, DuplicatePathIsRefusedWhenAddedNamingTheFirst) {
   TempDir tmp;
-  {
-    auto b = VolumeBuilder::Create(tmp / "v.dlfs");
-    ASSERT_OK(b);
-    ASSERT_OK((*b)->Add("a/x", Bytes("1")));
-    ASSERT_OK((*b)->Add("a/x", Bytes("2")));
-    const Status st = (*b)->Finish();
-    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(st.message().find("'a/x'"), std::string::npos) << st.message();
+  auto b = VolumeBuilder::Create(tmp / "v.dlfs");
+  ASSERT_OK(b);
+  ASSERT_OK((*b)->Add("a/x", Bytes("1")));
+  ASSERT_OK((*b)->Add("a/y", Bytes("2")));
+  const Status st = (*b)->Add("a/x", Bytes("3"));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(st, "duplicate sample path 'a/x' (already added as sample #0)"))
+      << st.message();
+  // Refused before any byte is written: BeginSample says no too.
+  EXPECT_EQ((*b)->BeginSample("a/y").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*b)->data_bytes(), 2u);
+  // The builder goes on: the refused samples are not in the volume.
+  ASSERT_OK((*b)->Add("a/z", Bytes("4")));
+  ASSERT_OK((*b)->Finish());
+  auto v = Volume::Open(tmp / "v.dlfs");
+  ASSERT_OK(v);
+  EXPECT_EQ((*v)->size(), 3u);
+  EXPECT_EQ(*(*v)->Read(*(*v)->directory().Lookup("a/x")), Bytes("1"));
+}
+
+TEST(BuilderTest, SampleDirectoryClashesAreRefusedWhenAdded) {
+  TempDir tmp;
+  auto b = VolumeBuilder::Create(tmp / "v.dlfs");
+  ASSERT_OK(b);
+  ASSERT_OK((*b)->Add("a/x", Bytes("1")));
+  Status st = (*b)->Add("a/x/y", Bytes("2"));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(st, "'a/x/y' needs directory 'a/x', which was already added as sample #0"))
+      << st.message();
+  ASSERT_OK((*b)->Add("d/e/f", Bytes("3")));
+  st = (*b)->Add("d/e", Bytes("4"));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(st, "'d/e' is already a directory")) << st.message();
+  st = (*b)->Add("d", Bytes("5"));
+  EXPECT_TRUE(Contains(st, "'d' is already a directory")) << st.message();
+  ASSERT_OK((*b)->Finish());
+  auto v = Volume::Open(tmp / "v.dlfs");
+  ASSERT_OK(v);
+  EXPECT_EQ((*v)->size(), 2u);
+  EXPECT_EQ(Leftovers(tmp.path(), "v.dlfs"), std::vector<std::string>{});
+}
+
+TEST(BuilderTest, DuplicateNamesTheSourcesOfBothSamples) {
+  TempDir tmp;
+  auto b = VolumeBuilder::Create(tmp / "v.dlfs");
+  ASSERT_OK(b);
+  (*b)->SetSourceName("one.tar");
+  ASSERT_OK((*b)->Add("k.jpg", Bytes("1")));
+  ASSERT_OK((*b)->Add("m.jpg", Bytes("2")));
+  (*b)->SetSourceName("two.tar");
+  ASSERT_OK((*b)->Add("z.jpg", Bytes("3")));
+  Status st = (*b)->Add("m.jpg", Bytes("4"));
+  EXPECT_TRUE(
+      Contains(st, "duplicate sample path 'm.jpg' (already added as sample #1 from one.tar)"))
+      << st.message();
+  st = (*b)->Add("z.jpg", Bytes("5"));
+  EXPECT_TRUE(Contains(st, "as sample #2 from two.tar")) << st.message();
+}
+
+TEST(BuilderTest, PathTableKeepsEveryPathAsItGrows) {
+  // Past several doublings of the table: every path is still found, and
+  // names that differ only in their directory are not confused.
+  TempDir tmp;
+  auto b = VolumeBuilder::Create(tmp / "v.dlfs");
+  ASSERT_OK(b);
+  constexpr int kSamples = 5000;
+  for (int i = 0; i < kSamples; ++i) {
+    ASSERT_OK((*b)->Add("d" + std::to_string(i % 7) + "/" + std::to_string(i / 7), Bytes("x")));
   }
-  {
-    auto b = VolumeBuilder::Create(tmp / "v.dlfs");
-    ASSERT_OK(b);
-    ASSERT_OK((*b)->Add("a/x", Bytes("1")));
-    ASSERT_OK((*b)->Add("a/x/y", Bytes("2")));
-    const Status st = (*b)->Finish();
-    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(st.message().find("both a sample and a directory"), std::string::npos)
-        << st.message();
+  for (int i = 0; i < kSamples; i += 97) {
+    const Status st = (*b)->Add("d" + std::to_string(i % 7) + "/" + std::to_string(i / 7), {});
+    EXPECT_TRUE(Contains(st, "(already added as sample #" + std::to_string(i) + ")"))
+        << i << ": " << st.message();
   }
-  EXPECT_EQ(Leftovers(tmp.path()), std::vector<std::string>{});
+  ASSERT_OK((*b)->Add("d7/0", Bytes("new")));
+  EXPECT_EQ((*b)->sample_count(), kSamples + 1u);
+  ASSERT_OK((*b)->Finish());
 }
 
 TEST(BuilderTest, BadPathsAndOptionsAreRefused) {

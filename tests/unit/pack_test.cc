@@ -45,7 +45,9 @@ TEST(PackImageFolderTest, LabelsFollowSortedClassDirectories) {
   for (const auto& [p, d] : files) testing::WriteFile(src + "/" + p, Bytes(d));
   std::filesystem::create_directories(src + "/empty_class");
 
-  auto stats = PackQuiet(src, tmp / "v.dlfs");
+  PackOptions all;
+  all.all_files = true;  // the root's notes.txt too, unlabelled
+  auto stats = PackQuiet(src, tmp / "v.dlfs", all);
   ASSERT_OK(stats);
   EXPECT_EQ(stats->from, SourceKind::kImageFolder);
   EXPECT_EQ(stats->samples, files.size());
@@ -67,6 +69,76 @@ TEST(PackImageFolderTest, LabelsFollowSortedClassDirectories) {
         it == classes.end() ? kNoLabel : static_cast<uint32_t>(it - classes.begin());
     EXPECT_EQ(d.label(*idx), want) << p;
   }
+}
+
+TEST(PackImageFolderTest, OnlyWhatImageFolderLoadsIsPacked) {
+  TempDir tmp;
+  const std::string src = tmp / "src";
+  for (const char* p : {"cat/1.JPG", "cat/2.jpeg", "cat/.DS_Store", "cat/._3.jpg", "cat/README.md",
+                        "cat/.cache/4.png", "cat/sub/5.TIFF", "dog/x.webp", "dog/notes.txt",
+                        "root.png", ".complete", ".ipynb_checkpoints/6.png"}) {
+    testing::WriteFile(src + "/" + p, Bytes(p));
+  }
+  PackOptions o;
+  std::vector<PackProgress> reports;
+  o.on_progress = [&](const PackProgress& p) { reports.push_back(p); };
+  auto stats = PackQuiet(src, tmp / "v.dlfs", o);
+  ASSERT_OK(stats);
+  EXPECT_EQ(stats->samples, 4u);
+  EXPECT_EQ(stats->classes, 2u);
+  EXPECT_EQ(stats->ignored_not_image, 2u);  // README.md, notes.txt
+  EXPECT_EQ(stats->ignored_hidden, 5u);     // .DS_Store ._3.jpg .cache .complete .ipynb_checkpoints
+  EXPECT_EQ(stats->ignored_at_root, 1u);    // root.png
+  EXPECT_EQ(stats->ignored_examples.front(), ".complete");  // in walking order
+  // Progress counted the samples before packing them.
+  ASSERT_FALSE(reports.empty());
+  EXPECT_EQ(reports.front().total_samples, 4u);
+  auto v = Volume::Open(tmp / "v.dlfs");
+  ASSERT_OK(v);
+  const SampleDirectory& d = (*v)->directory();
+  EXPECT_EQ(d.class_name(0), "cat");
+  EXPECT_EQ(d.class_name(1), "dog");
+  for (const char* p : {"cat/1.JPG", "cat/2.jpeg", "cat/sub/5.TIFF", "dog/x.webp"}) {
+    auto idx = d.Lookup(p);
+    ASSERT_OK(idx) << p;
+    EXPECT_EQ(*(*v)->Read(*idx), Bytes(p));
+  }
+
+  // all_files: every regular file; hidden directories are classes too.
+  PackOptions all;
+  all.all_files = true;
+  stats = PackQuiet(src, tmp / "all.dlfs", all);
+  ASSERT_OK(stats);
+  EXPECT_EQ(stats->samples, 12u);
+  EXPECT_EQ(stats->ignored(), 0u);
+  EXPECT_EQ(stats->classes, 3u);
+}
+
+TEST(PackImageFolderTest, TreeWithoutClassDirectoryIsAnError) {
+  TempDir tmp;
+  const std::string src = tmp / "flat";
+  testing::WriteFile(src + "/1.png", Bytes("1"));
+  testing::WriteFile(src + "/.hidden/2.png", Bytes("2"));
+  PackOptions o;
+  o.from = SourceKind::kImageFolder;
+  auto r = PackQuiet(src, tmp / "v.dlfs", o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find(src + ": no class directories"), std::string::npos)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find("--all-files"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(tmp / "v.dlfs"));
+  o.all_files = true;
+  auto stats = PackQuiet(src, tmp / "v.dlfs", o);
+  ASSERT_OK(stats);
+  EXPECT_EQ(stats->samples, 2u);
+
+  // Class directories, but nothing ImageFolder loads in them.
+  testing::WriteFile(tmp / "txt/a/notes.txt", Bytes("n"));
+  r = PackQuiet(tmp / "txt", tmp / "t.dlfs");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("no image files (1 other files"), std::string::npos)
+      << r.status().message();
 }
 
 TEST(PackImageFolderTest, UnreadableSourceIsNamedOrSkipped) {
@@ -98,7 +170,7 @@ TEST(PackImageFolderTest, FifoIsNotReadAsASample) {
   TempDir tmp;
   const std::string src = tmp / "src";
   testing::WriteFile(src + "/a/1.png", Bytes("1"));
-  ASSERT_EQ(::mkfifo((src + "/a/pipe").c_str(), 0644), 0);
+  ASSERT_EQ(::mkfifo((src + "/a/pipe.png").c_str(), 0644), 0);
   auto r = PackQuiet(src, tmp / "v.dlfs");  // must not block on the FIFO
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("not a regular file"), std::string::npos);
@@ -266,10 +338,15 @@ TEST(PackIdxTest, GzippedAndPlainSplits) {
   TempDir tmp;
   WriteIdx(tmp / "src", "train", 25, 4, 3, /*gzip=*/true);
   WriteIdx(tmp / "src", "t10k", 7, 4, 3, /*gzip=*/false);
-  auto stats = PackQuiet(tmp / "src", tmp / "v.dlfs");
+  PackOptions o;
+  std::vector<PackProgress> reports;
+  o.on_progress = [&](const PackProgress& p) { reports.push_back(p); };
+  auto stats = PackQuiet(tmp / "src", tmp / "v.dlfs", o);
   ASSERT_OK(stats);
   EXPECT_EQ(stats->from, SourceKind::kIdx);
   EXPECT_EQ(stats->samples, 32u);
+  ASSERT_FALSE(reports.empty());
+  EXPECT_EQ(reports.front().total_samples, 32u);  // both splits, from their headers
   auto v = Volume::Open(tmp / "v.dlfs");
   ASSERT_OK(v);
   const SampleDirectory& d = (*v)->directory();
@@ -516,6 +593,22 @@ TEST(PackTarTest, WebDatasetKeysAndClsLabels) {
   EXPECT_FALSE(d.Lookup("s/000.cls").ok());
 }
 
+TEST(PackTarTest, ProgressCountsShardBytes) {
+  TempDir tmp;
+  WriteTar(tmp / "shards/a.tar", {{"k/1.jpg", "one"}}, false);
+  WriteTar(tmp / "shards/b.tar", {{"k/2.jpg", std::string(20000, 'x')}}, false);
+  PackOptions o;
+  std::vector<PackProgress> reports;
+  o.on_progress = [&](const PackProgress& p) { reports.push_back(p); };
+  ASSERT_OK(PackQuiet(tmp / "shards", tmp / "v.dlfs", o));
+  ASSERT_FALSE(reports.empty());
+  EXPECT_EQ(reports.front().total_source_bytes,
+            std::filesystem::file_size(tmp / "shards/a.tar") +
+                std::filesystem::file_size(tmp / "shards/b.tar"));
+  EXPECT_EQ(reports.front().source_bytes, 0u);  // still in the first shard
+  EXPECT_EQ(reports.front().total_samples, 0u);
+}
+
 TEST(PackTarTest, BadShardsAreNamed) {
   TempDir tmp;
   WriteTar(tmp / "bad-cls.tar", {{"a.cls", "cat"}, {"a.jpg", "x"}}, false);
@@ -698,6 +791,21 @@ TEST(PackTarTest, AbsoluteAndDotDotMemberNamesAreRefused) {
   // The builder refuses an absolute path too, whoever calls it.
   ASSERT_OK_AND_ASSIGN(auto b, VolumeBuilder::Create(tmp / "b.dlfs"));
   EXPECT_EQ(b->Add("/etc/passwd", Bytes("x")).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(PackTarTest, DuplicatePathAcrossShardsNamesBothShards) {
+  TempDir tmp;
+  WriteTar(tmp / "shards/a.tar", {{"k/1.jpg", "one"}, {"k/2.jpg", "two"}}, false);
+  WriteTar(tmp / "shards/b.tar", {{"k/3.jpg", "three"}, {"k/2.jpg", "again"}}, false);
+  auto r = PackQuiet(tmp / "shards", tmp / "v.dlfs");
+  ASSERT_FALSE(r.ok());
+  const std::string msg = r.status().message();
+  EXPECT_NE(msg.find("b.tar"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("duplicate sample path 'k/2.jpg' (already added as sample #1 from " +
+                     std::string(tmp / "shards/a.tar") + ")"),
+            std::string::npos)
+      << msg;
+  EXPECT_FALSE(std::filesystem::exists(tmp / "v.dlfs"));
 }
 
 TEST(PackTest, DetectsSourceKinds) {

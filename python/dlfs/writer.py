@@ -1,0 +1,162 @@
+"""dlfs.Writer: write a volume sample by sample from Python."""
+import os
+
+import numpy as np
+
+from ._dlfs import _VolumeWriter
+from ._progress import Progress
+
+__all__ = ["Writer"]
+
+
+class Writer:
+    """Writes a new volume, one sample at a time (C++ VolumeBuilder).
+
+        with dlfs.Writer("train.dlfs", class_names=["cat", "dog"]) as w:
+            for path, image_bytes, label in my_samples():
+                w.add(path, image_bytes, label)   # streamed to disk now
+        # here the volume exists, complete and synced, or not at all
+
+    path: the volume to create (its target 0). Nothing appears there until
+        close() succeeds, which the `with` block does when it ends without
+        an exception. Samples stream to a temporary file beside it
+        ("<path>.tmp.<pid>.<n>"), renamed into place once complete and
+        synced. An exception inside the `with` block, abort(), or a writer
+        dropped without close() leaves no volume and no temporary file.
+    class_names: names of labels 0, 1, ... (a label may then also be given
+        by its name).
+    targets: spread the samples over this many files (path, path.t1, ...),
+        e.g. one per NVMe device; each sample goes whole to the file holding
+        the fewest bytes so far.
+    alignment: every sample starts at a multiple of this many bytes (a power
+        of two up to 1 MiB; 4096 lets O_DIRECT reads fetch a sample without
+        its neighbours). None packs samples back to back.
+    force: replace an existing volume at `path` (when closing).
+    progress: True shows the samples written so far (tqdm when installed,
+        Debian's python3-tqdm, else one line on stderr).
+
+    add(path, data, label=None) adds one sample:
+        path  where it goes inside the volume, '/'-separated ("cat/001.jpg");
+              directories are implied; volume order is by path, not by add.
+        data  its bytes: bytes, bytearray, memoryview, or a numpy array (its
+              raw bytes in C order; dtype and shape are not stored).
+        label an int class id, a name from class_names, or None.
+    Format v2 will also take several named fields per sample,
+    add(key, {"jpg": ..., "json": ...}); a dict is refused until then.
+
+    Memory stays bounded whatever the data set's size: the bytes pass
+    through an 8 MiB buffer; what stays until close() is about 40 bytes
+    plus the path per sample (the directory entry, and the table that
+    refuses a duplicate path when it is added).
+
+    Errors (each naming the volume and the sample): ValueError for a bad
+    path, a path already added (naming the sample added first) or a bad
+    label; OSError subclasses for I/O (e.g. a full disk); TypeError for
+    data that is not bytes-like. A refused sample leaves the writer usable.
+    Not thread-safe: use one writer from one thread.
+    """
+
+    def __init__(self, path, class_names=None, targets=1, alignment=None, force=False,
+                 progress=False):
+        self.path = os.fspath(path)
+        self.class_names = list(class_names) if class_names is not None else None
+        self._class_ids = ({name: i for i, name in enumerate(self.class_names)}
+                           if self.class_names is not None else {})
+        self._writer = _VolumeWriter(self.path, int(targets),
+                                     1 if alignment is None else int(alignment), bool(force),
+                                     self.class_names or [])
+        self._progress = Progress(f"writing {self.path}") if progress else None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+        return False
+
+    def __len__(self):
+        """Samples added so far."""
+        return self._writer.samples
+
+    @property
+    def closed(self):
+        return self._writer.closed
+
+    @property
+    def bytes_written(self):
+        """Sample bytes added so far."""
+        return self._writer.bytes
+
+    def _label(self, path, label):
+        if label is None:
+            return -1
+        if isinstance(label, str):
+            if label not in self._class_ids:
+                known = "no class_names given" if self.class_names is None else \
+                    f"class_names are {self.class_names[:10]}"
+                raise ValueError(f"{self.path}: sample {path!r}: unknown class {label!r} "
+                                 f"({known})")
+            return self._class_ids[label]
+        if isinstance(label, (bool, np.bool_)) or not isinstance(label, (int, np.integer)):
+            raise TypeError(f"{self.path}: sample {path!r}: label must be an int, a class "
+                            f"name or None, not {type(label).__name__}")
+        if label < 0:
+            raise ValueError(f"{self.path}: sample {path!r}: label {label} is negative")
+        return int(label)
+
+    def _buffer(self, path, data):
+        if isinstance(data, (bytes, bytearray)):
+            return data
+        if isinstance(data, dict):
+            raise TypeError(f"{self.path}: sample {path!r}: several fields per sample (a "
+                            f"dict) come with format v2; pass the sample's bytes")
+        if isinstance(data, str):
+            raise TypeError(f"{self.path}: sample {path!r}: data is a str; pass bytes "
+                            f"(e.g. data.encode())")
+        try:
+            view = memoryview(data)
+        except TypeError:
+            if not hasattr(data, "__array__"):  # e.g. a CPU torch tensor has it
+                raise TypeError(f"{self.path}: sample {path!r}: data must be bytes-like or a "
+                                f"numpy array, not {type(data).__name__}") from None
+            data = np.asarray(data)
+            view = memoryview(data)
+        if not view.c_contiguous:  # e.g. a slice with a step: its bytes in C order
+            data = np.ascontiguousarray(data)
+        return data
+
+    def add(self, path, data, label=None):
+        """Adds sample `path` with the bytes of `data` (see help(dlfs.Writer))."""
+        if not isinstance(path, str):
+            raise TypeError(f"{self.path}: sample path must be a str, not {type(path).__name__}")
+        self._writer.add(path, self._buffer(path, data), self._label(path, label))
+        if self._progress is not None:
+            self._progress.update_to(self._writer.samples, bytes=self._writer.bytes)
+
+    def close(self):
+        """Writes the directory, syncs and publishes the volume at `path`.
+        The writer is closed afterwards, whether or not this succeeds (on
+        failure nothing is left behind)."""
+        if self._writer.closed:
+            return
+        try:
+            self._writer.close()
+        finally:
+            self._end_progress()
+
+    def abort(self):
+        """Drops everything written: no volume, no temporary files."""
+        self._writer.abort()
+        self._end_progress()
+
+    def _end_progress(self):
+        if self._progress is not None:
+            self._progress.close()
+            self._progress = None
+
+    def __repr__(self):
+        state = "closed" if self.closed else f"{len(self)} samples so far"
+        return f"<dlfs.Writer {self.path!r}: {state}>"

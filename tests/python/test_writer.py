@@ -1,0 +1,164 @@
+"""dlfs.Writer: a volume written sample by sample from Python."""
+import io
+import os
+import resource
+
+import numpy as np
+import pytest
+
+dlfs = pytest.importorskip("dlfs", reason="Python module not built")
+from dlfs._progress import Progress  # noqa: E402
+
+
+def _entries(d):
+    return sorted(os.listdir(d))
+
+
+def test_samples_labels_and_classes_round_trip(tmp_path):
+    path = tmp_path / "w.dlfs"
+    arr = np.arange(12, dtype=np.int32).reshape(3, 4)
+    with dlfs.Writer(path, class_names=["cat", "dog"]) as w:
+        w.add("cat/1.jpg", b"one", label=0)
+        w.add("dog/2.jpg", bytearray(b"two"), label="dog")
+        w.add("raw/3", arr)                         # raw bytes, C order
+        w.add("raw/4", arr[:, ::2])                 # not contiguous: its C-order bytes
+        w.add("mv/5", memoryview(b"five")[1:])
+        w.add("empty", b"")
+        assert len(w) == 6 and not w.closed
+    assert w.closed
+    with dlfs.Volume(path) as vol:
+        assert vol.classes == ["cat", "dog"]
+        got = {vol.path(i): (vol.read(i), vol.label(i)) for i in range(len(vol))}
+    assert got == {"cat/1.jpg": (b"one", 0), "dog/2.jpg": (b"two", 1),
+                   "raw/3": (arr.tobytes(), None), "raw/4": (arr[:, ::2].tobytes(), None),
+                   "mv/5": (b"ive", None), "empty": (b"", None)}
+    assert _entries(tmp_path) == ["w.dlfs"]
+
+
+def test_nothing_appears_until_close(tmp_path):
+    path = tmp_path / "w.dlfs"
+    w = dlfs.Writer(path)
+    w.add("a", b"x" * 100000)
+    assert not path.exists()
+    assert len(_entries(tmp_path)) == 1 and ".tmp." in _entries(tmp_path)[0]
+    w.close()
+    assert _entries(tmp_path) == ["w.dlfs"]
+    w.close()  # again: nothing happens
+    with pytest.raises(ValueError, match="closed"):
+        w.add("b", b"y")
+
+
+@pytest.mark.parametrize("targets", [1, 3])
+def test_exception_inside_with_leaves_nothing(tmp_path, targets):
+    with pytest.raises(RuntimeError, match="boom"):
+        with dlfs.Writer(tmp_path / "w.dlfs", targets=targets) as w:
+            for i in range(50):
+                w.add(f"s/{i}", os.urandom(5000))
+            raise RuntimeError("boom")
+    assert _entries(tmp_path) == []
+
+
+def test_abort_and_dropped_writer_leave_nothing(tmp_path):
+    w = dlfs.Writer(tmp_path / "a.dlfs")
+    w.add("x", b"1")
+    w.abort()
+    assert w.closed
+    w = dlfs.Writer(tmp_path / "b.dlfs")
+    w.add("x", b"1")
+    del w
+    assert _entries(tmp_path) == []
+
+
+def test_duplicate_path_is_refused_when_added_naming_the_first(tmp_path):
+    path = tmp_path / "w.dlfs"
+    with dlfs.Writer(path) as w:
+        w.add("k/1.jpg", b"first")
+        w.add("k/2.jpg", b"second")
+        with pytest.raises(ValueError) as e:
+            w.add("k/1.jpg", b"again")
+        assert str(path) in str(e.value)
+        assert "duplicate sample path 'k/1.jpg' (already added as sample #0)" in str(e.value)
+        with pytest.raises(ValueError, match="'k/1.jpg/x' needs directory 'k/1.jpg'"):
+            w.add("k/1.jpg/x", b"under a sample")
+        with pytest.raises(ValueError, match="'k' is already a directory"):
+            w.add("k", b"over a directory")
+        w.add("k/3.jpg", b"third")  # the writer goes on
+    with dlfs.Volume(path) as vol:
+        assert len(vol) == 3 and vol[vol.lookup("k/1.jpg")][0] == b"first"
+
+
+def test_bad_input_names_the_sample(tmp_path):
+    path = tmp_path / "w.dlfs"
+    with dlfs.Writer(path, class_names=["a"]) as w:
+        for data, err, text in [
+                ({"jpg": b""}, TypeError, "format v2"),
+                ("text", TypeError, "data is a str"),
+                (object(), TypeError, "bytes-like or a numpy array, not object")]:
+            with pytest.raises(err, match=text) as e:
+                w.add("s/1", data)
+            assert "'s/1'" in str(e.value) and str(path) in str(e.value)
+        for label, err, text in [("b", ValueError, "unknown class 'b'"),
+                                 (-2, ValueError, "negative"), (1.5, TypeError, "float"),
+                                 (2**32, ValueError, "out of range")]:
+            with pytest.raises(err, match=text) as e:
+                w.add("s/2", b"x", label)
+            assert "'s/2'" in str(e.value)
+        with pytest.raises(ValueError, match="bad sample path 'a//b'"):
+            w.add("a//b", b"x")
+        with pytest.raises(TypeError, match="path must be a str"):
+            w.add(7, b"x")
+    with dlfs.Volume(path) as vol:
+        assert len(vol) == 0
+
+
+def test_options_force_alignment_targets(tmp_path):
+    path = tmp_path / "w.dlfs"
+    path.write_bytes(b"precious")
+    with pytest.raises(FileExistsError, match="already exists"):
+        dlfs.Writer(path)
+    assert path.read_bytes() == b"precious"
+    with dlfs.Writer(path, force=True, alignment=4096, targets=2) as w:
+        for i in range(8):
+            w.add(f"s/{i}", bytes([i]) * 1000)
+    info = dlfs.Volume(path).info()
+    assert info["alignment"] == 4096 and len(info["targets"]) == 2 and info["samples"] == 8
+    assert sorted(os.listdir(tmp_path)) == ["w.dlfs", "w.dlfs.t1"]
+    with pytest.raises(ValueError, match="alignment"):
+        dlfs.Writer(tmp_path / "x.dlfs", alignment=3)
+
+
+def test_memory_stays_bounded_while_streaming(tmp_path):
+    # 192 MiB through the writer; peak RSS may grow by the 8 MiB write
+    # buffer and bookkeeping, not by the data (ru_maxrss is in KiB).
+    chunk = np.random.default_rng(0).integers(0, 255, 4 << 20, dtype=np.uint8)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with dlfs.Writer(tmp_path / "big.dlfs") as w:
+        for i in range(48):
+            w.add(f"s/{i:03d}", chunk)
+    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mib < 64, f"peak RSS grew by {grown_mib:.0f} MiB writing 192 MiB"
+    assert os.path.getsize(tmp_path / "big.dlfs") > 192 << 20
+
+
+def test_progress_plain_line_and_tqdm(tmp_path, capsys):
+    out = io.StringIO()
+    p = Progress("packing", total=200, use_tqdm=False, file=out)
+    p.update_to(50, bytes=5_000_000)
+    line = p.line()
+    assert line.startswith("packing: 50/200 samples (25.0%), bytes 5.0 MB, ")
+    assert "samples/s" in line and "ETA" in line
+    p.close()
+    assert out.getvalue().endswith("\n")
+
+    with dlfs.Writer(tmp_path / "p.dlfs", progress=True) as w:
+        for i in range(20):
+            w.add(f"s/{i}", b"x" * 100)
+    err = capsys.readouterr().err
+    assert "writing" in err and "20" in err
+
+    pytest.importorskip("tqdm", reason="python3-tqdm not installed")
+    out = io.StringIO()
+    p = Progress("packing", total=10, use_tqdm=True, file=out)
+    p.update_to(10)
+    p.close()
+    assert "10/10" in out.getvalue() and "samples" in out.getvalue()
