@@ -154,13 +154,65 @@ uint64_t CheckIndex(const Volume& v, int64_t index) {
   return static_cast<uint64_t>(index);
 }
 
+// A SourceState as a Python dict (the keys of its text form; flags as bools).
+py::dict StateDict(const SourceState& s) {
+  py::dict d;
+  d["epoch"] = s.epoch;
+  d["batches"] = s.batches;
+  d["volume_uuid"] = s.volume_uuid;
+  d["volume_samples"] = s.volume_samples;
+  d["samples"] = s.samples;
+  d["subset_crc"] = s.subset_crc;
+  d["seed"] = s.sampler.seed;
+  d["shuffle"] = s.sampler.shuffle;
+  d["batch_size"] = s.sampler.batch_size;
+  d["drop_last"] = s.sampler.drop_last;
+  d["rank"] = s.sampler.rank;
+  d["world_size"] = s.sampler.world_size;
+  return d;
+}
+
+// The dict back, through the text form's parser (which names a missing,
+// unknown or malformed key).
+SourceState StateFromDict(const py::handle& state) {
+  if (!py::isinstance<py::dict>(state)) {
+    throw py::type_error("load_state_dict() takes the dict state_dict() returned");
+  }
+  std::string text = "dlfs-source-state 1\n";
+  for (auto [key, value] : state.cast<py::dict>()) {
+    const std::string k = py::str(key);
+    std::string v;
+    if (py::isinstance<py::bool_>(value)) {
+      v = value.cast<bool>() ? "1" : "0";
+    } else if (py::isinstance<py::str>(value)) {
+      v = value.cast<std::string>();
+    } else if (PyIndex_Check(value.ptr())) {
+      v = py::str(py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr())));
+    } else {
+      throw py::value_error("state['" + k + "'] must be an int, a bool or a str, not " +
+                            std::string(py::str(py::type::of(value).attr("__name__"))));
+    }
+    if (k.find_first_of(" \n") != std::string::npos || v.find('\n') != std::string::npos) {
+      throw py::value_error("state['" + k + "'] is malformed");
+    }
+    text += k + " " + v + "\n";
+  }
+  return Unwrap(SourceState::Parse(text));
+}
+
 // Iteration state for Python: a Loader plus the epoch the next iter() starts.
 class PyLoader {
  public:
   PyLoader(std::shared_ptr<Volume> vol, const LoaderOptions& o)
       : loader_(Unwrap(Loader::Create(std::move(vol), o))) {}
 
-  void set_epoch(uint64_t e) { epoch_ = e; }
+  // After load_state_dict, setting the restored epoch keeps the restored
+  // position (the usual loop sets the epoch before iterating it).
+  void set_epoch(uint64_t e) {
+    if (restored_ && e == epoch_) return;
+    epoch_ = e;
+    positioned_ = restored_ = false;
+  }
   uint64_t epoch() const { return epoch_; }
 
   // The C++ Loader has one caller at a time; Python threads may share this
@@ -168,7 +220,9 @@ class PyLoader {
   void Start() {
     py::gil_scoped_release release;
     std::lock_guard lock(mu_);
-    loader_->SetEpoch(epoch_);
+    loader_->SetEpoch(epoch_);  // keeps a position LoadState just restored
+    positioned_ = true;
+    restored_ = false;
   }
 
   std::shared_ptr<Batch> Next() {
@@ -184,11 +238,42 @@ class PyLoader {
     return batch;
   }
 
+  // Where the iteration is: the epoch set, and the batches of it handed out
+  // (0 until it is iterated).
+  py::dict State() {
+    SourceState s;
+    {
+      py::gil_scoped_release release;
+      std::lock_guard lock(mu_);
+      s = Unwrap(loader_->SaveState());
+    }
+    if (!positioned_) {
+      s.epoch = epoch_;
+      s.batches = 0;
+    }
+    return StateDict(s);
+  }
+
+  void LoadState(const py::handle& state) {
+    const SourceState s = StateFromDict(state);
+    Status st;
+    {
+      py::gil_scoped_release release;
+      std::lock_guard lock(mu_);
+      st = loader_->LoadState(s);
+    }
+    Check(st);
+    epoch_ = s.epoch;
+    positioned_ = restored_ = true;
+  }
+
   Loader& loader() { return *loader_; }
 
  private:
   std::unique_ptr<Loader> loader_;
   uint64_t epoch_ = 0;
+  bool positioned_ = false;  // the C++ loader is at epoch_ (iterated or restored)
+  bool restored_ = false;    // by load_state_dict, and not iterated since
   std::mutex mu_;
 };
 
@@ -734,6 +819,16 @@ submit/wait/verify seconds, buffer and tier memory, io_uring flags.
 
 Call set_epoch(e) before iterating epoch e; each iter() restarts that epoch.
 The GIL is released while waiting for I/O.
+
+Resuming: state_dict() is where the iteration is (epoch, batches handed out)
+and what decides the order (volume uuid, sample set, seed, shuffle,
+batch_size, drop_last, rank, world_size), as a dict of ints, bools and
+strings (torch.save / json can store it). load_state_dict(state) on a Loader
+made with the same volume and options, in any process, continues with the
+next batch, in the same order, without reading the batches before it; a
+state from another volume or other options raises ValueError naming what
+differs. After it, set_epoch(state["epoch"]) keeps the position (the usual
+loop); another epoch starts afresh.
 )doc")
       .def(py::init([](py::object volume, uint32_t batch_size, bool shuffle, uint64_t seed,
                        uint32_t rank, uint32_t world_size, bool drop_last,
@@ -789,6 +884,10 @@ The GIL is released while waiting for I/O.
              return l;
            })
       .def("__next__", &PyLoader::Next)
+      .def("state_dict", &PyLoader::State,
+           "Where the iteration is and what decides the order, as a dict (see Loader).")
+      .def("load_state_dict", &PyLoader::LoadState, py::arg("state"),
+           "Continues from a state_dict(): the next batch is the one after those it counts.")
       .def_property_readonly(
           "indices",
           [](PyLoader& l) {
@@ -889,6 +988,10 @@ output exists and force is False. all_files: imagefolder packs every file,
 not only what torchvision's ImageFolder loads. on_progress(dict) is called
 about every 100 ms (samples, bytes, total_samples, ...); dlfs.pack's
 progress=True uses it. Ctrl-C stops packing and leaves no volume.)doc");
+
+  m.def(
+      "_subset_crc", [](const std::vector<uint64_t>& indices) { return SubsetCrc(indices); },
+      py::arg("indices"), "CRC32C of a loader's sample subset, as its state_dict() has it.");
 
   RegisterDecodeBindings(m, [](const Status& st) { throw StatusError{st}; });
   RegisterAdoptionBindings(m, [](const Status& st) { throw StatusError{st}; });

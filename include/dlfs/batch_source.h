@@ -17,19 +17,62 @@
 // is an error for that batch only, and the next call continues with the
 // following one; wrong bytes are never handed out as a sample.
 //
-// Thread safety: one thread drives a source (SetEpoch/Next); the batches it
-// hands out may be used from any thread.
+// Resuming: SaveState() says where the source is (epoch, batches handed out)
+// and what decides its order; LoadState() in a new process, on a source made
+// with the same volume and options, continues exactly there:
+//
+//   std::string saved = source.SaveState()->Serialize();   // with the checkpoint
+//   ...                                                     // a new process
+//   DLFS_ASSIGN_OR_RETURN(SourceState state, SourceState::Parse(saved));
+//   DLFS_RETURN_IF_ERROR(source.LoadState(state));  // refused if volume/options differ
+//   for (uint64_t e = state.epoch; ...; ++e) { source.SetEpoch(e); ... }
+//
+// SetEpoch(state.epoch) right after LoadState keeps the restored position
+// (the first call with that epoch only); any other epoch starts it afresh.
+//
+// Thread safety: one thread drives a source (SetEpoch/Next/SaveState/
+// LoadState); the batches it hands out may be used from any thread.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dlfs/batch.h"
 #include "dlfs/io_engine.h"
+#include "dlfs/sampler.h"
 #include "dlfs/status.h"
 
 namespace dlfs {
+
+// A source's position, and what its order depends on.
+struct SourceState {
+  uint64_t epoch = 0;
+  uint64_t batches = 0;  // batches of `epoch` handed out (failed ones count)
+  // What decides the order: LoadState refuses a state that differs in any.
+  std::string volume_uuid;
+  uint64_t volume_samples = 0;
+  uint64_t samples = 0;     // samples the sampler orders (the subset's size when one is set)
+  uint32_t subset_crc = 0;  // CRC32C of the subset's indices; 0 without one
+  SamplerOptions sampler;   // seed, shuffle, batch size, drop_last, rank, world size
+
+  // One "key value" line each, after a "dlfs-source-state 1" line.
+  std::string Serialize() const;
+  // InvalidArgument naming the line for text Serialize() did not write.
+  static Result<SourceState> Parse(std::string_view text);
+};
+
+// Ok when `saved` can be resumed by a source whose own state is `current`
+// (same volume, sample set and sampler options; saved.batches <=
+// batches_per_epoch); otherwise InvalidArgument "<who>: cannot resume from
+// this state: it was saved with seed 7, this loader has seed 8" (every
+// difference named).
+Status CheckResumable(const SourceState& saved, const SourceState& current,
+                      uint64_t batches_per_epoch, const std::string& who);
+
+// CRC32C of a subset's indices (as little-endian uint64), 0 for none.
+uint32_t SubsetCrc(const std::vector<uint64_t>& subset);
 
 // Where a source's time and memory went since it was created; the
 // difference of two snapshots covers the time between them (RunEpochs
@@ -71,6 +114,22 @@ class BatchSource {
 
   // Time, I/O and memory so far; may be called from any thread.
   virtual SourceStats source_stats() const { return {}; }
+
+  // Where the source is: the current epoch and the batches of it handed out
+  // (0 before the first Next() of an epoch). NotSupported where a source
+  // cannot resume.
+  virtual Result<SourceState> SaveState() const {
+    return Status::NotSupported(description() + ": cannot save its position");
+  }
+
+  // Continues from `state` (see CheckResumable for what must match): the
+  // next Next() hands out batch state.batches of epoch state.epoch, and the
+  // batches before it are not read. InvalidArgument, leaving the source
+  // as it was, when the state does not fit this source.
+  virtual Status LoadState(const SourceState& state) {
+    (void)state;
+    return Status::NotSupported(description() + ": cannot resume");
+  }
 };
 
 }  // namespace dlfs

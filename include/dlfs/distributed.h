@@ -90,6 +90,12 @@ struct ShardLoaderStats {
 // number of times (the sampler gives every rank the same number of batches).
 // A sample the owner cannot read makes the requester's Next() fail for that
 // batch with an error naming the sample and the owner; the next call goes on.
+//
+// Resuming (dlfs/batch_source.h): each rank saves its own state; LoadState
+// is collective, the ranks must restore the same epoch and batch count
+// (InvalidArgument on every rank otherwise, or when any rank's state does
+// not fit its loader), and the first exchange starts at the restored batch:
+// the batches before it are neither read nor exchanged.
 class ShardLoader final : public BatchSource {
  public:
   // Collective over `comm`. The ranks agree, as CreateLoader's do, and also
@@ -105,6 +111,9 @@ class ShardLoader final : public BatchSource {
   uint64_t batches_per_epoch() const override;
   // The engine reading this node's targets.
   const std::string& description() const override;
+  // Resuming (see above); LoadState is collective.
+  Result<SourceState> SaveState() const override;
+  Status LoadState(const SourceState& state) override;
 
   const ShardLoaderStats& stats() const;
 

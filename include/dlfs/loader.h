@@ -48,6 +48,13 @@
 // default budget is a quarter of the memory available (MemAvailable) when
 // the loader is created; 0 turns the tier off.
 //
+// Resuming (see dlfs/batch_source.h): SaveState() is the epoch and the
+// batches of it Next() has handed out, with the volume's uuid, the sample
+// set and the sampler options; LoadState() on a loader created with the same
+// volume and sampler options continues with the next batch, in the same
+// order, without reading the batches before it (the memory tier, when on,
+// still loads every sample for the epochs after, the batches due first).
+//
 // Errors: a failed read or a checksum mismatch (verify_checksums; checked in
 // Next(), on the caller's thread, while the next batches are being read) makes
 // Next() return an error naming the volume file and every sample (index and
@@ -126,6 +133,9 @@ class Loader final : public BatchSource {
   const std::string& description() const override;
   // Time, I/O and memory since the loader was created (any thread).
   SourceStats source_stats() const override;
+  // Resuming (see above and dlfs/batch_source.h).
+  Result<SourceState> SaveState() const override;
+  Status LoadState(const SourceState& state) override;
 
   uint64_t epoch() const;
   const Sampler& sampler() const;

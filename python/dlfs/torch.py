@@ -185,34 +185,6 @@ class VolumeDataset(tud.Dataset):
         return state
 
 
-class _SharedPosition:
-    """Where the next iteration of a dataset starts, in shared memory.
-
-    Set in the main process, read by DataLoader workers at __iter__: also by
-    persistent workers (persistent_workers=True), which keep the dataset
-    object they received once. Shared through torch's multiprocessing
-    (inherited on fork; passed as shared memory when pickled for spawn).
-    Slot 0 is the epoch; the others are kept for the resume point (batches
-    of the epoch already consumed), which belongs with it.
-    """
-
-    EPOCH = 0
-
-    def __init__(self):
-        self._values = torch.zeros(4, dtype=torch.int64).share_memory_()
-
-    @property
-    def epoch(self):
-        return int(self._values[self.EPOCH])
-
-    @epoch.setter
-    def epoch(self, epoch):
-        epoch = int(epoch)
-        if epoch < 0:
-            raise ValueError(f"epoch must be >= 0, not {epoch}")
-        self._values[self.EPOCH] = epoch
-
-
 def _default_batch_transform(samples, labels):
     return samples, torch.from_numpy(np.ascontiguousarray(labels))
 
@@ -245,6 +217,34 @@ def _open_shared_batch(pid, fd, total, slot_bytes, slot, offsets, lengths, label
     return _default_batch_transform(samples, labels)
 
 
+class _SharedPosition:
+    """Where a LoaderDataset's next iteration starts, in shared memory.
+
+    Set in the main process, read by DataLoader workers at __iter__ (also
+    persistent workers, which keep the dataset object they received once);
+    the workers write back how the latest iteration was split, which the
+    main process needs for state_dict(). Shared through torch's
+    multiprocessing (inherited on fork, passed as shared memory for spawn).
+    """
+
+    EPOCH = 0
+    RESUME_EPOCH = 1    # the epoch a restored position belongs to; -1: none
+    RESUME_BATCHES = 2  # batches of it the DataLoader had handed out
+    RESUME_WORKERS = 3  # how many workers had read them (1: the main process)
+    SEEN_EPOCH = 4      # the epoch of the latest iteration; -1: none yet
+    SEEN_WORKERS = 5    # its DataLoader's num_workers (0: the main process)
+    TAKEN = 6           # batches it handed out, when run in the main process
+
+    def __init__(self):
+        self._values = torch.tensor([0, -1, 0, 0, -1, 0, 0], dtype=torch.int64).share_memory_()
+
+    def __getitem__(self, slot):
+        return int(self._values[slot])
+
+    def __setitem__(self, slot, value):
+        self._values[slot] = int(value)
+
+
 class LoaderDataset(tud.IterableDataset):
     """Iterable dataset yielding whole batches read by the C++ loader.
 
@@ -272,6 +272,15 @@ class LoaderDataset(tud.IterableDataset):
     len() counts batches as one worker would read them; with several
     workers each pads and batches its own shard, so the count can be a
     little higher.
+
+    Resuming: state_dict(batches) is the position after the DataLoader has
+    handed out `batches` batches of the current epoch (e.g. step + 1; with
+    num_workers=0 it may be left out, the dataset counts them itself), with
+    what decides the order; load_state_dict(state) on a dataset made with the
+    same volume and options, before iterating the DataLoader (same
+    num_workers), makes the DataLoader hand out the rest of that epoch, in
+    the original order, each worker skipping its batches already handed out
+    without reading them. See state_dict().
     """
 
     def __init__(self, path, batch_size, shuffle=True, seed=0, drop_last=False,
@@ -288,39 +297,58 @@ class LoaderDataset(tud.IterableDataset):
         self.loader_options = loader_options
         self.stack = stack
         self._position = _SharedPosition()
-        self.epoch = 0
         self._loader, self._loader_key = None, None
         vol = Volume(self.path)
         self.classes = vol.classes
         self.indices = vol.indices(root) if root else None
         self._samples = len(vol) if root is None else len(self.indices)
+        from . import _dlfs
+        self._identity = {
+            "volume_uuid": vol.info()["uuid"], "volume_samples": len(vol),
+            "samples": self._samples,
+            "subset_crc": 0 if root is None else _dlfs._subset_crc(self.indices.tolist()),
+            "seed": seed, "shuffle": bool(shuffle), "batch_size": batch_size,
+            "drop_last": bool(drop_last)}
 
     @property
     def epoch(self):
         """The epoch the next iteration reads (shared with the workers)."""
-        return self._position.epoch
+        return self._position[_SharedPosition.EPOCH]
 
     @epoch.setter
     def epoch(self, epoch):
-        self._position.epoch = epoch
+        epoch = int(epoch)
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, not {epoch}")
+        p = self._position
+        if p[p.RESUME_EPOCH] != epoch:
+            p[p.RESUME_EPOCH] = -1  # a restored position holds for its own epoch only
+        p[p.EPOCH] = epoch
 
     def set_epoch(self, epoch):
         """Sets the epoch the next iteration reads, in every worker."""
         self.epoch = epoch
 
-    def _shard(self):
+    def _rank_world(self):
         rank, world = distributed_rank_world()
         if self.rank is not None:
             rank = self.rank
         if self.world_size is not None:
             world = self.world_size
+        return rank, world
+
+    def _shard(self):
+        rank, world = self._rank_world()
         info = tud.get_worker_info()
         workers, worker = (info.num_workers, info.id) if info else (1, 0)
         return rank * workers + worker, world * workers
 
     def __len__(self):
         _, world = self._shard()
-        per = self._samples // world if self.drop_last else -(-self._samples // world)
+        return self._batches_per_shard(world)
+
+    def _batches_per_shard(self, shards):
+        per = self._samples // shards if self.drop_last else -(-self._samples // shards)
         if self.drop_last:
             return per // self.batch_size
         return -(-per // self.batch_size)
@@ -338,9 +366,37 @@ class LoaderDataset(tud.IterableDataset):
         return self._loader
 
     def __iter__(self):
-        rank, world = self._shard()
-        loader = self._get_loader(rank, world)
-        loader.set_epoch(self.epoch)
+        info = tud.get_worker_info()
+        workers, worker = (info.num_workers, info.id) if info else (1, 0)
+        p = self._position
+        epoch = self.epoch
+        p[p.SEEN_EPOCH] = epoch
+        p[p.SEEN_WORKERS] = info.num_workers if info else 0
+        # The DataLoader takes batches from its workers in turn, starting
+        # with worker 0: batch j of the epoch is batch j // W of worker
+        # j % W. Resuming after k batches, worker w plays the part worker
+        # (w + k) % W had, so the DataLoader's first batch is batch k, and
+        # skips that worker's batches among the first k.
+        role, skip = worker, 0
+        if p[p.RESUME_EPOCH] == epoch and p[p.RESUME_BATCHES] > 0:
+            k, saved = p[p.RESUME_BATCHES], p[p.RESUME_WORKERS]
+            if saved != workers:
+                raise ValueError(
+                    f"{self.path}: cannot resume from this state: it was saved with "
+                    f"num_workers={saved if saved > 1 else 0}, this DataLoader has "
+                    f"num_workers={info.num_workers if info else 0}")
+            role = (worker + k) % workers
+            skip = -(-(k - role) // workers) if k > role else 0
+        rank, world = self._rank_world()
+        loader = self._get_loader(rank * workers + role, world * workers)
+        loader.set_epoch(epoch)
+        if skip:
+            state = loader.state_dict()
+            state.update(epoch=epoch, batches=skip)
+            loader.load_state_dict(state)  # the skipped batches are not read
+        main = info is None
+        if main:
+            p[p.TAKEN] = skip
         stack = self.stack
         for batch in loader:
             samples = None
@@ -358,7 +414,90 @@ class LoaderDataset(tud.IterableDataset):
                     # (the memory tier) are copied rather than exposed.
                     samples = [self.transform(s if s.flags.writeable else s.copy())
                                for s in samples]
+            if main:
+                p[p.TAKEN] = p[p.TAKEN] + 1
             yield self.batch_transform(samples, batch.labels)
+
+    def state_dict(self, batches=None):
+        """The position after the DataLoader has handed out `batches` batches of
+        the current epoch, as a dict (ints, bools, strings: torch.save or json
+        store it), with what decides the order: volume, sample set, seed,
+        shuffle, batch_size, drop_last, rank, world_size and num_workers.
+
+        batches: what the training loop has taken from the DataLoader in this
+        iteration (step + 1 after `for step, batch in enumerate(loader)`); in a
+        resumed epoch count from the first batch after the restore, the
+        batches before it are added. Required when the DataLoader has
+        workers: they read ahead of the loop, so the dataset cannot tell.
+        With num_workers=0 the dataset counts what it handed out itself.
+        """
+        p = self._position
+        epoch = self.epoch
+        resumed = p[p.RESUME_EPOCH] == epoch
+        offset = p[p.RESUME_BATCHES] if resumed else 0
+        workers = p[p.RESUME_WORKERS] if resumed else None
+        seen = p[p.SEEN_EPOCH] == epoch
+        if seen:
+            workers = max(p[p.SEEN_WORKERS], 1)
+        if batches is None:
+            if seen and p[p.SEEN_WORKERS] > 0:
+                raise ValueError(
+                    "LoaderDataset.state_dict(): the DataLoader has workers, which read "
+                    "ahead of the training loop: pass batches= (the batches taken from "
+                    "the DataLoader in this epoch, e.g. step + 1)")
+            total = p[p.TAKEN] if seen else offset
+        else:
+            if int(batches) < 0:
+                raise ValueError(f"batches must be >= 0, not {batches}")
+            total = offset + int(batches)
+        if total > 0 and workers is None:
+            raise ValueError(
+                f"LoaderDataset.state_dict(): batches={batches}, but epoch {epoch} has not "
+                "been iterated")
+        rank, world = self._rank_world()
+        if total > 0:
+            whole = workers * self._batches_per_shard(world * workers)
+            if total > whole:
+                raise ValueError(f"batches={total}, but the epoch has {whole} batches "
+                                 f"(num_workers={workers if workers > 1 else 0})")
+        state = dict(self._identity, rank=rank, world_size=world)
+        state.update(epoch=epoch, batches=total, num_workers=workers if total > 0 else 0)
+        return state
+
+    def load_state_dict(self, state):
+        """Resumes from a state_dict(): the next iteration of state["epoch"]
+        (set_epoch to it keeps the position; another epoch drops it) hands out
+        the batches after those the state counts, in the original order, read
+        by a DataLoader with the same num_workers. ValueError, naming what
+        differs, for a state of another volume or other options."""
+        if not isinstance(state, dict):
+            raise TypeError("load_state_dict() takes the dict state_dict() returned")
+        rank, world = self._rank_world()
+        mine = dict(self._identity, rank=rank, world_size=world)
+        keys = set(mine) | {"epoch", "batches", "num_workers"}
+        missing = sorted(keys - set(state))
+        if missing:
+            raise ValueError(f"{self.path}: not a LoaderDataset state: {', '.join(missing)} "
+                             "missing")
+        differ = [f"it was saved with {k} {state[k]!r}, this dataset has {k} {v!r}"
+                  for k, v in mine.items() if state[k] != v]
+        if differ:
+            raise ValueError(f"{self.path}: cannot resume from this state: " + "; ".join(differ))
+        epoch, batches, workers = (int(state[k]) for k in ("epoch", "batches", "num_workers"))
+        if epoch < 0 or batches < 0 or workers < 0:
+            raise ValueError(f"{self.path}: cannot resume from this state: negative values")
+        if batches > 0:
+            whole = max(workers, 1) * self._batches_per_shard(world * max(workers, 1))
+            if batches > whole:
+                raise ValueError(f"{self.path}: cannot resume from this state: it counts "
+                                 f"{batches} batches of an epoch of {whole}")
+        p = self._position
+        self.epoch = epoch
+        p[p.RESUME_EPOCH] = epoch
+        p[p.RESUME_BATCHES] = batches
+        p[p.RESUME_WORKERS] = max(workers, 1)
+        p[p.SEEN_EPOCH] = -1
+        p[p.TAKEN] = 0
 
     def __getstate__(self):  # each process makes its own loader
         state = dict(self.__dict__)

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/xoshiro.h"
 #include "decode/codecs.h"
 #include "decode/resample.h"
 #include "dlfs/decode.h"
@@ -20,56 +21,21 @@ namespace {
 
 // ---- the specified random stream (see RandomChoices in dlfs/decode.h) ------
 
-uint64_t SplitMix64(uint64_t x) {
-  uint64_t z = x + 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+uint64_t SplitMix64(uint64_t x) { return SplitMixOutput(x + kSplitMixGamma); }
+
+// xoshiro256** (common/xoshiro.h) seeded by four SplitMix64 steps from
+// (seed, epoch, index), as RandomChoices specifies.
+Xoshiro256ss SampleRng(uint64_t seed, uint64_t epoch, uint64_t index) {
+  uint64_t h = SplitMix64(seed ^ 0x6a09e667f3bcc909ull);
+  h = SplitMix64(h ^ epoch);
+  h = SplitMix64(h ^ index);
+  uint64_t state[4];
+  for (uint64_t& w : state) {
+    w = SplitMix64(h);
+    h += kSplitMixGamma;
+  }
+  return Xoshiro256ss(state);
 }
-
-// xoshiro256** seeded by four SplitMix64 steps, as the Sampler's.
-class SampleRng {
- public:
-  SampleRng(uint64_t seed, uint64_t epoch, uint64_t index) {
-    uint64_t h = SplitMix64(seed ^ 0x6a09e667f3bcc909ull);
-    h = SplitMix64(h ^ epoch);
-    h = SplitMix64(h ^ index);
-    for (uint64_t& w : s_) {
-      w = SplitMix64(h);
-      h += 0x9e3779b97f4a7c15ull;
-    }
-  }
-  uint64_t Next() {
-    const uint64_t result = Rotl(s_[1] * 5, 7) * 9;
-    const uint64_t t = s_[1] << 17;
-    s_[2] ^= s_[0];
-    s_[3] ^= s_[1];
-    s_[1] ^= s_[2];
-    s_[0] ^= s_[3];
-    s_[2] ^= t;
-    s_[3] = Rotl(s_[3], 45);
-    return result;
-  }
-  double Uniform(double a, double b) {
-    return a + (b - a) * (static_cast<double>(Next() >> 11) * 0x1.0p-53);
-  }
-  uint64_t Below(uint64_t bound) {  // Lemire, unbiased
-    unsigned __int128 m = static_cast<unsigned __int128>(Next()) * bound;
-    uint64_t low = static_cast<uint64_t>(m);
-    if (low < bound) {
-      const uint64_t threshold = -bound % bound;
-      while (low < threshold) {
-        m = static_cast<unsigned __int128>(Next()) * bound;
-        low = static_cast<uint64_t>(m);
-      }
-    }
-    return static_cast<uint64_t>(m >> 64);
-  }
-
- private:
-  static uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-  uint64_t s_[4];
-};
 
 // Python's round(): to nearest, ties to even (independent of the FPU mode).
 int64_t RoundHalfEven(double x) {
@@ -93,7 +59,7 @@ Status Invalid(const std::string& what) { return Status::InvalidArgument(what); 
 
 RandomChoices DrawRandomChoices(uint64_t seed, uint64_t epoch, uint64_t index, uint32_t width,
                                 uint32_t height, const RandomResizedCropOptions& o) {
-  SampleRng rng(seed, epoch, index);
+  Xoshiro256ss rng = SampleRng(seed, epoch, index);
   RandomChoices out;
   out.flip = (rng.Next() >> 63) != 0;
   const double area = static_cast<double>(width) * height;

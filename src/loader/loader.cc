@@ -99,16 +99,6 @@ class Loader::Impl {
   }
 
   ~Impl() {
-    if (::getpid() != pid_) {
-      // Destroyed in a child of fork(): the I/O threads exist only in the
-      // parent. Leave them and their engines alone (a small leak) rather
-      // than join threads that are not there.
-      for (auto& w : workers_) {
-        if (w->thread.joinable()) w->thread.detach();
-        (void)w->engine.release();
-      }
-      return;
-    }
     {
       std::lock_guard lock(mu_);
       stop_ = true;
@@ -122,15 +112,29 @@ class Loader::Impl {
   // --- The caller's side ---------------------------------------------------
 
   void SetEpoch(uint64_t e) {
+    {
+      std::lock_guard lock(mu_);
+      // The loop after LoadState sets the restored epoch first: keep the
+      // restored position.
+      const bool keep = resume_pending_ && e == epoch_;
+      resume_pending_ = false;
+      if (keep) return;
+    }
+    SetPosition(e, 0);
+  }
+
+  // Makes batch `k` of epoch `e` the next one Next() hands out; the batches
+  // before it are not read.
+  void SetPosition(uint64_t e, uint64_t k) {
     std::vector<Result<Batch>> dropped;  // destroyed outside the lock
     {
       std::lock_guard lock(mu_);
       StartThreadsLocked();
       const bool forward = batches_ > 0 && e >= base_epoch_ &&
                            e - base_epoch_ < ~uint64_t{0} / batches_ - 1 &&
-                           (e - base_epoch_) * batches_ >= consumer_;
+                           (e - base_epoch_) * batches_ + k >= consumer_;
       if (forward) {
-        const uint64_t target = (e - base_epoch_) * batches_;
+        const uint64_t target = (e - base_epoch_) * batches_ + k;
         while (!ready_.empty() && ready_.begin()->first < target) {
           dropped.push_back(std::move(ready_.begin()->second));
           ready_.erase(ready_.begin());
@@ -139,15 +143,44 @@ class Loader::Impl {
       } else {
         ++gen_;
         base_epoch_ = e;
-        consumer_ = 0;
+        consumer_ = k;
         for (auto& [t, r] : ready_) dropped.push_back(std::move(r));
         ready_.clear();
       }
       epoch_ = e;
-      epoch_end_ = consumer_ + batches_;
+      epoch_end_ = consumer_ - k + batches_;
       if (tier_) tier_retry_ = true;  // samples that failed to load get another read
     }
     work_cv_.notify_all();
+  }
+
+  // What the order depends on, with no position.
+  SourceState Identity() const {
+    SourceState s;
+    s.volume_uuid = volume_->info().uuid;
+    s.volume_samples = volume_->size();
+    s.samples = options_.subset.empty() ? volume_->size() : options_.subset.size();
+    s.subset_crc = subset_crc_;
+    s.sampler = options_.sampler;
+    return s;
+  }
+
+  SourceState SaveState() const {
+    SourceState s = Identity();
+    std::lock_guard lock(mu_);
+    if (started_.load(std::memory_order_relaxed)) {
+      s.epoch = epoch_;
+      s.batches = consumer_ + batches_ - epoch_end_;
+    }
+    return s;
+  }
+
+  Status LoadState(const SourceState& state) {
+    DLFS_RETURN_IF_ERROR(CheckResumable(state, Identity(), batches_, volume_->path()));
+    SetPosition(state.epoch, state.batches);
+    std::lock_guard lock(mu_);
+    resume_pending_ = true;
+    return Status::Ok();
   }
 
   Result<bool> Next(Batch* out) {
@@ -155,6 +188,7 @@ class Loader::Impl {
     if (tier_) return NextFromTier(out);
     const double t0 = Now();
     std::unique_lock lock(mu_);
+    resume_pending_ = false;
     if (!start_error_.ok()) return start_error_;
     if (consumer_ >= epoch_end_) return false;
     ready_cv_.wait(lock, [&] { return ready_.count(consumer_) > 0; });
@@ -175,6 +209,7 @@ class Loader::Impl {
     uint64_t epoch, seq;
     {
       std::lock_guard lock(mu_);
+      resume_pending_ = false;
       if (!start_error_.ok()) return start_error_;
       if (consumer_ >= epoch_end_) return false;
       epoch = base_epoch_ + consumer_ / batches_;
@@ -410,8 +445,9 @@ class Loader::Impl {
     // A batch not kept is destroyed here, its slab returning to the pool.
   }
 
-  // The tier's loader: every chunk in the order the first epoch needs them,
-  // then retries of samples that failed, once per epoch.
+  // The tier's loader: every chunk in the order the first epoch needs them
+  // (from the batch it starts at: a resumed epoch needs its first batches
+  // last), then retries of samples that failed, once per epoch.
   //
   // A chunk that fails is re-read in tiles: each sample's own blocks, a
   // block shared by neighbours once (tiles never overlap, so a failing
@@ -420,13 +456,18 @@ class Loader::Impl {
   // reads into a scratch buffer and copies just the sample's bytes, since
   // its neighbours may by then be in use.
   void LoadTier(Worker& w) {
-    uint64_t epoch;
+    uint64_t epoch, from;
     {
       std::lock_guard lock(mu_);
       epoch = epoch_;
+      from = (consumer_ + batches_ - epoch_end_) * options_.sampler.batch_size;
       tier_retry_ = false;
     }
-    const std::vector<size_t> need = tier_->NeedOrder(OrderFor(epoch)->indices);
+    const std::vector<uint64_t>& order = OrderFor(epoch)->indices;
+    from = std::min<uint64_t>(from, order.size());
+    std::vector<uint64_t> rotated(order.begin() + static_cast<ptrdiff_t>(from), order.end());
+    rotated.insert(rotated.end(), order.begin(), order.begin() + static_cast<ptrdiff_t>(from));
+    const std::vector<size_t> need = tier_->NeedOrder(rotated);
     const auto& chunks = tier_->chunks();
     for (size_t c : need) {
       const MemoryTier::Chunk& ch = chunks[c];
@@ -566,6 +607,7 @@ class Loader::Impl {
   loader_internal::PlanOptions po_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::shared_ptr<MemoryTier> tier_;
+  const uint32_t subset_crc_ = SubsetCrc(options_.subset);
   double setup_seconds_ = 0;
   std::string description_;
 
@@ -582,6 +624,7 @@ class Loader::Impl {
   std::map<uint64_t, Result<Batch>> ready_;
   Status start_error_;
   bool tier_retry_ = false;
+  bool resume_pending_ = false;                    // LoadState's position, not yet used or moved
   std::vector<std::shared_ptr<Slab>> quarantine_;  // buffers a broken engine may still write
 
   std::mutex orders_mu_;
@@ -592,7 +635,17 @@ class Loader::Impl {
 };
 
 Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Loader::~Loader() = default;
+
+Loader::~Loader() {
+  if (impl_ && ::getpid() != impl_->pid_) {
+    // Destroyed in a child of fork() (e.g. garbage-collected in a DataLoader
+    // worker): the I/O threads exist only in the parent, and the mutex and
+    // condition variables are copies of the parent's, possibly with waiters
+    // or an owner that is not here (destroying them can hang or throw).
+    // Leave all of it alone: a leak of the child's copy.
+    (void)impl_.release();
+  }
+}
 
 Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
                                                const LoaderOptions& options) {
@@ -690,5 +743,7 @@ std::vector<uint64_t> Loader::RankIndices(uint64_t epoch) const {
 const Volume& Loader::volume() const { return *impl_->volume_; }
 const std::string& Loader::description() const { return impl_->description_; }
 SourceStats Loader::source_stats() const { return impl_->Stats(); }
+Result<SourceState> Loader::SaveState() const { return impl_->SaveState(); }
+Status Loader::LoadState(const SourceState& state) { return impl_->LoadState(state); }
 
 }  // namespace dlfs

@@ -146,6 +146,11 @@ class ShardLoader::Impl {
   }
 
   void SetEpoch(uint64_t epoch) {
+    // The loop after LoadState sets the restored epoch first: keep the
+    // restored position.
+    const bool keep = resume_pending_ && epoch == epoch_;
+    resume_pending_ = false;
+    if (keep) return;
     Discard();
     epoch_ = epoch;
     next_batch_ = 0;
@@ -153,7 +158,42 @@ class ShardLoader::Impl {
     indices_ = sampler_->RankIndices(epoch, options_.loader.subset);
   }
 
+  // What the order depends on, with no position.
+  SourceState Identity() const {
+    const LoaderOptions& o = options_.loader;
+    SourceState s;
+    s.volume_uuid = volume_->info().uuid;
+    s.volume_samples = volume_->size();
+    s.samples = o.subset.empty() ? volume_->size() : o.subset.size();
+    s.subset_crc = SubsetCrc(o.subset);
+    s.sampler = o.sampler;
+    return s;
+  }
+
+  SourceState SaveState() const {
+    SourceState s = Identity();
+    s.epoch = epoch_;
+    s.batches = next_batch_;
+    return s;
+  }
+
+  // Collective: every rank resumes the same position (their windows must
+  // line up), or every rank gets the error.
+  Status LoadState(const SourceState& state) {
+    Status st = CheckResumable(state, Identity(), sampler_->batches_per_epoch(), volume_->path());
+    DLFS_RETURN_IF_ERROR(AgreeOnStatus(comm_, st));
+    DLFS_RETURN_IF_ERROR(
+        AgreeOnValues(comm_, {{"the resumed epoch", std::to_string(state.epoch)},
+                              {"the batches handed out", std::to_string(state.batches)}}));
+    resume_pending_ = false;
+    SetEpoch(state.epoch);
+    next_batch_ = state.batches;  // the next Next() exchanges from here
+    resume_pending_ = true;
+    return Status::Ok();
+  }
+
   Result<bool> Next(Batch* batch) {
+    resume_pending_ = false;
     if (next_batch_ >= sampler_->batches_per_epoch()) return false;
     if (next_batch_ >= window_end_) DLFS_RETURN_IF_ERROR(Exchange(next_batch_));
     const uint64_t k = next_batch_++;
@@ -479,6 +519,7 @@ class ShardLoader::Impl {
 
   uint64_t epoch_ = 0;
   uint64_t next_batch_ = 0;
+  bool resume_pending_ = false;    // LoadState's position, not yet used or moved
   std::vector<uint64_t> indices_;  // this rank's samples of the epoch, in order
 
   uint64_t window_first_position_ = 0;
@@ -508,5 +549,7 @@ Result<bool> ShardLoader::Next(Batch* batch) { return impl_->Next(batch); }
 uint64_t ShardLoader::batches_per_epoch() const { return impl_->batches_per_epoch(); }
 const ShardLoaderStats& ShardLoader::stats() const { return impl_->stats(); }
 const std::string& ShardLoader::description() const { return impl_->engine_description(); }
+Result<SourceState> ShardLoader::SaveState() const { return impl_->SaveState(); }
+Status ShardLoader::LoadState(const SourceState& state) { return impl_->LoadState(state); }
 
 }  // namespace dlfs

@@ -370,6 +370,80 @@ TEST_F(DistributedTest, OwnerReadFailureReachesTheRequester) {
   }
 }
 
+// Interrupted after batch k and resumed by a new ShardLoader from each
+// rank's saved state: the two runs make every rank's epoch in order, and the
+// resumed one neither reads nor exchanges the batches before k.
+TEST_F(DistributedTest, ShardLoaderResumesExactly) {
+  TwoFakeNodes nodes;
+  auto volume = OpenVolume("one.dlfs");
+  ASSERT_TRUE(volume);
+  ShardLoaderOptions so;
+  so.loader.sampler.batch_size = 24;
+  so.loader.sampler.seed = 5;
+  so.window_batches = 4;
+  auto plain = CreateLoader(MPI_COMM_WORLD, volume, so.loader);
+  ASSERT_OK(plain);
+  const std::vector<uint64_t> want = (*plain)->RankIndices(1);
+  auto take = [](ShardLoader& l, uint64_t first, uint64_t limit) {
+    std::vector<uint64_t> got;
+    Batch batch;
+    for (uint64_t n = 0; n < limit; ++n) {
+      auto more = l.Next(&batch);
+      EXPECT_OK(more);
+      if (!more.ok() || !*more) break;
+      EXPECT_EQ(batch.sequence(), first + n);
+      got.insert(got.end(), batch.indices().begin(), batch.indices().end());
+    }
+    return got;
+  };
+  for (uint64_t k : {uint64_t{0}, uint64_t{5}, uint64_t{6}}) {  // window edge, inside, start
+    std::string saved;
+    std::vector<uint64_t> got;
+    {
+      auto a = ShardLoader::Create(MPI_COMM_WORLD, volume, so);
+      ASSERT_OK(a);
+      (*a)->SetEpoch(1);
+      got = take(**a, 0, k);
+      auto s = (*a)->SaveState();
+      ASSERT_OK(s);
+      EXPECT_EQ(s->batches, k);
+      EXPECT_EQ(s->sampler.rank, static_cast<uint32_t>(Rank()));
+      saved = s->Serialize();
+    }
+    auto b = ShardLoader::Create(MPI_COMM_WORLD, volume, so);
+    ASSERT_OK(b);
+    auto s = SourceState::Parse(saved);
+    ASSERT_OK(s);
+    ASSERT_OK((*b)->LoadState(*s));
+    (*b)->SetEpoch(1);
+    const std::vector<uint64_t> rest = take(**b, k, ~uint64_t{0});
+    const ShardLoaderStats& st = (*b)->stats();
+    EXPECT_EQ(st.local_samples + st.remote_samples, rest.size()) << "rank " << Rank();
+    got.insert(got.end(), rest.begin(), rest.end());
+    EXPECT_TRUE(got == want) << "rank " << Rank() << " k " << k;
+  }
+
+  // Ranks restoring different positions, or a state of other options on one
+  // rank: refused on every rank, no hang.
+  auto c = ShardLoader::Create(MPI_COMM_WORLD, volume, so);
+  ASSERT_OK(c);
+  SourceState s = *(*c)->SaveState();
+  s.batches = Rank() == 0 ? 3 : 4;
+  Status st = (*c)->LoadState(s);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("the batches handed out"), std::string::npos) << st.message();
+  s.batches = 2;
+  if (Rank() == 1) s.sampler.seed = 6;
+  st = (*c)->LoadState(s);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("seed 6, this loader has seed 5"), std::string::npos) << st.message();
+  // Still usable, from the start of epoch 0.
+  Batch batch;
+  auto more = (*c)->Next(&batch);
+  ASSERT_OK(more);
+  EXPECT_EQ(batch.sequence(), 0u);
+}
+
 }  // namespace
 }  // namespace dlfs
 

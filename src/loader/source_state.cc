@@ -1,0 +1,164 @@
+// SourceState: a source's position as text, and the check that a saved
+// position fits the source asked to resume it.
+#include <charconv>
+#include <cstring>
+#include <map>
+
+#include "common/crc32c.h"
+#include "dlfs/batch_source.h"
+
+namespace dlfs {
+
+namespace {
+
+constexpr std::string_view kHeader = "dlfs-source-state 1";
+
+// The fields in the order Serialize writes them, with their text.
+std::vector<std::pair<std::string, std::string>> Fields(const SourceState& s) {
+  const SamplerOptions& o = s.sampler;
+  return {{"epoch", std::to_string(s.epoch)},
+          {"batches", std::to_string(s.batches)},
+          {"volume_uuid", s.volume_uuid},
+          {"volume_samples", std::to_string(s.volume_samples)},
+          {"samples", std::to_string(s.samples)},
+          {"subset_crc", std::to_string(s.subset_crc)},
+          {"seed", std::to_string(o.seed)},
+          {"shuffle", o.shuffle ? "1" : "0"},
+          {"batch_size", std::to_string(o.batch_size)},
+          {"drop_last", o.drop_last ? "1" : "0"},
+          {"rank", std::to_string(o.rank)},
+          {"world_size", std::to_string(o.world_size)}};
+}
+
+template <typename T>
+bool ParseNumber(std::string_view text, T* out) {
+  const char* end = text.data() + text.size();
+  auto [p, ec] = std::from_chars(text.data(), end, *out);
+  return ec == std::errc() && p == end && !text.empty();
+}
+
+}  // namespace
+
+std::string SourceState::Serialize() const {
+  std::string out(kHeader);
+  out += '\n';
+  for (const auto& [k, v] : Fields(*this)) out += k + " " + v + "\n";
+  return out;
+}
+
+Result<SourceState> SourceState::Parse(std::string_view text) {
+  auto bad = [](size_t line, const std::string& why) {
+    return Status::InvalidArgument("source state, line " + std::to_string(line) + ": " + why);
+  };
+  std::map<std::string, std::string, std::less<>> values;
+  size_t line_no = 0;
+  bool header = false;
+  while (!text.empty()) {
+    const size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+    ++line_no;
+    if (line.empty()) continue;
+    if (!header) {
+      if (line != kHeader) {
+        return bad(line_no, "expected '" + std::string(kHeader) + "', found '" +
+                                std::string(line.substr(0, 64)) + "'");
+      }
+      header = true;
+      continue;
+    }
+    const size_t sp = line.find(' ');
+    if (sp == std::string_view::npos) return bad(line_no, "expected 'key value'");
+    std::string key(line.substr(0, sp));
+    if (!values.emplace(key, std::string(line.substr(sp + 1))).second) {
+      return bad(line_no, "'" + key + "' appears twice");
+    }
+  }
+  if (!header) return Status::InvalidArgument("source state: empty");
+  SourceState s;
+  // Every field Serialize writes must be there, and nothing else.
+  for (const auto& [key, unused] : Fields(s)) {
+    if (values.find(key) == values.end()) {
+      return Status::InvalidArgument("source state: '" + key + "' is missing");
+    }
+  }
+  for (const auto& [key, value] : values) {
+    bool ok = true;
+    SamplerOptions& o = s.sampler;
+    uint32_t flag = 0;
+    if (key == "epoch") {
+      ok = ParseNumber(value, &s.epoch);
+    } else if (key == "batches") {
+      ok = ParseNumber(value, &s.batches);
+    } else if (key == "volume_uuid") {
+      s.volume_uuid = value;
+    } else if (key == "volume_samples") {
+      ok = ParseNumber(value, &s.volume_samples);
+    } else if (key == "samples") {
+      ok = ParseNumber(value, &s.samples);
+    } else if (key == "subset_crc") {
+      ok = ParseNumber(value, &s.subset_crc);
+    } else if (key == "seed") {
+      ok = ParseNumber(value, &o.seed);
+    } else if (key == "shuffle" || key == "drop_last") {
+      ok = ParseNumber(value, &flag) && flag <= 1;
+      (key == "shuffle" ? o.shuffle : o.drop_last) = flag == 1;
+    } else if (key == "batch_size") {
+      ok = ParseNumber(value, &o.batch_size);
+    } else if (key == "rank") {
+      ok = ParseNumber(value, &o.rank);
+    } else if (key == "world_size") {
+      ok = ParseNumber(value, &o.world_size);
+    } else {
+      return Status::InvalidArgument("source state: unknown key '" + key + "'");
+    }
+    if (!ok) {
+      return Status::InvalidArgument("source state: '" + key + "' has a bad value '" +
+                                     value.substr(0, 64) + "'");
+    }
+  }
+  return s;
+}
+
+Status CheckResumable(const SourceState& saved, const SourceState& current,
+                      uint64_t batches_per_epoch, const std::string& who) {
+  std::string diffs;
+  auto differ = [&](const std::string& what, const std::string& then, const std::string& now) {
+    if (then == now) return;
+    diffs += (diffs.empty() ? "" : "; ") +
+             ("it was saved with " + what + " " + then + ", this loader has " + what + " " + now);
+  };
+  differ("volume", saved.volume_uuid + " (" + std::to_string(saved.volume_samples) + " samples)",
+         current.volume_uuid + " (" + std::to_string(current.volume_samples) + " samples)");
+  differ("sample count", std::to_string(saved.samples), std::to_string(current.samples));
+  if (saved.subset_crc != current.subset_crc) {
+    diffs += (diffs.empty() ? "" : "; ") + std::string("it was saved reading another subset");
+  }
+  const SamplerOptions& a = saved.sampler;
+  const SamplerOptions& b = current.sampler;
+  differ("seed", std::to_string(a.seed), std::to_string(b.seed));
+  differ("shuffle", a.shuffle ? "on" : "off", b.shuffle ? "on" : "off");
+  differ("batch size", std::to_string(a.batch_size), std::to_string(b.batch_size));
+  differ("drop_last", a.drop_last ? "on" : "off", b.drop_last ? "on" : "off");
+  differ("rank", std::to_string(a.rank) + " of " + std::to_string(a.world_size),
+         std::to_string(b.rank) + " of " + std::to_string(b.world_size));
+  if (diffs.empty() && saved.batches > batches_per_epoch) {
+    diffs = "it says " + std::to_string(saved.batches) +
+            " batches were handed out of an epoch of " + std::to_string(batches_per_epoch);
+  }
+  if (diffs.empty()) return Status::Ok();
+  return Status::InvalidArgument(who + ": cannot resume from this state: " + diffs);
+}
+
+uint32_t SubsetCrc(const std::vector<uint64_t>& subset) {
+  if (subset.empty()) return 0;
+  uint32_t crc = 0;
+  for (uint64_t i : subset) {
+    unsigned char le[8];
+    for (int k = 0; k < 8; ++k) le[k] = static_cast<unsigned char>(i >> (8 * k));
+    crc = crc32c::Extend(crc, le, sizeof le);
+  }
+  return crc == 0 ? 1 : crc;  // 0 means "no subset"
+}
+
+}  // namespace dlfs

@@ -1,0 +1,301 @@
+"""Resuming mid-epoch: dlfs.Loader and dlfs.torch.LoaderDataset state_dict /
+load_state_dict. Each run is a fresh process: one is interrupted after batch k
+and saves its state, a new one restores it; together they must be the epoch,
+each sample once, in the order of an uninterrupted run."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+dlfs = pytest.importorskip("dlfs", reason="Python module not built")
+
+N = 250  # samples; sample i holds i as 8 little-endian bytes, then zeros to 8 KiB
+
+
+@pytest.fixture(scope="module")
+def numbered(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("resume")
+    root = tmp / "tree"
+    for i in range(N):
+        p = root / f"c{i % 3}" / f"{i:04d}.bin"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(i.to_bytes(8, "little") + bytes(8184))
+    dlfs.pack(str(root), str(tmp / "v.dlfs"))
+    dlfs.pack(str(root), str(tmp / "w.dlfs"))  # the same samples, another volume
+    return str(tmp / "v.dlfs"), str(tmp / "w.dlfs")
+
+
+# Runs scenarios in a fresh interpreter: argv[1] is a JSON list of what to
+# build and do; prints a JSON list of results ({"epochs": [[values of each
+# batch...] per epoch], ...}, or {"error": traceback}).
+SCRIPT = textwrap.dedent("""
+    import json, sys, traceback
+    import numpy as np
+    import dlfs
+
+    def values(samples):
+        a = np.asarray(samples)
+        return a.reshape(a.shape[0], -1)[:, :8].copy().view("<u8")[:, 0].tolist()
+
+    def make(a):
+        if a["kind"] == "loader":
+            src = dlfs.Loader(a["path"], a["batch_size"], **a["options"])
+            def batches():
+                for b in src:
+                    yield values(b.stack())
+            return src, batches
+        import torch.utils.data as tud
+        import dlfs.torch as dt
+        src = dt.LoaderDataset(a["path"], a["batch_size"], **a["options"])
+        dl = tud.DataLoader(src, batch_size=None, num_workers=a["workers"],
+                            persistent_workers=a.get("persistent", False))
+        def batches():
+            for x, _ in dl:
+                yield values(x.numpy())
+        return src, batches
+
+    def scenario(a):
+        out = {"epochs": []}
+        if a["mode"] == "first":
+            # The reference: an uninterrupted run.
+            ref, batches = make(a)
+            out["full"] = []
+            for e in a["full_epochs"]:
+                ref.set_epoch(e)
+                out["full"].append(list(batches()))
+            out["full_io_bytes"] = ref.stats()["io_bytes"] if a["kind"] == "loader" else 0
+            del ref, batches
+        src, batches = make(a)
+        if a["mode"] == "rest":
+            with open(a["state"]) as f:
+                src.load_state_dict(json.load(f))
+        for e in a["epochs"]:
+            src.set_epoch(e)
+            got = []
+            it = iter(()) if a["mode"] == "first" and a["k"] == 0 else batches()
+            for step, b in enumerate(it):
+                got.append(b)
+                if a["mode"] == "rest" and e == a["epochs"][0] and a["kind"] == "dataset":
+                    # The position counts the batches before the restore too.
+                    st = src.state_dict(batches=step + 1)
+                    assert st["batches"] == a["k"] + step + 1, (st, step)
+                if a["mode"] == "first" and len(got) == a["k"]:
+                    break
+            if hasattr(it, "close"):
+                it.close()  # stops the DataLoader's workers
+            out["epochs"].append(got)
+            if a["mode"] == "first":
+                st = src.state_dict(**({"batches": a["k"]} if a.get("pass_batches") else {}))
+                with open(a["state"], "w") as f:
+                    json.dump(st, f)
+                out["state"] = st
+                break
+        if a["kind"] == "loader":
+            out["io_bytes"] = src.stats()["io_bytes"]
+        return out
+
+    results = []
+    for a in json.loads(sys.argv[1]):
+        try:
+            results.append(scenario(a))
+        except Exception:
+            results.append({"error": traceback.format_exc()})
+    print(json.dumps(results))
+""")
+
+# The scenarios: name -> (k, arguments). Each is interrupted after batch k of
+# epoch 3 and resumed over epochs 3 and 4.
+LOADER = dict(kind="loader", batch_size=16, options=dict(seed=5, cache_budget=0))
+DATASET = dict(kind="dataset", batch_size=8, options=dict(seed=9, cache_budget=0))
+SCENARIOS = {
+    "loader-7": (7, LOADER),
+    "loader-all": (16, LOADER),  # every batch of the epoch
+    # num_workers 0 (the dataset counts the batches itself, or is told), 2, 2
+    # persistent; k odd and even (with 2 workers the DataLoader's turn is then
+    # worker 1's or worker 0's).
+    "dataset-0-counted": (3, dict(DATASET, workers=0)),
+    "dataset-0-told": (4, dict(DATASET, workers=0, pass_batches=True)),
+    "dataset-2": (3, dict(DATASET, workers=2, pass_batches=True)),
+    "dataset-2-persistent": (4, dict(DATASET, workers=2, persistent=True, pass_batches=True)),
+    "dataset-rank": (5, dict(DATASET, workers=2, pass_batches=True,
+                             options=dict(seed=1, rank=1, world_size=2))),
+    # Volume order, small read-ahead, to count what the resumed run reads.
+    "loader-io": (20, dict(kind="loader", batch_size=10, options=dict(
+        shuffle=False, cache_budget=0, prefetch_batches=1, direct_io=False))),
+}
+
+
+def run(scenarios):
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(scenarios)],
+                          capture_output=True, text=True, timeout=600, env=os.environ)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def resumed(numbered, tmp_path_factory):
+    """name -> (first run, resumed run): all scenarios' first runs in one new
+    process, then all resumed runs in another."""
+    path, _ = numbered
+    tmp = tmp_path_factory.mktemp("states")
+    names = list(SCENARIOS)
+    args = [dict(a, path=path, k=k, state=str(tmp / f"{n}.json"))
+            for n, (k, a) in SCENARIOS.items()]
+    first = run([dict(a, mode="first", epochs=[3], full_epochs=[3, 4]) for a in args])
+    rest = run([dict(a, mode="rest", epochs=[3, 4]) for a in args])
+    return {n: (f, r) for n, f, r in zip(names, first, rest)}
+
+
+def flat(batches):
+    return [v for b in batches for v in b]
+
+
+def check_resume(resumed, name):
+    """The first run's k batches and the resumed run's rest are the
+    uninterrupted epoch, batch by batch; the next epoch is whole."""
+    first, rest = resumed[name]
+    assert "error" not in first, first["error"]
+    assert "error" not in rest, rest["error"]
+    full = first["full"]
+    k = SCENARIOS[name][0]
+    assert len(first["epochs"][0]) == k
+    assert first["epochs"][0] + rest["epochs"][0] == full[0]
+    assert rest["epochs"][1] == full[1]
+    return first, rest, flat(full[0])
+
+
+@pytest.mark.parametrize("name", ["loader-7", "loader-all"])
+def test_loader_resumes_in_a_new_process(resumed, name):
+    first, rest, values = check_resume(resumed, name)
+    assert sorted(values) == list(range(N))  # each sample once
+    assert (first["state"]["epoch"], first["state"]["batches"]) == (3, SCENARIOS[name][0])
+
+
+def test_loader_does_not_read_the_skipped_batches(resumed, numbered):
+    first, rest, _ = check_resume(resumed, "loader-io")
+    # The uninterrupted run read epochs 3 and 4 whole; the resumed one the
+    # last fifth of epoch 3 and all of epoch 4: 1.2 epochs, not 2.
+    assert first["full_io_bytes"] >= 2 * dlfs.Volume(numbered[0]).info()["bytes"]
+    assert rest["io_bytes"] < first["full_io_bytes"] * 0.75, (rest["io_bytes"], first)
+
+
+@pytest.mark.parametrize("name", ["dataset-0-counted", "dataset-0-told", "dataset-2",
+                                  "dataset-2-persistent"])
+def test_loader_dataset_resumes_across_workers(resumed, name):
+    first, rest, values = check_resume(resumed, name)
+    shards = max(SCENARIOS[name][1]["workers"], 1)
+    assert len(values) == -(-N // shards) * shards  # padded to a multiple of the shards
+    assert set(values) == set(range(N))
+    st = first["state"]
+    assert (st["epoch"], st["batches"], st["num_workers"]) == (3, SCENARIOS[name][0], shards)
+
+
+def test_loader_dataset_resumes_a_rank(resumed):
+    _, _, values = check_resume(resumed, "dataset-rank")
+    assert len(values) == len(set(values)) > N // 2 - 8
+
+
+def test_loader_refuses_a_state_of_other_options(numbered):
+    path, other = numbered
+    a = dlfs.Loader(path, 16, seed=5, cache_budget=0)
+    a.set_epoch(2)
+    it = iter(a)
+    next(it), next(it)
+    st = a.state_dict()
+    assert (st["epoch"], st["batches"], st["seed"]) == (2, 2, 5)
+    cases = [(dlfs.Loader(path, 16, seed=6), "seed 5, this loader has seed 6"),
+             (dlfs.Loader(path, 32, seed=5), "batch size 16, this loader has batch size 32"),
+             (dlfs.Loader(path, 16, seed=5, rank=1, world_size=2),
+              "rank 0 of 1, this loader has rank 1 of 2"),
+             (dlfs.Loader(other, 16, seed=5), "it was saved with volume"),
+             (dlfs.Loader(path, 16, seed=5, indices=list(range(0, N, 2))),
+              "sample count 250, this loader has sample count 125")]
+    for loader, expect in cases:
+        with pytest.raises(ValueError, match="cannot resume") as e:
+            loader.load_state_dict(st)
+        assert expect in str(e.value)
+        assert next(iter(loader)).sequence == 0  # left as it was
+    b = dlfs.Loader(path, 16, seed=5)
+    with pytest.raises(ValueError, match="'seed' is missing"):
+        b.load_state_dict({k: v for k, v in st.items() if k != "seed"})
+    with pytest.raises(ValueError, match="unknown key 'num_workers'"):
+        b.load_state_dict(dict(st, num_workers=2))
+    with pytest.raises(ValueError, match="must be an int"):
+        b.load_state_dict(dict(st, epoch=1.5))
+    with pytest.raises(TypeError):
+        b.load_state_dict([1, 2])
+    # set_epoch to the restored epoch keeps the position; another drops it.
+    b.load_state_dict(st)
+    b.set_epoch(2)
+    assert next(iter(b)).sequence == 2
+    b.load_state_dict(st)
+    b.set_epoch(3)
+    assert next(iter(b)).sequence == 0
+    assert b.state_dict()["epoch"] == 3
+    # An epoch set again after iterating it starts afresh, as state_dict says.
+    b.set_epoch(3)
+    assert (b.state_dict()["epoch"], b.state_dict()["batches"]) == (3, 0)
+    assert next(iter(b)).sequence == 0
+
+
+def test_loader_dataset_refuses_a_state_of_other_options(numbered):
+    torch = pytest.importorskip("torch")
+    import dlfs.torch as dt
+
+    path, other = numbered
+    ds = dt.LoaderDataset(path, 8, seed=9)
+    ds.set_epoch(1)
+    it = iter(ds)
+    for _ in range(3):
+        next(it)
+    st = ds.state_dict()
+    assert (st["epoch"], st["batches"], st["num_workers"]) == (1, 3, 1)
+    for bad, expect in [(dt.LoaderDataset(path, 8, seed=10), "seed 9"),
+                        (dt.LoaderDataset(path, 16, seed=9), "batch_size 8"),
+                        (dt.LoaderDataset(other, 8, seed=9), "volume_uuid"),
+                        (dt.LoaderDataset(path, 8, seed=9, world_size=2, rank=0),
+                         "world_size 1"),
+                        (dt.LoaderDataset(path, 8, seed=9, root="c1"), "samples 250")]:
+        with pytest.raises(ValueError, match="cannot resume") as e:
+            bad.load_state_dict(st)
+        assert expect in str(e.value)
+    with pytest.raises(ValueError, match="not a LoaderDataset state"):
+        ds.load_state_dict(dlfs.Loader(path, 8, seed=9).state_dict())
+    with pytest.raises(ValueError, match="epoch of 32"):
+        ds.load_state_dict(dict(st, batches=33))
+    # Another num_workers than the state's is refused when the epoch starts.
+    fresh = dt.LoaderDataset(path, 8, seed=9)
+    fresh.load_state_dict(st)
+    dl = torch.utils.data.DataLoader(fresh, batch_size=None, num_workers=2)
+    with pytest.raises(ValueError, match="num_workers=0, this DataLoader has num_workers=2"):
+        next(iter(dl))
+    # With workers, the position must be given: they read ahead.
+    ds2 = dt.LoaderDataset(path, 8, seed=9)
+    next(iter(torch.utils.data.DataLoader(ds2, batch_size=None, num_workers=2)))
+    with pytest.raises(ValueError, match="pass batches="):
+        ds2.state_dict()
+    assert ds2.state_dict(batches=1)["num_workers"] == 2
+
+
+def test_a_loader_destroyed_in_a_forked_child(numbered):
+    """A Loader garbage-collected in a child of fork() (a DataLoader worker
+    inherits the parent's objects) leaves the parent's threads and locks
+    alone: no hang, no abort."""
+    script = textwrap.dedent("""
+        import os, sys, dlfs
+        for budget in (0, None):  # reading from the device, and the memory tier
+            loader = dlfs.Loader(sys.argv[1], 16, cache_budget=budget)
+            next(iter(loader))  # the I/O threads run, waiting for work
+            pid = os.fork()
+            if pid == 0:
+                del loader
+                os._exit(0)
+            _, status = os.waitpid(pid, 0)
+            assert status == 0, status
+    """)
+    proc = subprocess.run([sys.executable, "-c", script, numbered[0]], capture_output=True,
+                          text=True, timeout=120, env=os.environ)
+    assert proc.returncode == 0, proc.stderr
