@@ -23,8 +23,8 @@ def numbered(tmp_path_factory):
         p = root / f"c{i % 3}" / f"{i:04d}.bin"
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(i.to_bytes(8, "little") + bytes(8184))
-    dlfs.pack(str(root), str(tmp / "v.dlfs"))
-    dlfs.pack(str(root), str(tmp / "w.dlfs"))  # the same samples, another volume
+    dlfs.pack(str(root), str(tmp / "v.dlfs"), all_files=True)
+    dlfs.pack(str(root), str(tmp / "w.dlfs"), all_files=True)  # the same samples, another volume
     return str(tmp / "v.dlfs"), str(tmp / "w.dlfs")
 
 
