@@ -265,3 +265,34 @@ def test_fuse_damaged_compressed_field_is_eio_and_logged(dlfs_bin, run, tmp_path
     assert f"v.dlfs: sample {row['index']} 'train/000007' field 'json': checksum mismatch" \
         in err.decode()
 
+
+@pytest.mark.parametrize("compress", [None, "zstd"])
+def test_info_shows_feature_flags_and_the_field_table(run, tmp_path, compress):
+    members = _shards(tmp_path / "shards")
+    vol = tmp_path / "v.dlfs"
+    args = ["pack", tmp_path / "shards", "-o", vol, "-q"]
+    if compress:
+        args += ["--compress", compress]
+    run(*args, check=0)
+    info = json.loads(run("info", vol, "--json", check=0).stdout)
+    assert info == dlfs.Volume(str(vol)).info()  # one document for both
+    assert info["incompat_flags"] == (["fields", "zstd"] if compress else ["fields"])
+    expected = {}
+    for name, data in members.items():
+        field = name.split(".", 1)[1]
+        n, size = expected.get(field, (0, 0))
+        expected[field] = (n + 1, size + len(data))
+    got = {f["name"]: (f["samples"], f["bytes"]) for f in info["fields"]}
+    assert got == expected  # cls: 10 samples, jpg: 9, json: 9
+    assert [f["name"] for f in info["fields"]] == ["cls", "jpg", "json"]
+    json_field = info["fields"][2]
+    if compress:
+        assert json_field["compressed"] == 9
+        assert json_field["stored_bytes"] < json_field["bytes"]
+    else:
+        assert all(f["compressed"] == 0 and f["stored_bytes"] == f["bytes"]
+                   for f in info["fields"])
+    text = run("info", vol, check=0).stdout.decode()
+    assert ("features     fields, zstd" if compress else "features     fields") in text
+    assert "fields       3" in text
+    assert "  jpg        9 samples" in text and "  cls        10 samples" in text
