@@ -39,6 +39,7 @@
 #include "common/crc32c.h"
 #include "common/file_util.h"
 #include "dlfs/mount.h"
+#include "volume/field_decode.h"
 
 namespace dlfs {
 
@@ -400,11 +401,11 @@ Result<std::shared_ptr<std::vector<std::byte>>> ReadWhole(const Volume& v, uint6
     DLFS_RETURN_IF_ERROR(v.DecodeField(index, f, *stored, {}, /*verify=*/true));
     return stored;
   }
-  // The CRC of the stored bytes is checked first, then the frame's declared
-  // size against the directory's before `decoded` is used.
-  auto decoded = std::make_shared<std::vector<std::byte>>(f.decoded_length);
-  DLFS_RETURN_IF_ERROR(v.DecodeField(index, f, *stored, *decoded, /*verify=*/true));
-  return decoded;
+  // The CRC of the stored bytes and the frame's declared size are checked
+  // before the directory's decoded length sizes anything.
+  DLFS_ASSIGN_OR_RETURN(std::vector<std::byte> decoded,
+                        DecodeFieldToVector(v, index, f, *stored, /*verify=*/true));
+  return std::make_shared<std::vector<std::byte>>(std::move(decoded));
 }
 
 void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info*) {
