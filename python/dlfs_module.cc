@@ -111,6 +111,16 @@ py::dict InfoDict(const Volume& v) {
     td["bytes"] = s.usage[t].bytes;
     targets.append(td);
   }
+  py::list fields;
+  for (const FieldUsage& f : s.fields) {
+    py::dict fd;
+    fd["name"] = f.name;
+    fd["samples"] = f.samples;
+    fd["compressed"] = f.compressed;
+    fd["stored_bytes"] = f.stored_bytes;
+    fd["bytes"] = f.decoded_bytes;
+    fields.append(fd);
+  }
   py::dict d;
   d["path"] = s.path;
   d["format_version"] = i.format_version;
@@ -126,6 +136,9 @@ py::dict InfoDict(const Volume& v) {
   d["targets"] = i.targets;
   d["target_details"] = targets;
   d["created_unix_ns"] = i.created_unix_ns;
+  d["incompat_flags"] = s.incompat_flags;
+  d["fields"] = fields;
+  d["dictionary_bytes"] = s.dictionary_bytes;
   return d;
 }
 
@@ -690,7 +703,9 @@ indices at once (a BatchSampler); for whole epochs use dlfs.Loader.)doc")
           py::arg("dir") = "",
           "Indices of every sample under directory `dir` (recursively), ascending.")
       .def_property_readonly("filename", &Volume::path, "The volume file.")
-      .def("info", &InfoDict, "Summary: samples, bytes, classes, format_version, targets, ...")
+      .def("info", &InfoDict,
+           "Summary: samples, bytes, classes, format_version, targets, incompat_flags, "
+           "fields (name, samples, compressed, stored_bytes, bytes), ...")
       .def(
           "verify",
           [](const Volume& v) {

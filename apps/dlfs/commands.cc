@@ -121,6 +121,14 @@ Result<std::vector<std::string>> ParseClassNames(const std::string& spec) {
 
 json SummaryJson(const VolumeSummary& s) {
   const VolumeInfo& i = s.info;
+  json fields = json::array();
+  for (const FieldUsage& f : s.fields) {
+    fields.push_back({{"name", f.name},
+                      {"samples", f.samples},
+                      {"compressed", f.compressed},
+                      {"stored_bytes", f.stored_bytes},
+                      {"bytes", f.decoded_bytes}});
+  }
   json targets = json::array();
   for (size_t t = 0; t < i.target_details.size(); ++t) {
     const TargetInfo& ti = i.target_details[t];
@@ -144,7 +152,10 @@ json SummaryJson(const VolumeSummary& s) {
           {"class_names", s.class_names},
           {"targets", i.targets},
           {"target_details", targets},
-          {"created_unix_ns", i.created_unix_ns}};
+          {"created_unix_ns", i.created_unix_ns},
+          {"incompat_flags", s.incompat_flags},
+          {"fields", fields},
+          {"dictionary_bytes", s.dictionary_bytes}};
 }
 
 json SampleJson(const SampleDirectory& d, uint64_t i) {
@@ -356,6 +367,26 @@ int RunInfo(const InfoArgs& args) {
   std::printf("directory    %s (%.1f bytes per sample)\n", HumanBytes(i.directory_bytes).c_str(),
               s.directory_bytes_per_sample());
   std::printf("alignment    %u\n", i.data_alignment);
+  std::string features;
+  for (const std::string& f : s.incompat_flags) features += (features.empty() ? "" : ", ") + f;
+  std::printf("features     %s\n", features.empty() ? "none (v1 layout)" : features.c_str());
+  if (!s.fields.empty()) {
+    // The field table: how many samples have each field, and what it costs.
+    std::printf(
+        "fields       %zu%s\n", s.fields.size(),
+        s.dictionary_bytes ? (", zstd dictionary " + HumanBytes(s.dictionary_bytes)).c_str() : "");
+    for (size_t f = 0; f < s.fields.size() && f < 50; ++f) {
+      const FieldUsage& u = s.fields[f];
+      std::printf("  %-10s %llu samples, %s", u.name.empty() ? "(unnamed)" : u.name.c_str(),
+                  static_cast<unsigned long long>(u.samples), HumanBytes(u.decoded_bytes).c_str());
+      if (u.compressed) {
+        std::printf(" (%s stored; %llu zstd)", HumanBytes(u.stored_bytes).c_str(),
+                    static_cast<unsigned long long>(u.compressed));
+      }
+      std::printf("\n");
+    }
+    if (s.fields.size() > 50) std::printf("  ...\n");
+  }
   // Per target: its file, its size, and the samples it holds (a balanced
   // multi-target volume has about equal bytes on each).
   std::printf("targets      %zu\n", i.target_details.size());

@@ -374,7 +374,9 @@ int main(int argc, char** argv) {
   MountArgs mount;
   auto* mnt =
       app.add_subcommand("mount",
-                         "Mount a volume read-only with FUSE: its tree as directories and files.\n"
+                         "Mount a volume read-only with FUSE: its tree as directories and files,\n"
+                         "a sample's fields as KEY.FIELD files (as in the tar it was packed\n"
+                         "from), compressed fields decompressed.\n"
                          "Unmount with `fusermount3 -u MOUNTPOINT` (or Ctrl-C / SIGTERM with -f).");
   AddVolumeArgs(mnt, &mount.volume);
   mnt->add_option("mountpoint", mount.mountpoint, "An existing empty directory")->required();

@@ -161,6 +161,9 @@ class SampleDirectory {
   std::vector<FieldInfo> Fields(uint64_t i) const;
   // Field `field` of sample i, or nullopt when the sample lacks it.
   std::optional<FieldInfo> Field(uint64_t i, uint32_t field) const;
+  // Fields of all samples together (the field records in the records
+  // layout; one per sample otherwise). O(1).
+  uint64_t field_instance_count() const;
   // The volume's zstd dictionary (empty when it has none).
   std::span<const std::byte> dictionary() const { return {dict_, dict_bytes_}; }
 

@@ -185,6 +185,10 @@ std::optional<FieldInfo> SampleDirectory::Field(uint64_t i, uint32_t field) cons
   return std::nullopt;
 }
 
+uint64_t SampleDirectory::field_instance_count() const {
+  return field_index_ != nullptr ? field_index_[sample_count_] : sample_count_;
+}
+
 Result<uint64_t> SampleDirectory::Lookup(std::string_view path) const {
   DLFS_ASSIGN_OR_RETURN(PathEntry e, Resolve(path));
   if (e.is_dir) return Status::InvalidArgument("'" + std::string(path) + "' is a directory");

@@ -74,22 +74,29 @@ Result<std::vector<std::byte>> ZstdCompress(std::span<const std::byte> src, int 
   return out;
 }
 
-Status ZstdDecode(std::span<const std::byte> stored, std::span<std::byte> out,
-                  const ZstdDictionary* dict, const std::string& what) {
+Status ZstdCheckFrame(std::span<const std::byte> stored, uint64_t decoded_length,
+                      const std::string& what) {
   auto bad = [&](const std::string& problem) { return Status::Corruption(what + ": " + problem); };
-  // The header is checked against the directory first, so a frame that
-  // claims a huge size never sizes anything.
   const unsigned long long declared = ZSTD_getFrameContentSize(stored.data(), stored.size());
   if (declared == ZSTD_CONTENTSIZE_ERROR) return bad("not a zstd frame");
   if (declared == ZSTD_CONTENTSIZE_UNKNOWN) return bad("zstd frame does not declare its size");
-  if (declared != out.size()) {
+  if (declared != decoded_length) {
     return bad("zstd frame declares " + std::to_string(declared) + " bytes, the directory says " +
-               std::to_string(out.size()));
+               std::to_string(decoded_length));
   }
   const size_t frame = ZSTD_findFrameCompressedSize(stored.data(), stored.size());
   if (ZSTD_isError(frame) || frame != stored.size()) {
     return bad("zstd frame does not fill the field's " + std::to_string(stored.size()) + " bytes");
   }
+  return Status::Ok();
+}
+
+Status ZstdDecode(std::span<const std::byte> stored, std::span<std::byte> out,
+                  const ZstdDictionary* dict, const std::string& what) {
+  auto bad = [&](const std::string& problem) { return Status::Corruption(what + ": " + problem); };
+  // The header is checked against the directory first, so a frame that
+  // claims a huge size never sizes anything.
+  DLFS_RETURN_IF_ERROR(ZstdCheckFrame(stored, out.size(), what));
   ZSTD_DCtx* dctx = ThreadDctx();
   const size_t n =
       dict != nullptr

@@ -50,6 +50,13 @@ Result<std::vector<std::byte>> TrainZstdDictionary(
 Result<std::vector<std::byte>> ZstdCompress(std::span<const std::byte> src, int level,
                                             const ZstdDictionary* dict);
 
+// Checks the frame `stored` against the directory without decoding it:
+// Corruption "<what>: ..." when it is not a zstd frame, its declared content
+// size is missing or differs from `decoded_length`, or it does not fill
+// `stored` exactly. Allocates nothing.
+Status ZstdCheckFrame(std::span<const std::byte> stored, uint64_t decoded_length,
+                      const std::string& what);
+
 // Decodes the frame `stored` into `out`, whose size is the field's
 // decoded_length. Corruption "<what>: ..." when the frame's declared content
 // size is missing or differs from out.size() (checked before decoding), the

@@ -7,6 +7,7 @@
 
 #include "common/clock.h"
 #include "common/file_util.h"
+#include "volume/field_decode.h"
 
 namespace dlfs {
 
@@ -68,12 +69,13 @@ Status VerifyVolume(const Volume& volume, const VerifyOptions& options, VerifyRe
     // length; then the sample's CRC.
     if (check.ok() && dir.has_fields()) {
       for (const FieldInfo& f : dir.Fields(i)) {
-        decoded.resize(f.decoded_length);
         const auto stored = bytes.subspan(f.offset_in_sample, f.stored_length);
-        check = volume.DecodeField(
-            i, f, stored,
-            f.codec == FieldCodec::kNone ? std::span<std::byte>() : std::span<std::byte>(decoded),
-            true);
+        // Nothing is sized by the decoded length before the frame agrees.
+        check = CheckFieldBeforeDecoding(volume, i, f, stored, true);
+        if (check.ok() && f.codec != FieldCodec::kNone) {
+          decoded.resize(f.decoded_length);
+          check = volume.DecodeField(i, f, stored, decoded, /*verify=*/false);
+        }
         if (!check.ok()) break;
       }
     }

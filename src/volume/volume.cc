@@ -15,6 +15,7 @@
 #include "format/superblock.h"
 #include "format/zstd_field.h"
 #include "nbd/nbd_client.h"
+#include "volume/field_decode.h"
 
 namespace dlfs {
 
@@ -472,13 +473,7 @@ Status Volume::DecodeField(uint64_t index, const FieldInfo& f, std::span<const s
         std::to_string(out.size()) + " bytes for a field of " + std::to_string(f.stored_length) +
         " stored and " + std::to_string(f.decoded_length) + " decoded bytes");
   }
-  if (verify) {
-    const uint32_t crc = crc32c::Value(stored.data(), stored.size());
-    if (crc != f.crc32c) {
-      return Status::Corruption(FieldContext(index, f.field) + ": checksum mismatch (stored " +
-                                Hex32(f.crc32c) + ", computed " + Hex32(crc) + ")");
-    }
-  }
+  if (verify) DLFS_RETURN_IF_ERROR(CheckFieldBeforeDecoding(*this, index, f, stored, true));
   switch (f.codec) {
     case FieldCodec::kNone:
       if (out.data() != stored.data() && !out.empty()) {
@@ -517,11 +512,7 @@ Result<std::vector<std::byte>> Volume::Read(uint64_t index, std::string_view fie
     DLFS_RETURN_IF_ERROR(DecodeField(index, *f, stored, stored, verify));
     return stored;
   }
-  // Checked before the output is sized by the directory's decoded length;
-  // ZstdDecode refuses a frame that declares anything else.
-  std::vector<std::byte> out(f->decoded_length);
-  DLFS_RETURN_IF_ERROR(DecodeField(index, *f, stored, out, verify));
-  return out;
+  return DecodeFieldToVector(*this, index, *f, stored, verify);
 }
 
 Result<std::vector<std::pair<std::string, std::vector<std::byte>>>> Volume::ReadFields(
@@ -529,11 +520,35 @@ Result<std::vector<std::pair<std::string, std::vector<std::byte>>>> Volume::Read
   DLFS_ASSIGN_OR_RETURN(const std::vector<std::byte> extent, Read(index, false));
   std::vector<std::pair<std::string, std::vector<std::byte>>> out;
   for (const FieldInfo& f : directory_.Fields(index)) {
-    std::vector<std::byte> bytes(f.decoded_length);
-    DLFS_RETURN_IF_ERROR(DecodeField(
-        index, f, std::span(extent).subspan(f.offset_in_sample, f.stored_length), bytes, verify));
+    DLFS_ASSIGN_OR_RETURN(
+        std::vector<std::byte> bytes,
+        DecodeFieldToVector(*this, index, f,
+                            std::span(extent).subspan(f.offset_in_sample, f.stored_length),
+                            verify));
     out.emplace_back(std::string(directory_.field_name(f.field)), std::move(bytes));
   }
+  return out;
+}
+
+Status CheckFieldBeforeDecoding(const Volume& v, uint64_t index, const FieldInfo& f,
+                                std::span<const std::byte> stored, bool verify) {
+  if (verify) {
+    const uint32_t crc = crc32c::Value(stored.data(), stored.size());
+    if (crc != f.crc32c) {
+      return Status::Corruption(v.FieldContext(index, f.field) + ": checksum mismatch (stored " +
+                                Hex32(f.crc32c) + ", computed " + Hex32(crc) + ")");
+    }
+  }
+  if (f.codec == FieldCodec::kNone) return Status::Ok();
+  return format::ZstdCheckFrame(stored, f.decoded_length, v.FieldContext(index, f.field));
+}
+
+Result<std::vector<std::byte>> DecodeFieldToVector(const Volume& v, uint64_t index,
+                                                   const FieldInfo& f,
+                                                   std::span<const std::byte> stored, bool verify) {
+  DLFS_RETURN_IF_ERROR(CheckFieldBeforeDecoding(v, index, f, stored, verify));
+  std::vector<std::byte> out(f.decoded_length);
+  DLFS_RETURN_IF_ERROR(v.DecodeField(index, f, stored, out, /*verify=*/false));
   return out;
 }
 

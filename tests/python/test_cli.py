@@ -32,8 +32,12 @@ def test_info_json_fields(run, volume):
     assert info["class_names"] == ["Emu", "cat", "dog"]
     assert info["format_version"] == 1
     assert info["targets"] == [str(vol)]
+    # A v1 volume: no feature flag, no field table.
+    assert info["incompat_flags"] == [] and info["fields"] == []
+    assert info["dictionary_bytes"] == 0
     text = run("info", vol, check=0).stdout.decode()
     assert "samples      5" in text
+    assert "features     none (v1 layout)" in text and "fields " not in text
 
 
 def test_ls_json_lines(run, volume):

@@ -2,8 +2,12 @@
 tarfile (several fields per key, keys missing a field, keys split over shards)
 pack into one sample per key and read back byte-identical per field, with and
 without zstd."""
+import contextlib
+import errno
 import io
 import json
+import os
+import subprocess
 import tarfile
 
 import pytest
@@ -137,3 +141,158 @@ def test_writer_takes_fields(tmp_path):
     assert list(v.read_fields(0)) == ["jpg", "json"]  # storage order
     assert v.read_fields(1) == {"json": b"{}"}
     assert v.label(0) == 1
+
+
+# ---- The FUSE view: one file per (key, field), named as in the tar ----
+
+def _mount(run, vol, mnt):
+    """Mounts `vol` at `mnt` (a context manager), or skips without FUSE."""
+    from test_fuse import _fuse_unavailable
+
+    reason = _fuse_unavailable(run)
+    if reason:
+        pytest.skip(reason)
+    mnt.mkdir()
+    proc = run("mount", vol, mnt)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount here: {proc.stderr.decode().strip()}")
+    stack = contextlib.ExitStack()
+    stack.callback(subprocess.run, ["fusermount3", "-u", str(mnt)], capture_output=True)
+    return stack
+
+
+def _walk(mnt):
+    """{relative path: (st_size, bytes)} of every file below `mnt`."""
+    seen = {}
+    for dirpath, _, names in os.walk(mnt):
+        for n in names:
+            p = os.path.join(dirpath, n)
+            with open(p, "rb") as f:
+                seen[os.path.relpath(p, mnt)] = (os.path.getsize(p), f.read())
+    return seen
+
+
+@pytest.mark.parametrize("compress", [None, "zstd"])
+def test_fuse_lists_the_tar_members_byte_identical(run, tmp_path, compress):
+    members = _shards(tmp_path / "shards")
+    # A field of several MiB takes several reads: compressed, it is decoded
+    # once and served from the kept copy, and partial reads land right.
+    big = b"".join(b"line %07d of a long caption\n" % k for k in range(120_000))
+    with tarfile.open(tmp_path / "shards" / "d.tar", "w") as tar:
+        ti = tarfile.TarInfo("train/nested/000100.txt")
+        ti.size = len(big)
+        tar.addfile(ti, io.BytesIO(big))
+    members["train/nested/000100.txt"] = big
+    vol = tmp_path / "v.dlfs"
+    args = ["pack", tmp_path / "shards", "-o", vol, "-q"]
+    if compress:
+        args += ["--compress", compress]
+    run(*args, check=0)
+    if compress:  # the view really decodes: these fields are stored compressed
+        rows = [json.loads(l) for l in run("ls", "-r", "--json", vol, check=0).stdout.splitlines()]
+        codecs = {(r["path"], f["name"]): f["codec"] for r in rows for f in r["fields"]}
+        assert codecs[("train/nested/000100", "txt")] == "zstd"
+        assert codecs[("train/000003", "json")] == "zstd"
+    mnt = tmp_path / "mnt"
+    with _mount(run, vol, mnt):
+        assert _walk(mnt) == {name: (len(data), data) for name, data in members.items()}
+        assert sorted(os.listdir(mnt / "train"))[:4] == [
+            "000000.cls", "000000.jpg", "000000.json", "000001.cls"]
+        with open(mnt / "train" / "nested" / "000100.txt", "rb", buffering=0) as f:
+            f.seek(2_500_000)
+            assert f.read(100_000) == big[2_500_000:2_600_000]
+            f.seek(17)
+            assert f.read(5) == big[17:22]
+        # What the tar lacks is not there: a missing field, the bare key, "KEY.".
+        for name in ("000002.json", "000005.jpg", "000003", "000003.", "000003.png"):
+            assert not (mnt / "train" / name).exists(), name
+        assert (mnt / "train" / "000003.json").is_file()
+        assert os.stat(mnt / "train" / "000003.json").st_size == \
+            len(members["train/000003.json"])
+
+
+def test_fuse_compressed_imagefolder_reads_like_the_tree(run, tree, tmp_path):
+    """A compressed ImageFolder volume has one unnamed field per sample: the
+    view lists the files as v1 did, with their decoded bytes."""
+    root, files = tree
+    files = dict(files, **{"cat/003.png": b"\x89PNG " + b"stripes " * 4000})
+    (root / "cat" / "003.png").write_bytes(files["cat/003.png"])
+    vol = tmp_path / "z.dlfs"
+    run("pack", root, "-o", vol, "-q", "--compress", "zstd", check=0)
+    rows = [json.loads(l) for l in run("ls", "-r", "--json", vol, check=0).stdout.splitlines()]
+    codecs = {r["path"]: [(f["name"], f["codec"]) for f in r["fields"]] for r in rows}
+    assert codecs["cat/003.png"] == [("", "zstd")]
+    with _mount(run, vol, tmp_path / "mnt"):
+        assert _walk(tmp_path / "mnt") == {rel: (len(d), d) for rel, d in files.items()}
+
+
+def test_fuse_damaged_compressed_field_is_eio_and_logged(dlfs_bin, run, tmp_path):
+    from test_fuse import _fuse_unavailable, _wait_mounted
+
+    reason = _fuse_unavailable(run)
+    if reason:
+        pytest.skip(reason)
+    members = _shards(tmp_path / "shards")
+    vol = tmp_path / "v.dlfs"
+    run("pack", tmp_path / "shards", "-o", vol, "--compress", "zstd", "-q", check=0)
+    row = [json.loads(l) for l in run("ls", "-r", "--json", vol, check=0).stdout.splitlines()][7]
+    fields = row["fields"]
+    assert fields[-1]["name"] == "json" and fields[-1]["codec"] == "zstd"
+    start = sum(f["stored"] for f in fields[:-1])
+    offset = _sample_offset(vol, row["index"]) + start + fields[-1]["stored"] // 2
+    with open(vol, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)[0]
+        f.seek(offset)
+        f.write(bytes([byte ^ 0x10]))
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    proc = subprocess.Popen([dlfs_bin, "mount", "-f", str(vol), str(mnt)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if not _wait_mounted(mnt):
+        proc.kill()
+        pytest.skip("mount did not come up: " + proc.communicate()[1].decode())
+    try:
+        with pytest.raises(OSError) as e:
+            (mnt / "train" / "000007.json").read_bytes()
+        assert e.value.errno == errno.EIO
+        # The sample's other fields and other samples still read.
+        assert (mnt / "train" / "000007.jpg").read_bytes() == members["train/000007.jpg"]
+        assert (mnt / "train" / "000006.json").read_bytes() == members["train/000006.json"]
+    finally:
+        subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
+        _, err = proc.communicate(timeout=20)
+    assert f"v.dlfs: sample {row['index']} 'train/000007' field 'json': checksum mismatch" \
+        in err.decode()
+
+
+@pytest.mark.parametrize("compress", [None, "zstd"])
+def test_info_shows_feature_flags_and_the_field_table(run, tmp_path, compress):
+    members = _shards(tmp_path / "shards")
+    vol = tmp_path / "v.dlfs"
+    args = ["pack", tmp_path / "shards", "-o", vol, "-q"]
+    if compress:
+        args += ["--compress", compress]
+    run(*args, check=0)
+    info = json.loads(run("info", vol, "--json", check=0).stdout)
+    assert info == dlfs.Volume(str(vol)).info()  # one document for both
+    assert info["incompat_flags"] == (["fields", "zstd"] if compress else ["fields"])
+    expected = {}
+    for name, data in members.items():
+        field = name.split(".", 1)[1]
+        n, size = expected.get(field, (0, 0))
+        expected[field] = (n + 1, size + len(data))
+    got = {f["name"]: (f["samples"], f["bytes"]) for f in info["fields"]}
+    assert got == expected  # cls: 10 samples, jpg: 9, json: 9
+    assert [f["name"] for f in info["fields"]] == ["cls", "jpg", "json"]
+    json_field = info["fields"][2]
+    if compress:
+        assert json_field["compressed"] == 9
+        assert json_field["stored_bytes"] < json_field["bytes"]
+    else:
+        assert all(f["compressed"] == 0 and f["stored_bytes"] == f["bytes"]
+                   for f in info["fields"])
+    text = run("info", vol, check=0).stdout.decode()
+    assert ("features     fields, zstd" if compress else "features     fields") in text
+    assert "fields       3" in text
+    assert "  jpg        9 samples" in text and "  cls        10 samples" in text
