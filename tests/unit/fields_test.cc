@@ -3,8 +3,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <map>
+#include <thread>
 
 #include "common/crc32c.h"
 #include "dlfs/builder.h"
@@ -236,6 +238,34 @@ TEST(FieldsTest, TrainedDictionaryRoundTripsAndPays) {
     ASSERT_OK(VerifyVolume(*v, {}, &report));
     EXPECT_EQ(report.bad_samples, 0u);
   }
+}
+
+// The volume prepares its dictionary once at open; threads decode with it
+// at the same time (each with its own zstd context).
+TEST(FieldsTest, DictionaryIsSharedAcrossThreads) {
+  TempDir tmp;
+  const auto data = SmallRecords(800);
+  VolumeBuilder::Options opt;
+  opt.compress.zstd = true;
+  opt.compress.train_dictionary = true;
+  ASSERT_OK(Build(tmp / "d.dlfs", data, opt));
+  ASSERT_OK_AND_ASSIGN(auto v, Volume::Open(tmp / "d.dlfs"));
+  std::vector<std::string> want;
+  for (const auto& [key, fields] : data) want.push_back(Str(fields.at("json")));
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (uint64_t i = t; i < want.size(); i += 2) {  // overlapping halves
+        auto got = v->Read(i, "json");
+        if (!got.ok() || Str(*got) != want[i]) ++bad;
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(v->directory().Field(0, *v->directory().FindField("json"))->codec,
+            FieldCodec::kZstdDict);
 }
 
 // Held samples still take labels later, refuse duplicates and can be
