@@ -158,6 +158,11 @@ json SummaryJson(const VolumeSummary& s) {
           {"dictionary_bytes", s.dictionary_bytes}};
 }
 
+// "none", "zstd", "zstd-dict" (compressed with the volume's dictionary).
+const char* CodecName(FieldCodec c) {
+  return c == FieldCodec::kNone ? "none" : c == FieldCodec::kZstd ? "zstd" : "zstd-dict";
+}
+
 json SampleJson(const SampleDirectory& d, uint64_t i) {
   const SampleInfo s = d.sample(i);
   json j = {{"path", d.Path(i)}, {"index", i}, {"size", s.length}};
@@ -174,7 +179,7 @@ json SampleJson(const SampleDirectory& d, uint64_t i) {
       fields.push_back({{"name", std::string(d.field_name(f.field))},
                         {"size", f.decoded_length},
                         {"stored", f.stored_length},
-                        {"codec", f.codec == FieldCodec::kNone ? "none" : "zstd"}});
+                        {"codec", CodecName(f.codec)}});
     }
     j["fields"] = fields;
   }
@@ -188,7 +193,7 @@ std::string FieldList(const SampleDirectory& d, uint64_t i) {
   for (const FieldInfo& f : d.Fields(i)) {
     out += out.empty() ? "" : ",";
     out += d.field_name(f.field);
-    if (f.codec != FieldCodec::kNone) out += "(zstd)";
+    if (f.codec != FieldCodec::kNone) out += "(" + std::string(CodecName(f.codec)) + ")";
   }
   return out;
 }
@@ -278,6 +283,12 @@ int RunPack(PackArgs args) {
       volume.compress.level = level;
     }
   }
+  if (args.dict) {
+    if (!volume.compress.zstd) {
+      return Fail(Status::InvalidArgument("--dict needs --compress zstd[:LEVEL]"));
+    }
+    volume.compress.train_dictionary = true;
+  }
   options.cancel = &g_cancel;
   const bool progress = ShowProgress(args.quiet);
   if (progress) {
@@ -308,6 +319,10 @@ int RunPack(PackArgs args) {
               static_cast<unsigned long long>(stats->classes),
               std::string(SourceKindName(stats->from)).c_str(), args.source.c_str(),
               args.output.c_str(), stats->seconds);
+  if (stats->dictionary_bytes > 0) {
+    std::printf("zstd dictionary: %s, trained on the first samples' fields\n",
+                HumanBytes(stats->dictionary_bytes).c_str());
+  }
   if (volume.targets > 1) {
     std::string list;
     for (uint32_t t = 0; t < volume.targets; ++t) {

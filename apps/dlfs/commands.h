@@ -42,6 +42,7 @@ struct PackArgs {
   std::optional<uint32_t> targets;  // --targets N (else implied by --target-path)
   std::string fields;               // --fields jpg,cls
   std::string compress;             // --compress zstd[:LEVEL]
+  bool dict = false;                // --dict: train a zstd dictionary
   bool quiet = false;
 };
 int RunPack(PackArgs args);

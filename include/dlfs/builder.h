@@ -77,6 +77,24 @@ class VolumeBuilder {
       // A zstd dictionary to compress with (stored in the volume when a
       // field uses it), e.g. from TrainDictionary; empty for none.
       std::vector<std::byte> dictionary;
+      // Train the dictionary on the first fields added instead of taking
+      // one (`dlfs pack --dict`); needs zstd and no `dictionary`. Samples
+      // stay in memory, their fields raw, and are not written until the
+      // first `training_bytes` of fields (or `training_fields` fields)
+      // have been added — or until Finish for a smaller volume. Then a
+      // dictionary of up to `dictionary_max_bytes` is trained on them
+      // (TrainDictionary) and every sample, those held included, is
+      // compressed with it, in the order added; memory stays bounded by
+      // the training set. Until then data_bytes() counts nothing of the
+      // held samples. Training that fails (too little or too uniform data)
+      // fails the Add that triggered it, or Finish: InvalidArgument.
+      bool train_dictionary = false;
+      size_t training_bytes = size_t{8} << 20;
+      size_t training_fields = 10000;
+      // zstd's default (110 KiB). The capacity given to the trainer is
+      // min(this, training set / 10, at least 1 KiB): a dictionary much
+      // larger than a tenth of what it learns from only overfits.
+      size_t dictionary_max_bytes = 112640;
     } compress;
   };
 
@@ -145,6 +163,9 @@ class VolumeBuilder {
 
   uint64_t sample_count() const;
   uint64_t data_bytes() const;  // sample bytes added so far
+  // Bytes of the zstd dictionary the volume will hold once a field uses
+  // it: the given one, or the trained one once trained; 0 for none.
+  uint64_t dictionary_bytes() const;
   // Classes the volume will have: max(class names set, largest label + 1).
   uint64_t class_count() const;
   const std::string& path() const;

@@ -121,6 +121,9 @@ struct PackStats {
   uint64_t samples = 0;
   uint64_t bytes = 0;
   uint64_t classes = 0;
+  // Bytes of the zstd dictionary trained or given (options.volume.compress);
+  // 0 for none.
+  uint64_t dictionary_bytes = 0;
   uint64_t skipped = 0;
   std::vector<std::string> skipped_examples;  // "path: reason", the first few
   // Temporary files of killed earlier packs to the same destination, removed

@@ -12,8 +12,8 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <numeric>
 #include <functional>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <unordered_map>
@@ -194,18 +194,84 @@ class VolumeBuilder::Impl {
   std::shared_ptr<const format::ZstdDictionary> dict_;
   bool dict_used_ = false;
 
-  // Writes stored bytes of the open sample (and field) to its target.
-  Status WriteSampleBytes(std::span<const std::byte> data) {
-    if (data.size() > uint64_t{0xFFFFFFFFu} - cur_.length) {
+  // Dictionary training (Compression::train_dictionary). While training_,
+  // finished samples are in samples_ (paths, labels and counts work as
+  // usual) but not written: held_[k] is the raw bytes of fields_[k] (every
+  // field so far: training starts with the first sample). TrainAndWrite
+  // trains on them and writes the held samples in order.
+  bool training_ = false;
+  std::vector<std::vector<std::byte>> held_;
+  uint64_t held_bytes_ = 0;
+
+  // Writes stored bytes of sample `s` (and of its field `f`, if any) to its
+  // target.
+  Status WriteBytes(PendingSample& s, format::TreeField* f, std::span<const std::byte> data) {
+    if (data.size() > uint64_t{0xFFFFFFFFu} - s.length) {
       return Status::InvalidArgument("sample larger than 4 GiB - 1 bytes");
     }
-    cur_.crc32c = crc32c::Extend(cur_.crc32c, data.data(), data.size());
-    cur_.length += static_cast<uint32_t>(data.size());
-    if (in_field_) {
-      cur_field_.crc32c = crc32c::Extend(cur_field_.crc32c, data.data(), data.size());
-      cur_field_.stored_length += static_cast<uint32_t>(data.size());
+    s.crc32c = crc32c::Extend(s.crc32c, data.data(), data.size());
+    s.length += static_cast<uint32_t>(data.size());
+    if (f != nullptr) {
+      f->crc32c = crc32c::Extend(f->crc32c, data.data(), data.size());
+      f->stored_length += static_cast<uint32_t>(data.size());
     }
-    return Write(targets_[cur_.target], data);
+    return Write(targets_[s.target], data);
+  }
+
+  // Writes stored bytes of the open sample (and field).
+  Status WriteSampleBytes(std::span<const std::byte> data) {
+    return WriteBytes(cur_, in_field_ ? &cur_field_ : nullptr, data);
+  }
+
+  // Stores field `f` of sample `s` from its raw bytes: compressed (with the
+  // dictionary, if any) when that saves at least min_saving, else raw.
+  Status StoreField(PendingSample& s, format::TreeField& f, std::span<const std::byte> raw) {
+    f.decoded_length = static_cast<uint32_t>(raw.size());
+    std::vector<std::byte> packed;
+    if (!raw.empty()) {
+      DLFS_ASSIGN_OR_RETURN(packed,
+                            format::ZstdCompress(raw, options_.compress.level, dict_.get()));
+    }
+    const double limit = static_cast<double>(raw.size()) * (1.0 - options_.compress.min_saving);
+    if (!raw.empty() && static_cast<double>(packed.size()) <= limit) {
+      f.codec =
+          static_cast<uint8_t>(dict_ ? format::FieldCodec::kZstdDict : format::FieldCodec::kZstd);
+      dict_used_ = dict_used_ || dict_ != nullptr;
+      return WriteBytes(s, &f, packed);
+    }
+    return WriteBytes(s, &f, raw);
+  }
+
+  // Ends training: trains the dictionary on the held fields, then places
+  // and writes every held sample in the order added.
+  Status TrainAndWrite() {
+    const uint64_t total = held_bytes_;
+    const size_t capacity = std::max<size_t>(
+        1024, std::min<size_t>(options_.compress.dictionary_max_bytes, total / 10));
+    auto dict = format::TrainZstdDictionary(held_, capacity);
+    if (!dict.ok()) {
+      return Status::InvalidArgument(path_ + ": cannot train a zstd dictionary on the first " +
+                                     std::to_string(held_.size()) + " fields (" +
+                                     std::to_string(total) + " bytes): " + dict.status().message() +
+                                     "; compress without a dictionary");
+    }
+    DLFS_ASSIGN_OR_RETURN(dict_, format::ZstdDictionary::Create(*dict, options_.compress.level));
+    options_.compress.dictionary = std::move(*dict);
+    training_ = false;
+    for (PendingSample& s : samples_) {
+      s.target = PickTarget();
+      TargetFile& tf = targets_[s.target];
+      DLFS_RETURN_IF_ERROR(Pad(tf, options_.align));
+      s.offset = tf.Tell();
+      for (uint64_t k = s.first_field; k < s.first_field + s.field_count; ++k) {
+        DLFS_RETURN_IF_ERROR(StoreField(s, fields_[k], held_[k]));
+        std::vector<std::byte>().swap(held_[k]);
+      }
+      data_bytes_ += s.length;
+    }
+    std::vector<std::vector<std::byte>>().swap(held_);
+    held_bytes_ = 0;
+    return Status::Ok();
   }
 
   // The paths added so far, so that a duplicate is refused when it is added
@@ -472,6 +538,15 @@ Result<std::unique_ptr<VolumeBuilder>> VolumeBuilder::Create(const std::string& 
                                    std::to_string(options.target_paths.size()));
   }
   auto impl = std::make_unique<Impl>();
+  if (options.compress.train_dictionary) {
+    if (!options.compress.zstd) {
+      return Status::InvalidArgument("training a zstd dictionary needs zstd compression");
+    }
+    if (!options.compress.dictionary.empty()) {
+      return Status::InvalidArgument("give a zstd dictionary or train one, not both");
+    }
+    impl->training_ = true;
+  }
   if (!options.compress.dictionary.empty()) {
     if (!options.compress.zstd) {
       return Status::InvalidArgument("a zstd dictionary needs zstd compression");
@@ -620,10 +695,11 @@ Status VolumeBuilder::BeginSample(std::string_view path, uint32_t label) {
                                    "' (already added as " + m.DescribeSample(*earlier) + ")");
   }
   if (m.samples_.size() >= format::kNone - 1) return Status::InvalidArgument("too many samples");
-  const uint32_t target = m.PickTarget();
+  // A sample held for dictionary training is placed when it is written.
+  const uint32_t target = m.training_ ? 0 : m.PickTarget();
   Impl::TargetFile& tf = m.targets_[target];
-  DLFS_RETURN_IF_ERROR(m.Pad(tf, m.options_.align));
-  m.cur_ = PendingSample{tf.Tell(),
+  if (!m.training_) DLFS_RETURN_IF_ERROR(m.Pad(tf, m.options_.align));
+  m.cur_ = PendingSample{m.training_ ? 0 : tf.Tell(),
                          target,
                          0,
                          0,
@@ -692,25 +768,16 @@ Status VolumeBuilder::BeginField(std::string_view name) {
 Status VolumeBuilder::EndField() {
   Impl& m = *impl_;
   if (!m.in_field_) return Status::InvalidArgument("EndField without BeginField");
-  if (m.options_.compress.zstd) {
-    // Kept raw unless compression saves at least min_saving of the bytes.
+  if (m.training_) {
+    // Held raw until the dictionary is trained (TrainAndWrite).
+    m.cur_field_.decoded_length = static_cast<uint32_t>(m.field_buf_.size());
+    m.held_bytes_ += m.field_buf_.size();
+    m.held_.push_back(std::move(m.field_buf_));
+    m.field_buf_.clear();
+  } else if (m.options_.compress.zstd) {
     const std::vector<std::byte> raw = std::move(m.field_buf_);
     m.field_buf_.clear();
-    m.cur_field_.decoded_length = static_cast<uint32_t>(raw.size());
-    std::vector<std::byte> packed;
-    if (!raw.empty()) {
-      DLFS_ASSIGN_OR_RETURN(packed,
-                            format::ZstdCompress(raw, m.options_.compress.level, m.dict_.get()));
-    }
-    const double limit = static_cast<double>(raw.size()) * (1.0 - m.options_.compress.min_saving);
-    if (!raw.empty() && static_cast<double>(packed.size()) <= limit) {
-      m.cur_field_.codec =
-          static_cast<uint8_t>(m.dict_ ? format::FieldCodec::kZstdDict : format::FieldCodec::kZstd);
-      m.dict_used_ = m.dict_used_ || m.dict_ != nullptr;
-      DLFS_RETURN_IF_ERROR(m.WriteSampleBytes(packed));
-    } else {
-      DLFS_RETURN_IF_ERROR(m.WriteSampleBytes(raw));
-    }
+    DLFS_RETURN_IF_ERROR(m.StoreField(m.cur_, m.cur_field_, raw));
   }
   m.in_field_ = false;
   m.implicit_field_ = false;
@@ -747,6 +814,10 @@ Status VolumeBuilder::EndSample() {
   if (m.cur_.label != format::kNone) {
     m.max_label_plus_one_ = std::max(m.max_label_plus_one_, m.cur_.label + 1);
   }
+  if (m.training_ && (m.held_bytes_ >= m.options_.compress.training_bytes ||
+                      m.held_.size() >= m.options_.compress.training_fields)) {
+    return m.TrainAndWrite();
+  }
   return Status::Ok();
 }
 
@@ -759,7 +830,12 @@ void VolumeBuilder::AbortSample() {
   m.field_buf_.clear();
   m.fields_.resize(m.cur_.first_field);
   m.names_.resize(m.cur_.name_offset);
-  Impl::Rewind(m.targets_[m.cur_.target], m.cur_.offset);
+  if (m.training_) {
+    for (size_t k = m.cur_.first_field; k < m.held_.size(); ++k) m.held_bytes_ -= m.held_[k].size();
+    m.held_.resize(m.cur_.first_field);
+  } else {
+    Impl::Rewind(m.targets_[m.cur_.target], m.cur_.offset);
+  }
 }
 
 Status VolumeBuilder::SetLabel(uint64_t n, uint32_t label) {
@@ -795,6 +871,8 @@ Status VolumeBuilder::Finish() {
 // the temporary files.
 Status VolumeBuilder::Impl::Finish() {
   if (in_sample_) return Status::InvalidArgument("Finish with a sample still open");
+  // A volume smaller than the training set: trained on all of it.
+  if (training_ && !samples_.empty()) DLFS_RETURN_IF_ERROR(TrainAndWrite());
   DLFS_ASSIGN_OR_RETURN(Layout layout, EndDataRegions());
   // Order: the canonical order, refusing paths no directory can hold.
   const format::DirectoryTree tree = Tree();
@@ -968,6 +1046,9 @@ uint64_t VolumeBuilder::Impl::class_count() const {
 
 uint64_t VolumeBuilder::sample_count() const { return impl_->samples_.size(); }
 uint64_t VolumeBuilder::data_bytes() const { return impl_->data_bytes_; }
+uint64_t VolumeBuilder::dictionary_bytes() const {
+  return impl_->options_.compress.dictionary.size();
+}
 uint64_t VolumeBuilder::class_count() const { return impl_->class_count(); }
 const std::string& VolumeBuilder::path() const { return impl_->path_; }
 const std::string& VolumeBuilder::temp_path() const { return impl_->targets_[0].temp_path; }

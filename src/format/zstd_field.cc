@@ -2,6 +2,8 @@
 
 #include <zdict.h>
 
+#include <cstring>
+
 namespace dlfs::format {
 
 namespace {
@@ -24,12 +26,23 @@ ZSTD_CCtx* ThreadCctx() {
 
 Result<std::shared_ptr<const ZstdDictionary>> ZstdDictionary::Create(
     std::span<const std::byte> bytes, int level) {
+  // zstd would take any other bytes as a raw-content dictionary; the format
+  // requires a trained one (docs/format.md §4.8.4), whose header zstd then
+  // parses and checks (entropy tables), and whose ID frames must name.
+  uint32_t magic = 0;
+  if (bytes.size() >= 8) std::memcpy(&magic, bytes.data(), 4);
+  const unsigned id = ZSTD_getDictID_fromDict(bytes.data(), bytes.size());
+  if (magic != ZSTD_MAGIC_DICTIONARY || id == 0) {
+    return Status::InvalidArgument("not a zstd dictionary (" + std::to_string(bytes.size()) +
+                                   " bytes; no dictionary magic or a zero ID)");
+  }
   std::shared_ptr<ZstdDictionary> d(new ZstdDictionary());
+  d->id_ = id;
   if (level != 0) d->cdict_ = ZSTD_createCDict(bytes.data(), bytes.size(), level);
   d->ddict_ = ZSTD_createDDict(bytes.data(), bytes.size());
   if ((level != 0 && d->cdict_ == nullptr) || d->ddict_ == nullptr) {
-    return Status::InvalidArgument("zstd cannot load the dictionary (" +
-                                   std::to_string(bytes.size()) + " bytes)");
+    return Status::InvalidArgument("zstd cannot load the dictionary " + std::to_string(id) + " (" +
+                                   std::to_string(bytes.size()) + " bytes): damaged tables");
   }
   return std::shared_ptr<const ZstdDictionary>(std::move(d));
 }
@@ -44,6 +57,7 @@ Result<std::vector<std::byte>> TrainZstdDictionary(
   std::vector<std::byte> all;
   std::vector<size_t> sizes;
   for (const auto& s : samples) {
+    if (s.empty()) continue;  // nothing to learn; zstd counts samples
     all.insert(all.end(), s.begin(), s.end());
     sizes.push_back(s.size());
   }
@@ -97,6 +111,18 @@ Status ZstdDecode(std::span<const std::byte> stored, std::span<std::byte> out,
   // The header is checked against the directory first, so a frame that
   // claims a huge size never sizes anything.
   DLFS_RETURN_IF_ERROR(ZstdCheckFrame(stored, out.size(), what));
+  // A frame names the dictionary it needs (0: none); a mismatch would
+  // decode to garbage or fail obscurely.
+  const unsigned need = ZSTD_getDictID_fromFrame(stored.data(), stored.size());
+  const unsigned have = dict != nullptr ? dict->id() : 0;
+  if (need != have) {
+    return bad(need == 0 ? "zstd frame names no dictionary, the codec needs the volume's " +
+                               std::to_string(have)
+               : have == 0
+                   ? "zstd frame needs dictionary " + std::to_string(need) + ", the codec uses none"
+                   : "zstd frame needs dictionary " + std::to_string(need) + ", the volume's is " +
+                         std::to_string(have));
+  }
   ZSTD_DCtx* dctx = ThreadDctx();
   const size_t n =
       dict != nullptr

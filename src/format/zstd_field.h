@@ -24,7 +24,9 @@ namespace dlfs::format {
 // for decompressing.
 class ZstdDictionary {
  public:
-  // InvalidArgument when zstd cannot load `bytes` as a dictionary.
+  // InvalidArgument when `bytes` is not a zstd-format dictionary (magic
+  // 0xEC30A437 and a non-zero ID, as ZDICT_trainFromBuffer makes) or zstd
+  // cannot load its tables.
   // With level 0 only the decompression side is prepared (what a reader
   // needs); cdict() is then null.
   static Result<std::shared_ptr<const ZstdDictionary>> Create(std::span<const std::byte> bytes,
@@ -32,9 +34,13 @@ class ZstdDictionary {
   ~ZstdDictionary();
   const ZSTD_CDict* cdict() const { return cdict_; }
   const ZSTD_DDict* ddict() const { return ddict_; }
+  // The ID in the dictionary's header, which frames compressed with it
+  // carry (never 0).
+  unsigned id() const { return id_; }
 
  private:
   ZstdDictionary() = default;
+  unsigned id_ = 0;
   ZSTD_CDict* cdict_ = nullptr;
   ZSTD_DDict* ddict_ = nullptr;
 };
@@ -61,7 +67,9 @@ Status ZstdCheckFrame(std::span<const std::byte> stored, uint64_t decoded_length
 // decoded_length. Corruption "<what>: ..." when the frame's declared content
 // size is missing or differs from out.size() (checked before decoding), the
 // frame does not fill `stored` exactly, decoding fails, or the output has
-// another length. `dict` is required for a frame compressed with one.
+// another length, or the frame names another dictionary than `dict` (its
+// ID; 0 = none) — `dict` is required for a frame compressed with one and
+// refused for a frame without.
 Status ZstdDecode(std::span<const std::byte> stored, std::span<std::byte> out,
                   const ZstdDictionary* dict, const std::string& what);
 

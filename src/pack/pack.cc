@@ -217,6 +217,8 @@ Result<PackStats> Pack(const std::string& source, const std::string& volume_path
   stats.classes = builder->class_count();
   stats.bytes = builder->data_bytes();
   DLFS_RETURN_IF_ERROR(builder->Finish());
+  stats.dictionary_bytes = builder->dictionary_bytes();
+  stats.bytes = builder->data_bytes();  // a trained dictionary's samples count once written
   stats.seconds = Now() - start;
   return stats;
 }

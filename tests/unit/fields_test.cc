@@ -4,9 +4,11 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include "common/crc32c.h"
 #include "dlfs/builder.h"
@@ -194,6 +196,220 @@ TEST(FieldsTest, ZstdDictionary) {
   EXPECT_EQ(d.dictionary().size(), dict.size());
   EXPECT_EQ(d.Field(0, *d.FindField("json"))->codec, FieldCodec::kZstdDict);
   ExpectRoundTrip(*v, data);
+}
+
+// Many small, similar records (what a dictionary is for): "r/NNNN" with a
+// json field and a one-byte cls.
+std::map<std::string, Fields> SmallRecords(int n) {
+  std::map<std::string, Fields> d;
+  for (int i = 0; i < n; ++i) {
+    const std::string json = "{\"id\": " + std::to_string(i * 7919 % 100000) +
+                             ", \"caption\": \"a photo of a " +
+                             (i % 3 ? std::string("cat") : std::string("dog")) +
+                             " on a mat\", \"width\": " + std::to_string(200 + i % 50) +
+                             ", \"height\": " + std::to_string(300 + i % 70) + "}";
+    char key[16];
+    std::snprintf(key, sizeof key, "r/%05d", i);
+    d[key] = Fields{{"json", Bytes(json)}, {"cls", Bytes(std::to_string(i % 3))}};
+  }
+  return d;
+}
+
+// A dictionary trained while packing (dlfs pack --dict): every sample, those
+// held for training and those after, reads back byte-identical; the fields
+// use codec 2 and take fewer bytes than with plain zstd.
+TEST(FieldsTest, TrainedDictionaryRoundTripsAndPays) {
+  TempDir tmp;
+  const auto data = SmallRecords(3000);
+  VolumeBuilder::Options plain;
+  plain.compress.zstd = true;
+  ASSERT_OK(Build(tmp / "plain.dlfs", data, plain));
+  for (size_t training_fields : {size_t{500}, size_t{10000}}) {  // mid-stream, and at Finish
+    SCOPED_TRACE(training_fields);
+    VolumeBuilder::Options opt = plain;
+    opt.compress.train_dictionary = true;
+    opt.compress.training_fields = training_fields;
+    opt.targets = 2;  // held samples are placed when written
+    const std::string path = tmp / ("d" + std::to_string(training_fields) + ".dlfs");
+    ASSERT_OK(Build(path, data, opt));
+    ASSERT_OK_AND_ASSIGN(auto v, Volume::Open(path));
+    ASSERT_OK_AND_ASSIGN(auto p, Volume::Open(tmp / "plain.dlfs"));
+    const SampleDirectory& d = v->directory();
+    EXPECT_GT(d.dictionary().size(), 1000u);
+    EXPECT_LE(d.dictionary().size(), 112640u);
+    const uint32_t json = *d.FindField("json");
+    for (uint64_t i = 0; i < d.size(); i += 97) {
+      EXPECT_EQ(d.Field(i, json)->codec, FieldCodec::kZstdDict) << i;
+    }
+    EXPECT_EQ(d.Field(d.size() - 1, *d.FindField("cls"))->codec, FieldCodec::kNone);
+    for (const auto& [key, fields] : data) {
+      ASSERT_OK_AND_ASSIGN(const uint64_t i, d.Lookup(key));
+      ASSERT_OK_AND_ASSIGN(auto got, v->Read(i, "json"));
+      ASSERT_EQ(got, fields.at("json")) << key;
+    }
+    EXPECT_LT(v->info().data_bytes * 2, p->info().data_bytes)
+        << "dictionary " << v->info().data_bytes << " vs plain zstd " << p->info().data_bytes;
+    VerifyReport report;
+    ASSERT_OK(VerifyVolume(*v, {}, &report));
+    EXPECT_EQ(report.bad_samples, 0u);
+  }
+}
+
+// The volume prepares its dictionary once at open; threads decode with it
+// at the same time (each with its own zstd context).
+TEST(FieldsTest, DictionaryIsSharedAcrossThreads) {
+  TempDir tmp;
+  const auto data = SmallRecords(800);
+  VolumeBuilder::Options opt;
+  opt.compress.zstd = true;
+  opt.compress.train_dictionary = true;
+  ASSERT_OK(Build(tmp / "d.dlfs", data, opt));
+  ASSERT_OK_AND_ASSIGN(auto v, Volume::Open(tmp / "d.dlfs"));
+  std::vector<std::string> want;
+  for (const auto& [key, fields] : data) want.push_back(Str(fields.at("json")));
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (uint64_t i = t; i < want.size(); i += 2) {  // overlapping halves
+        auto got = v->Read(i, "json");
+        if (!got.ok() || Str(*got) != want[i]) ++bad;
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(v->directory().Field(0, *v->directory().FindField("json"))->codec,
+            FieldCodec::kZstdDict);
+}
+
+// Held samples still take labels later, refuse duplicates and can be
+// aborted; training on too little data fails with a clear message.
+TEST(FieldsTest, TrainingHoldsSamplesLikeWrittenOnes) {
+  TempDir tmp;
+  VolumeBuilder::Options opt;
+  opt.compress.zstd = true;
+  opt.compress.train_dictionary = true;
+  ASSERT_OK_AND_ASSIGN(auto b, VolumeBuilder::Create(tmp / "v.dlfs", opt));
+  const auto data = SmallRecords(400);
+  for (const auto& [key, fields] : data) {
+    ASSERT_OK(b->BeginSample(key));
+    ASSERT_OK(b->AddField("json", fields.at("json")));
+    ASSERT_OK(b->EndSample());
+  }
+  ASSERT_OK(b->BeginSample("r/zz"));
+  ASSERT_OK(b->AddField("json", Bytes("dropped")));
+  b->AbortSample();
+  EXPECT_EQ(b->Add("r/00001", Bytes("again")).code(), StatusCode::kInvalidArgument);
+  ASSERT_OK(b->SetLabel(5, 2));
+  EXPECT_EQ(b->data_bytes(), 0u) << "nothing written before training";
+  ASSERT_OK(b->Finish());
+  ASSERT_OK_AND_ASSIGN(auto v, Volume::Open(tmp / "v.dlfs"));
+  EXPECT_EQ(v->directory().size(), 400u);
+  EXPECT_EQ(v->directory().label(5), 2u);
+  EXPECT_FALSE(v->directory().Lookup("r/zz").ok());
+  ASSERT_OK_AND_ASSIGN(auto got, v->Read(7, "json"));
+  EXPECT_EQ(got, data.at("r/00007").at("json"));
+
+  ASSERT_OK_AND_ASSIGN(auto small, VolumeBuilder::Create(tmp / "s.dlfs", opt));
+  ASSERT_OK(small->Add("a", Bytes(Json(1))));
+  const Status st = small->Finish();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("cannot train a zstd dictionary on the first 1 fields"),
+            std::string::npos)
+      << st.message();
+  EXPECT_FALSE(std::filesystem::exists(tmp / "s.dlfs"));
+
+  VolumeBuilder::Options no_zstd;
+  no_zstd.compress.train_dictionary = true;
+  EXPECT_EQ(VolumeBuilder::Create(tmp / "n.dlfs", no_zstd).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+// A damaged dictionary is refused when the volume opens, naming the file —
+// even when the damage was resealed (the directory checksum recomputed), so
+// that only the dictionary's own structure can tell.
+TEST(FieldsTest, DamagedDictionaryIsRefusedAtOpen) {
+  TempDir tmp;
+  const std::string path = tmp / "v.dlfs";
+  VolumeBuilder::Options opt;
+  opt.compress.zstd = true;
+  opt.compress.train_dictionary = true;
+  ASSERT_OK(Build(path, SmallRecords(1000), opt));
+  ASSERT_OK_AND_ASSIGN(auto v, Volume::Open(path));
+  const VolumeInfo info = v->info();
+  v.reset();
+  const auto original = testing::ReadFile(path);
+  format::FieldsHeader fh;
+  std::memcpy(&fh, original.data() + info.directory_offset + 128, sizeof fh);
+  ASSERT_GT(fh.dict_bytes, 64u);
+  const uint64_t dict = info.directory_offset + fh.dict_offset;
+  // The magic, the ID (zeroed), and the entropy tables right after them.
+  struct Damage {
+    uint64_t at;
+    std::byte value;
+    const char* says;
+  };
+  for (const Damage& dmg : {Damage{0, std::byte{0x38}, "not a zstd dictionary"},
+                            Damage{4, std::byte{0}, "not a zstd dictionary"},
+                            Damage{12, std::byte{0xFF}, "cannot load the dictionary"}}) {
+    auto bytes = original;
+    if (dmg.at == 4) {
+      std::memset(bytes.data() + dict + 4, 0, 4);
+    } else {
+      bytes[dict + dmg.at] = dmg.value;
+    }
+    testing::WriteFile(path, bytes);
+    auto unsealed = Volume::Open(path);
+    ASSERT_EQ(unsealed.status().code(), StatusCode::kCorruption);
+    EXPECT_NE(unsealed.status().message().find("directory checksum mismatch"), std::string::npos);
+    format::Superblock sb;
+    std::memcpy(&sb, bytes.data(), sizeof sb);
+    sb.regions[1].crc32c =
+        crc32c::Value(bytes.data() + info.directory_offset, info.directory_bytes);
+    format::SealSuperblock(&sb);
+    std::memcpy(bytes.data(), &sb, sizeof sb);
+    testing::WriteFile(path, bytes);
+    auto resealed = Volume::Open(path);
+    ASSERT_FALSE(resealed.ok()) << "dictionary byte " << dmg.at << " accepted";
+    EXPECT_EQ(resealed.status().code(), StatusCode::kCorruption);
+    EXPECT_EQ(resealed.status().message().rfind(path + ": directory region: ", 0), 0u)
+        << resealed.status().message();
+    EXPECT_NE(resealed.status().message().find(dmg.says), std::string::npos)
+        << resealed.status().message();
+  }
+}
+
+// A frame names the dictionary it was made with; another dictionary, or
+// none, is refused before decoding.
+TEST(FieldsTest, FrameNamingAnotherDictionaryIsRefused) {
+  std::vector<std::vector<std::byte>> a, b;
+  for (int i = 0; i < 300; ++i) {
+    a.push_back(Bytes(Json(i).substr(0, 100 + i % 40)));
+    b.push_back(Bytes("<record n=\"" + std::to_string(i) + "\">tokens " + std::to_string(i * i) +
+                      " and more tokens</record>"));
+  }
+  ASSERT_OK_AND_ASSIGN(auto da, VolumeBuilder::TrainDictionary(a, 2048));
+  ASSERT_OK_AND_ASSIGN(auto db, VolumeBuilder::TrainDictionary(b, 2048));
+  ASSERT_OK_AND_ASSIGN(auto ka, format::ZstdDictionary::Create(da, 3));
+  ASSERT_OK_AND_ASSIGN(auto kb, format::ZstdDictionary::Create(db, 0));
+  ASSERT_NE(ka->id(), kb->id());
+  const auto src = Bytes(Json(7));
+  ASSERT_OK_AND_ASSIGN(auto z, format::ZstdCompress(src, 3, ka.get()));
+  std::vector<std::byte> out(src.size());
+  ASSERT_OK(format::ZstdDecode(z, out, ka.get(), "x"));
+  EXPECT_EQ(out, src);
+  Status st = format::ZstdDecode(z, out, kb.get(), "x");
+  EXPECT_EQ(st.code(), StatusCode::kCorruption);
+  EXPECT_NE(st.message().find("needs dictionary " + std::to_string(ka->id()) +
+                              ", the volume's is " + std::to_string(kb->id())),
+            std::string::npos)
+      << st.message();
+  EXPECT_EQ(format::ZstdDecode(z, out, nullptr, "x").code(), StatusCode::kCorruption);
+  ASSERT_OK_AND_ASSIGN(auto plain, format::ZstdCompress(src, 3, nullptr));
+  EXPECT_EQ(format::ZstdDecode(plain, out, ka.get(), "x").code(), StatusCode::kCorruption);
+  // Not a dictionary at all: zstd would take it as raw content.
+  EXPECT_EQ(format::ZstdDictionary::Create(src, 0).status().code(), StatusCode::kInvalidArgument);
 }
 
 // A compressed field whose stored bytes are damaged: refused, naming the
