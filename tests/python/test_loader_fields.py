@@ -135,3 +135,32 @@ def test_bench_reads_fields(run, tmp_path):
     decoded = sum(len(v.read_field(i, f)) for i in range(len(v)) for f in ("json", "cls"))
     assert out["payload_bytes"] == decoded  # decompressed bytes
     assert b"--fields" in run("bench", "--help", check=0).stdout
+
+
+def test_image_loader_decodes_one_field(tmp_path):
+    np = pytest.importorskip("numpy")
+    root = tmp_path / "shards"
+    root.mkdir()
+    rng = np.random.default_rng(1)
+    pixels = {}
+    with tarfile.open(root / "a.tar", "w") as tar:
+        for k in range(6):
+            img = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)
+            pixels[k] = img
+            for ext, data in (("png", dlfs.encode_png(img)), ("cls", str(k % 2).encode())):
+                ti = tarfile.TarInfo(f"{k:06d}.{ext}")
+                ti.size = len(data)
+                tar.addfile(ti, io.BytesIO(data))
+    vol = str(tmp_path / "v.dlfs")
+    dlfs.pack(str(root), vol)
+    loader = dlfs.torch.ImageLoader(vol, 3, size=8, shuffle=False, field="png",
+                                    return_indices=True)
+    seen = 0
+    for images, labels, indices in loader:
+        for img, label, index in zip(images, labels, indices):
+            assert (img.numpy() == pixels[int(index)]).all()  # 8x8 stays 8x8: exact
+            assert int(label) == int(index) % 2
+            seen += 1
+    assert seen == 6
+    with pytest.raises(Exception, match="pass the fields"):
+        dlfs.torch.ImageLoader(vol, 3, size=8)
