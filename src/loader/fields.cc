@@ -57,8 +57,52 @@ Result<std::vector<uint32_t>> ResolveFields(const Volume& volume,
   return ids;
 }
 
+std::shared_ptr<std::byte> DecodedBuffers::Acquire(uint64_t bytes) {
+  std::byte* data = nullptr;
+  uint64_t capacity = 0;
+  {
+    std::lock_guard lock(mu_);
+    for (size_t k = 0; k < idle_.size(); ++k) {
+      if (idle_[k].capacity >= bytes) {
+        data = idle_[k].data;
+        capacity = idle_[k].capacity;
+        idle_.erase(idle_.begin() + static_cast<ptrdiff_t>(k));
+        break;
+      }
+    }
+  }
+  if (data == nullptr) {
+    capacity = bytes + bytes / 4;  // room for the next, slightly larger batch
+    data = new (std::nothrow) std::byte[capacity];
+    if (data == nullptr) return nullptr;
+  }
+  std::weak_ptr<DecodedBuffers> pool = weak_from_this();
+  return std::shared_ptr<std::byte>(data, [pool, capacity](std::byte* p) {
+    if (auto alive = pool.lock()) {
+      alive->Release(p, capacity);
+    } else {
+      delete[] p;
+    }
+  });
+}
+
+void DecodedBuffers::Release(std::byte* data, uint64_t capacity) {
+  {
+    std::lock_guard lock(mu_);
+    if (idle_.size() < kMaxIdle) {
+      idle_.push_back({data, capacity});
+      return;
+    }
+  }
+  delete[] data;
+}
+
+DecodedBuffers::~DecodedBuffers() {
+  for (const Idle& b : idle_) delete[] b.data;
+}
+
 Status SplitFields(const Volume& volume, std::span<const uint32_t> fields, bool verify,
-                   Batch::Data* data) {
+                   Batch::Data* data, DecodedBuffers* buffers) {
   const SampleDirectory& dir = volume.directory();
   const size_t n = data->indices.size();
   const size_t k = fields.size();
@@ -82,8 +126,15 @@ Status SplitFields(const Volume& volume, std::span<const uint32_t> fields, bool 
     }
   }
   // One buffer for the batch's decoded fields, released with its last copy.
-  std::shared_ptr<std::byte[]> decoded;
-  if (decoded_bytes > 0) decoded.reset(new (std::nothrow) std::byte[decoded_bytes]);
+  std::shared_ptr<std::byte> decoded;
+  if (decoded_bytes > 0) {
+    if (buffers != nullptr) {
+      decoded = buffers->Acquire(decoded_bytes);
+    } else {
+      std::byte* p = new (std::nothrow) std::byte[decoded_bytes];
+      if (p != nullptr) decoded.reset(p, std::default_delete<std::byte[]>());
+    }
+  }
   if (decoded_bytes > 0 && !decoded) {
     return Status::Unavailable(volume.path() + ": out of memory for " +
                                std::to_string(decoded_bytes) + " bytes of decoded fields");

@@ -613,6 +613,8 @@ class Loader::Impl {
   std::shared_ptr<MemoryTier> tier_;
   const uint32_t subset_crc_ = SubsetCrc(options_.subset);
   std::vector<uint32_t> field_ids_;  // LoaderOptions::fields resolved; empty: whole samples
+  const std::shared_ptr<loader_internal::DecodedBuffers> decoded_buffers_ =
+      std::make_shared<loader_internal::DecodedBuffers>();
   double setup_seconds_ = 0;
   std::string description_;
 

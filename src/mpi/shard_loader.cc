@@ -223,8 +223,9 @@ class ShardLoader::Impl {
       data->payload_bytes += bytes.size();
     }
     if (!field_ids_.empty()) {
-      DLFS_RETURN_IF_ERROR(loader_internal::SplitFields(
-          *volume_, field_ids_, options_.loader.verify_checksums, data.get()));
+      DLFS_RETURN_IF_ERROR(loader_internal::SplitFields(*volume_, field_ids_,
+                                                        options_.loader.verify_checksums,
+                                                        data.get(), decoded_buffers_.get()));
     }
     *batch = Batch(std::move(data));
     return true;
@@ -523,6 +524,8 @@ class ShardLoader::Impl {
   std::shared_ptr<Volume> volume_;
   ShardLoaderOptions options_;
   std::vector<uint32_t> field_ids_;  // options_.loader.fields resolved
+  const std::shared_ptr<loader_internal::DecodedBuffers> decoded_buffers_ =
+      std::make_shared<loader_internal::DecodedBuffers>();
   std::optional<Sampler> sampler_;
   std::unique_ptr<IoEngine> engine_;
   std::string engine_description_;

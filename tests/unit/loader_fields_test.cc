@@ -233,6 +233,35 @@ TEST_P(LoaderFieldsTest, ResumeContinuesWithTheNextBatch) {
   }
 }
 
+// Decoded fields live in buffers the loader recycles; a batch kept after the
+// loader is gone keeps its own, and the next batches never write into it.
+TEST_P(LoaderFieldsTest, DecodedFieldsOutliveTheLoaderAndLaterBatches) {
+  LoaderOptions o = Options({"json"});
+  for (int i = 0; i < kSamples; ++i) {
+    if (!LacksJson(i)) o.subset.push_back(static_cast<uint64_t>(i));
+  }
+  auto loader = Make(o);
+  ASSERT_NE(loader, nullptr);
+  std::vector<Batch> kept;  // every other batch: the others' buffers are reused
+  for (uint64_t epoch : {0, 1}) {
+    loader->SetEpoch(epoch);
+    Batch b;
+    for (size_t n = 0;; ++n) {
+      ASSERT_OK_AND_ASSIGN(bool more, loader->Next(&b));
+      if (!more) break;
+      if (n % 2 == 0) kept.push_back(b);
+    }
+  }
+  loader.reset();
+  ASSERT_GT(kept.size(), 4u);
+  for (const Batch& k : kept) {
+    for (size_t i = 0; i < k.size(); ++i) {
+      ASSERT_OK_AND_ASSIGN(auto want, vol_->Read(k.index(i), "json"));
+      EXPECT_EQ(Copy(k.field(i, 0)), want) << Key(k.index(i));
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Tier, LoaderFieldsTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "tier" : "device"; });
 
