@@ -38,7 +38,8 @@
 // batch's buffer; the buffer returns to the pool when the last Batch copy
 // referring to it is destroyed, so views stay valid for as long as the
 // caller keeps the Batch — even after the Loader is gone. A caller holding
-// many batches makes the pool grow.
+// many batches makes the pool grow. Decoded (zstd) fields live in one
+// buffer per batch, recycled the same way.
 //
 // Memory tier: when every sample the loader reads (the volume, or `subset`)
 // fits in cache_budget bytes, the first epoch loads them into memory in
