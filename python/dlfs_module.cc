@@ -448,11 +448,13 @@ std::shared_ptr<SlotLease> AttachSlot(int pid, int fd, uint64_t total, uint64_t 
   return lease;
 }
 
-// A uint8 numpy view of sample i whose base is the Python Batch.
-py::array SampleView(py::object batch_obj, size_t i) {
+// A uint8 numpy view of field f of sample i (f = 0: sample(i)) whose base is
+// the Python Batch.
+py::array FieldView(py::object batch_obj, size_t i, size_t f) {
   const Batch& b = batch_obj.cast<const Batch&>();
   if (i >= b.size()) throw py::index_error("sample index out of range in batch");
-  const auto s = b.sample(i);
+  if (f >= b.field_count()) throw py::index_error("field index out of range in batch");
+  const auto s = b.field(i, f);
   py::array a(py::dtype::of<uint8_t>(), {static_cast<py::ssize_t>(s.size())}, {1},
               reinterpret_cast<const uint8_t*>(s.data()), batch_obj);
   // Writable when the bytes are this batch's alone (torch.from_numpy then
@@ -462,6 +464,8 @@ py::array SampleView(py::object batch_obj, size_t i) {
   }
   return a;
 }
+
+py::array SampleView(py::object batch_obj, size_t i) { return FieldView(batch_obj, i, 0); }
 
 }  // namespace
 
@@ -734,6 +738,12 @@ I/O buffer (no copy); the buffer stays alive as long as any view or the
 Batch itself is referenced. They are writable when the buffer is this
 batch's alone (a Loader's), so torch.from_numpy takes them without a warning;
 read-only when the bytes are shared.
+
+Fields (Loader(fields=[...])): batch.fields is a tuple with one list per
+requested field, in the requested order, of uint8 views (batch.fields[f][i]
+is field f of sample i; batch.field(i, f) the same); batch[i] and
+batch.samples are then field 0. Raw fields are views into the I/O buffer,
+zstd fields views into the batch's decoded buffer.
 )doc")
       .def("__len__", &Batch::size)
       .def(
@@ -754,6 +764,24 @@ read-only when the bytes are shared.
             return out;
           },
           "List of zero-copy uint8 views, one per sample.")
+      .def_property_readonly("field_count", &Batch::field_count,
+                             "Fields per sample (the Loader's fields; 1 without).")
+      .def(
+          "field", [](py::object self, size_t i, size_t f) { return FieldView(self, i, f); },
+          py::arg("i"), py::arg("f"), "Zero-copy uint8 view of field f of sample i.")
+      .def_property_readonly(
+          "fields",
+          [](py::object self) {
+            const Batch& b = self.cast<const Batch&>();
+            py::tuple out(b.field_count());
+            for (size_t f = 0; f < b.field_count(); ++f) {
+              py::list views;
+              for (size_t i = 0; i < b.size(); ++i) views.append(FieldView(self, i, f));
+              out[f] = views;
+            }
+            return out;
+          },
+          "One list of zero-copy uint8 views per field, in the Loader's fields order.")
       .def_property_readonly(
           "indices",
           [](const Batch& b) {
@@ -805,7 +833,7 @@ read-only when the bytes are shared.
 Loader(volume, batch_size, shuffle=True, seed=0, rank=0, world_size=1,
        drop_last=False, prefetch_batches=4, queue_depth=64, io_threads=1,
        engine="auto", direct_io=True, verify_checksums=True, coalesce=True,
-       indices=None, cache_budget=None)
+       indices=None, cache_budget=None, fields=None)
 
 Iterates over this rank's batches of one epoch, reading ahead through
 io_uring (or a pread pool where io_uring is unavailable).
@@ -828,6 +856,13 @@ io_uring (or a pread pool where io_uring is unavailable).
   the first epoch loads them in large reads and later epochs are served
   from memory (same order, same checks). None: a quarter of the available
   memory; 0: off.
+- fields: a list of field names (format v2, e.g. ["jpg", "cls"]): each
+  batch holds those fields of every sample, in that order (batch.fields,
+  batch.field(i, f); batch[i] is field 0). Raw fields stay zero-copy, zstd
+  ones are decompressed on the iterating thread (GIL released). Unknown
+  names raise ValueError listing the volume's fields; a sample lacking a
+  field raises (naming the sample and the field) for its batch. Needed for
+  volumes whose samples have several or compressed fields.
 
 stats() says where the time went: rings empty, reads in flight,
 submit/wait/verify seconds, buffer and tier memory, io_uring flags.
@@ -850,7 +885,8 @@ loop); another epoch starts afresh.
                        uint32_t prefetch_batches, uint32_t queue_depth, uint32_t io_threads,
                        const std::string& engine, bool direct_io, bool verify_checksums,
                        bool coalesce, std::optional<std::vector<uint64_t>> indices,
-                       std::optional<uint64_t> cache_budget) {
+                       std::optional<uint64_t> cache_budget,
+                       std::optional<std::vector<std::string>> fields) {
              std::shared_ptr<Volume> vol;
              if (py::isinstance<Volume>(volume)) {
                vol = volume.cast<std::shared_ptr<Volume>>();
@@ -873,6 +909,7 @@ loop); another epoch starts afresh.
              o.plan.coalesce = coalesce;
              if (indices) o.subset = std::move(*indices);
              if (cache_budget) o.cache_budget = *cache_budget;
+             if (fields) o.fields = std::move(*fields);
              return std::make_unique<PyLoader>(std::move(vol), o);
            }),
            py::arg("volume"), py::arg("batch_size"), py::arg("shuffle") = kDefaults.sampler.shuffle,
@@ -886,7 +923,7 @@ loop); another epoch starts afresh.
            py::arg("direct_io") = kDefaults.engine.direct_io,
            py::arg("verify_checksums") = kDefaults.verify_checksums,
            py::arg("coalesce") = kDefaults.plan.coalesce, py::arg("indices") = py::none(),
-           py::arg("cache_budget") = py::none())
+           py::arg("cache_budget") = py::none(), py::arg("fields") = py::none())
       .def("set_epoch", &PyLoader::set_epoch, py::arg("epoch"),
            "Sets the epoch the next iteration reads (its order depends on it).")
       .def_property_readonly("epoch", &PyLoader::epoch)

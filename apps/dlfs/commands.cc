@@ -600,6 +600,7 @@ int RunBench(const BenchArgs& args) {
               {"io_threads", o.io_threads},
               {"coalesce", o.plan.coalesce},
               {"verify", o.verify_checksums},
+              {"fields", o.fields},
               {"cache", report->cache},
               {"samples", t.samples},
               {"payload_bytes", t.payload_bytes},
@@ -624,6 +625,11 @@ int RunBench(const BenchArgs& args) {
     return kExitOk;
   }
   std::printf("engine       %s\n", report->source.c_str());
+  if (!o.fields.empty()) {
+    std::string names;
+    for (const std::string& f : o.fields) names += (names.empty() ? "" : ",") + f;
+    std::printf("fields       %s (payload: decoded bytes)\n", names.c_str());
+  }
   if (bench.drop_cache) std::printf("cache        %s before each epoch\n", report->cache.c_str());
   std::printf("samples/s    %.0f\n", t.samples_per_s());
   std::printf("MB/s         %.1f (payload), %.1f (read from storage)\n", t.mb_per_s(),

@@ -111,6 +111,13 @@ void AddLoaderOptions(CLI::App* verb, LoaderOptions* o) {
           "Memory tier: serve the samples from memory once loaded if they fit this many bytes\n"
           "(auto: a quarter of MemAvailable; 0: off; suffixes K, M, G, T)")
       ->default_str("auto");
+  verb->add_option("--fields", o->fields,
+                   "Read these fields of each sample, e.g. jpg,cls (format v2; needed when\n"
+                   "samples have several or compressed fields): raw fields are handed out\n"
+                   "zero-copy, zstd ones are decompressed by the loader, so samples/s and the\n"
+                   "payload MB/s (decoded bytes) include decompression. With --decode: the\n"
+                   "image field only")
+      ->delimiter(',');
 }
 
 // --raw-shape HxW or HxWxC.

@@ -496,15 +496,16 @@ TEST(FieldsTest, ReaderWithoutTheFeatureRefuses) {
   EXPECT_EQ(format::CheckSuperblock(sb, bytes.size(), "z.dlfs").code(), StatusCode::kCorruption);
 }
 
-// The loader does not split fields yet: it refuses a volume whose stored
-// extents are not one field's bytes rather than hand them out as samples.
-TEST(FieldsTest, LoaderRefusesMultiFieldVolumesUntilItReadsFields) {
+// Without LoaderOptions::fields the loader refuses a volume whose stored
+// extents are not one field's bytes rather than hand them out as samples
+// (tests/unit/loader_fields_test.cc reads fields).
+TEST(FieldsTest, LoaderRefusesMultiFieldVolumesWithoutFields) {
   TempDir tmp;
   ASSERT_OK(Build(tmp / "v.dlfs", Dataset()));
   ASSERT_OK_AND_ASSIGN(std::shared_ptr<Volume> v, Volume::Open(tmp / "v.dlfs"));
   auto loader = Loader::Create(v, LoaderOptions{});
   ASSERT_EQ(loader.status().code(), StatusCode::kNotSupported);
-  EXPECT_NE(loader.status().message().find("does not read fields yet"), std::string::npos);
+  EXPECT_NE(loader.status().message().find("pass the fields"), std::string::npos);
 }
 
 // The volume written by the v1 code (before fields existed), committed as
