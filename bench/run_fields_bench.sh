@@ -14,7 +14,7 @@
 # Every set is generated under a temporary directory and packed from
 # WebDataset tar shards (bench/make_fields_data.py), so every field has a
 # name and `dlfs bench VOL --fields NAME` reads it through the loader,
-# decompressing zstd fields in the loader's workers.
+# decompressing zstd fields in Next() (on the caller's thread, off the I/O threads).
 #
 # Each repetition runs every volume once cold and once warm, in an order
 # that rotates between repetitions; the tables show medians:
