@@ -111,6 +111,16 @@ py::dict InfoDict(const Volume& v) {
     td["bytes"] = s.usage[t].bytes;
     targets.append(td);
   }
+  py::list fields;
+  for (const FieldUsage& f : s.fields) {
+    py::dict fd;
+    fd["name"] = f.name;
+    fd["samples"] = f.samples;
+    fd["compressed"] = f.compressed;
+    fd["stored_bytes"] = f.stored_bytes;
+    fd["bytes"] = f.decoded_bytes;
+    fields.append(fd);
+  }
   py::dict d;
   d["path"] = s.path;
   d["format_version"] = i.format_version;
@@ -126,6 +136,9 @@ py::dict InfoDict(const Volume& v) {
   d["targets"] = i.targets;
   d["target_details"] = targets;
   d["created_unix_ns"] = i.created_unix_ns;
+  d["incompat_flags"] = s.incompat_flags;
+  d["fields"] = fields;
+  d["dictionary_bytes"] = s.dictionary_bytes;
   return d;
 }
 
@@ -435,11 +448,13 @@ std::shared_ptr<SlotLease> AttachSlot(int pid, int fd, uint64_t total, uint64_t 
   return lease;
 }
 
-// A uint8 numpy view of sample i whose base is the Python Batch.
-py::array SampleView(py::object batch_obj, size_t i) {
+// A uint8 numpy view of field f of sample i (f = 0: sample(i)) whose base is
+// the Python Batch.
+py::array FieldView(py::object batch_obj, size_t i, size_t f) {
   const Batch& b = batch_obj.cast<const Batch&>();
   if (i >= b.size()) throw py::index_error("sample index out of range in batch");
-  const auto s = b.sample(i);
+  if (f >= b.field_count()) throw py::index_error("field index out of range in batch");
+  const auto s = b.field(i, f);
   py::array a(py::dtype::of<uint8_t>(), {static_cast<py::ssize_t>(s.size())}, {1},
               reinterpret_cast<const uint8_t*>(s.data()), batch_obj);
   // Writable when the bytes are this batch's alone (torch.from_numpy then
@@ -449,6 +464,8 @@ py::array SampleView(py::object batch_obj, size_t i) {
   }
   return a;
 }
+
+py::array SampleView(py::object batch_obj, size_t i) { return FieldView(batch_obj, i, 0); }
 
 }  // namespace
 
@@ -561,7 +578,60 @@ for target 1 there instead.
           "(bytes, label) of sample `index`; the checksum is verified. label is None when the "
           "sample has none.")
       .def("read", &ReadSample, py::arg("index"), py::arg("verify") = true,
-           "The bytes of sample `index` (checksum verified unless verify=False).")
+           "The bytes of sample `index` (checksum verified unless verify=False). For a sample "
+           "with fields, its stored bytes; use read_field / read_fields.")
+      .def(
+          "read_field",
+          [](const Volume& v, int64_t i, const std::string& field, bool verify) {
+            const uint64_t index = CheckIndex(v, i);
+            Result<std::vector<std::byte>> r = Status::Cancelled("not run");
+            {
+              py::gil_scoped_release release;
+              r = v.Read(index, std::string_view(field), verify);
+            }
+            const std::vector<std::byte> b = Unwrap(std::move(r));
+            return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+          },
+          py::arg("index"), py::arg("field"), py::arg("verify") = true,
+          "Field `field` (e.g. 'json') of sample `index`, decompressed and checked; an error "
+          "naming the sample when it lacks the field.")
+      .def(
+          "read_fields",
+          [](const Volume& v, int64_t i, bool verify) {
+            const uint64_t index = CheckIndex(v, i);
+            Result<std::vector<std::pair<std::string, std::vector<std::byte>>>> r =
+                Status::Cancelled("not run");
+            {
+              py::gil_scoped_release release;
+              r = v.ReadFields(index, verify);
+            }
+            py::dict out;
+            for (const auto& [name, b] : Unwrap(std::move(r))) {
+              out[py::str(name)] = py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+            }
+            return out;
+          },
+          py::arg("index"), py::arg("verify") = true,
+          "{field name: bytes} of sample `index`, decompressed, in storage order (a volume "
+          "without fields gives {'': bytes}).")
+      .def(
+          "extent",
+          [](const Volume& v, int64_t i) {
+            const SampleInfo s = v.directory().sample(CheckIndex(v, i));
+            return py::make_tuple(s.target, s.offset, s.length);
+          },
+          py::arg("index"),
+          "(target, offset, length): where sample `index`'s stored bytes are in its target file.")
+      .def_property_readonly(
+          "fields",
+          [](const Volume& v) {
+            std::vector<std::string> names;
+            const SampleDirectory& d = v.directory();
+            if (!d.has_fields()) return names;
+            for (uint32_t f = 0; f < d.field_count(); ++f) names.emplace_back(d.field_name(f));
+            return names;
+          },
+          "The volume's field names, sorted ([] for a volume without fields).")
       .def(
           "read_many",
           [](py::object self, std::vector<int64_t> indices, bool verify) {
@@ -637,7 +707,9 @@ indices at once (a BatchSampler); for whole epochs use dlfs.Loader.)doc")
           py::arg("dir") = "",
           "Indices of every sample under directory `dir` (recursively), ascending.")
       .def_property_readonly("filename", &Volume::path, "The volume file.")
-      .def("info", &InfoDict, "Summary: samples, bytes, classes, format_version, targets, ...")
+      .def("info", &InfoDict,
+           "Summary: samples, bytes, classes, format_version, targets, incompat_flags, "
+           "fields (name, samples, compressed, stored_bytes, bytes), ...")
       .def(
           "verify",
           [](const Volume& v) {
@@ -666,6 +738,12 @@ I/O buffer (no copy); the buffer stays alive as long as any view or the
 Batch itself is referenced. They are writable when the buffer is this
 batch's alone (a Loader's), so torch.from_numpy takes them without a warning;
 read-only when the bytes are shared.
+
+Fields (Loader(fields=[...])): batch.fields is a tuple with one list per
+requested field, in the requested order, of uint8 views (batch.fields[f][i]
+is field f of sample i; batch.field(i, f) the same); batch[i] and
+batch.samples are then field 0. Raw fields are views into the I/O buffer,
+zstd fields views into the batch's decoded buffer.
 )doc")
       .def("__len__", &Batch::size)
       .def(
@@ -686,6 +764,24 @@ read-only when the bytes are shared.
             return out;
           },
           "List of zero-copy uint8 views, one per sample.")
+      .def_property_readonly("field_count", &Batch::field_count,
+                             "Fields per sample (the Loader's fields; 1 without).")
+      .def(
+          "field", [](py::object self, size_t i, size_t f) { return FieldView(self, i, f); },
+          py::arg("i"), py::arg("f"), "Zero-copy uint8 view of field f of sample i.")
+      .def_property_readonly(
+          "fields",
+          [](py::object self) {
+            const Batch& b = self.cast<const Batch&>();
+            py::tuple out(b.field_count());
+            for (size_t f = 0; f < b.field_count(); ++f) {
+              py::list views;
+              for (size_t i = 0; i < b.size(); ++i) views.append(FieldView(self, i, f));
+              out[f] = views;
+            }
+            return out;
+          },
+          "One list of zero-copy uint8 views per field, in the Loader's fields order.")
       .def_property_readonly(
           "indices",
           [](const Batch& b) {
@@ -737,7 +833,7 @@ read-only when the bytes are shared.
 Loader(volume, batch_size, shuffle=True, seed=0, rank=0, world_size=1,
        drop_last=False, prefetch_batches=4, queue_depth=64, io_threads=1,
        engine="auto", direct_io=True, verify_checksums=True, coalesce=True,
-       indices=None, cache_budget=None)
+       indices=None, cache_budget=None, fields=None)
 
 Iterates over this rank's batches of one epoch, reading ahead through
 io_uring (or a pread pool where io_uring is unavailable).
@@ -760,6 +856,13 @@ io_uring (or a pread pool where io_uring is unavailable).
   the first epoch loads them in large reads and later epochs are served
   from memory (same order, same checks). None: a quarter of the available
   memory; 0: off.
+- fields: a list of field names (format v2, e.g. ["jpg", "cls"]): each
+  batch holds those fields of every sample, in that order (batch.fields,
+  batch.field(i, f); batch[i] is field 0). Raw fields stay zero-copy, zstd
+  ones are decompressed on the iterating thread (GIL released). Unknown
+  names raise ValueError listing the volume's fields; a sample lacking a
+  field raises (naming the sample and the field) for its batch. Needed for
+  volumes whose samples have several or compressed fields.
 
 stats() says where the time went: rings empty, reads in flight,
 submit/wait/verify seconds, buffer and tier memory, io_uring flags.
@@ -782,7 +885,8 @@ loop); another epoch starts afresh.
                        uint32_t prefetch_batches, uint32_t queue_depth, uint32_t io_threads,
                        const std::string& engine, bool direct_io, bool verify_checksums,
                        bool coalesce, std::optional<std::vector<uint64_t>> indices,
-                       std::optional<uint64_t> cache_budget) {
+                       std::optional<uint64_t> cache_budget,
+                       std::optional<std::vector<std::string>> fields) {
              std::shared_ptr<Volume> vol;
              if (py::isinstance<Volume>(volume)) {
                vol = volume.cast<std::shared_ptr<Volume>>();
@@ -805,6 +909,7 @@ loop); another epoch starts afresh.
              o.plan.coalesce = coalesce;
              if (indices) o.subset = std::move(*indices);
              if (cache_budget) o.cache_budget = *cache_budget;
+             if (fields) o.fields = std::move(*fields);
              return std::make_unique<PyLoader>(std::move(vol), o);
            }),
            py::arg("volume"), py::arg("batch_size"), py::arg("shuffle") = kDefaults.sampler.shuffle,
@@ -818,7 +923,7 @@ loop); another epoch starts afresh.
            py::arg("direct_io") = kDefaults.engine.direct_io,
            py::arg("verify_checksums") = kDefaults.verify_checksums,
            py::arg("coalesce") = kDefaults.plan.coalesce, py::arg("indices") = py::none(),
-           py::arg("cache_budget") = py::none())
+           py::arg("cache_budget") = py::none(), py::arg("fields") = py::none())
       .def("set_epoch", &PyLoader::set_epoch, py::arg("epoch"),
            "Sets the epoch the next iteration reads (its order depends on it).")
       .def_property_readonly("epoch", &PyLoader::epoch)

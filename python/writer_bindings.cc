@@ -80,7 +80,18 @@ class PyWriter {
                                     std::to_string(label) + " out of range"));
     }
     const uint32_t l = label < 0 ? kNoLabel : static_cast<uint32_t>(label);
-    ByteView view(data);
+    // A dict is the sample's fields (format v2), in its order.
+    std::vector<std::string> names;
+    std::vector<std::unique_ptr<ByteView>> views;
+    if (py::isinstance<py::dict>(data)) {
+      for (const auto& [k, v] : py::reinterpret_borrow<py::dict>(data)) {
+        names.push_back(k.cast<std::string>());
+        views.push_back(std::make_unique<ByteView>(v));
+      }
+    } else {
+      views.push_back(std::make_unique<ByteView>(data));
+    }
+    const bool fields = py::isinstance<py::dict>(data);
     Status st;
     {
       py::gil_scoped_release release;
@@ -88,7 +99,9 @@ class PyWriter {
       if (!st.ok()) {
         st = st.WithContext(path_);
       } else {
-        st = b.Append(view.bytes());
+        for (size_t k = 0; k < views.size() && st.ok(); ++k) {
+          st = fields ? b.AddField(names[k], views[k]->bytes()) : b.Append(views[k]->bytes());
+        }
         if (st.ok()) st = b.EndSample();
         if (!st.ok()) {
           b.AbortSample();

@@ -10,6 +10,8 @@ PACKAGES=(
   libisal-dev libarchive-dev zlib1g-dev libcli11-dev nlohmann-json3-dev liburing-dev liblmdb-dev
   # image decoding (src/decode): libjpeg-turbo (TurboJPEG and libjpeg APIs), libspng
   libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev
+  # per-field compression (format v2)
+  libzstd-dev
   # MPI (LMDBIO reader, distribution): Debian's OpenMPI
   libopenmpi-dev openmpi-bin
   # Python bindings (built for Debian's /usr/bin/python3) and the FUSE view

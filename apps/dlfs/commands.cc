@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -120,6 +121,14 @@ Result<std::vector<std::string>> ParseClassNames(const std::string& spec) {
 
 json SummaryJson(const VolumeSummary& s) {
   const VolumeInfo& i = s.info;
+  json fields = json::array();
+  for (const FieldUsage& f : s.fields) {
+    fields.push_back({{"name", f.name},
+                      {"samples", f.samples},
+                      {"compressed", f.compressed},
+                      {"stored_bytes", f.stored_bytes},
+                      {"bytes", f.decoded_bytes}});
+  }
   json targets = json::array();
   for (size_t t = 0; t < i.target_details.size(); ++t) {
     const TargetInfo& ti = i.target_details[t];
@@ -143,7 +152,15 @@ json SummaryJson(const VolumeSummary& s) {
           {"class_names", s.class_names},
           {"targets", i.targets},
           {"target_details", targets},
-          {"created_unix_ns", i.created_unix_ns}};
+          {"created_unix_ns", i.created_unix_ns},
+          {"incompat_flags", s.incompat_flags},
+          {"fields", fields},
+          {"dictionary_bytes", s.dictionary_bytes}};
+}
+
+// "none", "zstd", "zstd-dict" (compressed with the volume's dictionary).
+const char* CodecName(FieldCodec c) {
+  return c == FieldCodec::kNone ? "none" : c == FieldCodec::kZstd ? "zstd" : "zstd-dict";
 }
 
 json SampleJson(const SampleDirectory& d, uint64_t i) {
@@ -155,7 +172,30 @@ json SampleJson(const SampleDirectory& d, uint64_t i) {
     j["label"] = s.label;
     j["class"] = std::string(d.class_name(s.label));
   }
+  if (d.has_fields()) {
+    // Format v2: each field's name, decoded size, stored size and codec.
+    json fields = json::array();
+    for (const FieldInfo& f : d.Fields(i)) {
+      fields.push_back({{"name", std::string(d.field_name(f.field))},
+                        {"size", f.decoded_length},
+                        {"stored", f.stored_length},
+                        {"codec", CodecName(f.codec)}});
+    }
+    j["fields"] = fields;
+  }
   return j;
+}
+
+// "jpg,cls,json" (text listing of a sample's fields; empty without fields).
+std::string FieldList(const SampleDirectory& d, uint64_t i) {
+  std::string out;
+  if (!d.has_fields()) return out;
+  for (const FieldInfo& f : d.Fields(i)) {
+    out += out.empty() ? "" : ",";
+    out += d.field_name(f.field);
+    if (f.codec != FieldCodec::kNone) out += "(" + std::string(CodecName(f.codec)) + ")";
+  }
+  return out;
 }
 
 void PrintSample(const SampleDirectory& d, uint64_t i, bool as_json) {
@@ -165,7 +205,9 @@ void PrintSample(const SampleDirectory& d, uint64_t i, bool as_json) {
   }
   const SampleInfo s = d.sample(i);
   const std::string label = s.label == kNoLabel ? "-" : std::to_string(s.label);
-  std::cout << i << '\t' << s.length << '\t' << label << '\t' << d.Path(i) << '\n';
+  std::cout << i << '\t' << s.length << '\t' << label << '\t' << d.Path(i);
+  if (d.has_fields()) std::cout << '\t' << FieldList(d, i);
+  std::cout << '\n';
 }
 
 // Lists every sample below directory `k`, depth first in name order.
@@ -219,6 +261,34 @@ int RunPack(PackArgs args) {
   auto names = ParseClassNames(args.class_names);
   if (!names.ok()) return Fail(names.status());
   options.class_names = std::move(*names);
+  for (std::string_view rest = args.fields; !rest.empty();) {
+    const size_t comma = rest.find(',');
+    if (comma != 0) options.fields.emplace_back(rest.substr(0, comma));
+    rest = comma == rest.npos ? std::string_view() : rest.substr(comma + 1);
+  }
+  if (!args.compress.empty()) {
+    // "zstd" or "zstd:LEVEL".
+    const std::string& c = args.compress;
+    const size_t colon = c.find(':');
+    if (c.substr(0, colon) != "zstd") {
+      return Fail(Status::InvalidArgument("--compress " + c + ": only zstd[:LEVEL] is supported"));
+    }
+    volume.compress.zstd = true;
+    if (colon != c.npos) {
+      int level = 0;
+      const auto [end, ec] = std::from_chars(c.data() + colon + 1, c.data() + c.size(), level);
+      if (ec != std::errc() || end != c.data() + c.size() || level < 1 || level > 22) {
+        return Fail(Status::InvalidArgument("--compress " + c + ": the level is 1..22"));
+      }
+      volume.compress.level = level;
+    }
+  }
+  if (args.dict) {
+    if (!volume.compress.zstd) {
+      return Fail(Status::InvalidArgument("--dict needs --compress zstd[:LEVEL]"));
+    }
+    volume.compress.train_dictionary = true;
+  }
   options.cancel = &g_cancel;
   const bool progress = ShowProgress(args.quiet);
   if (progress) {
@@ -249,6 +319,10 @@ int RunPack(PackArgs args) {
               static_cast<unsigned long long>(stats->classes),
               std::string(SourceKindName(stats->from)).c_str(), args.source.c_str(),
               args.output.c_str(), stats->seconds);
+  if (stats->dictionary_bytes > 0) {
+    std::printf("zstd dictionary: %s, trained on the first samples' fields\n",
+                HumanBytes(stats->dictionary_bytes).c_str());
+  }
   if (volume.targets > 1) {
     std::string list;
     for (uint32_t t = 0; t < volume.targets; ++t) {
@@ -308,6 +382,26 @@ int RunInfo(const InfoArgs& args) {
   std::printf("directory    %s (%.1f bytes per sample)\n", HumanBytes(i.directory_bytes).c_str(),
               s.directory_bytes_per_sample());
   std::printf("alignment    %u\n", i.data_alignment);
+  std::string features;
+  for (const std::string& f : s.incompat_flags) features += (features.empty() ? "" : ", ") + f;
+  std::printf("features     %s\n", features.empty() ? "none (v1 layout)" : features.c_str());
+  if (!s.fields.empty()) {
+    // The field table: how many samples have each field, and what it costs.
+    std::printf(
+        "fields       %zu%s\n", s.fields.size(),
+        s.dictionary_bytes ? (", zstd dictionary " + HumanBytes(s.dictionary_bytes)).c_str() : "");
+    for (size_t f = 0; f < s.fields.size() && f < 50; ++f) {
+      const FieldUsage& u = s.fields[f];
+      std::printf("  %-10s %llu samples, %s", u.name.empty() ? "(unnamed)" : u.name.c_str(),
+                  static_cast<unsigned long long>(u.samples), HumanBytes(u.decoded_bytes).c_str());
+      if (u.compressed) {
+        std::printf(" (%s stored; %llu zstd)", HumanBytes(u.stored_bytes).c_str(),
+                    static_cast<unsigned long long>(u.compressed));
+      }
+      std::printf("\n");
+    }
+    if (s.fields.size() > 50) std::printf("  ...\n");
+  }
   // Per target: its file, its size, and the samples it holds (a balanced
   // multi-target volume has about equal bytes on each).
   std::printf("targets      %zu\n", i.target_details.size());
@@ -370,7 +464,23 @@ int RunCat(const CatArgs& args) {
     index = *found;
   }
   if (args.decode) return RunCatDecoded(args, **vol, index);
-  auto bytes = (*vol)->Read(index, args.verify);
+  if (args.field) {
+    auto field = (*vol)->Read(index, std::string_view(*args.field), args.verify);
+    if (!field.ok()) return Fail(field.status());
+    return WriteOutput(args.output, *field);
+  }
+  const SampleDirectory& d = (*vol)->directory();
+  if (d.has_fields() &&
+      (d.Fields(index).size() != 1 || d.field_name(d.Fields(index)[0].field) != "")) {
+    // A multi-field (or named-field) sample has no single byte string.
+    std::string names;
+    for (const FieldInfo& f : d.Fields(index)) names += " " + std::string(d.field_name(f.field));
+    return Fail(Status::InvalidArgument(
+        args.volume.path + ": sample " + std::to_string(index) + " '" + d.Path(index) +
+        "' has fields (" + (names.empty() ? " none" : names) + " ); pick one with --field"));
+  }
+  auto bytes = d.has_fields() ? (*vol)->Read(index, std::string_view(""), args.verify)
+                              : (*vol)->Read(index, args.verify);
   if (!bytes.ok()) return Fail(bytes.status());
   return WriteOutput(args.output, *bytes);
 }
@@ -490,6 +600,7 @@ int RunBench(const BenchArgs& args) {
               {"io_threads", o.io_threads},
               {"coalesce", o.plan.coalesce},
               {"verify", o.verify_checksums},
+              {"fields", o.fields},
               {"cache", report->cache},
               {"samples", t.samples},
               {"payload_bytes", t.payload_bytes},
@@ -514,6 +625,11 @@ int RunBench(const BenchArgs& args) {
     return kExitOk;
   }
   std::printf("engine       %s\n", report->source.c_str());
+  if (!o.fields.empty()) {
+    std::string names;
+    for (const std::string& f : o.fields) names += (names.empty() ? "" : ",") + f;
+    std::printf("fields       %s (payload: decoded bytes)\n", names.c_str());
+  }
   if (bench.drop_cache) std::printf("cache        %s before each epoch\n", report->cache.c_str());
   std::printf("samples/s    %.0f\n", t.samples_per_s());
   std::printf("MB/s         %.1f (payload), %.1f (read from storage)\n", t.mb_per_s(),

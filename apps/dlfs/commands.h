@@ -40,6 +40,9 @@ struct PackArgs {
   PackOptions options;
   std::string class_names;          // "a,b,c" or "@file" (one name per line)
   std::optional<uint32_t> targets;  // --targets N (else implied by --target-path)
+  std::string fields;               // --fields jpg,cls
+  std::string compress;             // --compress zstd[:LEVEL]
+  bool dict = false;                // --dict: train a zstd dictionary
   bool quiet = false;
 };
 int RunPack(PackArgs args);
@@ -62,6 +65,7 @@ struct CatArgs {
   VolumeArgs volume;
   std::string path;
   std::optional<uint64_t> index;
+  std::optional<std::string> field;  // --field json: one field, decoded
   bool verify = true;
   std::string output;  // -o FILE instead of stdout
   // --decode: write what the decode pipeline makes of the sample (a PNG when

@@ -111,6 +111,13 @@ void AddLoaderOptions(CLI::App* verb, LoaderOptions* o) {
           "Memory tier: serve the samples from memory once loaded if they fit this many bytes\n"
           "(auto: a quarter of MemAvailable; 0: off; suffixes K, M, G, T)")
       ->default_str("auto");
+  verb->add_option("--fields", o->fields,
+                   "Read these fields of each sample, e.g. jpg,cls (format v2; needed when\n"
+                   "samples have several or compressed fields): raw fields are handed out\n"
+                   "zero-copy, zstd ones are decompressed by the loader, so samples/s and the\n"
+                   "payload MB/s (decoded bytes) include decompression. With --decode: the\n"
+                   "image field only")
+      ->delimiter(',');
 }
 
 // --raw-shape HxW or HxWxC.
@@ -186,6 +193,17 @@ int main(int argc, char** argv) {
                 "Stored relative to OUT's directory when inside it, else absolute")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  p->add_option("--fields", pack.fields,
+                "tar: keep only these fields of each key, e.g. jpg,cls (labels still come from\n"
+                "the .cls members)");
+  p->add_option("--compress", pack.compress,
+                "zstd[:LEVEL]: compress each field with zstd (default level 3), keeping it raw\n"
+                "when that saves less than 3 %");
+  p->add_flag("--dict", pack.dict,
+              "With --compress: train a zstd dictionary (up to 110 KiB) on the first 8 MiB\n"
+              "or 10000 fields, store it in the volume and compress every field with it.\n"
+              "For many small, similar fields (records, token arrays, raw pixels). Fails on\n"
+              "too little data to train on");
   p->add_flag("-q,--quiet", pack.quiet, "No progress output");
   p->callback([&] { rc = RunPack(pack); });
 
@@ -212,6 +230,9 @@ int main(int argc, char** argv) {
   auto* index_opt = c->add_option("--index", cat.index, "Sample index instead of a path");
   path_opt->excludes(index_opt);
   AddOffFlag(c, "--no-verify", &cat.verify, "Do not check the sample's checksum");
+  c->add_option("--field", cat.field,
+                "Write this field of the sample (e.g. json), decompressed; a sample with\n"
+                "several fields needs it");
   c->add_option("-o,--output", cat.output, "Write to this file instead of stdout");
   c->add_flag("--decode", cat.decode,
               "Decode the sample (JPEG, PNG or --raw-shape pixels) and write its pixels: a PNG\n"
@@ -365,7 +386,9 @@ int main(int argc, char** argv) {
   MountArgs mount;
   auto* mnt =
       app.add_subcommand("mount",
-                         "Mount a volume read-only with FUSE: its tree as directories and files.\n"
+                         "Mount a volume read-only with FUSE: its tree as directories and files,\n"
+                         "a sample's fields as KEY.FIELD files (as in the tar it was packed\n"
+                         "from), compressed fields decompressed.\n"
                          "Unmount with `fusermount3 -u MOUNTPOINT` (or Ctrl-C / SIGTERM with -f).");
   AddVolumeArgs(mnt, &mount.volume);
   mnt->add_option("mountpoint", mount.mountpoint, "An existing empty directory")->required();

@@ -2,6 +2,13 @@
 // it out — sample indices, labels, and each sample's bytes as a span into a
 // buffer the batch shares.
 //
+// Fields (format v2, docs/format.md §4.8): a source created with
+// LoaderOptions::fields hands out, per sample, those fields in that order:
+// field(i, f) is field f of sample i, decoded (raw fields are spans into the
+// read buffer, compressed ones are decompressed into a buffer the batch
+// owns), and sample(i) is field(i, 0). Without fields, field_count() is 1
+// and field(i, 0) is sample(i), the sample's whole stored bytes.
+//
 // A batch made by a decode stage (dlfs/decode_stage.h) also holds one dense
 // tensor of all its images (tensor()); its samples are then the images'
 // slices of that tensor, and payload_bytes()/device_bytes() still count the
@@ -55,16 +62,22 @@ class Batch {
   uint64_t sequence() const;       // batch number within the epoch
   uint64_t index(size_t i) const;  // REQUIRES: i < size()
   uint32_t label(size_t i) const;  // kNoLabel when the sample has none
+  // Sample i's bytes: its field 0 when the source reads fields.
   std::span<const std::byte> sample(size_t i) const;
+  // Fields per sample: LoaderOptions::fields' count, or 1 (the whole
+  // sample) without; 0 for an empty Batch().
+  size_t field_count() const;
+  // REQUIRES: i < size(), f < field_count().
+  std::span<const std::byte> field(size_t i, size_t f) const;
   std::span<const uint64_t> indices() const;
   std::span<const uint32_t> labels() const;
-  uint64_t payload_bytes() const;  // sum of sample sizes
+  uint64_t payload_bytes() const;  // sum of sample sizes (of the fields' decoded sizes)
   uint64_t device_bytes() const;   // bytes read from storage (alignment, gaps)
   double io_seconds() const;       // from submitting the batch's reads to the last completion
   // The batch's images as one tensor (decode stages); empty TensorView
   // otherwise. Valid as long as this Batch (or a copy) lives.
   const TensorView& tensor() const;
-  // True when the samples' bytes are this batch's alone (a loader's buffer
+  // True when the samples' (and fields') bytes are this batch's alone (a loader's buffer
   // made for it): no other batch, epoch or cache reads them, so a consumer
   // may change them in place (Python then hands out writable views).
   // Samples repeated within the batch may share bytes. False when the bytes

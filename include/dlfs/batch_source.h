@@ -80,7 +80,7 @@ uint32_t SubsetCrc(const std::vector<uint64_t>& subset);
 struct SourceStats {
   // Counts and times: a difference of snapshots subtracts them.
   EngineStats io;                // every I/O engine of the source, summed
-  double verify_seconds = 0;     // checksumming, on the caller's thread
+  double verify_seconds = 0;     // checksums and field decoding, on the caller's thread
   double next_wait_seconds = 0;  // Next() waiting for a batch to be read
   // Levels: a difference of snapshots keeps the later one's.
   uint32_t engines = 0;                  // engines summed in io (ring-empty time is per engine)

@@ -67,7 +67,42 @@ class VolumeBuilder {
     // (docs/format.md §6.1). An export holding a dlfs target counts as
     // existing (overwrite replaces it). Target 0 must be a file.
     std::vector<std::string> target_paths;
+    // Per-field compression (format v2, docs/format.md §4.8.4). Off: fields
+    // are stored raw. On: each field is compressed with zstd at `level` and
+    // kept raw when that saves less than `min_saving` of its bytes.
+    struct Compression {
+      bool zstd = false;
+      int level = 3;
+      double min_saving = 0.03;
+      // A zstd dictionary to compress with (stored in the volume when a
+      // field uses it), e.g. from TrainDictionary; empty for none.
+      std::vector<std::byte> dictionary;
+      // Train the dictionary on the first fields added instead of taking
+      // one (`dlfs pack --dict`); needs zstd and no `dictionary`. Samples
+      // stay in memory, their fields raw, and are not written until the
+      // first `training_bytes` of fields (or `training_fields` fields)
+      // have been added — or until Finish for a smaller volume. Then a
+      // dictionary of up to `dictionary_max_bytes` is trained on them
+      // (TrainDictionary) and every sample, those held included, is
+      // compressed with it, in the order added; memory stays bounded by
+      // the training set. Until then data_bytes() counts nothing of the
+      // held samples. Training that fails (too little or too uniform data)
+      // fails the Add that triggered it, or Finish: InvalidArgument.
+      bool train_dictionary = false;
+      size_t training_bytes = size_t{8} << 20;
+      size_t training_fields = 10000;
+      // zstd's default (110 KiB). The capacity given to the trainer is
+      // min(this, training set / 10, at least 1 KiB): a dictionary much
+      // larger than a tenth of what it learns from only overfits.
+      size_t dictionary_max_bytes = 112640;
+    } compress;
   };
+
+  // Trains a zstd dictionary of at most `max_bytes` on `samples` (a few
+  // hundred representative fields). InvalidArgument when zstd finds too
+  // little to learn from.
+  static Result<std::vector<std::byte>> TrainDictionary(
+      const std::vector<std::vector<std::byte>>& samples, size_t max_bytes = 112640);
 
   // Creates the temporary files, first removing stale ones a builder killed
   // while writing the same destination left ("<path>.tmp.<pid>.<n>" of a
@@ -103,6 +138,18 @@ class VolumeBuilder {
   Status EndSample();
   void AbortSample();
 
+  // Multi-field samples (format v2, docs/format.md §4.8): between
+  // BeginSample and EndSample, any number of BeginField(name), Append...,
+  // EndField() — or AddField(name, bytes). Field names are at most 65535
+  // bytes without '/' or NUL ("jpg", "seg.png"; "" is the unnamed field); a
+  // sample holds each name at most once. Appending in a sample without
+  // BeginField makes it one unnamed field. A volume whose samples are all a
+  // single unnamed raw field is written as format v1, byte for byte.
+  // With compression on, a field's bytes are held in memory until EndField.
+  Status BeginField(std::string_view name);
+  Status EndField();
+  Status AddField(std::string_view name, std::span<const std::byte> data);
+
   // Sets the label of the n-th sample added (counting from 0, aborted
   // samples not counted), e.g. once a label that arrives after the sample's
   // bytes is known. InvalidArgument for n >= sample_count() or a label out
@@ -116,6 +163,9 @@ class VolumeBuilder {
 
   uint64_t sample_count() const;
   uint64_t data_bytes() const;  // sample bytes added so far
+  // Bytes of the zstd dictionary the volume will hold once a field uses
+  // it: the given one, or the trained one once trained; 0 for none.
+  uint64_t dictionary_bytes() const;
   // Classes the volume will have: max(class names set, largest label + 1).
   uint64_t class_count() const;
   const std::string& path() const;

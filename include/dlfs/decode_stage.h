@@ -20,6 +20,11 @@
 // number of decode threads: every random choice is a function of (seed,
 // epoch, sample index) (dlfs/decode.h).
 //
+// Fields (format v2): the stage decodes sample(i), which is field 0 of an
+// input read with LoaderOptions::fields; input batches of more than one
+// field per sample are refused (Next() returns InvalidArgument): read only
+// the image field, e.g. fields = {"jpg"} (labels come from the volume).
+//
 // Channels: with ColorMode::kAuto the first sample the stage sees decides
 // them (3 if it is colour, 1 if gray) for the stage's whole life; other
 // samples are converted to that. Set kRgb or kGray for data sets that mix.

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,6 +32,8 @@ struct DirectoryHeader;
 struct SampleEntry;
 struct DirEntry;
 struct ClassEntry;
+struct FieldEntry;
+struct FieldRecord;
 }  // namespace format
 
 // Label of a sample that has none (e.g. a file at the root of an ImageFolder).
@@ -53,6 +56,21 @@ struct DirInfo {
   uint32_t child_count;
   uint32_t first_sample;  // samples [first_sample, first_sample + sample_count)
   uint32_t sample_count;
+};
+
+// How a field is stored (docs/format.md §4.8.4).
+enum class FieldCodec : uint8_t { kNone = 0, kZstd = 1, kZstdDict = 2 };
+
+// One field of a sample (format v2, docs/format.md §4.8): where its stored
+// bytes lie and how to decode them. A volume without fields has one unnamed
+// raw field (id 0, name "") per sample: the whole sample.
+struct FieldInfo {
+  uint32_t field = 0;             // field id (SampleDirectory::field_name)
+  uint32_t offset_in_sample = 0;  // where its stored bytes start in the sample's extent
+  uint32_t stored_length = 0;
+  uint32_t crc32c = 0;  // of the stored bytes
+  uint32_t decoded_length = 0;
+  FieldCodec codec = FieldCodec::kNone;
 };
 
 // What a path names: a sample or a directory.
@@ -78,6 +96,9 @@ class SampleDirectory {
       uint64_t end = 0;
     };
     std::vector<DataRange> data_regions;
+    // The superblock's incompat flags: FIELDS means the region has the
+    // format-v2 fields header (docs/format.md §4.8); ZSTD allows codecs.
+    uint32_t incompat_flags = 0;
     // Set only when these exact bytes already passed Create in this job
     // (an MPI collective open hands one checked copy to every rank): the
     // header and array bounds are still checked, the per-entry rules are
@@ -126,6 +147,26 @@ class SampleDirectory {
   // REQUIRES: d < dir_count().
   std::vector<uint64_t> SamplesUnder(uint64_t d) const;
 
+  // ---- Fields (format v2). A volume without the fields feature answers as
+  // if every sample were one unnamed raw field. ----
+  bool has_fields() const { return field_count_ != 0; }
+  // Some sample has several fields or a compressed one (the records layout,
+  // docs/format.md §4.8.3): its stored extent is then not one field's bytes.
+  bool has_field_records() const { return field_index_ != nullptr; }
+  // Field ids are 0 .. field_count() - 1, sorted by name.
+  uint32_t field_count() const { return field_count_ != 0 ? field_count_ : 1; }
+  std::string_view field_name(uint32_t f) const;  // REQUIRES: f < field_count()
+  std::optional<uint32_t> FindField(std::string_view name) const;
+  // Sample i's fields in storage order. REQUIRES: i < size().
+  std::vector<FieldInfo> Fields(uint64_t i) const;
+  // Field `field` of sample i, or nullopt when the sample lacks it.
+  std::optional<FieldInfo> Field(uint64_t i, uint32_t field) const;
+  // Fields of all samples together (the field records in the records
+  // layout; one per sample otherwise). O(1).
+  uint64_t field_instance_count() const;
+  // The volume's zstd dictionary (empty when it has none).
+  std::span<const std::byte> dictionary() const { return {dict_, dict_bytes_}; }
+
   // Total bytes of the region the view reads (what the directory costs in memory).
   uint64_t memory_bytes() const { return region_size_; }
 
@@ -144,6 +185,12 @@ class SampleDirectory {
   const format::DirEntry* dirs_ = nullptr;
   const format::ClassEntry* classes_ = nullptr;
   const char* strings_ = nullptr;
+  uint32_t field_count_ = 0;  // 0: no fields feature
+  const format::FieldEntry* fields_ = nullptr;
+  const uint32_t* field_index_ = nullptr;  // null in the single layout
+  const format::FieldRecord* records_ = nullptr;
+  const std::byte* dict_ = nullptr;
+  uint64_t dict_bytes_ = 0;
 };
 
 }  // namespace dlfs

@@ -38,7 +38,8 @@
 // batch's buffer; the buffer returns to the pool when the last Batch copy
 // referring to it is destroyed, so views stay valid for as long as the
 // caller keeps the Batch — even after the Loader is gone. A caller holding
-// many batches makes the pool grow.
+// many batches makes the pool grow. Decoded (zstd) fields live in one
+// buffer per batch, recycled the same way.
 //
 // Memory tier: when every sample the loader reads (the volume, or `subset`)
 // fits in cache_budget bytes, the first epoch loads them into memory in
@@ -48,6 +49,19 @@
 // default budget is a quarter of the memory available (MemAvailable) when
 // the loader is created; 0 turns the tier off.
 //
+// Fields (format v2, docs/format.md §4.8): with `fields`, each batch holds,
+// per sample, those fields in that order (Batch::field(i, f); sample(i) is
+// field 0). The I/O threads read each sample's whole stored extent; in
+// Next(), on the caller's thread, raw fields become spans into the read
+// buffer (zero-copy) and zstd fields are decompressed into a buffer the
+// batch owns (Volume::DecodeField). With verify_checksums each handed-out
+// field's stored bytes are checked against its own CRC32C (the sample's
+// CRC is then not checked: the fields not asked for are never looked at).
+// A sample lacking a requested field, a field whose checksum fails or that
+// does not decode: Next() returns an error naming the volume, the sample
+// (index and path) and the field; the next call continues with the
+// following batch. A volume without fields has one unnamed field "".
+//
 // Resuming (see dlfs/batch_source.h): SaveState() is the epoch and the
 // batches of it Next() has handed out, with the volume's uuid, the sample
 // set and the sampler options; LoadState() on a loader created with the same
@@ -56,7 +70,8 @@
 // still loads every sample for the epochs after, the batches due first).
 //
 // Errors: a failed read or a checksum mismatch (verify_checksums; checked in
-// Next(), on the caller's thread, while the next batches are being read) makes
+// Next(), on the caller's thread, while the next batches are being read —
+// as is field decoding, counted in verify_seconds) makes
 // Next() return an error naming the volume file and every sample (index and
 // path) whose bytes could not be read, or that failed its checksum; the next
 // call continues with the following batch. A failed read that held several
@@ -113,12 +128,19 @@ struct LoaderOptions {
   // When non-empty, read only these sample indices (e.g. a split:
   // SampleDirectory::SamplesUnder); the sampler permutes positions in it.
   std::vector<uint64_t> subset;
+  // Fields to hand out per sample (format v2, see "Fields" above), in this
+  // order, e.g. {"jpg", "cls"}. Empty: each sample's whole stored bytes,
+  // which Create refuses for a volume with several or compressed fields.
+  // Not part of the order: a saved state resumes with other fields.
+  std::vector<std::string> fields;
 };
 
 class Loader final : public BatchSource {
  public:
   // Creates the engines (one per I/O thread) and the sampler. Errors:
-  // InvalidArgument for bad options, Unavailable when a forced engine is
+  // InvalidArgument for bad options (a field the volume lacks: the message
+  // lists its fields), NotSupported for a volume with several or compressed
+  // fields per sample and no `fields`, Unavailable when a forced engine is
   // not supported here.
   static Result<std::unique_ptr<Loader>> Create(std::shared_ptr<Volume> volume,
                                                 const LoaderOptions& options);

@@ -4,12 +4,25 @@
 // so code that only knows paths (torchvision.datasets.ImageFolder, shell
 // tools) works unchanged. Any write is refused with EROFS.
 //
-// No byte is served before its sample's CRC32C checked out: a sample of up
-// to whole_sample_limit bytes is read whole and verified on the first read
-// of an open file, then served from memory; a larger one is first read
+// Files are fields (docs/format.md §4.8.5): field FIELD of sample KEY is the
+// file KEY.FIELD in KEY's directory, exactly the member names of the tar
+// shards a volume was packed from (`train/000123.jpg`, `.cls`, ...); the
+// unnamed field, and so every sample of a volume without fields, is the file
+// KEY. A file's size is its field's decoded length and reads return the
+// decoded bytes. Where a name could denote two files (sample `a.b` with
+// field `c` and sample `a` with field `b.c`, which a tar never produces),
+// the listing shows both and a lookup finds the one with the shortest KEY.
+//
+// No byte is served before its field's CRC32C checked out (for a volume
+// without fields: its sample's). A compressed field is read, checked and
+// decoded whole on its first read and served from memory; so is a raw one
+// of up to whole_sample_limit bytes. Files that take several reads are kept
+// for the next ones in a cache of 128 MiB shared by the mount (the file just
+// read always stays, however large). A larger raw field is first read
 // through once in chunks, computing its checksum (once per mount), and then
-// spliced from the volume file. A damaged sample fails with EIO (and a
-// message on stderr naming it) instead of returning wrong bytes.
+// spliced from the volume file. A damaged field fails with EIO (and a
+// message on stderr naming the volume, the sample and the field) instead of
+// returning wrong bytes.
 //
 // Speed: the kernel may cache entries, attributes and file contents for as
 // long as the mount lives (the volume is immutable), reads are up to 1 MiB,
@@ -33,8 +46,9 @@ struct MountOptions {
   bool foreground = false;   // stay attached to the terminal (else daemonize once mounted)
   bool debug = false;        // libfuse debug output (implies foreground)
   bool allow_other = false;  // let other users read the mount (needs user_allow_other)
-  // Samples up to this size are verified and served from memory; larger
-  // ones are verified by a streaming pass and read through (see above).
+  // Raw fields (samples) up to this size are verified and served from
+  // memory; larger ones are verified by a streaming pass and read through
+  // (see above). Compressed fields are always decoded into memory.
   uint64_t whole_sample_limit = 64 << 20;
 };
 

@@ -19,12 +19,15 @@
 //                "<split>-labels-idx1-ubyte"; each image's raw bytes become
 //                sample "<split>/<index>" (zero-padded, "t10k" named "test").
 //   tar          WebDataset-style tar shards (a .tar file, or a directory of
-//                them, optionally compressed): members grouped by key (path
-//                up to the first '.' of the file name); every member except
-//                a ".cls" one is a sample under its member path, labelled
-//                with the integer in its key's ".cls" member, if any —
-//                wherever that member sits (before or after, in any shard;
-//                two that disagree are an error). A hard link gets its
+//                them, optionally compressed): one sample per key (path up
+//                to the first '.' of the file name), named by the key, whose
+//                fields are its members (field = the rest of the name:
+//                "jpg", "seg.png", "cls"; format v2, docs/format.md §4.8),
+//                wherever they sit, in any shard; a key with one field twice
+//                is an error naming both shards. The sample is labelled with
+//                the integer in its key's ".cls" member, if any. A key whose
+//                members are adjacent streams; other keys are held in memory
+//                until their last member is read. A hard link gets its
 //                target's bytes; symbolic links, FIFOs and devices are an
 //                error (skipped and counted with skip_unreadable); absolute
 //                member paths and ".." components are refused.
@@ -97,6 +100,9 @@ struct PackOptions {
   // Class names for label ids 0..n-1, overriding what the importer knows
   // (idx and tar sources carry only numbers).
   std::vector<std::string> class_names;
+  // tar: keep only these fields (WebDataset extensions without the dot,
+  // e.g. {"jpg", "cls"}); empty keeps all. Labels still come from ".cls".
+  std::vector<std::string> fields;
   // lmdb: store only a Caffe Datum's data field (e.g. the JPEG), not the
   // whole serialized Datum.
   bool lmdb_payload_only = false;
@@ -115,6 +121,9 @@ struct PackStats {
   uint64_t samples = 0;
   uint64_t bytes = 0;
   uint64_t classes = 0;
+  // Bytes of the zstd dictionary trained or given (options.volume.compress);
+  // 0 for none.
+  uint64_t dictionary_bytes = 0;
   uint64_t skipped = 0;
   std::vector<std::string> skipped_examples;  // "path: reason", the first few
   // Temporary files of killed earlier packs to the same destination, removed

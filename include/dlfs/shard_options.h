@@ -9,7 +9,9 @@
 namespace dlfs {
 
 struct ShardLoaderOptions {
-  LoaderOptions loader;  // rank and world_size are taken from the communicator
+  // rank and world_size are taken from the communicator; `fields` works as
+  // in a Loader (split and decoded in Next(), after the exchange).
+  LoaderOptions loader;
   // Batches whose remote samples are fetched in one exchange; the exchange
   // for the next window happens when the current one is used up.
   uint32_t window_batches = 8;

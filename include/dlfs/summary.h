@@ -18,11 +18,28 @@ struct TargetUsage {
   uint64_t bytes = 0;    // their bytes
 };
 
+// One entry of the field table (format v2, docs/format.md §4.8), and how
+// the samples use it.
+struct FieldUsage {
+  std::string name;            // "" for the unnamed field
+  uint64_t samples = 0;        // samples that have this field
+  uint64_t compressed = 0;     // of them, stored with a zstd codec
+  uint64_t stored_bytes = 0;   // bytes on disk, over all samples
+  uint64_t decoded_bytes = 0;  // bytes after decoding
+};
+
 struct VolumeSummary {
   std::string path;
   VolumeInfo info;                       // from the superblocks
   std::vector<std::string> class_names;  // indexed by label
   std::vector<TargetUsage> usage;        // per target, in target order
+  // The names of the superblock's incompat flags ("fields", "zstd"); empty
+  // for a v1 volume.
+  std::vector<std::string> incompat_flags;
+  // The field table by field id (sorted by name); empty when the volume has
+  // no fields feature (each sample is then one unnamed raw field).
+  std::vector<FieldUsage> fields;
+  uint64_t dictionary_bytes = 0;  // the zstd dictionary, 0 for none
 
   // Bytes of all target files together.
   uint64_t file_bytes() const;
@@ -30,7 +47,8 @@ struct VolumeSummary {
   double directory_bytes_per_sample() const;
 };
 
-// One pass over the directory (per-target usage) plus the volume's info.
+// One pass over the directory (per-target and per-field usage) plus the
+// volume's info.
 VolumeSummary SummarizeVolume(const Volume& volume);
 
 }  // namespace dlfs

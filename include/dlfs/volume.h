@@ -24,6 +24,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "dlfs/directory.h"
@@ -59,6 +60,7 @@ struct VolumeInfo {
   uint64_t directory_offset = 0;
   uint64_t directory_bytes = 0;
   uint32_t data_alignment = 1;
+  uint32_t incompat_flags = 0;  // format-v2 features: 0x1 fields, 0x2 zstd
   // Paths of the targets as opened, indexed by target id (what an IoEngine
   // is created with); target 0 is the path given to Open.
   std::vector<std::string> targets;
@@ -151,6 +153,37 @@ class Volume {
   // Same, into a new buffer.
   Result<std::vector<std::byte>> Read(uint64_t index, bool verify = true) const;
 
+  // ---- Fields (format v2, docs/format.md §4.8). A volume without the
+  // fields feature has one unnamed field "" per sample: the whole sample.
+  // Read/ReadInto above return a sample's stored extent (all its fields'
+  // stored bytes, compressed ones included); these return decoded fields.
+
+  // Field `field` of sample `index`, decoded. NotFound naming the sample when
+  // it has no such field (or the volume has no field of that name); with
+  // `verify`, the stored bytes are checked against the field's CRC32C.
+  // Corrupt stored bytes, a zstd frame whose declared size differs from the
+  // directory's (refused before anything is allocated for it), or a decoded
+  // length that differs: Corruption naming the volume, the sample and the
+  // field.
+  Result<std::vector<std::byte>> Read(uint64_t index, std::string_view field,
+                                      bool verify = true) const;
+  Result<std::vector<std::byte>> Read(uint64_t index, const char* field, bool verify = true) const {
+    return Read(index, std::string_view(field), verify);
+  }
+  // Every field of sample `index` as (name, decoded bytes), in storage
+  // order: one read of the sample's extent.
+  Result<std::vector<std::pair<std::string, std::vector<std::byte>>>> ReadFields(
+      uint64_t index, bool verify = true) const;
+  // Decodes field `f` of sample `index` from its stored bytes `stored`
+  // (f.stored_length of them) into `out` (f.decoded_length bytes; the same
+  // memory as `stored` is fine only for raw fields; for a raw field an empty
+  // `out` checks without copying). With `verify`, checks the field's CRC32C
+  // first. Errors as Read(index, field).
+  Status DecodeField(uint64_t index, const FieldInfo& f, std::span<const std::byte> stored,
+                     std::span<std::byte> out, bool verify = true) const;
+  // "v.dlfs: sample 3 'train/003' field 'json'": how errors name a field.
+  std::string FieldContext(uint64_t index, uint32_t field) const;
+
   // The metadata this volume was opened from: a copy of each target's
   // superblock and a reference to the directory region in use.
   VolumeMetadata metadata() const;
@@ -198,6 +231,9 @@ class Volume {
   std::atomic<bool> closed_{false};
   SampleDirectory directory_;
   VolumeMetadata metadata_;
+  // The zstd dictionary prepared for decoding (format::ZstdDictionary), or
+  // null when the volume has none.
+  std::shared_ptr<const void> dictionary_;
 };
 
 }  // namespace dlfs

@@ -74,11 +74,27 @@ class VolumeDataset(tud.Dataset):
     layout="NCHW"); the sample is then a torch tensor (C, H, W or H, W, C).
     Its random choices are those of (seed, epoch, sample index): call
     set_epoch(e) before each epoch (as with DistributedSampler).
+
+    fields: names of fields (format v2, e.g. WebDataset's ("jpg", "cls")):
+    dataset[i] is then a tuple of those fields of sample i, in that order,
+    each as bytes (decompressed when stored with zstd), like WebDataset's
+    to_tuple; `transform`, if given, receives that tuple. The label is not
+    added: it is a field of its own (e.g. "cls"); `targets` and `classes`
+    still give the volume's labels. decode= then decodes the first field
+    (a tensor in place of its bytes). dataset[[i, j, ...]] is a tuple of
+    per-field lists of bytes (batch_transform, if given, receives that tuple
+    and the labels). A sample lacking a field raises KeyError naming it and
+    the field; an unknown name raises ValueError listing the volume's
+    fields. target_transform does not apply (ValueError).
     """
 
     def __init__(self, path, transform=None, target_transform=None, root=None, verify=True,
-                 batch_transform=None, shared_memory=True, shared_slots=6, decode=None):
+                 batch_transform=None, shared_memory=True, shared_slots=6, decode=None,
+                 fields=None):
         self.path = os.fspath(path)
+        if isinstance(fields, str):
+            fields = (fields,)
+        self.fields = tuple(fields) if fields is not None else None
         self.decode = make_pipeline(decode) if decode is not None else None
         self.epoch = 0
         self.transform = transform
@@ -89,6 +105,11 @@ class VolumeDataset(tud.Dataset):
         self.shared_slots = shared_slots
         self._slots, self._slots_pid = None, None
         vol = Volume(self.path)  # fail early, in the parent, on a bad path
+        if self.fields is not None:
+            _check_fields(vol, self.path, self.fields)
+            if target_transform is not None:
+                raise ValueError("VolumeDataset: with fields the label is a field (e.g. 'cls'); "
+                                 "use transform instead of target_transform")
         self.indices = vol.indices(root) if root else np.arange(len(vol), dtype=np.int64)
         self.classes = vol.classes
         self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
@@ -121,6 +142,9 @@ class VolumeDataset(tud.Dataset):
                 isinstance(index, torch.Tensor) and index.dim() == 0):
             return self._batch(vol, index)
         i = int(self.indices[index])
+        if self.fields is not None:
+            item = self._fields_of(vol, i)
+            return self.transform(item) if self.transform is not None else item
         if self.decode is not None:
             sample = torch.from_numpy(self.decode(vol.read(i, self.verify), self.epoch, i))
         else:
@@ -132,8 +156,24 @@ class VolumeDataset(tud.Dataset):
             label = self.target_transform(label)
         return sample, label
 
+    def _fields_of(self, vol, i):
+        item = tuple(vol.read_field(i, name, self.verify) for name in self.fields)
+        if self.decode is not None:
+            first = np.frombuffer(item[0], dtype=np.uint8)
+            item = (torch.from_numpy(self.decode(first, self.epoch, i)),) + item[1:]
+        return item
+
     def _batch(self, vol, positions):
         positions = np.asarray(positions, dtype=np.int64)
+        if self.fields is not None:
+            items = [self._fields_of(vol, int(self.indices[p])) for p in positions]
+            if self.transform is not None:
+                items = [self.transform(item) for item in items]
+            columns = tuple(list(c) for c in zip(*items)) if items else tuple(
+                [] for _ in self.fields)
+            if self.batch_transform is not _default_batch_transform:
+                return self.batch_transform(columns, self._labels[positions])
+            return columns
         if (self.shared_memory and self.decode is None and self.transform is None
                 and self.target_transform is None
                 and self.batch_transform is _default_batch_transform
@@ -183,6 +223,15 @@ class VolumeDataset(tud.Dataset):
         state["_vol"], state["_pid"] = None, None
         state["_slots"], state["_slots_pid"] = None, None
         return state
+
+
+def _check_fields(vol, path, fields):
+    """ValueError for a field name the volume lacks (its own are listed)."""
+    known = vol.fields or [""]
+    for name in fields:
+        if name not in known:
+            raise ValueError(f"{path}: has no field '{name}'; its fields: "
+                             + ", ".join(f"'{k}'" for k in known))
 
 
 def _default_batch_transform(samples, labels):
@@ -263,6 +312,15 @@ class LoaderDataset(tud.IterableDataset):
     is instead one (batch, size) uint8 array: DataLoader then makes one
     tensor of it rather than one per sample.
     root: only the samples under this directory of the volume (e.g. "train").
+    fields: names of fields (format v2, e.g. ("jpg", "cls")): each item is
+    then a tuple with one list per field, in that order, of that field's
+    numpy uint8 views for the batch's samples (zero-copy for raw fields,
+    decompressed by the loader for zstd ones; bytes(view) gives bytes), like
+    VolumeDataset(fields=...) per batch. The label is not added (it is a
+    field, e.g. "cls"); batch_transform, if given, receives the tuple and
+    the labels. `transform` and stack=True do not apply (ValueError). A
+    batch holding a sample that lacks a field raises KeyError naming the
+    sample and the field.
     Other keyword arguments go to dlfs.Loader (queue_depth, engine, ...).
     Call set_epoch(e) before each epoch (before iterating the DataLoader).
     The epoch lives in shared memory, so DataLoader workers read the current
@@ -285,8 +343,14 @@ class LoaderDataset(tud.IterableDataset):
 
     def __init__(self, path, batch_size, shuffle=True, seed=0, drop_last=False,
                  transform=None, batch_transform=None, rank=None, world_size=None,
-                 root=None, stack="auto", **loader_options):
+                 root=None, stack="auto", fields=None, **loader_options):
         self.path = os.fspath(path)
+        if isinstance(fields, str):
+            fields = (fields,)
+        self.fields = tuple(fields) if fields is not None else None
+        if self.fields is not None and (transform is not None or stack is True):
+            raise ValueError("LoaderDataset: transform and stack=True do not apply with fields; "
+                             "use batch_transform")
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.seed = seed
@@ -299,6 +363,8 @@ class LoaderDataset(tud.IterableDataset):
         self._position = _SharedPosition()
         self._loader, self._loader_key = None, None
         vol = Volume(self.path)
+        if self.fields is not None:
+            _check_fields(vol, self.path, self.fields)
         self.classes = vol.classes
         self.indices = vol.indices(root) if root else None
         self._samples = len(vol) if root is None else len(self.indices)
@@ -361,6 +427,7 @@ class LoaderDataset(tud.IterableDataset):
             self._loader = Loader(self.path, self.batch_size, shuffle=self.shuffle,
                                   seed=self.seed, rank=rank, world_size=world,
                                   drop_last=self.drop_last, indices=self.indices,
+                                  fields=list(self.fields) if self.fields else None,
                                   **self.loader_options)
             self._loader_key = key
         return self._loader
@@ -399,6 +466,18 @@ class LoaderDataset(tud.IterableDataset):
             p[p.TAKEN] = skip
         stack = self.stack
         for batch in loader:
+            if self.fields is not None:
+                if main:
+                    p[p.TAKEN] = p[p.TAKEN] + 1
+                # Views shared with later epochs (the memory tier) are
+                # copied, as above: torch wants writable arrays.
+                fields = tuple([v if v.flags.writeable else v.copy() for v in column]
+                               for column in batch.fields)
+                if self.batch_transform is _default_batch_transform:
+                    yield fields
+                else:
+                    yield self.batch_transform(fields, batch.labels)
+                continue
             samples = None
             if stack is True or (stack == "auto" and self.transform is None):
                 try:

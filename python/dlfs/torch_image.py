@@ -24,7 +24,7 @@ _PIPELINE_KEYS = {"resize", "color", "format", "raw_shape", "max_pixels", "dct_s
 # Keywords of the C++ loader (dlfs.Loader) and the decode stage.
 _LOADER_KEYS = {"drop_last", "prefetch_batches", "queue_depth", "io_threads", "engine",
                 "direct_io", "verify_checksums", "coalesce", "decode_prefetch",
-                "skip_bad_samples"}
+                "skip_bad_samples", "field"}
 
 
 def make_pipeline(decode):
@@ -70,7 +70,10 @@ class ImageLoader:
       instead of raising), decode_prefetch (batches queued for decoding),
       return_indices (yield (images, labels, indices)), and dlfs.Loader's
       drop_last, prefetch_batches, queue_depth, io_threads, engine,
-      direct_io, verify_checksums, coalesce.
+      direct_io, verify_checksums, coalesce; field="jpg" decodes that field of
+      each sample (format v2 volumes whose samples have several or
+      compressed fields need it; one field only: labels come from the
+      volume).
 
     images is a writable tensor over the loader's batch buffer (no copy); the
     buffer is recycled once the tensor (and every view of it) is gone.

@@ -41,8 +41,10 @@ class Writer:
         data  its bytes: bytes, bytearray, memoryview, or a numpy array (its
               raw bytes in C order; dtype and shape are not stored).
         label an int class id, a name from class_names, or None.
-    Format v2 will also take several named fields per sample,
-    add(key, {"jpg": ..., "json": ...}); a dict is refused until then.
+    A sample with several named fields (format v2, like a WebDataset key):
+    add(key, {"jpg": jpeg_bytes, "json": json_bytes}); each value is
+    bytes-like as above, field names are str without '/' (stored in the
+    dict's order; read back with Volume.read_fields / read_field).
 
     Memory stays bounded whatever the data set's size: the bytes pass
     through an 8 MiB buffer; what stays until close() is about 40 bytes
@@ -110,9 +112,16 @@ class Writer:
     def _buffer(self, path, data):
         if isinstance(data, (bytes, bytearray)):
             return data
-        if isinstance(data, dict):
-            raise TypeError(f"{self.path}: sample {path!r}: several fields per sample (a "
-                            f"dict) come with format v2; pass the sample's bytes")
+        if isinstance(data, dict):  # fields (format v2): {"jpg": ..., "json": ...}
+            fields = {}
+            for name, value in data.items():
+                if not isinstance(name, str):
+                    raise TypeError(f"{self.path}: sample {path!r}: field names must be str, "
+                                    f"not {type(name).__name__}")
+                if isinstance(value, dict):
+                    raise TypeError(f"{self.path}: sample {path!r}: field {name!r} is a dict")
+                fields[name] = self._buffer(path, value)
+            return fields
         if isinstance(data, str):
             raise TypeError(f"{self.path}: sample {path!r}: data is a str; pass bytes "
                             f"(e.g. data.encode())")

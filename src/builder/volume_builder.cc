@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <unordered_map>
@@ -24,6 +25,7 @@
 #include "format/directory_codec.h"
 #include "format/format.h"
 #include "format/superblock.h"
+#include "format/zstd_field.h"
 #include "nbd/nbd_client.h"
 
 namespace dlfs {
@@ -178,6 +180,99 @@ class VolumeBuilder::Impl {
 
   bool in_sample_ = false;
   PendingSample cur_{};
+
+  // Fields (format v2). Every finished sample has its fields here, in
+  // storage order (TreeSample::first_field/field_count); field ids are
+  // provisional (order of first use) until Finish sorts the names.
+  std::vector<format::TreeField> fields_;
+  std::vector<std::string> field_names_;
+  std::unordered_map<std::string, uint32_t> field_ids_;
+  bool in_field_ = false;
+  bool implicit_field_ = false;  // opened by a plain Append
+  format::TreeField cur_field_{};
+  std::vector<std::byte> field_buf_;  // the open field's raw bytes, when compressing
+  std::shared_ptr<const format::ZstdDictionary> dict_;
+  bool dict_used_ = false;
+
+  // Dictionary training (Compression::train_dictionary). While training_,
+  // finished samples are in samples_ (paths, labels and counts work as
+  // usual) but not written: held_[k] is the raw bytes of fields_[k] (every
+  // field so far: training starts with the first sample). TrainAndWrite
+  // trains on them and writes the held samples in order.
+  bool training_ = false;
+  std::vector<std::vector<std::byte>> held_;
+  uint64_t held_bytes_ = 0;
+
+  // Writes stored bytes of sample `s` (and of its field `f`, if any) to its
+  // target.
+  Status WriteBytes(PendingSample& s, format::TreeField* f, std::span<const std::byte> data) {
+    if (data.size() > uint64_t{0xFFFFFFFFu} - s.length) {
+      return Status::InvalidArgument("sample larger than 4 GiB - 1 bytes");
+    }
+    s.crc32c = crc32c::Extend(s.crc32c, data.data(), data.size());
+    s.length += static_cast<uint32_t>(data.size());
+    if (f != nullptr) {
+      f->crc32c = crc32c::Extend(f->crc32c, data.data(), data.size());
+      f->stored_length += static_cast<uint32_t>(data.size());
+    }
+    return Write(targets_[s.target], data);
+  }
+
+  // Writes stored bytes of the open sample (and field).
+  Status WriteSampleBytes(std::span<const std::byte> data) {
+    return WriteBytes(cur_, in_field_ ? &cur_field_ : nullptr, data);
+  }
+
+  // Stores field `f` of sample `s` from its raw bytes: compressed (with the
+  // dictionary, if any) when that saves at least min_saving, else raw.
+  Status StoreField(PendingSample& s, format::TreeField& f, std::span<const std::byte> raw) {
+    f.decoded_length = static_cast<uint32_t>(raw.size());
+    std::vector<std::byte> packed;
+    if (!raw.empty()) {
+      DLFS_ASSIGN_OR_RETURN(packed,
+                            format::ZstdCompress(raw, options_.compress.level, dict_.get()));
+    }
+    const double limit = static_cast<double>(raw.size()) * (1.0 - options_.compress.min_saving);
+    if (!raw.empty() && static_cast<double>(packed.size()) <= limit) {
+      f.codec =
+          static_cast<uint8_t>(dict_ ? format::FieldCodec::kZstdDict : format::FieldCodec::kZstd);
+      dict_used_ = dict_used_ || dict_ != nullptr;
+      return WriteBytes(s, &f, packed);
+    }
+    return WriteBytes(s, &f, raw);
+  }
+
+  // Ends training: trains the dictionary on the held fields, then places
+  // and writes every held sample in the order added.
+  Status TrainAndWrite() {
+    const uint64_t total = held_bytes_;
+    const size_t capacity = std::max<size_t>(
+        1024, std::min<size_t>(options_.compress.dictionary_max_bytes, total / 10));
+    auto dict = format::TrainZstdDictionary(held_, capacity);
+    if (!dict.ok()) {
+      return Status::InvalidArgument(path_ + ": cannot train a zstd dictionary on the first " +
+                                     std::to_string(held_.size()) + " fields (" +
+                                     std::to_string(total) + " bytes): " + dict.status().message() +
+                                     "; compress without a dictionary");
+    }
+    DLFS_ASSIGN_OR_RETURN(dict_, format::ZstdDictionary::Create(*dict, options_.compress.level));
+    options_.compress.dictionary = std::move(*dict);
+    training_ = false;
+    for (PendingSample& s : samples_) {
+      s.target = PickTarget();
+      TargetFile& tf = targets_[s.target];
+      DLFS_RETURN_IF_ERROR(Pad(tf, options_.align));
+      s.offset = tf.Tell();
+      for (uint64_t k = s.first_field; k < s.first_field + s.field_count; ++k) {
+        DLFS_RETURN_IF_ERROR(StoreField(s, fields_[k], held_[k]));
+        std::vector<std::byte>().swap(held_[k]);
+      }
+      data_bytes_ += s.length;
+    }
+    std::vector<std::vector<std::byte>>().swap(held_);
+    held_bytes_ = 0;
+    return Status::Ok();
+  }
 
   // The paths added so far, so that a duplicate is refused when it is added
   // rather than at Finish: an open-addressed table of sample numbers keyed
@@ -340,7 +435,10 @@ class VolumeBuilder::Impl {
   Result<Layout> EndDataRegions();
   // The samples, directories and class names added so far, as the codec's
   // tree (borrowing this builder's entries).
-  format::DirectoryTree Tree() const;
+  format::DirectoryTree Tree();
+  // The superblock's incompat flags for `tree` (docs/format.md §2.5).
+  uint32_t IncompatFlags(const format::DirectoryTree& tree) const;
+  uint32_t incompat_flags_ = 0;
   // Encodes `tree` in `order` and appends the region to target 0 at
   // layout->dir_offset, padded and flushed; records its length and CRC.
   Status WriteDirectory(const format::DirectoryTree& tree, const format::DirectoryOrder& order,
@@ -440,6 +538,25 @@ Result<std::unique_ptr<VolumeBuilder>> VolumeBuilder::Create(const std::string& 
                                    std::to_string(options.target_paths.size()));
   }
   auto impl = std::make_unique<Impl>();
+  if (options.compress.train_dictionary) {
+    if (!options.compress.zstd) {
+      return Status::InvalidArgument("training a zstd dictionary needs zstd compression");
+    }
+    if (!options.compress.dictionary.empty()) {
+      return Status::InvalidArgument("give a zstd dictionary or train one, not both");
+    }
+    impl->training_ = true;
+  }
+  if (!options.compress.dictionary.empty()) {
+    if (!options.compress.zstd) {
+      return Status::InvalidArgument("a zstd dictionary needs zstd compression");
+    }
+    DLFS_ASSIGN_OR_RETURN(impl->dict_, format::ZstdDictionary::Create(options.compress.dictionary,
+                                                                      options.compress.level));
+  }
+  if (options.compress.min_saving < 0 || options.compress.min_saving >= 1) {
+    return Status::InvalidArgument("compression's minimum saving must be in [0, 1)");
+  }
   impl->path_ = path;
   impl->options_ = options;
   impl->targets_.resize(options.targets);
@@ -578,11 +695,20 @@ Status VolumeBuilder::BeginSample(std::string_view path, uint32_t label) {
                                    "' (already added as " + m.DescribeSample(*earlier) + ")");
   }
   if (m.samples_.size() >= format::kNone - 1) return Status::InvalidArgument("too many samples");
-  const uint32_t target = m.PickTarget();
+  // A sample held for dictionary training is placed when it is written.
+  const uint32_t target = m.training_ ? 0 : m.PickTarget();
   Impl::TargetFile& tf = m.targets_[target];
-  DLFS_RETURN_IF_ERROR(m.Pad(tf, m.options_.align));
-  m.cur_ = PendingSample{
-      tf.Tell(), target, 0, 0, label, dir_id, m.names_.size(), static_cast<uint32_t>(name.size())};
+  if (!m.training_) DLFS_RETURN_IF_ERROR(m.Pad(tf, m.options_.align));
+  m.cur_ = PendingSample{m.training_ ? 0 : tf.Tell(),
+                         target,
+                         0,
+                         0,
+                         label,
+                         dir_id,
+                         m.names_.size(),
+                         static_cast<uint32_t>(name.size()),
+                         0,
+                         m.fields_.size()};
   m.names_.append(name);
   m.in_sample_ = true;
   return Status::Ok();
@@ -591,23 +717,106 @@ Status VolumeBuilder::BeginSample(std::string_view path, uint32_t label) {
 Status VolumeBuilder::Append(std::span<const std::byte> data) {
   Impl& m = *impl_;
   if (!m.in_sample_) return Status::InvalidArgument("Append without BeginSample");
-  if (data.size() > uint64_t{0xFFFFFFFFu} - m.cur_.length) {
-    return Status::InvalidArgument("sample larger than 4 GiB - 1 bytes");
+  if (!m.in_field_) {
+    if (m.cur_.field_count != 0) {
+      return Status::InvalidArgument("Append outside a field of a sample that has fields");
+    }
+    DLFS_RETURN_IF_ERROR(BeginField(""));
+    m.implicit_field_ = true;
   }
-  m.cur_.crc32c = crc32c::Extend(m.cur_.crc32c, data.data(), data.size());
-  m.cur_.length += static_cast<uint32_t>(data.size());
-  return m.Write(m.targets_[m.cur_.target], data);
+  if (m.options_.compress.zstd) {
+    if (data.size() > uint64_t{0xFFFFFFFFu} - m.field_buf_.size()) {
+      return Status::InvalidArgument("field larger than 4 GiB - 1 bytes");
+    }
+    m.field_buf_.insert(m.field_buf_.end(), data.begin(), data.end());
+    return Status::Ok();
+  }
+  DLFS_RETURN_IF_ERROR(m.WriteSampleBytes(data));
+  m.cur_field_.decoded_length = m.cur_field_.stored_length;
+  return Status::Ok();
+}
+
+Status VolumeBuilder::BeginField(std::string_view name) {
+  Impl& m = *impl_;
+  if (!m.in_sample_) return Status::InvalidArgument("BeginField without BeginSample");
+  if (m.in_field_) return Status::InvalidArgument("BeginField while a field is open");
+  if (name.size() > 0xFFFF || name.find('/') != name.npos || name.find('\0') != name.npos) {
+    return Status::InvalidArgument("bad field name '" + std::string(name.substr(0, 80)) +
+                                   "' (at most 65535 bytes, no '/' or NUL)");
+  }
+  auto [it, fresh] =
+      m.field_ids_.try_emplace(std::string(name), static_cast<uint32_t>(m.field_names_.size()));
+  if (fresh) {
+    if (m.field_names_.size() >= format::kMaxFields) {
+      m.field_ids_.erase(it);
+      return Status::InvalidArgument("more than 65535 field names in one volume");
+    }
+    m.field_names_.emplace_back(name);
+  }
+  for (uint64_t k = m.cur_.first_field; k < m.fields_.size(); ++k) {
+    if (m.fields_[k].field == it->second) {
+      return Status::InvalidArgument("field '" + std::string(name) + "' added twice to one sample");
+    }
+  }
+  m.in_field_ = true;
+  m.implicit_field_ = false;
+  m.cur_field_ = format::TreeField{it->second, 0, 0, 0, 0};
+  m.field_buf_.clear();
+  return Status::Ok();
+}
+
+Status VolumeBuilder::EndField() {
+  Impl& m = *impl_;
+  if (!m.in_field_) return Status::InvalidArgument("EndField without BeginField");
+  if (m.training_) {
+    // Held raw until the dictionary is trained (TrainAndWrite).
+    m.cur_field_.decoded_length = static_cast<uint32_t>(m.field_buf_.size());
+    m.held_bytes_ += m.field_buf_.size();
+    m.held_.push_back(std::move(m.field_buf_));
+    m.field_buf_.clear();
+  } else if (m.options_.compress.zstd) {
+    const std::vector<std::byte> raw = std::move(m.field_buf_);
+    m.field_buf_.clear();
+    DLFS_RETURN_IF_ERROR(m.StoreField(m.cur_, m.cur_field_, raw));
+  }
+  m.in_field_ = false;
+  m.implicit_field_ = false;
+  m.fields_.push_back(m.cur_field_);
+  ++m.cur_.field_count;
+  return Status::Ok();
+}
+
+Status VolumeBuilder::AddField(std::string_view name, std::span<const std::byte> data) {
+  DLFS_RETURN_IF_ERROR(BeginField(name));
+  DLFS_RETURN_IF_ERROR(Append(data));
+  return EndField();
+}
+
+Result<std::vector<std::byte>> VolumeBuilder::TrainDictionary(
+    const std::vector<std::vector<std::byte>>& samples, size_t max_bytes) {
+  return format::TrainZstdDictionary(samples, max_bytes);
 }
 
 Status VolumeBuilder::EndSample() {
   Impl& m = *impl_;
   if (!m.in_sample_) return Status::InvalidArgument("EndSample without BeginSample");
+  if (m.in_field_ && !m.implicit_field_) {
+    return Status::InvalidArgument("EndSample with a field still open");
+  }
+  if (m.in_field_) DLFS_RETURN_IF_ERROR(EndField());
+  // A sample given no bytes at all is one empty unnamed field, like v1's
+  // empty sample.
+  if (m.cur_.field_count == 0) DLFS_RETURN_IF_ERROR(AddField("", {}));
   m.in_sample_ = false;
   m.samples_.push_back(m.cur_);
   m.IndexLastSample();
   m.data_bytes_ += m.cur_.length;
   if (m.cur_.label != format::kNone) {
     m.max_label_plus_one_ = std::max(m.max_label_plus_one_, m.cur_.label + 1);
+  }
+  if (m.training_ && (m.held_bytes_ >= m.options_.compress.training_bytes ||
+                      m.held_.size() >= m.options_.compress.training_fields)) {
+    return m.TrainAndWrite();
   }
   return Status::Ok();
 }
@@ -616,8 +825,17 @@ void VolumeBuilder::AbortSample() {
   Impl& m = *impl_;
   if (!m.in_sample_) return;
   m.in_sample_ = false;
+  m.in_field_ = false;
+  m.implicit_field_ = false;
+  m.field_buf_.clear();
+  m.fields_.resize(m.cur_.first_field);
   m.names_.resize(m.cur_.name_offset);
-  Impl::Rewind(m.targets_[m.cur_.target], m.cur_.offset);
+  if (m.training_) {
+    for (size_t k = m.cur_.first_field; k < m.held_.size(); ++k) m.held_bytes_ -= m.held_[k].size();
+    m.held_.resize(m.cur_.first_field);
+  } else {
+    Impl::Rewind(m.targets_[m.cur_.target], m.cur_.offset);
+  }
 }
 
 Status VolumeBuilder::SetLabel(uint64_t n, uint32_t label) {
@@ -653,9 +871,12 @@ Status VolumeBuilder::Finish() {
 // the temporary files.
 Status VolumeBuilder::Impl::Finish() {
   if (in_sample_) return Status::InvalidArgument("Finish with a sample still open");
+  // A volume smaller than the training set: trained on all of it.
+  if (training_ && !samples_.empty()) DLFS_RETURN_IF_ERROR(TrainAndWrite());
   DLFS_ASSIGN_OR_RETURN(Layout layout, EndDataRegions());
   // Order: the canonical order, refusing paths no directory can hold.
   const format::DirectoryTree tree = Tree();
+  incompat_flags_ = IncompatFlags(tree);
   DLFS_ASSIGN_OR_RETURN(const format::DirectoryOrder order, format::OrderDirectory(tree));
   // Encode: the directory region, after target 0's data.
   DLFS_RETURN_IF_ERROR(WriteDirectory(tree, order, &layout));
@@ -679,8 +900,41 @@ Result<VolumeBuilder::Impl::Layout> VolumeBuilder::Impl::EndDataRegions() {
   return layout;
 }
 
-format::DirectoryTree VolumeBuilder::Impl::Tree() const {
-  return format::DirectoryTree{names_, dirs_, samples_, class_names_, class_count()};
+format::DirectoryTree VolumeBuilder::Impl::Tree() {
+  format::DirectoryTree tree{names_, dirs_, samples_, class_names_, class_count()};
+  // A volume of whole raw samples (one unnamed raw field each) is format v1.
+  bool v1 = field_names_.empty() || (field_names_.size() == 1 && field_names_[0].empty());
+  for (const format::TreeField& f : fields_) v1 = v1 && f.codec == 0;
+  for (const PendingSample& s : samples_) v1 = v1 && s.field_count == 1;
+  if (v1) return tree;
+  // Field ids become positions in the sorted name table (§4.8.2).
+  std::vector<uint32_t> order(field_names_.size());
+  std::iota(order.begin(), order.end(), 0u);
+  std::sort(order.begin(), order.end(),
+            [&](uint32_t a, uint32_t b) { return field_names_[a] < field_names_[b]; });
+  std::vector<uint32_t> new_id(order.size());
+  std::vector<std::string> sorted;
+  for (uint32_t k = 0; k < order.size(); ++k) {
+    new_id[order[k]] = k;
+    sorted.push_back(field_names_[order[k]]);
+  }
+  for (format::TreeField& f : fields_) f.field = new_id[f.field];
+  field_names_ = std::move(sorted);
+  field_ids_.clear();
+  tree.with_fields = true;
+  tree.field_names = field_names_;
+  tree.fields = fields_;
+  if (dict_used_) tree.dictionary = options_.compress.dictionary;
+  return tree;
+}
+
+uint32_t VolumeBuilder::Impl::IncompatFlags(const format::DirectoryTree& tree) const {
+  if (!tree.with_fields) return 0;
+  uint32_t flags = format::kIncompatFields;
+  for (const format::TreeField& f : fields_) {
+    if (f.codec != 0) flags |= format::kIncompatZstd;
+  }
+  return flags;
 }
 
 Status VolumeBuilder::Impl::WriteDirectory(const format::DirectoryTree& tree,
@@ -707,6 +961,7 @@ Result<format::Superblock> VolumeBuilder::Impl::Describe(const Layout& layout) c
       static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                 std::chrono::system_clock::now().time_since_epoch())
                                 .count());
+  sb.incompat_flags = incompat_flags_;
   sb.sample_count = samples_.size();
   sb.dir_count = dirs_.size();
   sb.class_count = class_count();
@@ -791,6 +1046,9 @@ uint64_t VolumeBuilder::Impl::class_count() const {
 
 uint64_t VolumeBuilder::sample_count() const { return impl_->samples_.size(); }
 uint64_t VolumeBuilder::data_bytes() const { return impl_->data_bytes_; }
+uint64_t VolumeBuilder::dictionary_bytes() const {
+  return impl_->options_.compress.dictionary.size();
+}
 uint64_t VolumeBuilder::class_count() const { return impl_->class_count(); }
 const std::string& VolumeBuilder::path() const { return impl_->path_; }
 const std::string& VolumeBuilder::temp_path() const { return impl_->targets_[0].temp_path; }

@@ -206,6 +206,15 @@ class DecodeStage::Impl {
     job.device_bytes = in.device_bytes();
     job.io_seconds = in.io_seconds();
     const size_t n = in.size();
+    if (in.field_count() > 1) {
+      // Its other fields would be dropped silently; the labels come from the
+      // volume anyway.
+      job.input_error = Status::InvalidArgument(
+          "decode: the input batches hold " + std::to_string(in.field_count()) +
+          " fields per sample; the decode stage decodes one image per sample: read only the "
+          "image field (fields=[\"jpg\"])");
+      return;
+    }
     if (n == 0) return;
     if (channels_ == 0) ResolveChannels(in);
     job.image_bytes = pipeline_.OutputElements(channels_) * DTypeSize(options_.image.output.dtype);

@@ -25,6 +25,12 @@ Result<SampleDirectory> SampleDirectory::Create(std::shared_ptr<const std::byte>
   d.dirs_ = a.dirs;
   d.classes_ = a.classes;
   d.strings_ = a.strings;
+  d.field_count_ = a.field_count;
+  d.fields_ = a.fields;
+  d.field_index_ = a.field_index;
+  d.records_ = a.records;
+  d.dict_ = a.dictionary;
+  d.dict_bytes_ = a.dictionary_bytes;
   return d;
 }
 
@@ -128,6 +134,59 @@ std::vector<uint64_t> SampleDirectory::SamplesUnder(uint64_t d) const {
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+std::string_view SampleDirectory::field_name(uint32_t f) const {
+  if (field_count_ == 0) return {};
+  return String(fields_[f].name_offset, fields_[f].name_length);
+}
+
+std::optional<uint32_t> SampleDirectory::FindField(std::string_view name) const {
+  const auto found = format::FindByName(
+      0, field_count(), name, [this](uint64_t f) { return field_name(static_cast<uint32_t>(f)); });
+  if (!found) return std::nullopt;
+  return static_cast<uint32_t>(*found);
+}
+
+std::vector<FieldInfo> SampleDirectory::Fields(uint64_t i) const {
+  std::vector<FieldInfo> out;
+  if (field_index_ == nullptr) {
+    // No fields feature, or the single layout: the whole sample is field 0.
+    const SampleEntry& s = samples_[i];
+    out.push_back(FieldInfo{0, 0, s.length, s.crc32c, s.length, FieldCodec::kNone});
+    return out;
+  }
+  uint32_t offset = 0;
+  for (uint32_t r = field_index_[i]; r < field_index_[i + 1]; ++r) {
+    const format::FieldRecord& rec = records_[r];
+    out.push_back(FieldInfo{rec.field, offset, rec.stored_length, rec.crc32c, rec.decoded_length,
+                            static_cast<FieldCodec>(rec.codec)});
+    offset += rec.stored_length;
+  }
+  return out;
+}
+
+std::optional<FieldInfo> SampleDirectory::Field(uint64_t i, uint32_t field) const {
+  if (field_index_ == nullptr) {
+    if (field != 0) return std::nullopt;
+    const SampleEntry& s = samples_[i];
+    return FieldInfo{0, 0, s.length, s.crc32c, s.length, FieldCodec::kNone};
+  }
+  uint32_t offset = 0;
+  for (uint32_t r = field_index_[i]; r < field_index_[i + 1]; ++r) {
+    const format::FieldRecord& rec = records_[r];
+    if (rec.field == field) {
+      return FieldInfo{rec.field,          offset,
+                       rec.stored_length,  rec.crc32c,
+                       rec.decoded_length, static_cast<FieldCodec>(rec.codec)};
+    }
+    offset += rec.stored_length;
+  }
+  return std::nullopt;
+}
+
+uint64_t SampleDirectory::field_instance_count() const {
+  return field_index_ != nullptr ? field_index_[sample_count_] : sample_count_;
 }
 
 Result<uint64_t> SampleDirectory::Lookup(std::string_view path) const {

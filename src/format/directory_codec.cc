@@ -62,7 +62,11 @@ class Checker {
     DirectoryHeader h;
     std::memcpy(&h, region, sizeof h);
     if (h.magic != kDirectoryMagic) return Bad("bad magic");
-    if (h.header_size != kDirectoryHeaderSize) return Bad("unexpected header size");
+    const bool with_fields = (x_.incompat_flags & kIncompatFields) != 0;
+    if (h.header_size != (with_fields ? kDirectoryHeaderSizeFields : kDirectoryHeaderSize)) {
+      return Bad("unexpected header size");
+    }
+    if (size < h.header_size) return Bad("shorter than its header");
     if (h.sample_entry_size != sizeof(SampleEntry) || h.dir_entry_size != sizeof(DirEntry) ||
         h.class_entry_size != sizeof(ClassEntry)) {
       return Bad("unexpected entry sizes");
@@ -76,10 +80,10 @@ class Checker {
       return Bad("entry counts out of range");
     }
     // The arrays follow the header in this order without overlapping.
-    if (h.samples_offset < sizeof(DirectoryHeader) ||
+    if (h.samples_offset < h.header_size ||
         h.dirs_offset < h.samples_offset + ns * sizeof(SampleEntry) ||
         h.classes_offset < h.dirs_offset + nd * sizeof(DirEntry) ||
-        h.strings_offset < h.classes_offset + nc * sizeof(ClassEntry)) {
+        (!with_fields && h.strings_offset < h.classes_offset + nc * sizeof(ClassEntry))) {
       return Bad("arrays overlap or are out of order");
     }
     if (!ArrayFits(h.samples_offset, ns, sizeof(SampleEntry), size) ||
@@ -98,7 +102,65 @@ class Checker {
     a.dir_count = nd;
     a.class_count = nc;
     a.string_bytes = h.string_bytes;
+    if (with_fields) DLFS_RETURN_IF_ERROR(FieldsHeaderOk(region, size, h, &a));
     return a;
+  }
+
+  // §5 checks 42-43 and 49: the fields header and where its arrays are.
+  Status FieldsHeaderOk(const std::byte* region, uint64_t size, const DirectoryHeader& h,
+                        DirectoryArrays* a) const {
+    FieldsHeader f;
+    std::memcpy(&f, region + sizeof(DirectoryHeader), sizeof f);
+    if (f.magic != kFieldsMagic) return Bad("bad fields header magic");
+    const bool single = f.layout == static_cast<uint32_t>(FieldLayout::kSingle);
+    if (!single && f.layout != static_cast<uint32_t>(FieldLayout::kRecords)) {
+      return Bad("unknown field layout " + std::to_string(f.layout));
+    }
+    if (f.field_count == 0 || f.field_count > kMaxFields) return Bad("bad field count");
+    if (f.field_entry_size != sizeof(FieldEntry) || f.record_entry_size != sizeof(FieldRecord)) {
+      return Bad("unexpected field entry sizes");
+    }
+    if (single && (f.index_offset != 0 || f.records_offset != 0 || f.record_count != 0 ||
+                   f.dict_bytes != 0 || f.field_count != 1)) {
+      return Bad("single field layout with field records, a dictionary or several fields");
+    }
+    if (f.dict_bytes != 0 && !(x_.incompat_flags & kIncompatZstd)) {
+      return Bad("a zstd dictionary without the zstd feature flag");
+    }
+    if (f.record_count >= kNone) return Bad("too many field records");
+    const uint64_t ns = a->sample_count;
+    // Order: classes, field table, index, records, dictionary, pool.
+    uint64_t end = h.classes_offset + a->class_count * sizeof(ClassEntry);
+    const auto next = [&](uint64_t offset, uint64_t count, uint64_t elem) {
+      if (offset < end || !ArrayFits(offset, count, elem, size)) return false;
+      end = offset + count * elem;
+      return true;
+    };
+    bool ok = next(f.fields_offset, f.field_count, sizeof(FieldEntry));
+    if (ok && !single) {
+      ok = next(f.index_offset, ns + 1, sizeof(uint32_t)) &&
+           next(f.records_offset, f.record_count, sizeof(FieldRecord));
+    }
+    if (ok && f.dict_bytes != 0) {
+      ok = f.dict_offset >= end && f.dict_offset <= size && f.dict_bytes <= size - f.dict_offset;
+      end = f.dict_offset + f.dict_bytes;
+    }
+    if (!ok) return Bad("field arrays overlap, are out of order or lie outside the region");
+    if (h.strings_offset < end) return Bad("arrays overlap or are out of order");
+    const char* base = reinterpret_cast<const char*>(region);
+    a->field_layout = f.layout;
+    a->field_count = f.field_count;
+    a->fields = reinterpret_cast<const FieldEntry*>(base + f.fields_offset);
+    if (!single) {
+      a->field_index = reinterpret_cast<const uint32_t*>(base + f.index_offset);
+      a->records = reinterpret_cast<const FieldRecord*>(base + f.records_offset);
+      a->record_count = f.record_count;
+    }
+    if (f.dict_bytes != 0) {
+      a->dictionary = region + f.dict_offset;
+      a->dictionary_bytes = f.dict_bytes;
+    }
+    return Status::Ok();
   }
 
   // §5 checks 34-41: every entry, over arrays whose bounds Header checked.
@@ -110,7 +172,8 @@ class Checker {
     }
     DLFS_RETURN_IF_ERROR(Tree(a));
     DLFS_RETURN_IF_ERROR(Samples(a));
-    return NoClashes(a);
+    DLFS_RETURN_IF_ERROR(NoClashes(a));
+    return a.field_count != 0 ? Fields(a) : Status::Ok();
   }
 
  private:
@@ -218,6 +281,60 @@ class Checker {
     return Status::Ok();
   }
 
+  // §5 checks 44-48: field names, the index and every sample's records.
+  Status Fields(const DirectoryArrays& a) const {
+    for (uint64_t f = 0; f < a.field_count; ++f) {
+      const FieldEntry& e = a.fields[f];
+      if (e.name_length > 0xFFFF || !NameOk(a, e.name_offset, e.name_length)) {
+        return Bad("field " + std::to_string(f) + " has its name outside the string pool");
+      }
+      const std::string_view n = a.field_name(f);
+      if (n.find('/') != n.npos || n.find('\0') != n.npos) {
+        return Bad("field " + std::to_string(f) + " has a bad name");
+      }
+      if (f > 0 && a.field_name(f - 1) >= n) {
+        return Bad("field names are not sorted (field " + std::to_string(f) + ")");
+      }
+    }
+    if (a.field_layout == static_cast<uint32_t>(FieldLayout::kSingle)) return Status::Ok();
+    const uint32_t* index = a.field_index;
+    if (index[0] != 0 || index[a.sample_count] != a.record_count) {
+      return Bad("the field index does not cover the field records");
+    }
+    std::vector<uint64_t> seen(a.field_count, 0);  // sample i + 1 that used the field last
+    for (uint64_t i = 0; i < a.sample_count; ++i) {
+      auto where = [i] { return "sample " + std::to_string(i); };
+      if (index[i + 1] < index[i]) return Bad("the field index decreases at " + where());
+      uint64_t stored = 0;
+      for (uint64_t r = index[i]; r < index[i + 1]; ++r) {
+        const FieldRecord& rec = a.records[r];
+        if (rec.field >= a.field_count) return Bad(where() + " has a field id out of range");
+        const std::string field = " field '" + std::string(a.field_name(rec.field)) + "'";
+        if (seen[rec.field] == i + 1) return Bad(where() + " has" + field + " twice");
+        seen[rec.field] = i + 1;
+        if (rec.codec > static_cast<uint8_t>(FieldCodec::kZstdDict) || rec.reserved != 0) {
+          return Bad(where() + field + " has an unknown codec");
+        }
+        const auto codec = static_cast<FieldCodec>(rec.codec);
+        if (codec == FieldCodec::kNone && rec.decoded_length != rec.stored_length) {
+          return Bad(where() + field + " is raw but has a decoded length");
+        }
+        if (codec != FieldCodec::kNone && !(x_.incompat_flags & kIncompatZstd)) {
+          return Bad(where() + field + " is compressed without the zstd feature flag");
+        }
+        if (codec == FieldCodec::kZstdDict && a.dictionary_bytes == 0) {
+          return Bad(where() + field + " needs the volume's dictionary, which it lacks");
+        }
+        stored += rec.stored_length;  // < 2^32 records of < 2^32 bytes: no overflow
+      }
+      if (stored != a.samples[i].length) {
+        return Bad(where() + "'s fields add up to " + std::to_string(stored) +
+                   " bytes, its extent has " + std::to_string(a.samples[i].length));
+      }
+    }
+    return Status::Ok();
+  }
+
   const SampleDirectory::Expected& x_;
   const std::string& path_;
 };
@@ -284,13 +401,16 @@ Result<std::vector<std::byte>> EncodeDirectory(const DirectoryTree& tree,
   for (const TreeDir& d : tree.dirs) pool_bytes += d.name_length;
   for (const TreeSample& s : tree.samples) pool_bytes += s.name_length;
   for (uint64_t c = 0; c < nc; ++c) pool_bytes += ClassName(tree, c).size();
+  if (tree.with_fields) {
+    for (const std::string& f : tree.field_names) pool_bytes += f.size();
+  }
   if (pool_bytes >= kNone) {
     return Status::InvalidArgument("names exceed the 4 GiB string pool of format v1");
   }
 
   DirectoryHeader h{};
   h.magic = kDirectoryMagic;
-  h.header_size = kDirectoryHeaderSize;
+  h.header_size = tree.with_fields ? kDirectoryHeaderSizeFields : kDirectoryHeaderSize;
   h.sample_count = n;
   h.dir_count = nd;
   h.class_count = nc;
@@ -298,16 +418,50 @@ Result<std::vector<std::byte>> EncodeDirectory(const DirectoryTree& tree,
   h.sample_entry_size = sizeof(SampleEntry);
   h.dir_entry_size = sizeof(DirEntry);
   h.class_entry_size = sizeof(ClassEntry);
-  h.samples_offset = kDirectoryHeaderSize;
+  h.samples_offset = h.header_size;
   h.dirs_offset = h.samples_offset + n * sizeof(SampleEntry);
   h.classes_offset = h.dirs_offset + nd * sizeof(DirEntry);
   h.strings_offset = h.classes_offset + nc * sizeof(ClassEntry);
+  // Format v2: the field arrays go between the classes and the pool.
+  FieldsHeader fh{};
+  bool single = false;
+  if (tree.with_fields) {
+    single = tree.field_names.size() == 1 && tree.dictionary.empty();
+    for (const TreeSample& s : tree.samples) {
+      if (!single) break;
+      const TreeField* f = s.field_count == 1 ? &tree.fields[s.first_field] : nullptr;
+      single = f != nullptr && f->field == 0 && f->codec == 0;
+    }
+    fh.magic = kFieldsMagic;
+    fh.layout = static_cast<uint32_t>(single ? FieldLayout::kSingle : FieldLayout::kRecords);
+    fh.field_count = static_cast<uint32_t>(tree.field_names.size());
+    fh.field_entry_size = sizeof(FieldEntry);
+    fh.record_entry_size = sizeof(FieldRecord);
+    fh.fields_offset = h.strings_offset;
+    uint64_t end = fh.fields_offset + fh.field_count * sizeof(FieldEntry);
+    if (!single) {
+      fh.index_offset = end;
+      fh.records_offset = AlignUp(fh.index_offset + (n + 1) * sizeof(uint32_t), 8);
+      for (const TreeSample& s : tree.samples) fh.record_count += s.field_count;
+      if (fh.record_count >= kNone) {
+        return Status::InvalidArgument("more than 2^32 - 2 fields in one volume");
+      }
+      end = fh.records_offset + fh.record_count * sizeof(FieldRecord);
+    }
+    if (!tree.dictionary.empty()) {
+      fh.dict_offset = end;
+      fh.dict_bytes = tree.dictionary.size();
+      end += fh.dict_bytes;
+    }
+    h.strings_offset = end;
+  }
 
   std::vector<std::byte> region(h.strings_offset + pool_bytes);
   const auto put = [&](uint64_t off, const void* src, size_t len) {
     if (len) std::memcpy(region.data() + off, src, len);
   };
   put(0, &h, sizeof h);
+  if (tree.with_fields) put(sizeof h, &fh, sizeof fh);
   // Names go to the pool in entry order: directories, samples, classes.
   uint64_t pool_end = 0;
   const auto intern = [&](std::string_view s) {
@@ -354,6 +508,31 @@ Result<std::vector<std::byte>> EncodeDirectory(const DirectoryTree& tree,
     e.name_length = static_cast<uint32_t>(name.size());
     put(h.classes_offset + c * sizeof e, &e, sizeof e);
   }
+  if (!tree.with_fields) return region;
+  for (size_t f = 0; f < tree.field_names.size(); ++f) {
+    FieldEntry e{};
+    e.name_offset = intern(tree.field_names[f]);
+    e.name_length = static_cast<uint32_t>(tree.field_names[f].size());
+    put(fh.fields_offset + f * sizeof e, &e, sizeof e);
+  }
+  if (!single) {
+    // Records in sample index order, each sample's in storage order.
+    uint32_t next = 0;
+    for (uint64_t i = 0; i < n; ++i) {
+      const TreeSample& p = tree.samples[order.samples[i]];
+      put(fh.index_offset + i * sizeof next, &next, sizeof next);
+      for (uint32_t k = 0; k < p.field_count; ++k) {
+        const TreeField& t = tree.fields[p.first_field + k];
+        const FieldRecord r{t.stored_length,  t.crc32c,
+                            t.decoded_length, static_cast<uint16_t>(t.field),
+                            t.codec,          0};
+        put(fh.records_offset + uint64_t{next} * sizeof r, &r, sizeof r);
+        ++next;
+      }
+    }
+    put(fh.index_offset + n * sizeof next, &next, sizeof next);
+  }
+  if (!tree.dictionary.empty()) put(fh.dict_offset, tree.dictionary.data(), fh.dict_bytes);
   return region;
 }
 

@@ -60,6 +60,16 @@ struct TreeDir {
   uint32_t name_length;
 };
 
+// One field of a sample as a writer collects it (docs/format.md §4.8.3), in
+// storage order within the sample's extent.
+struct TreeField {
+  uint32_t field;  // index into DirectoryTree::field_names
+  uint32_t stored_length;
+  uint32_t crc32c;  // of the stored bytes
+  uint32_t decoded_length;
+  uint8_t codec;  // FieldCodec
+};
+
 // A sample as a writer collects it.
 struct TreeSample {
   uint64_t offset;  // in its target
@@ -70,6 +80,9 @@ struct TreeSample {
   uint32_t dir;    // tree id of its directory
   uint64_t name_offset;
   uint32_t name_length;
+  // Its fields: DirectoryTree::fields[first_field, first_field + field_count).
+  uint32_t field_count = 0;
+  uint64_t first_field = 0;
 };
 
 // A writer's tree, in any order (borrowed, not owned). REQUIRES: dirs[0] is
@@ -84,6 +97,14 @@ struct DirectoryTree {
   // class_count are named by their decimal number (§4.6 rule 8).
   std::span<const std::string> class_names;
   uint64_t class_count = 0;  // >= class_names.size()
+  // Format v2 (§4.8): with `with_fields`, the region gets the fields header,
+  // the field table (field_names, strictly increasing) and, unless every
+  // sample is exactly one raw field 0 (the single layout), field records.
+  // Without it, `fields` is ignored and the region is v1's.
+  bool with_fields = false;
+  std::span<const std::string> field_names;
+  std::span<const TreeField> fields;
+  std::span<const std::byte> dictionary;  // zstd dictionary, or empty
 };
 
 // The canonical order of a tree (§4.6): where each entry goes in the region.
@@ -122,6 +143,15 @@ struct DirectoryArrays {
   uint64_t dir_count = 0;
   uint64_t class_count = 0;
   uint64_t string_bytes = 0;
+  // Fields (format v2). Without FIELDS: field_count 0 and no arrays.
+  uint32_t field_layout = 0;  // FieldLayout, or 0 without fields
+  uint32_t field_count = 0;
+  const FieldEntry* fields = nullptr;
+  const uint32_t* field_index = nullptr;  // [sample_count + 1], records layout
+  const FieldRecord* records = nullptr;
+  uint64_t record_count = 0;
+  const std::byte* dictionary = nullptr;
+  uint64_t dictionary_bytes = 0;
 
   std::string_view String(uint32_t offset, uint32_t length) const {
     return {strings + offset, length};
@@ -134,6 +164,9 @@ struct DirectoryArrays {
   }
   std::string_view class_name(uint64_t c) const {
     return String(classes[c].name_offset, classes[c].name_length);
+  }
+  std::string_view field_name(uint64_t f) const {
+    return String(fields[f].name_offset, fields[f].name_length);
   }
 };
 

@@ -1,4 +1,5 @@
-// On-disk layout of a dlfs volume, format version 1.
+// On-disk layout of a dlfs volume: format version 1 and the format-v2
+// features behind incompat flags (fields, zstd; docs/format.md §2.5, §4.8).
 //
 // docs/format.md is the specification; this header only mirrors it as the
 // constants and packed structs shared by the reader and the writer. Change
@@ -28,9 +29,13 @@ inline constexpr uint32_t kMaxTargets = 8;
 inline constexpr uint32_t kMaxTargetPath = 240;
 inline constexpr uint32_t kMaxDataAlignment = 1u << 20;
 
-// Feature flags. A reader refuses a volume with any incompat bit it does not
-// know; unknown compat bits are ignored. Version 1 defines none of either.
-inline constexpr uint32_t kKnownIncompatFlags = 0;
+// Feature flags (docs/format.md §2.5). A reader refuses a volume with any
+// incompat bit it does not know; unknown compat bits are ignored.
+// FIELDS: the directory has the fields header, field table and field records
+// (§4.8). ZSTD: some fields are zstd-compressed (only together with FIELDS).
+inline constexpr uint32_t kIncompatFields = 0x1;
+inline constexpr uint32_t kIncompatZstd = 0x2;
+inline constexpr uint32_t kKnownIncompatFlags = kIncompatFields | kIncompatZstd;
 
 inline constexpr uint32_t kNone = 0xFFFFFFFFu;  // "no parent", "no label"
 
@@ -94,6 +99,8 @@ static_assert(offsetof(Superblock, crc32c) == kSuperblockSize - 4);
 
 inline constexpr uint32_t kDirectoryMagic = 0x52444c44;  // "DLDR" read as bytes
 inline constexpr uint32_t kDirectoryHeaderSize = 128;
+// With FIELDS: the v1 header followed by FieldsHeader.
+inline constexpr uint32_t kDirectoryHeaderSizeFields = 256;
 
 struct DirectoryHeader {
   uint32_t magic;        // kDirectoryMagic
@@ -150,6 +157,54 @@ struct ClassEntry {
   uint32_t name_length;
 };
 static_assert(sizeof(ClassEntry) == 8);
+
+// ---- Fields (format v2, incompat flag FIELDS; docs/format.md §4.8) ---------
+
+inline constexpr uint32_t kFieldsMagic = 0x58444c44;  // "DLDX" read as bytes
+inline constexpr uint32_t kMaxFields = 0xFFFF;
+
+enum class FieldLayout : uint32_t {
+  kSingle = 1,   // every sample is field 0, raw, its whole extent
+  kRecords = 2,  // per-sample FieldRecords through the field index
+};
+
+enum class FieldCodec : uint8_t { kNone = 0, kZstd = 1, kZstdDict = 2 };
+
+// At region offset 128 when FIELDS is set (header_size 256).
+struct FieldsHeader {
+  uint32_t magic;  // kFieldsMagic
+  uint32_t layout;
+  uint32_t field_count;        // 1..kMaxFields
+  uint32_t field_entry_size;   // sizeof(FieldEntry)
+  uint32_t record_entry_size;  // sizeof(FieldRecord)
+  uint32_t reserved0;
+  uint64_t fields_offset;   // FieldEntry[field_count]
+  uint64_t index_offset;    // u32[sample_count + 1] (records layout), else 0
+  uint64_t records_offset;  // FieldRecord[record_count] (records layout), else 0
+  uint64_t record_count;
+  uint64_t dict_offset;  // zstd dictionary, or 0
+  uint64_t dict_bytes;
+  uint8_t reserved1[56];
+};
+static_assert(sizeof(FieldsHeader) == 128);
+
+// One per field id; names sorted strictly increasing, in the string pool.
+struct FieldEntry {
+  uint32_t name_offset;
+  uint32_t name_length;  // 0..65535; 0 is the unnamed field
+};
+static_assert(sizeof(FieldEntry) == 8);
+
+// One per field of a sample, in storage order inside the sample's extent.
+struct FieldRecord {
+  uint32_t stored_length;   // bytes in the extent
+  uint32_t crc32c;          // of the stored bytes
+  uint32_t decoded_length;  // after decoding; == stored_length for kNone
+  uint16_t field;           // field id
+  uint8_t codec;            // FieldCodec
+  uint8_t reserved;
+};
+static_assert(sizeof(FieldRecord) == 16);
 
 inline constexpr uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 

@@ -82,7 +82,8 @@ Status CheckTargetTable(const Superblock& sb, const std::string& path) {
 
 }  // namespace
 
-Status CheckSuperblock(const Superblock& sb, uint64_t file_size, const std::string& path) {
+Status CheckSuperblock(const Superblock& sb, uint64_t file_size, const std::string& path,
+                       uint32_t known_incompat) {
   auto bad = [&](const std::string& what) { return Status::Corruption(path + ": " + what); };
   if (std::memcmp(sb.magic, kSuperblockMagic, sizeof sb.magic) != 0) {
     return bad("not a dlfs volume (bad magic)");
@@ -94,11 +95,15 @@ Status CheckSuperblock(const Superblock& sb, uint64_t file_size, const std::stri
                                 std::to_string(kFormatVersion) + ")");
   }
   if (sb.superblock_size != kSuperblockSize) return bad("unexpected superblock size");
-  if ((sb.incompat_flags & ~kKnownIncompatFlags) != 0) {
+  if ((sb.incompat_flags & ~known_incompat) != 0) {
     char flags[16];
-    std::snprintf(flags, sizeof flags, "0x%x", sb.incompat_flags);
-    return Status::NotSupported(path + ": volume uses unknown features (incompat flags " + flags +
-                                ")");
+    std::snprintf(flags, sizeof flags, "0x%x", sb.incompat_flags & ~known_incompat);
+    return Status::NotSupported(path + ": volume uses features this dlfs does not support (" +
+                                IncompatFlagNames(sb.incompat_flags & ~known_incompat) +
+                                ", incompat flags " + flags + ")");
+  }
+  if ((sb.incompat_flags & kIncompatZstd) && !(sb.incompat_flags & kIncompatFields)) {
+    return bad("the zstd feature flag is set without the fields flag");
   }
   if (file_size < 2 * uint64_t{kSuperblockSize}) return bad("too small to hold two superblocks");
   if (sb.volume_size != file_size) {
@@ -155,6 +160,21 @@ Status CheckSuperblock(const Superblock& sb, uint64_t file_size, const std::stri
     return bad("data and directory regions overlap");
   }
   return Status::Ok();
+}
+
+std::string IncompatFlagNames(uint32_t flags) {
+  std::string out;
+  const auto add = [&](const std::string& n) { out += (out.empty() ? "" : ",") + n; };
+  if (flags & kIncompatFields) add("fields");
+  if (flags & kIncompatZstd) add("zstd");
+  for (uint32_t bit = 4; bit != 0; bit <<= 1) {
+    if (flags & bit & ~kKnownIncompatFlags) {
+      char b[16];
+      std::snprintf(b, sizeof b, "0x%x", bit);
+      add(std::string("unknown ") + b);
+    }
+  }
+  return out;
 }
 
 std::string FormatUuid(const uint8_t (&u)[16]) {

@@ -21,7 +21,13 @@ uint32_t SuperblockChecksum(const Superblock& sb);
 // covers one target file on its own; that the targets of a volume belong
 // together is checked by Volume::Open (§5 checks 18-22). Messages name `path`
 // and the problem.
-Status CheckSuperblock(const Superblock& sb, uint64_t file_size, const std::string& path);
+// `known_incompat` is the set of incompat flags this reader understands;
+// tests pass less to act as an older reader.
+Status CheckSuperblock(const Superblock& sb, uint64_t file_size, const std::string& path,
+                       uint32_t known_incompat = kKnownIncompatFlags);
+
+// "fields,zstd": the names of the incompat bits in `flags`.
+std::string IncompatFlagNames(uint32_t flags);
 
 // Returns the first region of `kind`, or nullptr. With CheckSuperblock OK
 // there is exactly one directory region; use FindDataRegion for data.

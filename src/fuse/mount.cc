@@ -1,11 +1,19 @@
 // The read-only FUSE view, on libfuse's low-level (inode) API.
 //
+// Files are (sample, field) pairs (docs/format.md §4.8.5): field f of
+// sample i is the file KEY.FIELD in the sample's directory, KEY alone for the
+// unnamed field, so a volume without fields lists one file per sample and a
+// tar-packed one lists the tar's members. A file's size is its field's
+// decoded length; raw fields are served from their stored extent, zstd ones
+// decoded whole once and kept for the reads that follow.
+//
 // Inodes are fixed by the directory: directory d is inode d + 1 (the root,
-// d = 0, is FUSE_ROOT_ID), sample i is inode dir_count + 1 + i, so lookups
-// need no table and forgetting needs no bookkeeping. The volume never
-// changes under its mount, so the kernel may keep entries, attributes and
-// file contents (keep_cache) as long as it likes: a file read once is
-// served from the page cache on later opens without reaching this process.
+// d = 0, is FUSE_ROOT_ID), field f of sample i is inode
+// dir_count + 1 + i * field_count + f, so lookups need no table and
+// forgetting needs no bookkeeping. The volume never changes under its mount,
+// so the kernel may keep entries, attributes and file contents (keep_cache)
+// as long as it likes: a file read once is served from the page cache on
+// later opens without reaching this process.
 // Replies are sent from the verified bytes in place (no copy into a libfuse
 // buffer); large samples, verified by a streaming pass, are spliced from the
 // volume's file descriptor where the kernel allows it.
@@ -22,6 +30,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -30,6 +39,7 @@
 #include "common/crc32c.h"
 #include "common/file_util.h"
 #include "dlfs/mount.h"
+#include "volume/field_decode.h"
 
 namespace dlfs {
 
@@ -45,8 +55,11 @@ constexpr unsigned kMaxRead = 1u << 20;
 // Streaming verification reads this much at a time.
 constexpr size_t kVerifyChunk = 8u << 20;
 
-// Verified samples kept for the reads that follow the first one of a
-// sample that takes several reads (most take one: reads are up to 1 MiB).
+// Verified (and decoded) files kept for the reads that follow the first one
+// of a file that takes several reads (most take one: reads are up to 1 MiB).
+// Keyed by inode. Holds at most kBudget bytes, except that the entry just put
+// always stays: a zstd field larger than the budget is decoded once per run
+// of reads rather than once per read.
 class VerifiedCache {
  public:
   using Bytes = std::shared_ptr<const std::vector<std::byte>>;
@@ -85,38 +98,72 @@ struct Context {
   struct timespec created;
   std::vector<std::string> dir_paths;  // by directory index, "" for the root
   uint64_t dirs = 0;
+  uint64_t fields = 1;   // field ids per sample: the inode stride
   bool no_open = false;  // the kernel opens files without asking us
   VerifiedCache cache;
-  // Large samples that passed a streaming verification in this mount.
+  // Large raw files (by inode) that passed a streaming verification in this mount.
   std::mutex verified_mu;
   std::unordered_set<uint64_t> verified;
 };
 
 Context& Ctx(fuse_req_t req) { return *static_cast<Context*>(fuse_req_userdata(req)); }
 
-bool IsDir(const Context& c, fuse_ino_t ino) { return ino >= 1 && ino <= c.dirs; }
-bool IsSample(const Context& c, fuse_ino_t ino) {
-  return ino > c.dirs && ino - c.dirs - 1 < c.volume->size();
-}
-uint64_t DirOf(fuse_ino_t ino) { return ino - 1; }
-uint64_t SampleOf(const Context& c, fuse_ino_t ino) { return ino - c.dirs - 1; }
-fuse_ino_t DirIno(uint64_t d) { return d + 1; }
-fuse_ino_t SampleIno(const Context& c, uint64_t i) { return c.dirs + 1 + i; }
+// What a file inode stands for.
+struct FileRef {
+  uint64_t sample;
+  FieldInfo field;
+};
 
-void Fill(const Context& c, fuse_ino_t ino, struct stat* st) {
+bool IsDir(const Context& c, fuse_ino_t ino) { return ino >= 1 && ino <= c.dirs; }
+uint64_t DirOf(fuse_ino_t ino) { return ino - 1; }
+fuse_ino_t DirIno(uint64_t d) { return d + 1; }
+fuse_ino_t FileIno(const Context& c, uint64_t i, uint32_t f) {
+  return c.dirs + 1 + i * c.fields + f;
+}
+
+// The file behind `ino`, or nullopt for a directory or an inode that names
+// no field a sample has.
+std::optional<FileRef> FileOf(const Context& c, fuse_ino_t ino) {
+  if (ino <= c.dirs) return std::nullopt;
+  const uint64_t k = ino - c.dirs - 1;
+  const uint64_t i = k / c.fields;
+  if (i >= c.volume->size()) return std::nullopt;
+  const std::optional<FieldInfo> f =
+      c.volume->directory().Field(i, static_cast<uint32_t>(k % c.fields));
+  if (!f) return std::nullopt;
+  return FileRef{i, *f};
+}
+
+// "000123.jpg"; the sample's name alone for the unnamed field.
+std::string FileName(const SampleDirectory& d, uint64_t i, uint32_t f) {
+  std::string name(d.name(i));
+  const std::string_view field = d.field_name(f);
+  if (!field.empty()) {
+    name += '.';
+    name += field;
+  }
+  return name;
+}
+
+void FillCommon(const Context& c, fuse_ino_t ino, struct stat* st) {
   std::memset(st, 0, sizeof *st);
   st->st_ino = ino;
   st->st_mtim = st->st_ctim = st->st_atim = c.created;
-  if (IsDir(c, ino)) {
-    st->st_mode = S_IFDIR | 0555;
-    st->st_nlink = 2 + c.volume->directory().dir(DirOf(ino)).child_count;
-  } else {
-    st->st_mode = S_IFREG | 0444;
-    st->st_nlink = 1;
-    st->st_size = c.volume->directory().sample(SampleOf(c, ino)).length;
-    st->st_blocks = (st->st_size + 511) / 512;
-    st->st_blksize = kMaxRead;
-  }
+}
+
+void FillDir(const Context& c, fuse_ino_t ino, struct stat* st) {
+  FillCommon(c, ino, st);
+  st->st_mode = S_IFDIR | 0555;
+  st->st_nlink = 2 + c.volume->directory().dir(DirOf(ino)).child_count;
+}
+
+void FillFile(const Context& c, fuse_ino_t ino, const FieldInfo& f, struct stat* st) {
+  FillCommon(c, ino, st);
+  st->st_mode = S_IFREG | 0444;
+  st->st_nlink = 1;
+  st->st_size = f.decoded_length;
+  st->st_blocks = (st->st_size + 511) / 512;
+  st->st_blksize = kMaxRead;
 }
 
 void Log(const Status& st) { std::fprintf(stderr, "dlfs mount: %s\n", st.message().c_str()); }
@@ -148,15 +195,51 @@ void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     fuse_reply_err(req, ENOTDIR);
     return;
   }
+  const SampleDirectory& d = c.volume->directory();
   const std::string& dir = c.dir_paths[DirOf(parent)];
-  auto found = c.volume->directory().Resolve(dir.empty() ? std::string(name) : dir + "/" + name);
-  if (!found.ok() || std::strchr(name, '/') != nullptr) {
+  const std::string_view base(name);
+  auto resolve = [&](std::string_view key) {
+    return d.Resolve(dir.empty() ? std::string(key) : dir + "/" + std::string(key));
+  };
+  if (base.find('/') != base.npos) {
     fuse_reply_entry(req, &e);  // ino 0: a negative entry the kernel caches too
     return;
   }
-  e.ino = found->is_dir ? DirIno(found->index) : SampleIno(c, found->index);
+  const Result<PathEntry> found = resolve(base);
+  if (found.ok() && found->is_dir) {
+    e.ino = DirIno(found->index);
+    e.generation = 1;
+    FillDir(c, e.ino, &e.attr);
+    fuse_reply_entry(req, &e);
+    return;
+  }
+  // KEY.FIELD, the shortest KEY first (WebDataset's rule: the key ends at the
+  // first dot of the name), then the whole name as a sample's unnamed field.
+  std::optional<FileRef> file;
+  if (d.has_fields()) {
+    for (size_t dot = base.find('.'); !file && dot != base.npos; dot = base.find('.', dot + 1)) {
+      const std::string_view field = base.substr(dot + 1);
+      if (field.empty()) break;  // "KEY." names nothing: the unnamed field is KEY
+      const std::optional<uint32_t> id = d.FindField(field);
+      if (!id) continue;
+      const Result<PathEntry> key = resolve(base.substr(0, dot));
+      if (!key.ok() || key->is_dir) continue;
+      if (const std::optional<FieldInfo> f = d.Field(key->index, *id))
+        file = FileRef{key->index, *f};
+    }
+  }
+  if (!file && found.ok()) {
+    const std::optional<uint32_t> unnamed = d.FindField("");
+    const std::optional<FieldInfo> f = unnamed ? d.Field(found->index, *unnamed) : std::nullopt;
+    if (f) file = FileRef{found->index, *f};
+  }
+  if (!file) {
+    fuse_reply_entry(req, &e);
+    return;
+  }
+  e.ino = FileIno(c, file->sample, file->field.field);
   e.generation = 1;
-  Fill(c, e.ino, &e.attr);
+  FillFile(c, e.ino, file->field, &e.attr);
   fuse_reply_entry(req, &e);
 }
 
@@ -164,17 +247,23 @@ void Forget(fuse_req_t req, fuse_ino_t, uint64_t) { fuse_reply_none(req); }
 
 void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   const Context& c = Ctx(req);
-  if (!IsDir(c, ino) && !IsSample(c, ino)) {
+  struct stat st;
+  if (IsDir(c, ino)) {
+    FillDir(c, ino, &st);
+  } else if (const std::optional<FileRef> file = FileOf(c, ino)) {
+    FillFile(c, ino, file->field, &st);
+  } else {
     fuse_reply_err(req, ENOENT);
     return;
   }
-  struct stat st;
-  Fill(c, ino, &st);
   fuse_reply_attr(req, &st, kCacheSeconds);
 }
 
 // Entries of directory d in a fixed order: ".", "..", child directories,
-// samples; `off` is the position of the next one.
+// then each sample's files by field id. Position p of an entry is p < base
+// for the first ones and base + j * fields + f for field f of the directory's
+// j-th sample (positions of fields a sample lacks are skipped); an entry's
+// cookie (`off`) is its position + 1, so a listing resumes where it stopped.
 void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*, bool plus) {
   const Context& c = Ctx(req);
   if (!IsDir(c, ino)) {
@@ -183,46 +272,67 @@ void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
   }
   const SampleDirectory& d = c.volume->directory();
   const DirInfo info = d.dir(DirOf(ino));
-  const uint64_t total = 2 + uint64_t{info.child_count} + info.sample_count;
+  const uint64_t base = 2 + uint64_t{info.child_count};
+  const uint64_t end = base + uint64_t{info.sample_count} * c.fields;
   std::vector<char> buf(size);
   size_t used = 0;
-  for (uint64_t k = static_cast<uint64_t>(std::max<off_t>(off, 0)); k < total; ++k) {
+  uint64_t fields_of = UINT64_MAX;  // the sample whose field ids `ids` holds
+  std::vector<FieldInfo> ids;       // its fields, by id
+  for (uint64_t p = static_cast<uint64_t>(std::max<off_t>(off, 0)); p < end;) {
     std::string name;
     fuse_ino_t child;
-    if (k == 0) {
-      name = ".";
-      child = ino;
-    } else if (k == 1) {
-      name = "..";
-      child = info.parent == kNoParent ? ino : DirIno(info.parent);
-    } else if (k < 2 + info.child_count) {
-      const uint64_t cd = info.first_child + (k - 2);
-      name = d.dir_name(cd);
-      child = DirIno(cd);
+    struct stat attr;
+    if (p < base) {
+      if (p == 0) {
+        name = ".";
+        child = ino;
+      } else if (p == 1) {
+        name = "..";
+        child = info.parent == kNoParent ? ino : DirIno(info.parent);
+      } else {
+        const uint64_t cd = info.first_child + (p - 2);
+        name = d.dir_name(cd);
+        child = DirIno(cd);
+      }
+      FillDir(c, child, &attr);
     } else {
-      const uint64_t i = info.first_sample + (k - 2 - info.child_count);
-      name = d.name(i);
-      child = SampleIno(c, i);
+      const uint64_t j = (p - base) / c.fields;
+      const uint64_t i = info.first_sample + j;
+      if (i != fields_of) {
+        ids = d.Fields(i);
+        std::sort(ids.begin(), ids.end(),
+                  [](const FieldInfo& a, const FieldInfo& b) { return a.field < b.field; });
+        fields_of = i;
+      }
+      const uint64_t from = (p - base) % c.fields;
+      const auto f =
+          std::find_if(ids.begin(), ids.end(), [&](const FieldInfo& x) { return x.field >= from; });
+      if (f == ids.end()) {
+        p = base + (j + 1) * c.fields;  // no more fields here: the next sample
+        continue;
+      }
+      p = base + j * c.fields + f->field;
+      name = FileName(d, i, f->field);
+      child = FileIno(c, i, f->field);
+      FillFile(c, child, *f, &attr);
     }
     size_t n;
     if (plus) {
       fuse_entry_param e{};
       e.attr_timeout = e.entry_timeout = kCacheSeconds;
-      Fill(c, child, &e.attr);
+      e.attr = attr;
       // "." and ".." do not count as lookups (the kernel says so).
-      e.ino = k < 2 ? 0 : child;
-      e.attr.st_ino = child;
+      e.ino = p < 2 ? 0 : child;
       e.generation = 1;
       n = fuse_add_direntry_plus(req, buf.data() + used, size - used, name.c_str(), &e,
-                                 static_cast<off_t>(k + 1));
+                                 static_cast<off_t>(p + 1));
     } else {
-      struct stat st;
-      Fill(c, child, &st);
-      n = fuse_add_direntry(req, buf.data() + used, size - used, name.c_str(), &st,
-                            static_cast<off_t>(k + 1));
+      n = fuse_add_direntry(req, buf.data() + used, size - used, name.c_str(), &attr,
+                            static_cast<off_t>(p + 1));
     }
-    if (n > size - used) break;  // full: the kernel asks again from k
+    if (n > size - used) break;  // full: the kernel asks again from p
     used += n;
+    ++p;
   }
   fuse_reply_buf(req, buf.data(), used);
 }
@@ -244,7 +354,7 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     fuse_reply_err(req, EISDIR);
     return;
   }
-  if (!IsSample(c, ino)) {
+  if (!FileOf(c, ino)) {
     fuse_reply_err(req, ENOENT);
     return;
   }
@@ -256,85 +366,109 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fuse_reply_open(req, fi);
 }
 
-// Reads sample `index` whole in chunks, computing its CRC32C on the way,
-// without keeping it: OK when it matches the directory's checksum.
-Status VerifyStreaming(const Volume& v, uint64_t index) {
+// Reads raw field `f` of sample `index` whole in chunks, computing its
+// CRC32C on the way, without keeping it: OK when it matches the field's
+// checksum (for a volume without fields: the sample's).
+Status VerifyStreaming(const Volume& v, uint64_t index, const FieldInfo& f) {
   const SampleInfo s = v.directory().sample(index);
   const std::string& file = v.info().targets[s.target];
-  std::vector<std::byte> buf(std::min<size_t>(kVerifyChunk, s.length));
+  std::vector<std::byte> buf(std::min<size_t>(kVerifyChunk, f.stored_length));
   uint32_t crc = 0;
-  for (uint64_t at = 0; at < s.length;) {
-    const size_t n = std::min<uint64_t>(buf.size(), s.length - at);
-    DLFS_RETURN_IF_ERROR(v.ReadTarget(s.target, buf.data(), n, s.offset + at, file)
-                             .WithContext(v.path() + ": sample " + std::to_string(index)));
+  for (uint64_t at = 0; at < f.stored_length;) {
+    const size_t n = std::min<uint64_t>(buf.size(), f.stored_length - at);
+    DLFS_RETURN_IF_ERROR(
+        v.ReadTarget(s.target, buf.data(), n, s.offset + f.offset_in_sample + at, file)
+            .WithContext(v.FieldContext(index, f.field)));
     crc = crc32c::Extend(crc, buf.data(), n);
     at += n;
   }
-  if (crc == s.crc32c) return Status::Ok();
+  if (crc == f.crc32c) return Status::Ok();
   char sums[64];
-  std::snprintf(sums, sizeof sums, "stored 0x%08x, computed 0x%08x", s.crc32c, crc);
-  return Status::Corruption(v.path() + ": sample " + std::to_string(index) + " '" +
-                            v.directory().Path(index) + "': checksum mismatch (" + sums + ")");
+  std::snprintf(sums, sizeof sums, "stored 0x%08x, computed 0x%08x", f.crc32c, crc);
+  return Status::Corruption(v.FieldContext(index, f.field) + ": checksum mismatch (" + sums + ")");
+}
+
+// Field `f` of sample `index` whole, checked (and decoded when compressed):
+// Corruption naming the volume, the sample and the field if it is damaged.
+Result<std::shared_ptr<std::vector<std::byte>>> ReadWhole(const Volume& v, uint64_t index,
+                                                          const FieldInfo& f) {
+  const SampleInfo s = v.directory().sample(index);
+  auto stored = std::make_shared<std::vector<std::byte>>(f.stored_length);
+  DLFS_RETURN_IF_ERROR(v.ReadTarget(s.target, stored->data(), stored->size(),
+                                    s.offset + f.offset_in_sample, v.info().targets[s.target])
+                           .WithContext(v.FieldContext(index, f.field)));
+  if (f.codec == FieldCodec::kNone) {
+    DLFS_RETURN_IF_ERROR(v.DecodeField(index, f, *stored, {}, /*verify=*/true));
+    return stored;
+  }
+  // The CRC of the stored bytes and the frame's declared size are checked
+  // before the directory's decoded length sizes anything.
+  DLFS_ASSIGN_OR_RETURN(std::vector<std::byte> decoded,
+                        DecodeFieldToVector(v, index, f, *stored, /*verify=*/true));
+  return std::make_shared<std::vector<std::byte>>(std::move(decoded));
 }
 
 void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info*) {
   Context& c = Ctx(req);
-  if (!IsSample(c, ino)) {
+  const std::optional<FileRef> file = FileOf(c, ino);
+  if (!file) {
     fuse_reply_err(req, IsDir(c, ino) ? EISDIR : ENOENT);
     return;
   }
-  const uint64_t index = SampleOf(c, ino);
+  const uint64_t index = file->sample;
+  const FieldInfo& f = file->field;
   const Volume& v = *c.volume;
   const SampleInfo s = v.directory().sample(index);
   if (offset < 0) {
     fuse_reply_err(req, EINVAL);
     return;
   }
-  if (static_cast<uint64_t>(offset) >= s.length) {
+  if (static_cast<uint64_t>(offset) >= f.decoded_length) {
     fuse_reply_buf(req, nullptr, 0);
     return;
   }
-  const size_t n = std::min<uint64_t>(size, s.length - offset);
-  if (s.length <= c.options.whole_sample_limit) {
-    // Small: read whole and verified, then served from memory in place. No
-    // byte is handed out before its sample checked out. A sample that takes
-    // several reads is kept for the next ones.
-    VerifiedCache::Bytes bytes = c.cache.Get(index);
+  const size_t n = std::min<uint64_t>(size, f.decoded_length - offset);
+  if (f.codec != FieldCodec::kNone || f.stored_length <= c.options.whole_sample_limit) {
+    // Small or compressed: read whole, verified (and decoded), then served
+    // from memory in place. No byte is handed out before its field checked
+    // out. A file that takes several reads is kept for the next ones, so a
+    // compressed field is decoded once per sequential pass, not per read.
+    VerifiedCache::Bytes bytes = c.cache.Get(ino);
     if (!bytes) {
-      auto fresh = std::make_shared<std::vector<std::byte>>(s.length);
-      const Status st = v.ReadInto(index, *fresh, /*verify=*/true);
-      if (!st.ok()) {
-        Log(st);
+      auto fresh = ReadWhole(v, index, f);
+      if (!fresh.ok()) {
+        Log(fresh.status());
         fuse_reply_err(req, EIO);
         return;
       }
-      bytes = std::move(fresh);
-      if (offset != 0 || n != s.length) c.cache.Put(index, bytes);
+      bytes = std::move(*fresh);
+      if (offset != 0 || n != f.decoded_length) c.cache.Put(ino, bytes);
     }
     fuse_reply_buf(req, reinterpret_cast<const char*>(bytes->data()) + offset, n);
     return;
   }
-  // Large: verified by a streaming pass (once per mount) before any byte
-  // is served, then spliced from the volume's file.
+  // Large and raw: verified by a streaming pass (once per mount) before any
+  // byte is served, then spliced from the volume's file.
   bool verified;
   {
     std::lock_guard lock(c.verified_mu);
-    verified = c.verified.count(index) > 0;
+    verified = c.verified.count(ino) > 0;
   }
   if (!verified) {
-    const Status st = VerifyStreaming(v, index);
+    const Status st = VerifyStreaming(v, index, f);
     if (!st.ok()) {
       Log(st);
       fuse_reply_err(req, EIO);
       return;
     }
     std::lock_guard lock(c.verified_mu);
-    c.verified.insert(index);
+    c.verified.insert(ino);
   }
+  const uint64_t at = s.offset + f.offset_in_sample + offset;
   if (v.target_fd(s.target) < 0) {
     // An NBD export has no fd to splice from: read, then reply.
     std::vector<std::byte> bytes(n);
-    const Status st = v.ReadTarget(s.target, bytes.data(), n, s.offset + offset, v.path());
+    const Status st = v.ReadTarget(s.target, bytes.data(), n, at, v.path());
     if (!st.ok()) {
       Log(st);
       fuse_reply_err(req, EIO);
@@ -346,9 +480,9 @@ void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_i
   fuse_bufvec buf = FUSE_BUFVEC_INIT(n);
   buf.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
   buf.buf[0].fd = v.target_fd(s.target);
-  buf.buf[0].pos = static_cast<off_t>(s.offset + offset);
+  buf.buf[0].pos = static_cast<off_t>(at);
   const int rc = fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
-  if (rc < 0) Log(Status::FromErrno(-rc, v.path() + ": reply for sample " + std::to_string(index)));
+  if (rc < 0) Log(Status::FromErrno(-rc, "reply for " + v.FieldContext(index, f.field)));
 }
 
 void Release(fuse_req_t req, fuse_ino_t, fuse_file_info*) { fuse_reply_err(req, 0); }
@@ -358,7 +492,7 @@ void StatFs(fuse_req_t req, fuse_ino_t) {
   struct statvfs st {};
   st.f_bsize = st.f_frsize = 4096;
   st.f_blocks = (c.volume->info().volume_size + 4095) / 4096;
-  st.f_files = c.dirs + c.volume->size();
+  st.f_files = c.dirs + c.volume->directory().field_instance_count();
   st.f_namemax = 255;
   fuse_reply_statfs(req, &st);
 }
@@ -376,6 +510,7 @@ Status MountVolume(std::shared_ptr<Volume> volume, const std::string& mountpoint
   ctx.created.tv_nsec = static_cast<long>(ctx.volume->info().created_unix_ns % 1000000000);
   const SampleDirectory& dir = ctx.volume->directory();
   ctx.dirs = dir.dir_count();
+  ctx.fields = dir.field_count();
   ctx.dir_paths.reserve(ctx.dirs);
   for (uint64_t d = 0; d < ctx.dirs; ++d) ctx.dir_paths.push_back(dir.DirPath(d));
 

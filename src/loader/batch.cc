@@ -12,6 +12,14 @@ uint64_t Batch::sequence() const { return data_ ? data_->sequence : 0; }
 uint64_t Batch::index(size_t i) const { return data_->indices[i]; }
 uint32_t Batch::label(size_t i) const { return data_->labels[i]; }
 std::span<const std::byte> Batch::sample(size_t i) const { return data_->samples[i]; }
+size_t Batch::field_count() const {
+  if (!data_) return 0;
+  return data_->field_count != 0 ? data_->field_count : 1;
+}
+std::span<const std::byte> Batch::field(size_t i, size_t f) const {
+  if (data_->field_count == 0) return data_->samples[i];
+  return data_->fields[i * data_->field_count + f];
+}
 std::span<const uint64_t> Batch::indices() const {
   return data_ ? std::span<const uint64_t>(data_->indices) : std::span<const uint64_t>();
 }

@@ -20,7 +20,16 @@ struct Batch::Data {
   uint64_t sequence = 0;
   std::vector<uint64_t> indices;
   std::vector<uint32_t> labels;
+  // Each sample's bytes: its field 0 when `fields` is set.
   std::vector<std::span<const std::byte>> samples;
+  // LoaderOptions::fields: field_count fields per sample, sample-major
+  // (fields[i * field_count + f]). 0 (and `fields` empty) when the source
+  // hands out whole samples.
+  uint32_t field_count = 0;
+  std::vector<std::span<const std::byte>> fields;
+  // The bytes of the batch's decompressed fields (the others lie in what
+  // `owner` keeps); null when it has none.
+  std::shared_ptr<const void> decoded;
   uint64_t payload_bytes = 0;
   uint64_t device_bytes = 0;
   double io_seconds = 0;

@@ -144,6 +144,14 @@ bool BatchRead::NextRound(std::vector<ReadRequest>* out) {
 
 Result<Batch> BatchRead::Finish(std::shared_ptr<const void> owner, uint64_t epoch,
                                 uint64_t sequence, double io_seconds) const {
+  DLFS_ASSIGN_OR_RETURN(std::shared_ptr<Batch::Data> data,
+                        FinishData(std::move(owner), epoch, sequence, io_seconds));
+  return Batch(std::move(data));
+}
+
+Result<std::shared_ptr<Batch::Data>> BatchRead::FinishData(std::shared_ptr<const void> owner,
+                                                           uint64_t epoch, uint64_t sequence,
+                                                           double io_seconds) const {
   if (any_failed_) {
     std::vector<size_t> positions;
     for (size_t k = 0; k < failed_.size(); ++k) {
@@ -168,7 +176,7 @@ Result<Batch> BatchRead::Finish(std::shared_ptr<const void> owner, uint64_t epoc
     data->samples[k] = std::span<const std::byte>(base_ + plan_.sample_offsets[k], s.length);
     data->labels[k] = s.label;
   }
-  return Batch(std::move(data));
+  return data;
 }
 
 }  // namespace dlfs::loader_internal

@@ -29,6 +29,7 @@
 #include "dlfs/batch.h"
 #include "dlfs/io_engine.h"
 #include "dlfs/volume.h"
+#include "loader/batch_data.h"
 #include "loader/batch_planner.h"
 
 namespace dlfs::loader_internal {
@@ -55,10 +56,13 @@ class BatchRead {
   size_t outstanding() const { return outstanding_; }
 
   // The batch (samples as spans into the buffer, which `owner` keeps
-  // alive and nobody else uses: Batch::owns_bytes() is true), or an error naming the volume and every sample (index and
-  // path) whose bytes could not be read.
+  // alive and nobody else uses: Batch::owns_bytes() is true), or an error naming the volume and
+  // every sample (index and path) whose bytes could not be read.
   Result<Batch> Finish(std::shared_ptr<const void> owner, uint64_t epoch, uint64_t sequence,
                        double io_seconds) const;
+  // The same, still open to changes (the Loader splits fields into it).
+  Result<std::shared_ptr<Batch::Data>> FinishData(std::shared_ptr<const void> owner, uint64_t epoch,
+                                                  uint64_t sequence, double io_seconds) const;
 
  private:
   struct Sub {

@@ -30,6 +30,7 @@
 #include "common/file_util.h"
 #include "loader/batch_data.h"
 #include "loader/batch_read.h"
+#include "loader/fields.h"
 #include "loader/memory_tier.h"
 #include "loader/slab_pool.h"
 
@@ -126,7 +127,7 @@ class Loader::Impl {
   // Makes batch `k` of epoch `e` the next one Next() hands out; the batches
   // before it are not read.
   void SetPosition(uint64_t e, uint64_t k) {
-    std::vector<Result<Batch>> dropped;  // destroyed outside the lock
+    std::vector<Result<std::shared_ptr<Batch::Data>>> dropped;  // destroyed outside the lock
     {
       std::lock_guard lock(mu_);
       StartThreadsLocked();
@@ -197,10 +198,26 @@ class Loader::Impl {
     lock.unlock();
     work_cv_.notify_all();  // the window moved
     AddSeconds(next_wait_ns_, Now() - t0);
-    Result<Batch> r = std::move(node.mapped());
+    Result<std::shared_ptr<Batch::Data>> r = std::move(node.mapped());
     if (!r.ok()) return r.status();
-    if (options_.verify_checksums) DLFS_RETURN_IF_ERROR(Verify(*r));
-    *out = std::move(r).value();
+    return HandOut(std::move(r).value(), out);
+  }
+
+  // Checks the batch (and splits its fields) on the caller's thread.
+  Result<bool> HandOut(std::shared_ptr<Batch::Data> data, Batch* out) {
+    const double t0 = Now();
+    Status st;
+    if (!field_ids_.empty()) {
+      st =
+          loader_internal::SplitFields(*volume_, field_ids_, options_.verify_checksums, data.get());
+    } else if (options_.verify_checksums) {
+      for (size_t i = 0; i < data->indices.size() && st.ok(); ++i) {
+        st = volume_->CheckSample(data->indices[i], data->samples[i]);
+      }
+    }
+    AddSeconds(verify_ns_, Now() - t0);
+    DLFS_RETURN_IF_ERROR(st);
+    *out = Batch(std::move(data));
     return true;
   }
 
@@ -240,20 +257,7 @@ class Loader::Impl {
       data->payload_bytes += data->samples[k].size();
     }
     data->io_seconds = waited;
-    Batch batch(std::move(data));
-    if (options_.verify_checksums) DLFS_RETURN_IF_ERROR(Verify(batch));
-    *out = std::move(batch);
-    return true;
-  }
-
-  Status Verify(const Batch& b) {
-    const double t0 = Now();
-    Status st;
-    for (size_t i = 0; i < b.size() && st.ok(); ++i) {
-      st = volume_->CheckSample(b.index(i), b.sample(i));
-    }
-    AddSeconds(verify_ns_, Now() - t0);
-    return st;
+    return HandOut(std::move(data), out);
   }
 
   SourceStats Stats() const {
@@ -430,11 +434,11 @@ class Loader::Impl {
     }
     if (b.abandoned) return true;
     std::shared_ptr<const void> owner = b.slab;
-    Publish(b, b.read->Finish(std::move(owner), b.epoch, b.seq, Now() - b.started));
+    Publish(b, b.read->FinishData(std::move(owner), b.epoch, b.seq, Now() - b.started));
     return true;
   }
 
-  void Publish(const InFlight& b, Result<Batch> result) {
+  void Publish(const InFlight& b, Result<std::shared_ptr<Batch::Data>> result) {
     {
       std::lock_guard lock(mu_);
       if (b.gen == gen_ && b.ticket >= consumer_) {
@@ -608,6 +612,9 @@ class Loader::Impl {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::shared_ptr<MemoryTier> tier_;
   const uint32_t subset_crc_ = SubsetCrc(options_.subset);
+  std::vector<uint32_t> field_ids_;  // LoaderOptions::fields resolved; empty: whole samples
+  const std::shared_ptr<loader_internal::DecodedBuffers> decoded_buffers_ =
+      std::make_shared<loader_internal::DecodedBuffers>();
   double setup_seconds_ = 0;
   std::string description_;
 
@@ -621,7 +628,7 @@ class Loader::Impl {
   uint64_t consumer_ = 0;    // next ticket Next() hands out
   uint64_t epoch_ = 0;
   uint64_t epoch_end_ = 0;  // first ticket after the current epoch
-  std::map<uint64_t, Result<Batch>> ready_;
+  std::map<uint64_t, Result<std::shared_ptr<Batch::Data>>> ready_;
   Status start_error_;
   bool tier_retry_ = false;
   bool resume_pending_ = false;                    // LoadState's position, not yet used or moved
@@ -650,6 +657,10 @@ Loader::~Loader() {
 Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
                                                const LoaderOptions& options) {
   if (!volume) return Status::InvalidArgument("no volume");
+  // Without fields a batch holds each sample's stored extent, which for a
+  // sample of several or compressed fields is not what a consumer expects.
+  DLFS_ASSIGN_OR_RETURN(std::vector<uint32_t> field_ids,
+                        loader_internal::ResolveFields(*volume, options.fields));
   if (options.io_threads == 0 || options.io_threads > 64) {
     return Status::InvalidArgument("io_threads must be between 1 and 64");
   }
@@ -670,6 +681,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
   const double t0 = Now();
 
   auto impl = std::make_unique<Impl>(volume, options, std::move(sampler));
+  impl->field_ids_ = std::move(field_ids);
   // Every engine opens every target of the volume (as resolved and remapped
   // by Volume::Open). A batch's reads go to whichever targets hold its
   // samples, and one engine keeps them all in flight at once: with io_uring

@@ -11,6 +11,7 @@
 #include "dlfs/distributed.h"
 #include "dlfs/sampler.h"
 #include "loader/batch_data.h"
+#include "loader/fields.h"
 
 namespace dlfs {
 
@@ -124,7 +125,11 @@ class ShardLoader::Impl {
     const uint64_t n = o.subset.empty() ? volume_->size() : o.subset.size();
     Status st;
     auto sampler = Sampler::Create(n, o.sampler);
-    if (sampler.ok()) {
+    auto fields = loader_internal::ResolveFields(*volume_, o.fields);
+    if (!fields.ok()) {
+      st = fields.status();
+    } else if (sampler.ok()) {
+      field_ids_ = std::move(*fields);
       sampler_.emplace(std::move(*sampler));
       auto engine = CreateEngine(volume_->OpenTargetPaths(), o.engine);
       if (engine.ok()) {
@@ -210,12 +215,17 @@ class ShardLoader::Impl {
       const uint64_t index = indices_[p];
       if (!status_[at].ok()) return status_[at];
       const auto bytes = samples_[at];
-      if (options_.loader.verify_checksums)
+      if (options_.loader.verify_checksums && field_ids_.empty())
         DLFS_RETURN_IF_ERROR(volume_->CheckSample(index, bytes));
       data->indices.push_back(index);
       data->labels.push_back(dir.sample(index).label);
       data->samples.push_back(bytes);
       data->payload_bytes += bytes.size();
+    }
+    if (!field_ids_.empty()) {
+      DLFS_RETURN_IF_ERROR(loader_internal::SplitFields(*volume_, field_ids_,
+                                                        options_.loader.verify_checksums,
+                                                        data.get(), decoded_buffers_.get()));
     }
     *batch = Batch(std::move(data));
     return true;
@@ -513,6 +523,9 @@ class ShardLoader::Impl {
   std::vector<int> node_first_, node_size_;
   std::shared_ptr<Volume> volume_;
   ShardLoaderOptions options_;
+  std::vector<uint32_t> field_ids_;  // options_.loader.fields resolved
+  const std::shared_ptr<loader_internal::DecodedBuffers> decoded_buffers_ =
+      std::make_shared<loader_internal::DecodedBuffers>();
   std::optional<Sampler> sampler_;
   std::unique_ptr<IoEngine> engine_;
   std::string engine_description_;

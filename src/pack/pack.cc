@@ -182,6 +182,10 @@ Result<PackStats> Pack(const std::string& source, const std::string& volume_path
   if (stats.from == SourceKind::kAuto) {
     DLFS_ASSIGN_OR_RETURN(stats.from, DetectSourceKind(source));
   }
+  if (!options.fields.empty() && stats.from != SourceKind::kTar) {
+    return Status::InvalidArgument(source + ": --fields applies to tar shards only (this is a " +
+                                   std::string(SourceKindName(stats.from)) + " source)");
+  }
   DLFS_RETURN_IF_ERROR(CheckOutsideSource(source, volume_path, options.volume));
   DLFS_ASSIGN_OR_RETURN(std::unique_ptr<VolumeBuilder> builder,
                         VolumeBuilder::Create(volume_path, options.volume));
@@ -213,6 +217,8 @@ Result<PackStats> Pack(const std::string& source, const std::string& volume_path
   stats.classes = builder->class_count();
   stats.bytes = builder->data_bytes();
   DLFS_RETURN_IF_ERROR(builder->Finish());
+  stats.dictionary_bytes = builder->dictionary_bytes();
+  stats.bytes = builder->data_bytes();  // a trained dictionary's samples count once written
   stats.seconds = Now() - start;
   return stats;
 }

@@ -1,5 +1,7 @@
 #include "dlfs/summary.h"
 
+#include "format/format.h"
+
 namespace dlfs {
 
 uint64_t VolumeSummary::file_bytes() const {
@@ -19,10 +21,27 @@ VolumeSummary SummarizeVolume(const Volume& volume) {
   s.info = volume.info();
   for (uint64_t c = 0; c < d.class_count(); ++c) s.class_names.emplace_back(d.class_name(c));
   s.usage.resize(s.info.target_details.size());
+  // An open volume has no other bit: Open refuses flags it does not know.
+  if (s.info.incompat_flags & format::kIncompatFields) s.incompat_flags.push_back("fields");
+  if (s.info.incompat_flags & format::kIncompatZstd) s.incompat_flags.push_back("zstd");
+  if (d.has_fields()) {
+    for (uint32_t f = 0; f < d.field_count(); ++f) {
+      s.fields.push_back(FieldUsage{std::string(d.field_name(f))});
+    }
+    s.dictionary_bytes = d.dictionary().size();
+  }
   for (uint64_t i = 0; i < d.size(); ++i) {
     const SampleInfo si = d.sample(i);
     ++s.usage[si.target].samples;
     s.usage[si.target].bytes += si.length;
+    if (s.fields.empty()) continue;
+    for (const FieldInfo& f : d.Fields(i)) {
+      FieldUsage& u = s.fields[f.field];
+      ++u.samples;
+      u.compressed += f.codec != FieldCodec::kNone;
+      u.stored_bytes += f.stored_length;
+      u.decoded_bytes += f.decoded_length;
+    }
   }
   return s;
 }

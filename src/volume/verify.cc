@@ -7,6 +7,7 @@
 
 #include "common/clock.h"
 #include "common/file_util.h"
+#include "volume/field_decode.h"
 
 namespace dlfs {
 
@@ -28,7 +29,7 @@ Status VerifyVolume(const Volume& volume, const VerifyOptions& options, VerifyRe
     return x.target != y.target ? x.target < y.target : x.offset < y.offset;
   });
 
-  std::vector<std::byte> window, sample;
+  std::vector<std::byte> window, sample, decoded;
   uint32_t win_target = 0;
   uint64_t win_begin = 0, win_end = 0;  // range of target win_target held in `window`
   uint64_t failed_end = 0;              // the window's read failed: read alone below this
@@ -63,6 +64,21 @@ Status VerifyVolume(const Volume& volume, const VerifyOptions& options, VerifyRe
     }
     ++report->samples_checked;
     report->bytes_checked += s.length;
+    // Format v2: every field's own CRC first (so a damaged sample's message
+    // names the field), and every compressed field decodes to its recorded
+    // length; then the sample's CRC.
+    if (check.ok() && dir.has_fields()) {
+      for (const FieldInfo& f : dir.Fields(i)) {
+        const auto stored = bytes.subspan(f.offset_in_sample, f.stored_length);
+        // Nothing is sized by the decoded length before the frame agrees.
+        check = CheckFieldBeforeDecoding(volume, i, f, stored, true);
+        if (check.ok() && f.codec != FieldCodec::kNone) {
+          decoded.resize(f.decoded_length);
+          check = volume.DecodeField(i, f, stored, decoded, /*verify=*/false);
+        }
+        if (!check.ok()) break;
+      }
+    }
     if (check.ok()) check = volume.CheckSample(i, bytes);
     if (!check.ok()) {
       ++report->bad_samples;

@@ -13,7 +13,9 @@
 #include "common/file_util.h"
 #include "format/format.h"
 #include "format/superblock.h"
+#include "format/zstd_field.h"
 #include "nbd/nbd_client.h"
+#include "volume/field_decode.h"
 
 namespace dlfs {
 
@@ -336,6 +338,7 @@ Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path,
   expected.data_bytes = sb.data_bytes;
   expected.data_alignment = sb.data_alignment;
   expected.already_validated = validated;
+  expected.incompat_flags = sb.incompat_flags;
   for (const TargetInfo& ti : targets) {
     expected.data_regions.push_back({ti.data_offset, ti.data_offset + ti.data_length});
   }
@@ -343,6 +346,13 @@ Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path,
                         SampleDirectory::Create(std::move(region), dir->length, expected, path));
 
   std::shared_ptr<Volume> v(new Volume());
+  if (!directory.dictionary().empty()) {
+    auto dict = format::ZstdDictionary::Create(directory.dictionary(), 0);
+    if (!dict.ok()) {
+      return Status::Corruption(path + ": directory region: " + dict.status().message());
+    }
+    v->dictionary_ = *dict;
+  }
   v->path_ = path;
   v->directory_ = std::move(directory);
   v->metadata_ = std::move(kept);
@@ -360,6 +370,7 @@ Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path,
   info.directory_offset = dir->offset;
   info.directory_bytes = dir->length;
   info.data_alignment = sb.data_alignment;
+  info.incompat_flags = sb.incompat_flags;
   for (const TargetInfo& ti : targets) info.targets.push_back(ti.path);
   info.target_details = std::move(targets);
   for (Source& f : fds) {
@@ -440,6 +451,105 @@ Status Volume::CheckBackupSuperblock() const {
     }
   }
   return Status::Ok();
+}
+
+}  // namespace dlfs
+
+namespace dlfs {
+
+std::string Volume::FieldContext(uint64_t index, uint32_t field) const {
+  std::string what =
+      path_ + ": sample " + std::to_string(index) + " '" + directory_.Path(index) + "'";
+  if (directory_.has_fields()) what += " field '" + std::string(directory_.field_name(field)) + "'";
+  return what;
+}
+
+Status Volume::DecodeField(uint64_t index, const FieldInfo& f, std::span<const std::byte> stored,
+                           std::span<std::byte> out, bool verify) const {
+  const bool check_only = f.codec == FieldCodec::kNone && out.empty();
+  if (stored.size() != f.stored_length || (out.size() != f.decoded_length && !check_only)) {
+    return Status::InvalidArgument(
+        FieldContext(index, f.field) + ": buffers of " + std::to_string(stored.size()) + " and " +
+        std::to_string(out.size()) + " bytes for a field of " + std::to_string(f.stored_length) +
+        " stored and " + std::to_string(f.decoded_length) + " decoded bytes");
+  }
+  if (verify) DLFS_RETURN_IF_ERROR(CheckFieldBeforeDecoding(*this, index, f, stored, true));
+  switch (f.codec) {
+    case FieldCodec::kNone:
+      if (out.data() != stored.data() && !out.empty()) {
+        std::memcpy(out.data(), stored.data(), out.size());
+      }
+      return Status::Ok();
+    case FieldCodec::kZstd:
+    case FieldCodec::kZstdDict: {
+      const auto* dict = static_cast<const format::ZstdDictionary*>(dictionary_.get());
+      if (f.codec == FieldCodec::kZstdDict && dict == nullptr) {
+        return Status::Corruption(FieldContext(index, f.field) + ": needs a dictionary");
+      }
+      return format::ZstdDecode(stored, out, f.codec == FieldCodec::kZstdDict ? dict : nullptr,
+                                FieldContext(index, f.field));
+    }
+  }
+  return Status::Corruption(FieldContext(index, f.field) + ": unknown codec");
+}
+
+Result<std::vector<std::byte>> Volume::Read(uint64_t index, std::string_view field,
+                                            bool verify) const {
+  if (index >= directory_.size()) return Read(index, verify);  // the range error
+  const std::optional<uint32_t> id = directory_.FindField(field);
+  const std::optional<FieldInfo> f = id ? directory_.Field(index, *id) : std::nullopt;
+  if (!f) {
+    return Status::NotFound(path_ + ": sample " + std::to_string(index) + " '" +
+                            directory_.Path(index) + "' has no field '" + std::string(field) + "'");
+  }
+  const SampleInfo s = directory_.sample(index);
+  if (closed() || !target_open(s.target)) return Read(index, verify);  // the same errors
+  std::vector<std::byte> stored(f->stored_length);
+  DLFS_RETURN_IF_ERROR(ReadTarget(s.target, stored.data(), stored.size(),
+                                  s.offset + f->offset_in_sample, info_.targets[s.target])
+                           .WithContext(FieldContext(index, f->field)));
+  if (f->codec == FieldCodec::kNone) {
+    DLFS_RETURN_IF_ERROR(DecodeField(index, *f, stored, stored, verify));
+    return stored;
+  }
+  return DecodeFieldToVector(*this, index, *f, stored, verify);
+}
+
+Result<std::vector<std::pair<std::string, std::vector<std::byte>>>> Volume::ReadFields(
+    uint64_t index, bool verify) const {
+  DLFS_ASSIGN_OR_RETURN(const std::vector<std::byte> extent, Read(index, false));
+  std::vector<std::pair<std::string, std::vector<std::byte>>> out;
+  for (const FieldInfo& f : directory_.Fields(index)) {
+    DLFS_ASSIGN_OR_RETURN(
+        std::vector<std::byte> bytes,
+        DecodeFieldToVector(*this, index, f,
+                            std::span(extent).subspan(f.offset_in_sample, f.stored_length),
+                            verify));
+    out.emplace_back(std::string(directory_.field_name(f.field)), std::move(bytes));
+  }
+  return out;
+}
+
+Status CheckFieldBeforeDecoding(const Volume& v, uint64_t index, const FieldInfo& f,
+                                std::span<const std::byte> stored, bool verify) {
+  if (verify) {
+    const uint32_t crc = crc32c::Value(stored.data(), stored.size());
+    if (crc != f.crc32c) {
+      return Status::Corruption(v.FieldContext(index, f.field) + ": checksum mismatch (stored " +
+                                Hex32(f.crc32c) + ", computed " + Hex32(crc) + ")");
+    }
+  }
+  if (f.codec == FieldCodec::kNone) return Status::Ok();
+  return format::ZstdCheckFrame(stored, f.decoded_length, v.FieldContext(index, f.field));
+}
+
+Result<std::vector<std::byte>> DecodeFieldToVector(const Volume& v, uint64_t index,
+                                                   const FieldInfo& f,
+                                                   std::span<const std::byte> stored, bool verify) {
+  DLFS_RETURN_IF_ERROR(CheckFieldBeforeDecoding(v, index, f, stored, verify));
+  std::vector<std::byte> out(f.decoded_length);
+  DLFS_RETURN_IF_ERROR(v.DecodeField(index, f, stored, out, /*verify=*/false));
+  return out;
 }
 
 }  // namespace dlfs

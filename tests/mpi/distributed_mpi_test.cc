@@ -244,9 +244,11 @@ std::vector<std::pair<std::vector<uint64_t>, std::vector<std::vector<std::byte>>
       auto more = loader.Next(&batch);
       EXPECT_OK(more);
       if (!more.ok() || !*more) break;
-      std::vector<std::vector<std::byte>> bytes;
+      std::vector<std::vector<std::byte>> bytes;  // per sample, each field
       for (size_t i = 0; i < batch.size(); ++i) {
-        bytes.emplace_back(batch.sample(i).begin(), batch.sample(i).end());
+        for (size_t f = 0; f < batch.field_count(); ++f) {
+          bytes.emplace_back(batch.field(i, f).begin(), batch.field(i, f).end());
+        }
       }
       out.emplace_back(std::vector<uint64_t>(batch.indices().begin(), batch.indices().end()),
                        std::move(bytes));
@@ -286,6 +288,52 @@ TEST_F(DistributedTest, ShardLocalEqualsLocalReading) {
       EXPECT_EQ(st.local_samples, 0u);
       EXPECT_GT(st.bytes_received, 0u);
     }
+  }
+}
+
+// LoaderOptions::fields reach the shard-local loader: the same fields (a
+// zstd one decoded) as the plain loader's, equal to Volume::Read(i, field).
+TEST_F(DistributedTest, ShardLocalReadsFields) {
+  TwoFakeNodes nodes;
+  if (Rank() == 0) {
+    VolumeBuilder::Options opt;
+    opt.compress.zstd = true;
+    auto b = VolumeBuilder::Create(*dir_ / "fields.dlfs", opt);
+    EXPECT_OK(b);
+    for (int i = 0; b.ok() && i < 60; ++i) {
+      std::string caption = "{\"id\": " + std::to_string(i) + ", \"text\": \"";
+      for (int k = 0; k < 20; ++k) caption += "a cat on a mat ";
+      EXPECT_OK((*b)->BeginSample("s/" + std::to_string(1000 + i)));
+      EXPECT_OK((*b)->AddField("jpg", SampleBytes(i)));
+      EXPECT_OK((*b)->AddField("json", testing::Bytes(caption + "\"}")));
+      EXPECT_OK((*b)->EndSample());
+    }
+    if (b.ok()) EXPECT_OK((*b)->Finish());
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  auto volume = OpenVolume("fields.dlfs");
+  ASSERT_TRUE(volume);
+  LoaderOptions o;
+  o.sampler.batch_size = 7;
+  o.fields = {"json", "jpg"};
+  auto local = CreateLoader(MPI_COMM_WORLD, volume, o);
+  ASSERT_OK(local);
+  ShardLoaderOptions so;
+  so.loader = o;
+  so.window_batches = 2;
+  auto shard = ShardLoader::Create(MPI_COMM_WORLD, volume, so);
+  ASSERT_OK(shard);
+  const auto expected = ReadAll(**local, 1);
+  const auto got = ReadAll(**shard, 1);
+  EXPECT_TRUE(got == expected) << "rank " << Rank();
+  ASSERT_FALSE(got.empty());
+  const auto& [indices, bytes] = got.front();
+  ASSERT_EQ(bytes.size(), 2 * indices.size());
+  for (size_t i = 0; i < indices.size(); ++i) {
+    auto json = volume->Read(indices[i], "json");
+    ASSERT_OK(json);
+    EXPECT_EQ(bytes[2 * i], *json);
+    EXPECT_EQ(bytes[2 * i + 1], SampleBytes(indices[i]));
   }
 }
 

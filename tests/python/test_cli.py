@@ -32,8 +32,12 @@ def test_info_json_fields(run, volume):
     assert info["class_names"] == ["Emu", "cat", "dog"]
     assert info["format_version"] == 1
     assert info["targets"] == [str(vol)]
+    # A v1 volume: no feature flag, no field table.
+    assert info["incompat_flags"] == [] and info["fields"] == []
+    assert info["dictionary_bytes"] == 0
     text = run("info", vol, check=0).stdout.decode()
     assert "samples      5" in text
+    assert "features     none (v1 layout)" in text and "fields " not in text
 
 
 def test_ls_json_lines(run, volume):
@@ -156,8 +160,10 @@ def test_pack_class_names(run, tmp_path):
     info = json.loads(run("info", vol, "--json", check=0).stdout)
     assert info["class_names"] == ["zero", "one", "two"]
     rows = [json.loads(l) for l in run("ls", vol, "--json", check=0).stdout.splitlines()]
+    # One sample per WebDataset key, its members as fields (format v2).
     assert [(r["path"], r["label"], r["class"]) for r in rows] == [
-        ("k0.bin", 0, "zero"), ("k1.bin", 2, "two")]
+        ("k0", 0, "zero"), ("k1", 2, "two")]
+    assert [f["name"] for f in rows[0]["fields"]] == ["cls", "bin"]
 
 
 def _big_tree(root, files=300, size=1 << 20):

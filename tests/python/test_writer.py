@@ -91,7 +91,8 @@ def test_bad_input_names_the_sample(tmp_path):
     path = tmp_path / "w.dlfs"
     with dlfs.Writer(path, class_names=["a"]) as w:
         for data, err, text in [
-                ({"jpg": b""}, TypeError, "format v2"),
+                ({"jpg": "text"}, TypeError, "data is a str"),
+                ({1: b""}, TypeError, "field names must be str"),
                 ("text", TypeError, "data is a str"),
                 (object(), TypeError, "bytes-like or a numpy array, not object")]:
             with pytest.raises(err, match=text) as e:

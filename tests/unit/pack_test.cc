@@ -543,7 +543,8 @@ void WriteTarEntries(const std::string& path, const std::vector<TarEntry>& membe
   archive_write_free(a);
 }
 
-// Reads every sample of `vol` into {path: (bytes, label)}.
+// Reads every field of every sample of `vol` into {"key.field": (bytes,
+// label)} (the key alone for the unnamed field): what the tar held.
 std::map<std::string, std::pair<std::string, uint32_t>> VolumeContents(const std::string& vol) {
   std::map<std::string, std::pair<std::string, uint32_t>> out;
   auto v = Volume::Open(vol);
@@ -551,10 +552,13 @@ std::map<std::string, std::pair<std::string, uint32_t>> VolumeContents(const std
   if (!v.ok()) return out;
   const SampleDirectory& d = (*v)->directory();
   for (uint64_t i = 0; i < d.size(); ++i) {
-    auto bytes = (*v)->Read(i);
-    EXPECT_TRUE(bytes.ok());
-    out[d.Path(i)] = {std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size()),
-                      d.label(i)};
+    auto fields = (*v)->ReadFields(i);
+    EXPECT_TRUE(fields.ok()) << fields.status().ToString();
+    if (!fields.ok()) continue;
+    for (const auto& [name, bytes] : *fields) {
+      out[d.Path(i) + (name.empty() ? "" : "." + name)] = {
+          std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()), d.label(i)};
+    }
   }
   return out;
 }
@@ -574,23 +578,65 @@ TEST(PackTarTest, WebDatasetKeysAndClsLabels) {
   auto stats = PackQuiet(tmp / "shards", tmp / "v.dlfs");
   ASSERT_OK(stats);
   EXPECT_EQ(stats->from, SourceKind::kTar);
-  EXPECT_EQ(stats->samples, 5u);
+  EXPECT_EQ(stats->samples, 4u);  // one per key
   auto v = Volume::Open(tmp / "v.dlfs");
   ASSERT_OK(v);
   const SampleDirectory& d = (*v)->directory();
-  const std::vector<std::tuple<std::string, std::string, uint32_t>> want = {
-      {"s/000.jpg", "jpeg-0", 3},
-      {"s/001.jpg", "jpeg-1", 7},
-      {"s/001.json", "{}", 7},
-      {"s/002.png", "png-2", kNoLabel},
-      {"t/100.seg.png", "seg", 1}};
-  for (const auto& [path, data, label] : want) {
-    auto idx = d.Lookup(path);
-    ASSERT_OK(idx) << path;
-    EXPECT_EQ(*(*v)->Read(*idx), Bytes(data)) << path;
-    EXPECT_EQ(d.label(*idx), label) << path;
+  const std::vector<std::tuple<std::string, std::string, std::string, uint32_t>> want = {
+      {"s/000", "jpg", "jpeg-0", 3},  {"s/000", "cls", "3\n", 3},
+      {"s/001", "jpg", "jpeg-1", 7},  {"s/001", "json", "{}", 7},
+      {"s/001", "cls", " 7 ", 7},     {"s/002", "png", "png-2", kNoLabel},
+      {"t/100", "seg.png", "seg", 1}, {"t/100", "cls", "1", 1}};
+  for (const auto& [key, field, data, label] : want) {
+    auto idx = d.Lookup(key);
+    ASSERT_OK(idx) << key;
+    EXPECT_EQ(*(*v)->Read(*idx, field), Bytes(data)) << key << "." << field;
+    EXPECT_EQ(d.label(*idx), label) << key;
   }
-  EXPECT_FALSE(d.Lookup("s/000.cls").ok());
+  EXPECT_FALSE(d.Lookup("s/000.jpg").ok());
+  EXPECT_EQ((*v)->Read(*d.Lookup("s/002"), "jpg").status().code(), StatusCode::kNotFound);
+
+  // --fields keeps some fields; labels still come from .cls.
+  PackOptions only;
+  only.fields = {"jpg"};
+  stats = PackQuiet(tmp / "shards", tmp / "jpg.dlfs", only);
+  ASSERT_OK(stats);
+  EXPECT_EQ(stats->samples, 2u);  // s/002 and t/100 have no jpg
+  EXPECT_EQ(VolumeContents(tmp / "jpg.dlfs"),
+            (std::map<std::string, std::pair<std::string, uint32_t>>{
+                {"s/000.jpg", {"jpeg-0", 3}}, {"s/001.jpg", {"jpeg-1", 7}}}));
+  auto jv = Volume::Open(tmp / "jpg.dlfs");
+  ASSERT_OK(jv);
+  // One raw field per sample: no per-sample field records (single layout).
+  EXPECT_EQ((*jv)->info().incompat_flags, 1u);
+}
+
+// A key's members spread over shards, in any order, make one sample; a key
+// with a field twice is an error naming both shards.
+TEST(PackTarTest, KeysSplitOverShardsAndDuplicateFields) {
+  TempDir tmp;
+  WriteTar(tmp / "shards/a.tar", {{"k1.jpg", "J1"}, {"k2.jpg", "J2"}, {"k1.cls", "1"}}, false);
+  WriteTar(tmp / "shards/b.tar.gz", {{"k2.json", "{2}"}, {"k1.json", "{1}"}, {"k3.txt", "t"}},
+           true);
+  auto stats = PackQuiet(tmp / "shards", tmp / "v.dlfs");
+  ASSERT_OK(stats);
+  EXPECT_EQ(stats->samples, 3u);
+  EXPECT_EQ(VolumeContents(tmp / "v.dlfs"),
+            (std::map<std::string, std::pair<std::string, uint32_t>>{{"k1.jpg", {"J1", 1}},
+                                                                     {"k1.cls", {"1", 1}},
+                                                                     {"k1.json", {"{1}", 1}},
+                                                                     {"k2.jpg", {"J2", kNoLabel}},
+                                                                     {"k2.json", {"{2}", kNoLabel}},
+                                                                     {"k3.txt", {"t", kNoLabel}}}));
+  WriteTar(tmp / "dup/a.tar", {{"k1.jpg", "J1"}}, false);
+  WriteTar(tmp / "dup/b.tar", {{"k1.jpg", "again"}}, false);
+  auto r = PackQuiet(tmp / "dup", tmp / "w.dlfs");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("key 'k1' has two 'jpg' members: in " + (tmp / "dup/a.tar") +
+                                      " and in " + (tmp / "dup/b.tar")),
+            std::string::npos)
+      << r.status().message();
+  EXPECT_FALSE(std::filesystem::exists(tmp / "w.dlfs"));
 }
 
 TEST(PackTarTest, ProgressCountsShardBytes) {
@@ -647,24 +693,23 @@ TEST(PackTarTest, LabelsJoinByKeyWhereverTheMembersSit) {
   WriteTar(tmp / "shards/b.tar.gz", {{"s/002.cls", "2"}, {"s/003.txt", "no class"}}, true);
   auto stats = PackQuiet(tmp / "shards", tmp / "v.dlfs");
   ASSERT_OK(stats);
-  EXPECT_EQ(stats->samples, 5u);
+  EXPECT_EQ(stats->samples, 4u);
   EXPECT_EQ(stats->classes, 3u);
   const auto got = VolumeContents(tmp / "v.dlfs");
   const std::map<std::string, std::pair<std::string, uint32_t>> want = {
-      {"s/000.jpg", {"zero", 0}},
-      {"s/001.jpg", {"one", 1}},
-      {"s/002.jpg", {"two", 2}},
-      {"s/003.jpg", {"three", kNoLabel}},
-      {"s/003.txt", {"no class", kNoLabel}}};
+      {"s/000.jpg", {"zero", 0}},         {"s/000.cls", {"0", 0}},
+      {"s/001.jpg", {"one", 1}},          {"s/001.cls", {"1", 1}},
+      {"s/002.jpg", {"two", 2}},          {"s/002.cls", {"2", 2}},
+      {"s/003.jpg", {"three", kNoLabel}}, {"s/003.txt", {"no class", kNoLabel}}};
   EXPECT_EQ(got, want);
 
-  // Two .cls members of one key that disagree are an error naming both.
+  // Two .cls members of one key are a field given twice: an error.
   WriteTar(tmp / "two.tar", {{"k.cls", "1"}, {"k.jpg", "x"}, {"k.cls", "4"}}, false);
   auto r = PackQuiet(tmp / "two.tar", tmp / "w.dlfs");
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find(
-                "two.tar: member 'k.cls' says class 4, but another .cls member of key 'k' said 1"),
-            std::string::npos)
+  EXPECT_NE(
+      r.status().message().find("key 'k' has two 'cls' members: both in " + (tmp / "two.tar")),
+      std::string::npos)
       << r.status().message();
 }
 
@@ -738,10 +783,9 @@ TEST(PackTarTest, HardLinksGetTheirTargetsBytesOtherSpecialMembersAreRefused) {
   auto stats = PackQuiet(tmp / "links.tar", tmp / "v.dlfs");
   ASSERT_OK(stats);
   const std::map<std::string, std::pair<std::string, uint32_t>> want = {
-      {"d/a.jpg", {"bytes of a", 5}},
-      {"d/b.jpg", {"bytes of a", 5}},
-      {"d/c.jpg", {"bytes of a", kNoLabel}},
-      {"d/e.jpg", {"bytes of e", kNoLabel}},
+      {"d/a.jpg", {"bytes of a", 5}},        {"d/a.cls", {"5", 5}},
+      {"d/b.jpg", {"bytes of a", 5}},        {"d/b.cls", {"5", 5}},
+      {"d/c.jpg", {"bytes of a", kNoLabel}}, {"d/e.jpg", {"bytes of e", kNoLabel}},
       {"d/f.jpg", {"bytes of e", kNoLabel}}};
   EXPECT_EQ(VolumeContents(tmp / "v.dlfs"), want);
 
@@ -801,8 +845,10 @@ TEST(PackTarTest, DuplicatePathAcrossShardsNamesBothShards) {
   ASSERT_FALSE(r.ok());
   const std::string msg = r.status().message();
   EXPECT_NE(msg.find("b.tar"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("duplicate sample path 'k/2.jpg' (already added as sample #1 from " +
-                     std::string(tmp / "shards/a.tar") + ")"),
+  // Found while planning the keys, before any byte is written (format v2:
+  // the key 'k/2' with the field 'jpg').
+  EXPECT_NE(msg.find("key 'k/2' has two 'jpg' members: in " + std::string(tmp / "shards/a.tar") +
+                     " and in " + std::string(tmp / "shards/b.tar")),
             std::string::npos)
       << msg;
   EXPECT_FALSE(std::filesystem::exists(tmp / "v.dlfs"));

@@ -79,14 +79,28 @@ TEST(SuperblockTest, RefusesWithNamedReasons) {
          sb.crc32c = SuperblockChecksum(sb);
        },
        StatusCode::kNotSupported, "version", false},
-      {"unknown incompatible feature", [](Superblock& sb) { sb.incompat_flags = 1; },
-       StatusCode::kNotSupported, "feature"},
+      {"unknown incompatible feature", [](Superblock& sb) { sb.incompat_flags = 4; },
+       StatusCode::kNotSupported, "features this dlfs does not support (unknown 0x4"},
+      {"unknown feature beside known ones",
+       [](Superblock& sb) { sb.incompat_flags = kIncompatFields | 0x80000000u; },
+       StatusCode::kNotSupported, "unknown 0x80000000"},
+      {"zstd without fields", [](Superblock& sb) { sb.incompat_flags = kIncompatZstd; },
+       StatusCode::kCorruption, "zstd feature flag is set without the fields flag"},
   };
   ExpectRefused(table, ValidSuperblock(), kFileSize, "v.dlfs");
 
   Superblock sb = ValidSuperblock();
   sb.compat_flags = 1;  // unknown compat features are ignored
   EXPECT_OK(Check(sb));
+  // Format v2's features are known to this reader, and refused by one that
+  // lacks them (a v1 reader knows none).
+  sb.incompat_flags = kIncompatFields | kIncompatZstd;
+  SealSuperblock(&sb);
+  EXPECT_OK(CheckSuperblock(sb, kFileSize, "v.dlfs"));
+  const Status v1 = CheckSuperblock(sb, kFileSize, "v.dlfs", 0);
+  EXPECT_EQ(v1.code(), StatusCode::kNotSupported);
+  EXPECT_NE(v1.message().find("(fields,zstd, incompat flags 0x3)"), std::string::npos)
+      << v1.message();
 }
 
 TEST(SuperblockTest, RefusesInconsistentLayout) {
