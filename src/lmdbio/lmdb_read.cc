@@ -169,10 +169,13 @@ Result<LmdbReadReport> RunLmdbRead(MPI_Comm comm, const std::string& db,
       auto c = ReadCounters(options.counters_file);
       st = c.status();
       for (size_t k = 0; c.ok() && k < c->size(); ++k) {
-        const auto& [name, value] = (*c)[k];
+        // Not a structured binding: clang 14 (the fuzzer build) cannot capture one.
+        const auto& counter = (*c)[k];
         const auto was = std::find_if(counters_before.begin(), counters_before.end(),
-                                      [&](const auto& b) { return b.first == name; });
-        if (was != counters_before.end()) report.counters.emplace_back(name, value - was->second);
+                                      [&](const auto& b) { return b.first == counter.first; });
+        if (was != counters_before.end()) {
+          report.counters.emplace_back(counter.first, counter.second - was->second);
+        }
       }
     }
     DLFS_RETURN_IF_ERROR(AgreeOnStatus(comm, st));
