@@ -23,6 +23,7 @@ PACKAGES=(
   # fuzzing (scripts/fuzz.sh): clang and libFuzzer
   clang-14 libfuzzer-14-dev
   python3-pil  # the decode tests compare with PIL
+  python3-tqdm  # progress bars in Python (optional at run time; the tests cover both paths)
   # packaging tests: pip install in a venv (offline), the .deb
   python3-pip python3-setuptools python3-wheel python3-venv dpkg-dev
   # NBD targets (libnbd client), the NBD server the tests and benchmark start,

@@ -228,8 +228,8 @@ TEST(VerifyTest, UnreadableBytesNameExactlyTheSamplesTheyHold) {
   for (int i = 6; i < 10; ++i) {
     const uint64_t idx = *v->directory().Lookup("s/" + std::to_string(i));
     ASSERT_TRUE(bad.contains(idx)) << i;
-    EXPECT_NE(bad[idx].find(path + ": sample " + std::to_string(idx) + " 's/" +
-                            std::to_string(i) + "': "),
+    EXPECT_NE(bad[idx].find(path + ": sample " + std::to_string(idx) + " 's/" + std::to_string(i) +
+                            "': "),
               std::string::npos)
         << bad[idx];
   }
