@@ -41,8 +41,9 @@ def pack(dlfs, tmp, files, *args):
     vol = tmp / "v.dlfs"
     if vol.exists():
         vol.unlink()
-    subprocess.run([dlfs, "pack", str(src), "-o", str(vol), "-q", *args], check=True,
-                   capture_output=True)
+    # --all-files: the seeds' samples are not images, which ImageFolder would skip.
+    subprocess.run([dlfs, "pack", str(src), "-o", str(vol), "-q", "--all-files", *args],
+                   check=True, capture_output=True)
     return vol.read_bytes()
 
 
