@@ -27,7 +27,8 @@ inline uint64_t ExerciseVolume(const Volume& v, uint64_t limit = 4096) {
     auto found = d.Lookup(d.Path(i));
     if (!found.ok() || *found != i) Broken("Lookup(Path(i)) != i");
     if (s.label != kNoLabel && s.label < d.class_count()) (void)d.class_name(s.label);
-    (void)v.Read(i, /*verify=*/true);
+    (void)v.ReadStored(i, /*verify=*/true);
+    (void)v.Read(i, /*verify=*/true);  // decodes a compressed sample
   }
   for (uint64_t k = 0; k < std::min<uint64_t>(d.dir_count(), limit); ++k) {
     const DirInfo info = d.dir(k);

@@ -106,6 +106,7 @@ py::dict InfoDict(const Volume& v) {
     td["index"] = t;
     td["path"] = ti.path;
     td["stored_path"] = ti.stored_path;
+    td["kind"] = std::string(NameOf(kTargetKindNames, ti.kind));
     td["size"] = ti.size;
     td["samples"] = s.usage[t].samples;
     td["bytes"] = s.usage[t].bytes;
@@ -148,15 +149,16 @@ py::bytes ReadSample(const Volume& v, int64_t index, bool verify) {
     throw py::index_error("sample index out of range (volume has " + std::to_string(v.size()) +
                           " samples)");
   }
-  const uint32_t len = v.directory().sample(index).length;
-  std::string out(len, '\0');
+  const uint64_t len = Unwrap(v.SampleSize(static_cast<uint64_t>(index)));
+  py::bytes out(nullptr, static_cast<py::ssize_t>(len));  // filled in place
+  auto* dst = reinterpret_cast<std::byte*>(PyBytes_AS_STRING(out.ptr()));
   Status st;
   {
     py::gil_scoped_release release;
-    st = v.ReadInto(index, {reinterpret_cast<std::byte*>(out.data()), out.size()}, verify);
+    st = v.ReadInto(static_cast<uint64_t>(index), {dst, len}, verify);
   }
   Check(st);
-  return py::bytes(out);
+  return out;
 }
 
 uint64_t CheckIndex(const Volume& v, int64_t index) {
@@ -578,8 +580,9 @@ for target 1 there instead.
           "(bytes, label) of sample `index`; the checksum is verified. label is None when the "
           "sample has none.")
       .def("read", &ReadSample, py::arg("index"), py::arg("verify") = true,
-           "The bytes of sample `index` (checksum verified unless verify=False). For a sample "
-           "with fields, its stored bytes; use read_field / read_fields.")
+           "The bytes of sample `index` as packed (checksum verified unless verify=False; "
+           "decompressed when stored compressed). A volume whose samples have several fields "
+           "refuses, listing them: use read_field / read_fields.")
       .def(
           "read_field",
           [](const Volume& v, int64_t i, const std::string& field, bool verify) {
@@ -621,7 +624,8 @@ for target 1 there instead.
             return py::make_tuple(s.target, s.offset, s.length);
           },
           py::arg("index"),
-          "(target, offset, length): where sample `index`'s stored bytes are in its target file.")
+          "(target, offset, length): where sample `index`'s stored bytes are in its target file "
+          "(compressed ones as stored).")
       .def_property_readonly(
           "fields",
           [](const Volume& v) {
@@ -664,9 +668,14 @@ indices at once (a BatchSampler); for whole epochs use dlfs.Loader.)doc")
           },
           py::arg("index"), "Label (class id) of sample `index`, or None.")
       .def(
-          "size",
-          [](const Volume& v, int64_t i) { return v.directory().sample(CheckIndex(v, i)).length; },
-          py::arg("index"), "Size in bytes of sample `index`.")
+          "size", [](const Volume& v, int64_t i) { return Unwrap(v.SampleSize(CheckIndex(v, i))); },
+          py::arg("index"), "Size in bytes of sample `index` as read (decompressed).")
+      .def(
+          "_buffer_bytes",
+          [](py::object self, std::vector<uint64_t> indices) {
+            return Unwrap(ReaderOf(self).BufferBytes(indices));
+          },
+          py::arg("indices"), "Bytes read_many(indices) needs in shared memory (internal).")
       .def(
           "lookup",
           [](const Volume& v, const std::string& path) {
@@ -862,7 +871,9 @@ io_uring (or a pread pool where io_uring is unavailable).
   ones are decompressed on the iterating thread (GIL released). Unknown
   names raise ValueError listing the volume's fields; a sample lacking a
   field raises (naming the sample and the field) for its batch. Needed for
-  volumes whose samples have several or compressed fields.
+  volumes whose samples have several fields; a volume of one compressed
+  field (a --compress pack of images) hands its samples out decompressed
+  without it.
 
 stats() says where the time went: rings empty, reads in flight,
 submit/wait/verify seconds, buffer and tier memory, io_uring flags.

@@ -29,6 +29,12 @@ void Check(const Status& st) {
   if (!st.ok()) g_throw_status(st);
 }
 
+template <typename T>
+T Unwrap(Result<T> r) {
+  Check(r.status());
+  return std::move(r).value();
+}
+
 // A contiguous read-only view of any object with the buffer protocol
 // (bytes, bytearray, memoryview, a C-contiguous numpy array of any dtype),
 // held for the life of this object.
@@ -54,12 +60,13 @@ class ByteView {
 class PyWriter {
  public:
   PyWriter(const std::string& path, uint32_t targets, uint32_t alignment, bool force,
-           std::vector<std::string> class_names)
+           std::vector<std::string> class_names, const std::string& compress, bool dict)
       : path_(path) {
     VolumeBuilder::Options o;
     o.targets = targets;
     o.align = alignment;
     o.overwrite = force;
+    Check(ParseCompression(compress, dict, &o.compress));
     Result<std::unique_ptr<VolumeBuilder>> r = Status::Cancelled("not run");
     {
       py::gil_scoped_release release;
@@ -156,8 +163,8 @@ py::list ReadSlice(const Volume& v, const py::slice& s) {
   if (!s.compute(v.size(), &start, &stop, &step, &n)) throw py::error_already_set();
   py::list out;
   for (size_t k = 0, i = start; k < n; ++k, i += step) {
-    const uint32_t len = v.directory().sample(i).length;
-    py::bytes data(nullptr, len);  // filled in place: one copy from the file
+    const uint64_t len = Unwrap(v.SampleSize(i));
+    py::bytes data(nullptr, static_cast<py::ssize_t>(len));  // filled in place
     char* dst = PyBytes_AS_STRING(data.ptr());
     Status st;
     {
@@ -180,9 +187,10 @@ void RegisterAdoptionBindings(py::module_& m, void (*throw_status)(const Status&
 
   py::class_<PyWriter>(m, "_VolumeWriter",
                        "The engine of dlfs.Writer (see help(dlfs.Writer)); use that instead.")
-      .def(py::init<const std::string&, uint32_t, uint32_t, bool, std::vector<std::string>>(),
+      .def(py::init<const std::string&, uint32_t, uint32_t, bool, std::vector<std::string>,
+                    const std::string&, bool>(),
            py::arg("path"), py::arg("targets"), py::arg("alignment"), py::arg("force"),
-           py::arg("class_names"))
+           py::arg("class_names"), py::arg("compress") = "", py::arg("dict") = false)
       .def("add", &PyWriter::Add, py::arg("path"), py::arg("data"), py::arg("label"))
       .def("close", &PyWriter::Close)
       .def("abort", &PyWriter::Abort)
@@ -243,7 +251,7 @@ void RegisterAdoptionBindings(py::module_& m, void (*throw_status)(const Status&
               throw py::index_error("sample index out of range (volume has " +
                                     std::to_string(v.size()) + " samples)");
             }
-            const uint32_t len = v.directory().sample(index).length;
+            const uint64_t len = Unwrap(v.SampleSize(static_cast<uint64_t>(index)));
             py::array_t<uint8_t> out(static_cast<py::ssize_t>(len));
             auto* dst = reinterpret_cast<std::byte*>(out.mutable_data());
             Status st;

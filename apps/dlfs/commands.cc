@@ -135,6 +135,7 @@ json SummaryJson(const VolumeSummary& s) {
     targets.push_back({{"index", t},
                        {"path", ti.path},
                        {"stored_path", ti.stored_path},
+                       {"kind", NameOf(kTargetKindNames, ti.kind)},
                        {"size", ti.size},
                        {"samples", s.usage[t].samples},
                        {"bytes", s.usage[t].bytes}});
@@ -266,28 +267,11 @@ int RunPack(PackArgs args) {
     if (comma != 0) options.fields.emplace_back(rest.substr(0, comma));
     rest = comma == rest.npos ? std::string_view() : rest.substr(comma + 1);
   }
-  if (!args.compress.empty()) {
-    // "zstd" or "zstd:LEVEL".
-    const std::string& c = args.compress;
-    const size_t colon = c.find(':');
-    if (c.substr(0, colon) != "zstd") {
-      return Fail(Status::InvalidArgument("--compress " + c + ": only zstd[:LEVEL] is supported"));
-    }
-    volume.compress.zstd = true;
-    if (colon != c.npos) {
-      int level = 0;
-      const auto [end, ec] = std::from_chars(c.data() + colon + 1, c.data() + c.size(), level);
-      if (ec != std::errc() || end != c.data() + c.size() || level < 1 || level > 22) {
-        return Fail(Status::InvalidArgument("--compress " + c + ": the level is 1..22"));
-      }
-      volume.compress.level = level;
-    }
+  if (args.dict && args.compress.empty()) {
+    return Fail(Status::InvalidArgument("--dict needs --compress zstd[:LEVEL]"));
   }
-  if (args.dict) {
-    if (!volume.compress.zstd) {
-      return Fail(Status::InvalidArgument("--dict needs --compress zstd[:LEVEL]"));
-    }
-    volume.compress.train_dictionary = true;
+  if (Status st = ParseCompression(args.compress, args.dict, &volume.compress); !st.ok()) {
+    return Fail(st.WithContext("--compress"));
   }
   options.cancel = &g_cancel;
   const bool progress = ShowProgress(args.quiet);
@@ -377,8 +361,8 @@ int RunInfo(const InfoArgs& args) {
   std::printf("data         %s in samples, %s %s\n", HumanBytes(i.data_bytes).c_str(),
               HumanBytes(s.file_bytes()).c_str(),
               i.target_details.size() == 1
-                  ? "file"
-                  : ("in " + std::to_string(i.target_details.size()) + " files").c_str());
+                  ? std::string(NameOf(kTargetKindNames, i.target_details[0].kind)).c_str()
+                  : ("in " + std::to_string(i.target_details.size()) + " targets").c_str());
   std::printf("directory    %s (%.1f bytes per sample)\n", HumanBytes(i.directory_bytes).c_str(),
               s.directory_bytes_per_sample());
   std::printf("alignment    %u\n", i.data_alignment);
@@ -407,8 +391,9 @@ int RunInfo(const InfoArgs& args) {
   std::printf("targets      %zu\n", i.target_details.size());
   for (size_t t = 0; t < i.target_details.size(); ++t) {
     const TargetInfo& ti = i.target_details[t];
-    std::printf("  %-10zu %s: %s file, %llu samples, %s%s\n", t, ti.path.c_str(),
-                HumanBytes(ti.size).c_str(), static_cast<unsigned long long>(s.usage[t].samples),
+    std::printf("  %-10zu %s: %s %s, %llu samples, %s%s\n", t, ti.path.c_str(),
+                HumanBytes(ti.size).c_str(), std::string(NameOf(kTargetKindNames, ti.kind)).c_str(),
+                static_cast<unsigned long long>(s.usage[t].samples),
                 HumanBytes(s.usage[t].bytes).c_str(), t == 0 ? " + the directory" : "");
   }
   std::printf("classes      %llu", static_cast<unsigned long long>(i.class_count));

@@ -186,4 +186,11 @@ class VolumeBuilder {
   std::unique_ptr<Impl> impl_;
 };
 
+// Parses a compression spec as `dlfs pack --compress`, dlfs.pack and
+// dlfs.Writer take it: "zstd" or "zstd:LEVEL" (LEVEL 1..22), or "" / "none"
+// for raw fields; `train_dictionary` (needs zstd) trains a dictionary on the
+// first fields. InvalidArgument naming the spec; `out` is set only on OK.
+Status ParseCompression(std::string_view spec, bool train_dictionary,
+                        VolumeBuilder::Options::Compression* out);
+
 }  // namespace dlfs

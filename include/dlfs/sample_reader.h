@@ -12,7 +12,10 @@
 // a map-style dataset given a batch of indices (a BatchSampler) wants:
 // the latency of one round trip to the device instead of one per sample.
 // For whole epochs in a known order, the Loader (dlfs/loader.h) is faster
-// still: it reads ahead.
+// still: it reads ahead. Samples are what Volume::Read returns: a volume of
+// one compressed field (docs/format.md §4.8) has its samples checked and
+// decoded; one of several fields is refused by Create (read fields by name
+// through Volume or a Loader with `fields`).
 //
 // Errors: an index out of range is InvalidArgument; a read that fails or a
 // checksum mismatch (verify) is an error naming the volume and the
@@ -44,7 +47,8 @@ struct SampleReaderOptions {
 
 class SampleReader {
  public:
-  // Creates the engine. Errors as CreateEngine.
+  // Creates the engine. Errors as CreateEngine, and Volume::PlainSamples'
+  // refusal for a volume of several fields.
   static Result<std::unique_ptr<SampleReader>> Create(std::shared_ptr<Volume> volume,
                                                       const SampleReaderOptions& options);
   ~SampleReader();
@@ -59,7 +63,8 @@ class SampleReader {
   // InvalidArgument when the buffer is too small or misaligned.
   Result<Batch> ReadInto(std::span<const uint64_t> indices, std::span<std::byte> buffer,
                          bool verify = true);
-  // Bytes a buffer for ReadInto(indices) needs (aligned reads, gaps included).
+  // Bytes a buffer for ReadInto(indices) needs (aligned reads, gaps
+  // included, then the decoded samples of a compressed volume).
   Result<uint64_t> BufferBytes(std::span<const uint64_t> indices);
 
   // What the engine is ("io_uring, O_DIRECT, ...").

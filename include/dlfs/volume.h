@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "dlfs/directory.h"
+#include "dlfs/enum_names.h"
 #include "dlfs/nbd.h"
 #include "dlfs/status.h"
 
@@ -37,6 +38,14 @@ namespace nbd {
 class Connection;
 }
 
+// What holds a target, as opened here.
+enum class TargetKind : uint8_t { kFile, kBlockDevice, kNbdExport, kNotOpen };
+inline constexpr EnumName<TargetKind> kTargetKindNames[] = {
+    {TargetKind::kFile, "file"},
+    {TargetKind::kBlockDevice, "block device"},
+    {TargetKind::kNbdExport, "NBD export"},
+    {TargetKind::kNotOpen, "not open here"}};
+
 // One target of an open volume.
 struct TargetInfo {
   std::string path;          // the file opened (after resolution and remapping)
@@ -44,6 +53,7 @@ struct TargetInfo {
   uint64_t size = 0;         // bytes of the target file
   uint64_t data_offset = 0;  // its data region
   uint64_t data_length = 0;
+  TargetKind kind = TargetKind::kFile;  // kNotOpen: not opened here (open_only)
 };
 
 struct VolumeInfo {
@@ -140,23 +150,45 @@ class Volume {
   const SampleDirectory& directory() const { return directory_; }
   uint64_t size() const { return directory_.size(); }
 
-  // Reads sample `index` into `dst`, which must be exactly its length. With
-  // `verify`, the bytes are checked against the stored CRC32C and a mismatch
-  // is a Corruption status naming the sample; `dst` then holds the bad bytes
-  // and must not be used. InvalidArgument for an index out of range.
-  Status ReadInto(uint64_t index, std::span<std::byte> dst, bool verify = true) const;
-  // Checks `bytes` against sample `index`'s stored CRC32C: OK, or a
-  // Corruption status naming the volume, the sample and both checksums.
-  // REQUIRES: index < size().
-  Status CheckSample(uint64_t index, std::span<const std::byte> bytes) const;
+  // ---- Samples. A sample is the bytes that were packed, checked against
+  // their checksum: for a volume whose samples are stored whole (no field
+  // records, docs/format.md §4.8.3) its stored extent, and for a volume of
+  // one field (a compressed pack of an ImageFolder, IDX or LMDB source:
+  // one unnamed field "") that field decoded. A volume whose samples have
+  // several fields has no single sample bytes: these calls refuse it
+  // (PlainSamples) and its fields are read by name below.
 
+  // OK when samples of this volume read without naming a field; otherwise
+  // NotSupported naming the volume, listing its fields and saying how to
+  // name them.
+  Status PlainSamples() const;
+  // The length of sample `index` as Read returns it (decoded). Errors: an
+  // index out of range (InvalidArgument), PlainSamples' refusal, a sample
+  // lacking the volume's one field (NotFound naming it).
+  Result<uint64_t> SampleSize(uint64_t index) const;
+  // Reads sample `index` into `dst`, which must be exactly SampleSize(index)
+  // bytes. With `verify`, the stored bytes are checked against their CRC32C
+  // first and a mismatch is a Corruption status naming the sample; `dst`
+  // must then not be used. A compressed sample is decoded after its checks
+  // (docs/format.md §4.8.4). InvalidArgument for an index out of range.
+  Status ReadInto(uint64_t index, std::span<std::byte> dst, bool verify = true) const;
   // Same, into a new buffer.
   Result<std::vector<std::byte>> Read(uint64_t index, bool verify = true) const;
 
+  // The stored extent of sample `index` (all its fields' stored bytes,
+  // compressed ones as stored), checked against the sample's CRC32C with
+  // `verify`: for tools that copy or inspect volumes, not for training.
+  // `dst` must be exactly directory().sample(index).length bytes.
+  Status ReadStoredInto(uint64_t index, std::span<std::byte> dst, bool verify = true) const;
+  Result<std::vector<std::byte>> ReadStored(uint64_t index, bool verify = true) const;
+  // Checks `bytes` (a stored extent) against sample `index`'s stored
+  // CRC32C: OK, or a Corruption status naming the volume, the sample and
+  // both checksums. REQUIRES: index < size().
+  Status CheckSample(uint64_t index, std::span<const std::byte> bytes) const;
+
   // ---- Fields (format v2, docs/format.md §4.8). A volume without the
   // fields feature has one unnamed field "" per sample: the whole sample.
-  // Read/ReadInto above return a sample's stored extent (all its fields'
-  // stored bytes, compressed ones included); these return decoded fields.
+  // These return decoded fields by name.
 
   // Field `field` of sample `index`, decoded. NotFound naming the sample when
   // it has no such field (or the volume has no field of that name); with

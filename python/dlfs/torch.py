@@ -200,7 +200,7 @@ class VolumeDataset(tud.Dataset):
         if self._slots is None:
             # Slots sized from the first batch, with room for larger ones.
             from . import _dlfs
-            per = max(sum(vol.size(int(i)) + 8192 for i in indices), 1 << 20)
+            per = max(vol._buffer_bytes(indices), 1 << 20)
             self._slots = _dlfs._SharedSlots(self.shared_slots, per * 5 // 4)
         slot = self._slots.acquire(0.05)
         if slot < 0:

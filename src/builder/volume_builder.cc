@@ -9,6 +9,7 @@
 #include <atomic>
 #include <bit>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -790,6 +791,36 @@ Status VolumeBuilder::AddField(std::string_view name, std::span<const std::byte>
   DLFS_RETURN_IF_ERROR(BeginField(name));
   DLFS_RETURN_IF_ERROR(Append(data));
   return EndField();
+}
+
+Status ParseCompression(std::string_view spec, bool train_dictionary,
+                        VolumeBuilder::Options::Compression* out) {
+  VolumeBuilder::Options::Compression c = *out;
+  const size_t colon = spec.find(':');
+  if (spec.empty() || spec == "none") {
+    c.zstd = false;
+  } else if (spec.substr(0, colon) == "zstd") {
+    c.zstd = true;
+    if (colon != spec.npos) {
+      int level = 0;
+      const auto [end, ec] =
+          std::from_chars(spec.data() + colon + 1, spec.data() + spec.size(), level);
+      if (ec != std::errc() || end != spec.data() + spec.size() || level < 1 || level > 22) {
+        return Status::InvalidArgument("compression '" + std::string(spec) +
+                                       "': the zstd level is 1..22");
+      }
+      c.level = level;
+    }
+  } else {
+    return Status::InvalidArgument("compression '" + std::string(spec) +
+                                   "': only zstd[:LEVEL] (or none) is supported");
+  }
+  if (train_dictionary && !c.zstd) {
+    return Status::InvalidArgument("a trained dictionary needs zstd compression");
+  }
+  c.train_dictionary = train_dictionary;
+  *out = std::move(c);
+  return Status::Ok();
 }
 
 Result<std::vector<std::byte>> VolumeBuilder::TrainDictionary(

@@ -393,11 +393,18 @@ Result<std::unique_ptr<IoEngine>> CreateEngine(const std::vector<std::string>& t
     // NBD targets are read by the NBD backend whatever the engine kind; the
     // volume's local targets (if any) by a pread pool that can wake the
     // backend's poll() (io_uring's completions cannot join it portably).
+    // The pool gets the local targets' share of the queue depth (a thread
+    // per read in flight), not all of it: a volume mostly on NBD exports
+    // does not need 64 threads for its one local target.
     std::unique_ptr<Backend> local;
-    bool any_local = false;
-    for (size_t t = 0; t < targets->fds.size(); ++t) any_local = any_local || targets->fds[t] >= 0;
-    if (any_local) {
-      DLFS_ASSIGN_OR_RETURN(local, io_internal::CreatePreadBackend(*targets, options, true));
+    const size_t n = targets->fds.size();
+    size_t local_count = 0;
+    for (size_t t = 0; t < n; ++t) local_count += targets->fds[t] >= 0 ? 1 : 0;
+    if (local_count > 0) {
+      EngineOptions lo = options;
+      lo.queue_depth = static_cast<uint32_t>(
+          std::max<uint64_t>(1, (uint64_t{options.queue_depth} * local_count + n - 1) / n));
+      DLFS_ASSIGN_OR_RETURN(local, io_internal::CreatePreadBackend(*targets, lo, true));
     }
     DLFS_ASSIGN_OR_RETURN(backend,
                           io_internal::CreateNbdBackend(*targets, options, std::move(local)));

@@ -33,14 +33,11 @@ Result<std::vector<uint32_t>> ResolveFields(const Volume& volume,
                                             const std::vector<std::string>& names) {
   const SampleDirectory& dir = volume.directory();
   if (names.empty()) {
-    if (dir.has_field_records()) {
-      return Status::NotSupported(
-          volume.path() +
-          ": has samples with several or compressed fields (format v2): pass the "
-          "fields to read (LoaderOptions::fields, fields=[...], --fields); the volume has " +
-          FieldList(dir));
-    }
-    return std::vector<uint32_t>{};
+    // Samples stored whole are handed out as read; a volume of one field
+    // (a compressed ImageFolder pack) hands out that field, decoded.
+    if (!dir.has_field_records()) return std::vector<uint32_t>{};
+    DLFS_RETURN_IF_ERROR(volume.PlainSamples());
+    return std::vector<uint32_t>{0};
   }
   std::vector<uint32_t> ids;
   for (const std::string& name : names) {
@@ -101,8 +98,20 @@ DecodedBuffers::~DecodedBuffers() {
   for (const Idle& b : idle_) delete[] b.data;
 }
 
+uint64_t DecodedBytes(const Volume& volume, std::span<const uint32_t> fields,
+                      std::span<const uint64_t> indices) {
+  uint64_t bytes = 0;
+  for (uint64_t index : indices) {
+    for (uint32_t f : fields) {
+      const std::optional<FieldInfo> info = volume.directory().Field(index, f);
+      if (info && info->codec != FieldCodec::kNone) bytes += info->decoded_length;
+    }
+  }
+  return bytes;
+}
+
 Status SplitFields(const Volume& volume, std::span<const uint32_t> fields, bool verify,
-                   Batch::Data* data, DecodedBuffers* buffers) {
+                   Batch::Data* data, DecodedBuffers* buffers, std::span<std::byte> into) {
   const SampleDirectory& dir = volume.directory();
   const size_t n = data->indices.size();
   const size_t k = fields.size();
@@ -127,7 +136,14 @@ Status SplitFields(const Volume& volume, std::span<const uint32_t> fields, bool 
   }
   // One buffer for the batch's decoded fields, released with its last copy.
   std::shared_ptr<std::byte> decoded;
-  if (decoded_bytes > 0) {
+  if (decoded_bytes > 0 && !into.empty()) {
+    if (into.size() < decoded_bytes) {
+      return Status::InvalidArgument(volume.path() + ": " + std::to_string(decoded_bytes) +
+                                     " bytes of decoded fields do not fit a buffer of " +
+                                     std::to_string(into.size()));
+    }
+    decoded = std::shared_ptr<std::byte>(into.data(), [](std::byte*) {});  // the caller's
+  } else if (decoded_bytes > 0) {
     if (buffers != nullptr) {
       decoded = buffers->Acquire(decoded_bytes);
     } else {

@@ -17,10 +17,10 @@
 namespace dlfs::loader_internal {
 
 // The field ids of `names` in `volume`, in that order. Empty `names`:
-// nothing, or NotSupported (saying to pass fields) when some sample has
-// several or compressed fields, since its stored extent is then not one
-// field. InvalidArgument for a name the volume lacks (listing its fields)
-// or a name given twice.
+// nothing for samples stored whole, {0} for a volume of one field (its
+// samples are that field, decoded), or Volume::PlainSamples' refusal for
+// a volume of several fields. InvalidArgument for a name the volume lacks
+// (listing its fields) or a name given twice.
 Result<std::vector<uint32_t>> ResolveFields(const Volume& volume,
                                             const std::vector<std::string>& names);
 
@@ -55,8 +55,15 @@ class DecodedBuffers : public std::enable_shared_from_this<DecodedBuffers> {
 // Errors name the volume, the sample (index and path) and the field: a
 // sample lacking a requested field (NotFound), a checksum mismatch or a
 // field that does not decode (Corruption); `data` must then be dropped.
+// With `into`, the decoded fields go there instead (at least
+// DecodedBytes(...) bytes; the caller keeps it alive).
 // REQUIRES: !fields.empty().
 Status SplitFields(const Volume& volume, std::span<const uint32_t> fields, bool verify,
-                   Batch::Data* data, DecodedBuffers* buffers = nullptr);
+                   Batch::Data* data, DecodedBuffers* buffers = nullptr,
+                   std::span<std::byte> into = {});
+
+// Bytes SplitFields decodes for `fields` of the samples `indices`.
+uint64_t DecodedBytes(const Volume& volume, std::span<const uint32_t> fields,
+                      std::span<const uint64_t> indices);
 
 }  // namespace dlfs::loader_internal

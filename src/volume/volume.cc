@@ -1,6 +1,7 @@
 #include "dlfs/volume.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -371,7 +372,17 @@ Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path,
   info.directory_bytes = dir->length;
   info.data_alignment = sb.data_alignment;
   info.incompat_flags = sb.incompat_flags;
-  for (const TargetInfo& ti : targets) info.targets.push_back(ti.path);
+  for (size_t t = 0; t < targets.size(); ++t) {
+    struct stat st {};
+    if (fds[t].remote) {
+      targets[t].kind = TargetKind::kNbdExport;
+    } else if (fds[t].fd.get() < 0) {
+      targets[t].kind = TargetKind::kNotOpen;
+    } else if (::fstat(fds[t].fd.get(), &st) == 0 && S_ISBLK(st.st_mode)) {
+      targets[t].kind = TargetKind::kBlockDevice;
+    }
+    info.targets.push_back(targets[t].path);
+  }
   info.target_details = std::move(targets);
   for (Source& f : fds) {
     // Samples are read at random: kernel readahead around each would read
@@ -394,7 +405,7 @@ std::vector<std::string> Volume::OpenTargetPaths() const {
   return paths;
 }
 
-Status Volume::ReadInto(uint64_t index, std::span<std::byte> dst, bool verify) const {
+Status Volume::ReadStoredInto(uint64_t index, std::span<std::byte> dst, bool verify) const {
   if (index >= directory_.size()) {
     return Status::InvalidArgument(path_ + ": sample index " + std::to_string(index) +
                                    " out of range (volume has " +
@@ -428,11 +439,65 @@ Status Volume::CheckSample(uint64_t index, std::span<const std::byte> bytes) con
                             Hex32(stored) + ", computed " + Hex32(crc) + ")");
 }
 
-Result<std::vector<std::byte>> Volume::Read(uint64_t index, bool verify) const {
-  if (index >= directory_.size()) return ReadInto(index, {}, verify);
+Result<std::vector<std::byte>> Volume::ReadStored(uint64_t index, bool verify) const {
+  if (index >= directory_.size()) return ReadStoredInto(index, {}, verify);
   std::vector<std::byte> out(directory_.sample(index).length);
-  DLFS_RETURN_IF_ERROR(ReadInto(index, out, verify));
+  DLFS_RETURN_IF_ERROR(ReadStoredInto(index, out, verify));
   return out;
+}
+
+Status Volume::PlainSamples() const {
+  if (!directory_.has_field_records() || directory_.field_count() == 1) return Status::Ok();
+  std::string names;
+  for (uint32_t f = 0; f < directory_.field_count(); ++f) {
+    names += (f > 0 ? ", '" : "'") + std::string(directory_.field_name(f)) + "'";
+  }
+  return Status::NotSupported(path_ + ": its samples have several fields (" + names +
+                              "): name the fields to read (e.g. fields=[" + names +
+                              "]), or read one field by name");
+}
+
+Result<uint64_t> Volume::SampleSize(uint64_t index) const {
+  if (index >= directory_.size()) return ReadStoredInto(index, {}, false);  // the range error
+  if (!directory_.has_field_records()) return directory_.sample(index).length;
+  DLFS_RETURN_IF_ERROR(PlainSamples());
+  const std::optional<FieldInfo> f = directory_.Field(index, 0);
+  if (!f) {
+    return Status::NotFound(path_ + ": sample " + std::to_string(index) + " '" +
+                            directory_.Path(index) + "' has no field '" +
+                            std::string(directory_.field_name(0)) + "'");
+  }
+  return uint64_t{f->decoded_length};
+}
+
+Status Volume::ReadInto(uint64_t index, std::span<std::byte> dst, bool verify) const {
+  if (index >= directory_.size() || !directory_.has_field_records()) {
+    return ReadStoredInto(index, dst, verify);
+  }
+  DLFS_ASSIGN_OR_RETURN(const uint64_t size, SampleSize(index));
+  if (dst.size() != size) {
+    return Status::InvalidArgument(path_ + ": buffer of " + std::to_string(dst.size()) +
+                                   " bytes for sample " + std::to_string(index) + " of " +
+                                   std::to_string(size));
+  }
+  const FieldInfo f = *directory_.Field(index, 0);
+  const SampleInfo s = directory_.sample(index);
+  if (closed() || !target_open(s.target)) return ReadStoredInto(index, {}, verify);  // its errors
+  std::vector<std::byte> stored(f.stored_length);
+  DLFS_RETURN_IF_ERROR(ReadTarget(s.target, stored.data(), stored.size(),
+                                  s.offset + f.offset_in_sample, info_.targets[s.target])
+                           .WithContext(FieldContext(index, f.field)));
+  // The stored bytes' checks come first: the frame must declare dst's size.
+  DLFS_RETURN_IF_ERROR(CheckFieldBeforeDecoding(*this, index, f, stored, verify));
+  return DecodeField(index, f, stored, dst, /*verify=*/false);
+}
+
+Result<std::vector<std::byte>> Volume::Read(uint64_t index, bool verify) const {
+  if (index >= directory_.size() || !directory_.has_field_records()) {
+    return ReadStored(index, verify);
+  }
+  DLFS_RETURN_IF_ERROR(PlainSamples());
+  return Read(index, directory_.field_name(0), verify);
 }
 
 Status Volume::CheckBackupSuperblock() const {
@@ -495,7 +560,7 @@ Status Volume::DecodeField(uint64_t index, const FieldInfo& f, std::span<const s
 
 Result<std::vector<std::byte>> Volume::Read(uint64_t index, std::string_view field,
                                             bool verify) const {
-  if (index >= directory_.size()) return Read(index, verify);  // the range error
+  if (index >= directory_.size()) return ReadStored(index, verify);  // the range error
   const std::optional<uint32_t> id = directory_.FindField(field);
   const std::optional<FieldInfo> f = id ? directory_.Field(index, *id) : std::nullopt;
   if (!f) {
@@ -503,7 +568,7 @@ Result<std::vector<std::byte>> Volume::Read(uint64_t index, std::string_view fie
                             directory_.Path(index) + "' has no field '" + std::string(field) + "'");
   }
   const SampleInfo s = directory_.sample(index);
-  if (closed() || !target_open(s.target)) return Read(index, verify);  // the same errors
+  if (closed() || !target_open(s.target)) return ReadStored(index, verify);  // the same errors
   std::vector<std::byte> stored(f->stored_length);
   DLFS_RETURN_IF_ERROR(ReadTarget(s.target, stored.data(), stored.size(),
                                   s.offset + f->offset_in_sample, info_.targets[s.target])
@@ -517,7 +582,7 @@ Result<std::vector<std::byte>> Volume::Read(uint64_t index, std::string_view fie
 
 Result<std::vector<std::pair<std::string, std::vector<std::byte>>>> Volume::ReadFields(
     uint64_t index, bool verify) const {
-  DLFS_ASSIGN_OR_RETURN(const std::vector<std::byte> extent, Read(index, false));
+  DLFS_ASSIGN_OR_RETURN(const std::vector<std::byte> extent, ReadStored(index, false));
   std::vector<std::pair<std::string, std::vector<std::byte>>> out;
   for (const FieldInfo& f : directory_.Fields(index)) {
     DLFS_ASSIGN_OR_RETURN(

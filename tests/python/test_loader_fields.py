@@ -74,7 +74,7 @@ def test_loader_missing_and_unknown_fields(run, tmp_path):
     vol, _ = _pack(run, tmp_path)
     with pytest.raises(ValueError, match="has no field 'txt'; its fields: 'cls', 'jpg', 'json'"):
         dlfs.Loader(vol, 2, fields=["jpg", "txt"])
-    with pytest.raises(Exception, match="pass the fields"):
+    with pytest.raises(Exception, match="name the fields to read"):
         dlfs.Loader(vol, 2)
     loader = dlfs.Loader(vol, 1, shuffle=False, fields=["cls", "jpg"], cache_budget=0)
     it = iter(loader)
@@ -126,7 +126,7 @@ def test_loader_dataset_fields_tuple(run, tmp_path):
 def test_bench_reads_fields(run, tmp_path):
     vol, _ = _pack(run, tmp_path)
     proc = run("bench", vol, "--cache-budget", "0")
-    assert proc.returncode == 2 and b"pass the fields" in proc.stderr
+    assert proc.returncode == 2 and b"name the fields to read" in proc.stderr
     out = json.loads(run("bench", vol, "--fields", "json,cls", "--batch", "4", "--json",
                          "--cache-budget", "0", check=0).stdout)
     assert out["fields"] == ["json", "cls"]
@@ -162,5 +162,5 @@ def test_image_loader_decodes_one_field(tmp_path):
             assert int(label) == int(index) % 2
             seen += 1
     assert seen == 6
-    with pytest.raises(Exception, match="pass the fields"):
+    with pytest.raises(Exception, match="name the fields to read"):
         dlfs.torch.ImageLoader(vol, 3, size=8)

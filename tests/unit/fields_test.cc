@@ -505,7 +505,8 @@ TEST(FieldsTest, LoaderRefusesMultiFieldVolumesWithoutFields) {
   ASSERT_OK_AND_ASSIGN(std::shared_ptr<Volume> v, Volume::Open(tmp / "v.dlfs"));
   auto loader = Loader::Create(v, LoaderOptions{});
   ASSERT_EQ(loader.status().code(), StatusCode::kNotSupported);
-  EXPECT_NE(loader.status().message().find("pass the fields"), std::string::npos);
+  EXPECT_NE(loader.status().message().find("name the fields to read"), std::string::npos)
+      << loader.status().message();
 }
 
 // The volume written by the v1 code (before fields existed), committed as

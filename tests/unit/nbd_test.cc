@@ -156,6 +156,21 @@ TEST_F(NbdTest, MixedLocalAndTwoNbdTargetsReadAndVerify) {
   auto v = Volume::Open(path_, open);
   ASSERT_OK(v);
   EXPECT_EQ((*v)->info().targets[1], s1->uri());
+  EXPECT_EQ((*v)->info().target_details[0].kind, TargetKind::kFile);
+  EXPECT_EQ((*v)->info().target_details[1].kind, TargetKind::kNbdExport);
+  EXPECT_EQ((*v)->info().target_details[2].kind, TargetKind::kNbdExport);
+  {
+    // The local target's pread pool has its share of the queue depth:
+    // ceil(64 / 3) threads for one target of three, not 64.
+    EngineOptions eo;
+    eo.queue_depth = 64;
+    auto engine = CreateEngine((*v)->OpenTargetPaths(), eo);
+    ASSERT_OK(engine);
+    EXPECT_NE((*engine)->description().find("local targets: pread thread pool"), std::string::npos)
+        << (*engine)->description();
+    EXPECT_NE((*engine)->description().find(", 22 threads"), std::string::npos)
+        << (*engine)->description();
+  }
   ReadEpochExactly(*v, Options({.connections = 2}));
   VerifyReport report;
   ASSERT_OK(VerifyVolume(**v, {}, &report));
