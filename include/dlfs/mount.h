@@ -30,6 +30,11 @@
 // directory listings carry attributes (READDIRPLUS), and up to 16 threads
 // serve requests, each on its own /dev/fuse descriptor.
 //
+// Memory: MountVolume limits glibc malloc to one arena for the whole process
+// (mallopt M_ARENA_MAX), so that its worker threads do not each keep a
+// high-water mark of freed memory; the RSS then stays flat over any number of
+// reads (docs/reliability.md, promise 8).
+//
 // Available only when dlfs was built with libfuse3 (kMountSupported).
 #pragma once
 
