@@ -10,7 +10,8 @@ share of --minutes is used, whichever comes first (at least --min-epochs). Per e
   loader  one shuffled epoch of dlfs.Loader (set_epoch), 200 random vol[i] reads, and every
           10th epoch a fresh Loader (the old one destroyed mid-epoch); run and measured in a child
           process that keeps nothing per epoch;
-  fuse    every file of `dlfs mount -f` read whole; measured in the mount process.
+  fuse    every file of `dlfs mount -f` read whole; measured in the mount process. Files read
+          once are served from the page cache after that unless --fuse-evict drops them.
 "Flat": after the warm-up epochs, RSS never exceeds its warm-up maximum by more than the
 tolerance, and open fds never exceed their warm-up maximum. Exit status 1 if a series is not flat.
 """
@@ -148,12 +149,21 @@ def soak_fuse(dlfs_bin, vol_path, workdir, args, deadline):
     try:
         files = [os.path.join(d, f) for d, _, fs in os.walk(mnt) for f in fs]
         epoch = 0
+        evict = random.Random(3)
         while epoch < args.epochs and (epoch < args.min_epochs or time.monotonic() < deadline):
             random.Random(epoch).shuffle(files)
             for path in files:
                 with open(path, "rb") as f:
-                    while f.read(1 << 20):
-                        pass
+                    n = 0
+                    while chunk := f.read(1 << 20):
+                        n += len(chunk)
+                    if args.fuse_evict is None:
+                        continue
+                    if evict.random() < args.fuse_evict:
+                        page = evict.randrange(max(1, (n + 4095) // 4096))
+                        os.posix_fadvise(f.fileno(), page * 4096, 4096, os.POSIX_FADV_DONTNEED)
+                    else:
+                        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
             series.add(epoch, time.monotonic() - start, rss_kb(proc.pid), fd_count(proc.pid),
                        len(files))
             epoch += 1
@@ -179,6 +189,11 @@ def main():
     ap.add_argument("--samples", type=int, default=3000)
     ap.add_argument("--csv", help="write every measurement here")
     ap.add_argument("--skip-fuse", action="store_true")
+    ap.add_argument("--skip-loader", action="store_true")
+    ap.add_argument("--fuse-evict", type=float, default=None, metavar="P",
+                    help="after each file read, drop its pages from the page cache, so that "
+                         "every read reaches the mount; for a fraction P of the reads drop one "
+                         "page only, as memory reclaim does (issue 20 #3)")
     ap.add_argument("--loader-child", help=argparse.SUPPRESS)  # VOLUME: the loader part's child
     ap.add_argument("--seconds", type=float, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -196,8 +211,9 @@ def main():
     try:
         vol = pathlib.Path(args.volume) if args.volume else make_volume(args.dlfs, workdir,
                                                                           args.samples)
-        share = (args.minutes * 60 / (1 if args.skip_fuse else 2)) if args.minutes else 1e12
-        results = [soak_loader(vol, args, time.monotonic() + share)]
+        parts = 2 - args.skip_fuse - args.skip_loader
+        share = (args.minutes * 60 / max(1, parts)) if args.minutes else 1e12
+        results = [] if args.skip_loader else [soak_loader(vol, args, time.monotonic() + share)]
         notes = []
         if not args.skip_fuse:
             series, why = soak_fuse(args.dlfs, vol, workdir, args, time.monotonic() + share)

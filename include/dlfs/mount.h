@@ -17,8 +17,9 @@
 // without fields: its sample's). A compressed field is read, checked and
 // decoded whole on its first read and served from memory; so is a raw one
 // of up to whole_sample_limit bytes. Files that take several reads are kept
-// for the next ones in a cache of 128 MiB shared by the mount (the file just
-// read always stays, however large). A larger raw field is first read
+// for the next ones, until the read that reaches their end, in a cache of at
+// most 64 files and 128 MiB shared by the mount (the file just read always
+// stays, however large). A larger raw field is first read
 // through once in chunks, computing its checksum (once per mount), and then
 // spliced from the volume file. A damaged field fails with EIO (and a
 // message on stderr naming the volume, the sample and the field) instead of
@@ -28,6 +29,11 @@
 // long as the mount lives (the volume is immutable), reads are up to 1 MiB,
 // directory listings carry attributes (READDIRPLUS), and up to 16 threads
 // serve requests, each on its own /dev/fuse descriptor.
+//
+// Memory: MountVolume limits glibc malloc to one arena for the whole process
+// (mallopt M_ARENA_MAX), so that its worker threads do not each keep a
+// high-water mark of freed memory; the RSS then stays flat over any number of
+// reads (docs/reliability.md, promise 8).
 //
 // Available only when dlfs was built with libfuse3 (kMountSupported).
 #pragma once
