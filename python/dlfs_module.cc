@@ -842,7 +842,7 @@ zstd fields views into the batch's decoded buffer.
 Loader(volume, batch_size, shuffle=True, seed=0, rank=0, world_size=1,
        drop_last=False, prefetch_batches=4, queue_depth=64, io_threads=1,
        engine="auto", direct_io=True, verify_checksums=True, coalesce=True,
-       indices=None, cache_budget=None, fields=None)
+       indices=None, cache_budget=None, fields=None, cache_shared=True)
 
 Iterates over this rank's batches of one epoch, reading ahead through
 io_uring (or a pread pool where io_uring is unavailable).
@@ -861,10 +861,17 @@ io_uring (or a pread pool where io_uring is unavailable).
   CorruptVolumeError naming the sample and file.
 - indices: read only these sample indices (e.g. vol.indices("train")); the
   shuffle permutes within them.
-- cache_budget: the memory tier. When the samples read fit this many bytes,
-  the first epoch loads them in large reads and later epochs are served
-  from memory (same order, same checks). None: a quarter of the available
-  memory; 0: off.
+- cache_budget: the node cache (bytes). Samples read are kept in one
+  shared-memory region per node and volume that every process reading the
+  volume there uses (ranks, DataLoader workers, other jobs); cached samples
+  are served from memory (same order, same checks, read-only views). It
+  fills from the epochs' own reads on a lowest-priority thread, so it never
+  slows an epoch; when the samples exceed the budget the first that fit
+  stay. None: a quarter of what this job may use (MemAvailable and its
+  memory cgroup's limit; $DLFS_CACHE_BUDGET sets it); 0: off. A budget
+  reduced to fit the limit, or a region that cannot be used, is said in a
+  RuntimeWarning.
+- cache_shared: False keeps the cache to this loader (no /dev/shm region).
 - fields: a list of field names (format v2, e.g. ["jpg", "cls"]): each
   batch holds those fields of every sample, in that order (batch.fields,
   batch.field(i, f); batch[i] is field 0). Raw fields stay zero-copy, zstd
@@ -876,7 +883,9 @@ io_uring (or a pread pool where io_uring is unavailable).
   without it.
 
 stats() says where the time went: rings empty, reads in flight,
-submit/wait/verify seconds, buffer and tier memory, io_uring flags.
+submit/wait/verify seconds, buffer memory, io_uring flags, and the node
+cache (bytes, hits, misses, bytes filled and the time that took, processes
+sharing it).
 
 Call set_epoch(e) before iterating epoch e; each iter() restarts that epoch.
 The GIL is released while waiting for I/O.
@@ -897,7 +906,7 @@ loop); another epoch starts afresh.
                        const std::string& engine, bool direct_io, bool verify_checksums,
                        bool coalesce, std::optional<std::vector<uint64_t>> indices,
                        std::optional<uint64_t> cache_budget,
-                       std::optional<std::vector<std::string>> fields) {
+                       std::optional<std::vector<std::string>> fields, bool cache_shared) {
              std::shared_ptr<Volume> vol;
              if (py::isinstance<Volume>(volume)) {
                vol = volume.cast<std::shared_ptr<Volume>>();
@@ -921,7 +930,14 @@ loop); another epoch starts afresh.
              if (indices) o.subset = std::move(*indices);
              if (cache_budget) o.cache_budget = *cache_budget;
              if (fields) o.fields = std::move(*fields);
-             return std::make_unique<PyLoader>(std::move(vol), o);
+             o.cache_shared = cache_shared;
+             auto loader = std::make_unique<PyLoader>(std::move(vol), o);
+             if (const std::string& note = loader->loader().cache_note(); !note.empty()) {
+               if (PyErr_WarnEx(PyExc_RuntimeWarning, ("dlfs: " + note).c_str(), 1) != 0) {
+                 throw py::error_already_set();
+               }
+             }
+             return loader;
            }),
            py::arg("volume"), py::arg("batch_size"), py::arg("shuffle") = kDefaults.sampler.shuffle,
            py::arg("seed") = kDefaults.sampler.seed, py::arg("rank") = kDefaults.sampler.rank,
@@ -934,7 +950,8 @@ loop); another epoch starts afresh.
            py::arg("direct_io") = kDefaults.engine.direct_io,
            py::arg("verify_checksums") = kDefaults.verify_checksums,
            py::arg("coalesce") = kDefaults.plan.coalesce, py::arg("indices") = py::none(),
-           py::arg("cache_budget") = py::none(), py::arg("fields") = py::none())
+           py::arg("cache_budget") = py::none(), py::arg("fields") = py::none(),
+           py::arg("cache_shared") = kDefaults.cache_shared)
       .def("set_epoch", &PyLoader::set_epoch, py::arg("epoch"),
            "Sets the epoch the next iteration reads (its order depends on it).")
       .def_property_readonly("epoch", &PyLoader::epoch)
@@ -975,6 +992,13 @@ loop); another epoch starts afresh.
             d["device_reads"] = s.io.ops;
             d["buffer_pool_bytes"] = s.buffer_bytes;
             d["cache_bytes"] = s.cache_bytes;
+            d["cache_used_bytes"] = s.cache_used_bytes;
+            d["cache_hits"] = s.cache_hits;
+            d["cache_misses"] = s.cache_misses;
+            d["cache_fill_bytes"] = s.cache_fill_bytes;
+            d["cache_fill_seconds"] = s.cache_fill_seconds;
+            d["cache_sharers"] = s.cache_sharers;
+            d["cache_shared"] = s.cache_shared;
             d["setup_seconds"] = s.setup_seconds;
             d["io_uring_flags"] = s.uring_flags;
             return d;

@@ -239,11 +239,33 @@ json PipelineJson(const EpochReport& e) {
           {"engines", s.engines}};
 }
 
+// The node cache in an epoch (or a run): what it served and what it cost.
+json CacheJson(const EpochReport& e) {
+  const SourceStats& s = e.stats;
+  const uint64_t lookups = s.cache_hits + s.cache_misses;
+  return {{"capacity_bytes", s.cache_bytes},
+          {"used_bytes", s.cache_used_bytes},
+          {"hits", s.cache_hits},
+          {"misses", s.cache_misses},
+          {"hit_rate", lookups ? static_cast<double>(s.cache_hits) / lookups : 0.0},
+          {"device_bytes", s.io.bytes},
+          {"fill_bytes", s.cache_fill_bytes},
+          {"fill_seconds", s.cache_fill_seconds},
+          {"fill_s_per_gb",
+           s.cache_fill_bytes ? s.cache_fill_seconds / (s.cache_fill_bytes / 1e9) : 0.0},
+          {"sharers", s.cache_sharers},
+          {"shared", s.cache_shared}};
+}
+
 json EpochJson(const EpochReport& e) {
-  return {{"epoch", e.epoch},           {"samples", e.samples},
-          {"seconds", e.seconds},       {"samples_per_s", e.samples_per_s()},
-          {"mb_per_s", e.mb_per_s()},   {"cpu_s_per_gb", e.cpu_s_per_gb()},
-          {"pipeline", PipelineJson(e)}};
+  return {{"epoch", e.epoch},
+          {"samples", e.samples},
+          {"seconds", e.seconds},
+          {"samples_per_s", e.samples_per_s()},
+          {"mb_per_s", e.mb_per_s()},
+          {"cpu_s_per_gb", e.cpu_s_per_gb()},
+          {"pipeline", PipelineJson(e)},
+          {"cache", CacheJson(e)}};
 }
 
 }  // namespace
@@ -562,13 +584,25 @@ int RunBench(const BenchArgs& args) {
   const LoaderOptions& o = args.source.loader;
   auto loader = Loader::Create(*vol, o);
   if (!loader.ok()) return Fail(loader.status());
+  if (!(*loader)->cache_note().empty()) {
+    std::fprintf(stderr, "dlfs: warning: %s\n", (*loader)->cache_note().c_str());
+  }
   BenchOptions bench = args.bench;
   if (!args.json) {
     bench.on_epoch = [](const EpochReport& e) {
-      std::printf("epoch %llu: %llu samples in %.2f s: %.0f samples/s, %.1f MB/s, %.3f CPU s/GB\n",
+      const SourceStats& s = e.stats;
+      std::printf("epoch %llu: %llu samples in %.2f s: %.0f samples/s, %.1f MB/s, %.3f CPU s/GB",
                   static_cast<unsigned long long>(e.epoch),
                   static_cast<unsigned long long>(e.samples), e.seconds, e.samples_per_s(),
                   e.mb_per_s(), e.cpu_s_per_gb());
+      if (s.cache_bytes > 0) {
+        const uint64_t lookups = s.cache_hits + s.cache_misses;
+        std::printf("; cache hits %.0f %%, %s from the device, %s cached",
+                    lookups ? 100.0 * s.cache_hits / lookups : 0.0,
+                    HumanBytes(static_cast<double>(s.io.bytes)).c_str(),
+                    HumanBytes(static_cast<double>(s.cache_used_bytes)).c_str());
+      }
+      std::printf("\n");
     };
   }
   auto report = RunEpochs(**loader, **vol, bench);
@@ -586,7 +620,7 @@ int RunBench(const BenchArgs& args) {
               {"coalesce", o.plan.coalesce},
               {"verify", o.verify_checksums},
               {"fields", o.fields},
-              {"cache", report->cache},
+              {"page_cache", report->cache},
               {"samples", t.samples},
               {"payload_bytes", t.payload_bytes},
               {"device_bytes", t.device_bytes},
@@ -601,9 +635,10 @@ int RunBench(const BenchArgs& args) {
               {"memory",
                {{"buffer_pool_bytes", t.stats.buffer_bytes},
                 {"cache_bytes", t.stats.cache_bytes},
-                {"cache_budget",
-                 o.cache_budget == kAutoCacheBudget ? DefaultCacheBudget() : o.cache_budget},
+                {"cache_budget", ResolveCacheBudget(o.cache_budget, ReadMemoryLimit())},
+                {"cache_note", (*loader)->cache_note()},
                 {"setup_seconds", t.stats.setup_seconds}}},
+              {"cache", CacheJson(t)},
               {"io_uring_flags", t.stats.uring_flags},
               {"epochs", epochs}};
     std::cout << j.dump(2) << '\n';
@@ -632,9 +667,20 @@ int RunBench(const BenchArgs& args) {
       "             submit %.3f s, waiting for completions %.3f s, verify %.3f s, "
       "Next() waiting %.3f s\n",
       s.io.submit_seconds, s.io.wait_seconds, s.verify_seconds, s.next_wait_seconds);
-  std::printf("memory       batch buffers %s (pre-faulted in %.3f s), memory tier %s\n",
+  std::printf("memory       batch buffers %s (pre-faulted in %.3f s), node cache %s\n",
               HumanBytes(static_cast<double>(s.buffer_bytes)).c_str(), s.setup_seconds,
-              s.cache_bytes ? HumanBytes(static_cast<double>(s.cache_bytes)).c_str() : "off");
+              s.cache_bytes ? (HumanBytes(static_cast<double>(s.cache_bytes)) + " (" +
+                               HumanBytes(static_cast<double>(s.cache_used_bytes)) + " used, " +
+                               std::to_string(s.cache_sharers) + " process" +
+                               (s.cache_sharers == 1 ? "" : "es") + ")")
+                                  .c_str()
+                            : "off");
+  if (s.cache_fill_bytes > 0) {
+    std::printf(
+        "             cache filled %s in %.3f s on its lowest-priority thread (%.2f s/GB)\n",
+        HumanBytes(static_cast<double>(s.cache_fill_bytes)).c_str(), s.cache_fill_seconds,
+        s.cache_fill_seconds / (s.cache_fill_bytes / 1e9));
+  }
   return kExitOk;
 }
 

@@ -45,35 +45,6 @@ CLI::Option* AddEnumOption(CLI::App* verb, const std::string& name, E* value,
       ->check(CLI::IsMember(NamesOf(table)));
 }
 
-// "auto", or bytes with an optional K/M/G/T suffix (powers of 1024).
-bool ParseByteBudget(const std::string& text, uint64_t* out) {
-  if (text == "auto") {
-    *out = kAutoCacheBudget;
-    return true;
-  }
-  size_t end = 0;
-  unsigned long long v = 0;
-  try {
-    v = std::stoull(text, &end);
-  } catch (const std::exception&) {
-    return false;
-  }
-  const std::string unit = text.substr(end);
-  const std::string units = "KMGT";
-  uint64_t scale = 1;
-  if (!unit.empty()) {
-    const size_t k = units.find(static_cast<char>(std::toupper(unit[0])));
-    if (k == std::string::npos ||
-        (unit.size() > 1 && unit.substr(1) != "iB" && unit.substr(1) != "B")) {
-      return false;
-    }
-    scale = uint64_t{1} << (10 * (k + 1));
-  }
-  if (v > ~uint64_t{0} / scale) return false;
-  *out = v * scale;
-  return true;
-}
-
 // The options of the batch loader that `dlfs bench` exposes.
 void AddLoaderOptions(CLI::App* verb, LoaderOptions* o) {
   AddEnumOption(verb, "--engine", &o->engine.kind, kEngineKindNames, "I/O engine");
@@ -103,17 +74,18 @@ void AddLoaderOptions(CLI::App* verb, LoaderOptions* o) {
   verb->add_option_function<std::string>(
           "--cache-budget",
           [o](const std::string& text) {
-            if (!ParseByteBudget(text, &o->cache_budget)) {
-              throw CLI::ValidationError(
-                  "--cache-budget: expected auto, 0 or a size such as 2G, not '" + text + "'");
-            }
+            const Result<uint64_t> budget = ParseByteBudget(text);
+            if (!budget.ok())
+              throw CLI::ValidationError("--cache-budget: " + budget.status().message());
+            o->cache_budget = *budget;
           },
-          "Memory tier: serve the samples from memory once loaded if they fit this many bytes\n"
-          "(auto: a quarter of MemAvailable; 0: off; suffixes K, M, G, T)")
+          "Node cache: keep samples read in memory shared by the node's processes, up to\n"
+          "this many bytes (auto: $DLFS_CACHE_BUDGET, else a quarter of what the job may\n"
+          "use: MemAvailable and its memory cgroup's limit; 0: off; suffixes K, M, G, T)")
       ->default_str("auto");
   verb->add_option("--fields", o->fields,
                    "Read these fields of each sample, e.g. jpg,cls (format v2; needed when\n"
-                   "samples have several or compressed fields): raw fields are handed out\n"
+                   "samples have several fields): raw fields are handed out\n"
                    "zero-copy, zstd ones are decompressed by the loader, so samples/s and the\n"
                    "payload MB/s (decoded bytes) include decompression. With --decode: the\n"
                    "image field only")

@@ -82,16 +82,28 @@ struct SourceStats {
   EngineStats io;                // every I/O engine of the source, summed
   double verify_seconds = 0;     // checksums and field decoding, on the caller's thread
   double next_wait_seconds = 0;  // Next() waiting for a batch to be read
+  // The node cache (dlfs/loader.h), this process: samples found in it and
+  // not, bytes it copied in and the time that took (on its idle thread).
+  uint64_t cache_hits = 0;
+  uint64_t cache_misses = 0;
+  uint64_t cache_fill_bytes = 0;
+  double cache_fill_seconds = 0;
   // Levels: a difference of snapshots keeps the later one's.
   uint32_t engines = 0;                  // engines summed in io (ring-empty time is per engine)
   uint64_t buffer_bytes = 0;             // batch buffers allocated
-  uint64_t cache_bytes = 0;              // memory tier (0: none)
+  uint64_t cache_bytes = 0;              // node cache capacity (0: none)
+  uint64_t cache_used_bytes = 0;         // bytes of samples in it (every process's)
+  uint32_t cache_sharers = 0;            // processes attached to it
+  bool cache_shared = false;             // one region for the node (else this process's)
   double setup_seconds = 0;              // creating the source (allocating, pre-faulting)
   std::vector<std::string> uring_flags;  // io_uring setup flags in use
 
   // Mean wall time each engine had no read in flight.
   double ring_empty_seconds() const { return engines ? io.empty_seconds / engines : 0; }
   SourceStats operator-(const SourceStats& earlier) const;
+  // Adds the counts of `later` (an interval after this one) and takes its
+  // levels: the stats of both intervals together.
+  SourceStats& operator+=(const SourceStats& later);
 };
 
 class BatchSource {

@@ -41,13 +41,18 @@
 // many batches makes the pool grow. Decoded (zstd) fields live in one
 // buffer per batch, recycled the same way.
 //
-// Memory tier: when every sample the loader reads (the volume, or `subset`)
-// fits in cache_budget bytes, the first epoch loads them into memory in
-// large reads (chunks of 4 MiB, in the order the epoch needs them), and
-// batches are served from memory — zero-copy, same order, same checks —
-// as soon as their bytes have arrived; later epochs do no I/O at all. The
-// default budget is a quarter of the memory available (MemAvailable) when
-// the loader is created; 0 turns the tier off.
+// Node cache: samples the loader has read are kept in memory, once per
+// node: every process reading the volume there (ranks, DataLoader workers,
+// other jobs of the user) attaches to the same region in /dev/shm and reads
+// a cached sample from it instead of the device — zero-copy, same order,
+// same checks (see src/cache/node_cache.h). It is filled from the epoch's own
+// reads by a thread at the lowest priority, so filling never makes an epoch wait;
+// where CPU or memory is slow it spreads over epochs. When the samples exceed
+// cache_budget the first that fit stay cached (for epochs that each read
+// every sample once that is as many hits as any eviction policy can get).
+// The default budget is a quarter of what this job may use: MemAvailable
+// and its memory cgroup's limit (dlfs/memory.h); 0 turns the cache off.
+// Samples served from the cache are read-only (Batch::owns_bytes() false).
 //
 // Fields (format v2, docs/format.md §4.8): with `fields`, each batch holds,
 // per sample, those fields in that order (Batch::field(i, f); sample(i) is
@@ -60,14 +65,15 @@
 // A sample lacking a requested field, a field whose checksum fails or that
 // does not decode: Next() returns an error naming the volume, the sample
 // (index and path) and the field; the next call continues with the
-// following batch. A volume without fields has one unnamed field "".
+// following batch. A volume without fields has one unnamed field "";
+// without `fields`, a volume of one (compressed) field hands that field out
+// as each sample, decoded as above.
 //
 // Resuming (see dlfs/batch_source.h): SaveState() is the epoch and the
 // batches of it Next() has handed out, with the volume's uuid, the sample
 // set and the sampler options; LoadState() on a loader created with the same
 // volume and sampler options continues with the next batch, in the same
-// order, without reading the batches before it (the memory tier, when on,
-// still loads every sample for the epochs after, the batches due first).
+// order, without reading the batches before it.
 //
 // Errors: a failed read or a checksum mismatch (verify_checksums; checked in
 // Next(), on the caller's thread, while the next batches are being read —
@@ -92,6 +98,7 @@
 #include "dlfs/batch.h"
 #include "dlfs/batch_source.h"
 #include "dlfs/io_engine.h"
+#include "dlfs/memory.h"
 #include "dlfs/sampler.h"
 #include "dlfs/status.h"
 #include "dlfs/volume.h"
@@ -109,13 +116,6 @@ struct ReadPlanOptions {
   uint64_t max_read = 1 << 20;  // largest single read; bigger runs are split
 };
 
-// LoaderOptions::cache_budget meaning "a quarter of MemAvailable".
-inline constexpr uint64_t kAutoCacheBudget = ~uint64_t{0};
-
-// A quarter of the memory available now (MemAvailable in /proc/meminfo);
-// 0 where that cannot be read.
-uint64_t DefaultCacheBudget();
-
 struct LoaderOptions {
   SamplerOptions sampler;  // order, sharding, batch size (dlfs/sampler.h)
   EngineOptions engine;    // the I/O engine each I/O thread owns (dlfs/io_engine.h)
@@ -123,14 +123,20 @@ struct LoaderOptions {
   uint32_t prefetch_batches = 4;  // batches read ahead of the caller
   uint32_t io_threads = 1;        // each owns one engine (one ring)
   bool verify_checksums = true;   // CRC32C of every sample before hand-out
-  // Memory tier budget in bytes (see above): kAutoCacheBudget, or 0 for off.
+  // Node cache budget in bytes (see above and dlfs/memory.h):
+  // kAutoCacheBudget (a quarter of what the job may use, or
+  // $DLFS_CACHE_BUDGET), or 0 for no cache.
   uint64_t cache_budget = kAutoCacheBudget;
+  // Share the cache with the node's other processes reading the volume
+  // (false: a cache of this loader's own).
+  bool cache_shared = true;
   // When non-empty, read only these sample indices (e.g. a split:
   // SampleDirectory::SamplesUnder); the sampler permutes positions in it.
   std::vector<uint64_t> subset;
   // Fields to hand out per sample (format v2, see "Fields" above), in this
-  // order, e.g. {"jpg", "cls"}. Empty: each sample's whole stored bytes,
-  // which Create refuses for a volume with several or compressed fields.
+  // order, e.g. {"jpg", "cls"}. Empty: each sample (Volume::ReadInto's
+  // bytes: a volume of one compressed field hands it out decoded), which
+  // Create refuses for a volume with several fields.
   // Not part of the order: a saved state resumes with other fields.
   std::vector<std::string> fields;
 };
@@ -139,8 +145,8 @@ class Loader final : public BatchSource {
  public:
   // Creates the engines (one per I/O thread) and the sampler. Errors:
   // InvalidArgument for bad options (a field the volume lacks: the message
-  // lists its fields), NotSupported for a volume with several or compressed
-  // fields per sample and no `fields`, Unavailable when a forced engine is
+  // lists its fields), NotSupported for a volume with several fields per
+  // sample and no `fields`, Unavailable when a forced engine is
   // not supported here.
   static Result<std::unique_ptr<Loader>> Create(std::shared_ptr<Volume> volume,
                                                 const LoaderOptions& options);
@@ -155,6 +161,10 @@ class Loader final : public BatchSource {
   const std::string& description() const override;
   // Time, I/O and memory since the loader was created (any thread).
   SourceStats source_stats() const override;
+  // Why the node cache is not as asked (a budget reduced to fit the
+  // memory limit, a region refused or unavailable), or empty: for the
+  // front end to show as a warning.
+  const std::string& cache_note() const;
   // Resuming (see above and dlfs/batch_source.h).
   Result<SourceState> SaveState() const override;
   Status LoadState(const SourceState& state) override;

@@ -1,7 +1,7 @@
 """PyTorch datasets over dlfs volumes.
 
 LoaderDataset: iterable, one *batch* per item, driven by the C++ loader
-    (io_uring reads the epoch ahead, zero-copy, memory tier); use
+    (io_uring reads the epoch ahead, zero-copy, node cache); use
     DataLoader(ds, batch_size=None). The fastest path for training.
 ImageLoader: batches of decoded, augmented image tensors, decoded in C++
     on the loader's threads (dlfs/torch_image.py).
@@ -325,8 +325,9 @@ class LoaderDataset(tud.IterableDataset):
     Call set_epoch(e) before each epoch (before iterating the DataLoader).
     The epoch lives in shared memory, so DataLoader workers read the current
     one whenever they start an epoch, persistent_workers=True included. Each
-    process keeps its loader from epoch to epoch, so the memory tier
-    (cache_budget) and the read-ahead of the next epoch carry over.
+    process keeps its loader from epoch to epoch, so the read-ahead of the
+    next epoch carries over; the node cache (cache_budget) is shared by the
+    workers and the main process whatever they do.
     len() counts batches as one worker would read them; with several
     workers each pads and batches its own shard, so the count can be a
     little higher.
@@ -469,8 +470,8 @@ class LoaderDataset(tud.IterableDataset):
             if self.fields is not None:
                 if main:
                     p[p.TAKEN] = p[p.TAKEN] + 1
-                # Views shared with later epochs (the memory tier) are
-                # copied, as above: torch wants writable arrays.
+                # Views shared with other processes (the node cache) are
+                # copied, as below: torch wants writable arrays.
                 fields = tuple([v if v.flags.writeable else v.copy() for v in column]
                                for column in batch.fields)
                 if self.batch_transform is _default_batch_transform:
@@ -486,13 +487,13 @@ class LoaderDataset(tud.IterableDataset):
                     if stack is True:
                         raise
             if samples is None:
-                samples = batch.samples
+                # Writable, as torch wants them (no "not writable" warning,
+                # no surprises): views of a batch's own buffer are, zero-copy;
+                # bytes shared with other processes (the node cache) are
+                # copied rather than exposed.
+                samples = [s if s.flags.writeable else s.copy() for s in batch.samples]
                 if self.transform is not None:
-                    # Writable, as torch.from_numpy wants them: views of a
-                    # batch's own buffer are; bytes shared with later epochs
-                    # (the memory tier) are copied rather than exposed.
-                    samples = [self.transform(s if s.flags.writeable else s.copy())
-                               for s in samples]
+                    samples = [self.transform(s) for s in samples]
             if main:
                 p[p.TAKEN] = p[p.TAKEN] + 1
             yield self.batch_transform(samples, batch.labels)

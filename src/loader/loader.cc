@@ -26,30 +26,20 @@
 #include <thread>
 #include <unordered_map>
 
+#include <sys/resource.h>
+
+#include "cache/node_cache.h"
 #include "common/clock.h"
 #include "common/file_util.h"
 #include "loader/batch_data.h"
 #include "loader/batch_read.h"
 #include "loader/fields.h"
-#include "loader/memory_tier.h"
 #include "loader/slab_pool.h"
 
 namespace dlfs {
 
-uint64_t DefaultCacheBudget() {
-  std::FILE* f = std::fopen("/proc/meminfo", "re");
-  if (f == nullptr) return 0;
-  char line[256];
-  unsigned long long kb = 0;
-  while (std::fgets(line, sizeof line, f) != nullptr) {
-    if (std::sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
-  }
-  std::fclose(f);
-  return kb * 1024 / 4;
-}
-
+using cache_internal::NodeCache;
 using loader_internal::BatchRead;
-using loader_internal::MemoryTier;
 using loader_internal::Slab;
 using loader_internal::SlabPool;
 
@@ -84,6 +74,11 @@ class Loader::Impl {
   struct InFlight {
     uint64_t gen, ticket, epoch, seq;
     std::shared_ptr<const EpochOrder> order;  // keeps the indices alive
+    std::span<const uint64_t> indices;        // the batch's, in order
+    // With a node cache: the bytes of the samples it holds (empty span for
+    // the others), and the samples to read, in batch order.
+    std::vector<std::optional<std::span<const std::byte>>> cached;
+    std::vector<uint64_t> misses;
     std::unique_ptr<BatchRead> read;
     std::shared_ptr<Slab> slab;
     double started;
@@ -108,6 +103,12 @@ class Loader::Impl {
     for (auto& w : workers_) {
       if (w->thread.joinable()) w->thread.join();
     }
+    {
+      std::lock_guard lock(fill_mu_);
+      fill_stop_ = true;
+    }
+    fill_cv_.notify_all();
+    if (filler_.joinable()) filler_.join();
   }
 
   // --- The caller's side ---------------------------------------------------
@@ -150,7 +151,6 @@ class Loader::Impl {
       }
       epoch_ = e;
       epoch_end_ = consumer_ - k + batches_;
-      if (tier_) tier_retry_ = true;  // samples that failed to load get another read
     }
     work_cv_.notify_all();
   }
@@ -186,7 +186,6 @@ class Loader::Impl {
 
   Result<bool> Next(Batch* out) {
     if (!started_.load(std::memory_order_acquire)) SetEpoch(0);
-    if (tier_) return NextFromTier(out);
     const double t0 = Now();
     std::unique_lock lock(mu_);
     resume_pending_ = false;
@@ -221,56 +220,26 @@ class Loader::Impl {
     return true;
   }
 
-  // Batches straight from memory; the first epoch waits for their chunks.
-  Result<bool> NextFromTier(Batch* out) {
-    uint64_t epoch, seq;
-    {
-      std::lock_guard lock(mu_);
-      resume_pending_ = false;
-      if (!start_error_.ok()) return start_error_;
-      if (consumer_ >= epoch_end_) return false;
-      epoch = base_epoch_ + consumer_ / batches_;
-      seq = consumer_ % batches_;
-      ++consumer_;
-    }
-    std::shared_ptr<const EpochOrder> order = OrderFor(epoch);
-    const uint64_t b = options_.sampler.batch_size;
-    const uint64_t first = seq * b;
-    const uint64_t count = std::min<uint64_t>(b, order->indices.size() - first);
-    const std::span<const uint64_t> indices(order->indices.data() + first, count);
-    const double t0 = Now();
-    const Status loaded = tier_->Wait(indices);
-    const double waited = Now() - t0;
-    AddSeconds(next_wait_ns_, waited);
-    if (!loaded.ok()) return loaded;
-    const SampleDirectory& dir = volume_->directory();
-    auto data = std::make_shared<Batch::Data>();
-    data->owner = tier_->memory_owner();
-    data->epoch = epoch;
-    data->sequence = seq;
-    data->indices.assign(indices.begin(), indices.end());
-    data->labels.resize(count);
-    data->samples.resize(count);
-    for (uint64_t k = 0; k < count; ++k) {
-      data->samples[k] = tier_->Sample(indices[k]);
-      data->labels[k] = dir.label(indices[k]);
-      data->payload_bytes += data->samples[k].size();
-    }
-    data->io_seconds = waited;
-    return HandOut(std::move(data), out);
-  }
-
   SourceStats Stats() const {
     SourceStats s;
     for (const auto& w : workers_) {
       s.buffer_bytes += w->pool->bytes();
-      if (tier_ && w->index > 0) continue;  // only the first loads the tier
       s.io += w->engine->stats();
       ++s.engines;
     }
     s.verify_seconds = verify_ns_.load(std::memory_order_relaxed) / 1e9;
     s.next_wait_seconds = next_wait_ns_.load(std::memory_order_relaxed) / 1e9;
-    s.cache_bytes = tier_ ? tier_->bytes() : 0;
+    if (cache_) {
+      const cache_internal::NodeCacheStats c = cache_->stats();
+      s.cache_bytes = c.capacity;
+      s.cache_used_bytes = c.used;
+      s.cache_hits = c.hits;
+      s.cache_misses = c.misses;
+      s.cache_fill_bytes = c.filled_bytes;
+      s.cache_fill_seconds = c.fill_seconds;
+      s.cache_sharers = c.sharers;
+      s.cache_shared = c.shared;
+    }
     s.setup_seconds = setup_seconds_;
     s.uring_flags = workers_.front()->engine->setup_flags();
     return s;
@@ -299,11 +268,10 @@ class Loader::Impl {
   void StartThreadsLocked() {
     if (started_.load(std::memory_order_relaxed)) return;
     started_.store(true, std::memory_order_release);
-    const size_t n = tier_ ? 1 : workers_.size();  // one thread loads the tier
-    for (size_t k = 0; k < n; ++k) {
+    for (size_t k = 0; k < workers_.size(); ++k) {
       try {
         Worker* w = workers_[k].get();
-        w->thread = std::thread([this, w] { tier_ ? LoadTier(*w) : Run(*w); });
+        w->thread = std::thread([this, w] { Run(*w); });
       } catch (const std::system_error& e) {
         // Out of threads: fail every batch rather than wait for a reader
         // that does not exist.
@@ -315,7 +283,7 @@ class Loader::Impl {
   }
 
   void Run(Worker& w) {
-    const uint64_t n = tier_ ? 1 : workers_.size();
+    const uint64_t n = workers_.size();
     uint64_t my_gen = ~uint64_t{0};
     uint64_t next = w.index;  // next ticket this thread starts
     uint64_t next_id = 0;
@@ -358,12 +326,26 @@ class Loader::Impl {
         const uint64_t bs = options_.sampler.batch_size;
         const uint64_t first = b->seq * bs;
         const uint64_t count = std::min<uint64_t>(bs, b->order->indices.size() - first);
+        b->indices = std::span<const uint64_t>(b->order->indices.data() + first, count);
+        std::span<const uint64_t> to_read = b->indices;
+        if (cache_) {
+          // Samples the node cache holds are not read.
+          b->cached.resize(count);
+          for (uint64_t k = 0; k < count; ++k) {
+            b->cached[k] = cache_->Find(b->indices[k]);
+            if (!b->cached[k]) b->misses.push_back(b->indices[k]);
+          }
+          to_read = b->misses;
+        }
         loader_internal::PlanOptions po = po_;
         po.alignment = w.engine->alignment();
-        b->read = std::make_unique<BatchRead>(
-            *volume_, std::span<const uint64_t>(b->order->indices.data() + first, count), po);
-        b->slab = w.pool->Acquire(b->read->buffer_bytes());
-        if (!b->slab) {
+        b->read = std::make_unique<BatchRead>(*volume_, to_read, po);
+        b->slab = to_read.empty() ? nullptr : w.pool->Acquire(b->read->buffer_bytes());
+        if (to_read.empty()) {
+          // Wholly cached: nothing to read.
+          b->started = Now();
+          Finish(w, ~uint64_t{0}, *b, &requests);
+        } else if (!b->slab) {
           Publish(*b, Status::Unavailable(volume_->path() + ": out of memory for a batch of " +
                                           std::to_string(b->read->buffer_bytes()) + " bytes"));
         } else {
@@ -434,8 +416,90 @@ class Loader::Impl {
     }
     if (b.abandoned) return true;
     std::shared_ptr<const void> owner = b.slab;
-    Publish(b, b.read->FinishData(std::move(owner), b.epoch, b.seq, Now() - b.started));
+    Result<std::shared_ptr<Batch::Data>> data =
+        b.read->FinishData(std::move(owner), b.epoch, b.seq, Now() - b.started);
+    if (data.ok() && cache_) data = WithCached(b, std::move(data).value());
+    Publish(b, std::move(data));
     return true;
+  }
+
+  // The batch in its order: the samples read (`read`, in b.misses' order)
+  // and those the node cache holds. Offers the read ones to the filler.
+  std::shared_ptr<Batch::Data> WithCached(const InFlight& b, std::shared_ptr<Batch::Data> read) {
+    if (!b.misses.empty() && !cache_->full()) OfferToFiller(read);
+    if (b.misses.size() == b.indices.size()) return read;
+    auto data = std::make_shared<Batch::Data>();
+    // Cached bytes are shared: the batch keeps the region mapped and is
+    // read-only (owns_bytes false).
+    struct Owners {
+      std::shared_ptr<const void> slab;
+      std::shared_ptr<NodeCache> cache;
+    };
+    data->owner = std::make_shared<Owners>(Owners{read->owner, cache_});
+    data->epoch = b.epoch;
+    data->sequence = b.seq;
+    data->io_seconds = read->io_seconds;
+    data->device_bytes = read->device_bytes;
+    data->indices.assign(b.indices.begin(), b.indices.end());
+    data->labels.resize(b.indices.size());
+    data->samples.resize(b.indices.size());
+    const SampleDirectory& dir = volume_->directory();
+    for (size_t k = 0, r = 0; k < b.indices.size(); ++k) {
+      data->samples[k] = b.cached[k] ? *b.cached[k] : read->samples[r++];
+      data->labels[k] = dir.label(b.indices[k]);
+      data->payload_bytes += data->samples[k].size();
+    }
+    return data;
+  }
+
+  // --- Filling the node cache ----------------------------------------------
+  //
+  // The samples an epoch reads anyway are copied into the node cache by a
+  // thread of its own at the lowest priority: it fills from the epoch's own
+  // reads (no extra device reads), on CPU time nothing else wants, and a
+  // batch it has no time for is simply not offered — so filling never makes
+  // an epoch wait. Where first-touching memory is slow
+  // (docs/benchmarks.md: this VM's 3-5 s/GB), filling spreads over epochs.
+
+  void OfferToFiller(const std::shared_ptr<Batch::Data>& read) {
+    {
+      std::lock_guard lock(fill_mu_);
+      if (fill_stop_ || fill_queue_.size() >= kFillQueue) return;  // busy: skip this batch
+      fill_queue_.push_back(read);
+      if (!filler_.joinable()) {
+        try {
+          filler_ = std::thread([this] { Fill(); });
+        } catch (const std::system_error&) {
+          fill_stop_ = true;  // no thread: run uncached-filling
+          fill_queue_.clear();
+          return;
+        }
+      }
+    }
+    fill_cv_.notify_one();
+  }
+
+  void Fill() {
+    // Nice 19, this thread only (Linux): all the CPU nobody else wants, and
+    // about 1.5 % of a core against busy threads of normal priority — a
+    // fill that still ends while every epoch keeps the CPU busy (SCHED_IDLE
+    // would never run then), at a cost within the run-to-run noise.
+    (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
+    while (true) {
+      std::shared_ptr<Batch::Data> job;
+      {
+        std::unique_lock lock(fill_mu_);
+        fill_cv_.wait(lock, [&] { return fill_stop_ || !fill_queue_.empty(); });
+        if (fill_stop_) return;
+        job = fill_queue_.front();
+      }
+      for (size_t k = 0; k < job->indices.size() && !cache_->full(); ++k) {
+        (void)cache_->Admit(job->indices[k], job->samples[k]);
+      }
+      std::lock_guard lock(fill_mu_);
+      fill_queue_.pop_front();  // the batch's buffer may now be reused
+      if (cache_->full()) fill_queue_.clear();
+    }
   }
 
   void Publish(const InFlight& b, Result<std::shared_ptr<Batch::Data>> result) {
@@ -449,159 +513,6 @@ class Loader::Impl {
     // A batch not kept is destroyed here, its slab returning to the pool.
   }
 
-  // The tier's loader: every chunk in the order the first epoch needs them
-  // (from the batch it starts at: a resumed epoch needs its first batches
-  // last), then retries of samples that failed, once per epoch.
-  //
-  // A chunk that fails is re-read in tiles: each sample's own blocks, a
-  // block shared by neighbours once (tiles never overlap, so a failing
-  // read cannot spoil bytes a successful one delivered). Only the samples
-  // in failed tiles are marked failed. A later retry of a failed sample
-  // reads into a scratch buffer and copies just the sample's bytes, since
-  // its neighbours may by then be in use.
-  void LoadTier(Worker& w) {
-    uint64_t epoch, from;
-    {
-      std::lock_guard lock(mu_);
-      epoch = epoch_;
-      from = (consumer_ + batches_ - epoch_end_) * options_.sampler.batch_size;
-      tier_retry_ = false;
-    }
-    const std::vector<uint64_t>& order = OrderFor(epoch)->indices;
-    from = std::min<uint64_t>(from, order.size());
-    std::vector<uint64_t> rotated(order.begin() + static_cast<ptrdiff_t>(from), order.end());
-    rotated.insert(rotated.end(), order.begin(), order.begin() + static_cast<ptrdiff_t>(from));
-    const std::vector<size_t> need = tier_->NeedOrder(rotated);
-    const auto& chunks = tier_->chunks();
-    for (size_t c : need) {
-      const MemoryTier::Chunk& ch = chunks[c];
-      w.engine->Enqueue({ch.target, ch.offset, ch.length, ch.memory, ReadRequest::kNoSlot}, c);
-    }
-    // Tags from chunks.size() on name the tile and retry reads.
-    struct Tile {
-      size_t chunk;                   // or kRetry
-      std::vector<uint64_t> samples;  // whose bytes it holds
-      std::shared_ptr<std::byte> scratch;
-      std::byte* memory = nullptr;  // retry: where the sample's extent goes
-    };
-    constexpr size_t kRetry = ~size_t{0};
-    std::unordered_map<uint64_t, Tile> tiles;
-    std::map<size_t, std::pair<size_t, std::map<uint64_t, Status>>>
-        splitting;  // chunk -> left, failed
-    uint64_t next_tag = chunks.size();
-    std::vector<ReadCompletion> done;
-    auto split = [&](size_t c, const Status& why) {
-      const MemoryTier::Chunk& ch = chunks[c];
-      const std::vector<uint64_t> in = tier_->SamplesIn(c);
-      std::vector<std::pair<uint64_t, uint64_t>> ranges;  // tiles' [from, to)
-      uint64_t covered = ch.offset;
-      for (uint64_t i : in) {
-        const MemoryTier::Extent e = tier_->SampleExtent(i);
-        const uint64_t from = std::max({e.offset, covered, ch.offset});
-        const uint64_t to = std::min(e.offset + e.length, ch.offset + ch.length);
-        if (from >= to) continue;
-        ranges.emplace_back(from, to);
-        covered = to;
-      }
-      if (in.size() <= 1 || ranges.size() <= 1) {
-        std::map<uint64_t, Status> failed;
-        for (uint64_t i : in) failed.emplace(i, why);
-        tier_->MarkLoaded(c, failed);
-        return;
-      }
-      splitting[c] = {ranges.size(), {}};
-      for (const auto& [from, to] : ranges) {
-        Tile t{c, {}, nullptr, nullptr};
-        for (uint64_t i : in) {
-          const MemoryTier::Extent e = tier_->SampleExtent(i);
-          if (e.offset < to && from < e.offset + e.length) t.samples.push_back(i);
-        }
-        tiles.emplace(next_tag, std::move(t));
-        w.engine->Enqueue(
-            {ch.target, from, to - from, ch.memory + (from - ch.offset), ReadRequest::kNoSlot},
-            next_tag++);
-      }
-    };
-    auto retry = [&](uint64_t i) {
-      const MemoryTier::Extent e = tier_->SampleExtent(i);
-      Tile t{kRetry, {i}, AllocateLarge(e.length), e.memory};
-      if (!t.scratch) {
-        tier_->MarkRetried(i, Status::Unavailable(volume_->path() + ": out of memory"));
-        return;
-      }
-      std::byte* buf = t.scratch.get();
-      tiles.emplace(next_tag, std::move(t));
-      w.engine->Enqueue({e.target, e.offset, e.length, buf, ReadRequest::kNoSlot}, next_tag++);
-    };
-    Status st = w.engine->Submit();
-    while (st.ok()) {
-      if (w.engine->pending() == 0) {
-        std::unique_lock lock(mu_);
-        work_cv_.wait(lock, [&] { return stop_ || tier_retry_; });
-        if (stop_) break;
-        tier_retry_ = false;
-        lock.unlock();
-        for (uint64_t i : tier_->BeginRetry()) retry(i);
-        st = w.engine->Submit();
-        continue;
-      }
-      {
-        std::lock_guard lock(mu_);
-        if (stop_) break;
-      }
-      done.clear();
-      st = w.engine->Reap(&done, 1);
-      for (const ReadCompletion& c : done) {
-        if (c.tag < chunks.size()) {
-          if (c.status.ok()) {
-            tier_->MarkLoaded(c.tag, {});
-          } else {
-            split(c.tag, c.status);
-          }
-          continue;
-        }
-        auto it = tiles.find(c.tag);
-        if (it == tiles.end()) continue;
-        Tile t = std::move(it->second);
-        tiles.erase(it);
-        if (t.chunk == kRetry) {
-          const uint64_t i = t.samples.front();
-          if (c.status.ok()) {
-            // Only the sample's own bytes: its neighbours may be in use.
-            const SampleInfo s = volume_->directory().sample(i);
-            const MemoryTier::Extent e = tier_->SampleExtent(i);
-            std::memcpy(e.memory + (s.offset - e.offset), t.scratch.get() + (s.offset - e.offset),
-                        s.length);
-          }
-          tier_->MarkRetried(i, c.status);
-          continue;
-        }
-        auto& [left, failed] = splitting[t.chunk];
-        if (!c.status.ok()) {
-          for (uint64_t i : t.samples) failed.emplace(i, c.status);
-        }
-        if (--left == 0) {
-          tier_->MarkLoaded(t.chunk, failed);
-          splitting.erase(t.chunk);
-        }
-      }
-      if (st.ok()) st = w.engine->Submit();
-    }
-    if (!st.ok()) {
-      // The engine failed: whatever did not load is reported as such.
-      for (size_t c = 0; c < chunks.size(); ++c) {
-        std::map<uint64_t, Status> failed;
-        for (uint64_t i : tier_->SamplesIn(c)) failed.emplace(i, st);
-        tier_->MarkLoaded(c, failed);
-      }
-    }
-    w.engine->Cancel([](uint64_t) { return true; });
-    while (w.engine->pending() > 0) {
-      done.clear();
-      if (!w.engine->Reap(&done, w.engine->pending()).ok()) break;
-    }
-  }
-
   std::shared_ptr<Volume> volume_;
   LoaderOptions options_;
   Sampler sampler_;
@@ -610,7 +521,8 @@ class Loader::Impl {
   const uint64_t window_;   // batches read ahead of the caller
   loader_internal::PlanOptions po_;
   std::vector<std::unique_ptr<Worker>> workers_;
-  std::shared_ptr<MemoryTier> tier_;
+  std::shared_ptr<NodeCache> cache_;  // null: none
+  std::string cache_note_;
   const uint32_t subset_crc_ = SubsetCrc(options_.subset);
   std::vector<uint32_t> field_ids_;  // LoaderOptions::fields resolved; empty: whole samples
   const std::shared_ptr<loader_internal::DecodedBuffers> decoded_buffers_ =
@@ -630,7 +542,6 @@ class Loader::Impl {
   uint64_t epoch_end_ = 0;  // first ticket after the current epoch
   std::map<uint64_t, Result<std::shared_ptr<Batch::Data>>> ready_;
   Status start_error_;
-  bool tier_retry_ = false;
   bool resume_pending_ = false;                    // LoadState's position, not yet used or moved
   std::vector<std::shared_ptr<Slab>> quarantine_;  // buffers a broken engine may still write
 
@@ -639,6 +550,15 @@ class Loader::Impl {
 
   std::atomic<uint64_t> verify_ns_{0};
   std::atomic<uint64_t> next_wait_ns_{0};
+
+  // The filler (see OfferToFiller): batches whose read samples it copies
+  // into the node cache, at most kFillQueue waiting (each holds its buffer).
+  static constexpr size_t kFillQueue = 1;
+  std::mutex fill_mu_;
+  std::condition_variable fill_cv_;
+  std::deque<std::shared_ptr<Batch::Data>> fill_queue_;
+  bool fill_stop_ = false;
+  std::thread filler_;
 };
 
 Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -657,8 +577,8 @@ Loader::~Loader() {
 Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
                                                const LoaderOptions& options) {
   if (!volume) return Status::InvalidArgument("no volume");
-  // Without fields a batch holds each sample's stored extent, which for a
-  // sample of several or compressed fields is not what a consumer expects.
+  // Without fields, a volume of one compressed field hands out that field
+  // decoded; one of several fields is refused (no single sample bytes).
   DLFS_ASSIGN_OR_RETURN(std::vector<uint32_t> field_ids,
                         loader_internal::ResolveFields(*volume, options.fields));
   if (options.io_threads == 0 || options.io_threads > 64) {
@@ -706,26 +626,30 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
   const IoEngine& first = *impl->workers_.front()->engine;
   std::string description = first.description();
 
-  const uint64_t budget =
-      options.cache_budget == kAutoCacheBudget ? DefaultCacheBudget() : options.cache_budget;
-  impl->tier_ = MemoryTier::Create(*volume, options.subset, first.alignment(), budget);
-  if (impl->tier_) {
-    description += "; memory tier of " + std::to_string(impl->tier_->bytes()) + " bytes";
-  } else {
-    // Batch buffers before the first read: enough for the batches in the
-    // window and those the caller holds, spread over the I/O threads, each
-    // sized for a batch of samples of the mean size plus a block of
-    // alignment, with a quarter to spare.
-    const uint64_t mean = volume->size() ? volume->info().data_bytes / volume->size() : 0;
-    const uint64_t a = std::max<uint32_t>(first.alignment(), 1);
-    const uint64_t slab = (mean + a) * options.sampler.batch_size / 4 * 5 + a;
-    const uint64_t per_thread = (impl->window_ + options.io_threads - 1) / options.io_threads + 2;
-    for (auto& w : impl->workers_) {
-      if (!w->pool->Reserve(static_cast<uint32_t>(per_thread), slab)) {
-        return Status::Unavailable(volume->path() + ": out of memory for " +
-                                   std::to_string(per_thread) + " batch buffers of " +
-                                   std::to_string(slab) + " bytes");
-      }
+  std::string budget_note;
+  cache_internal::NodeCacheOptions co;
+  co.budget = ResolveCacheBudget(options.cache_budget, ReadMemoryLimit(), &budget_note);
+  co.shared = options.cache_shared;
+  impl->cache_ = NodeCache::Open(*volume, co, &impl->cache_note_);
+  if (!budget_note.empty()) {
+    impl->cache_note_ = budget_note + (impl->cache_note_.empty() ? "" : "; " + impl->cache_note_);
+  }
+  if (impl->cache_) description += "; " + impl->cache_->Describe();
+  // Batch buffers before the first read: enough for the batches in the
+  // window and those the caller holds, spread over the I/O threads, each
+  // sized for a batch of samples of the mean size plus a block of
+  // alignment, with a quarter to spare; and those the cache's filler may
+  // hold while it copies them.
+  const uint64_t mean = volume->size() ? volume->info().data_bytes / volume->size() : 0;
+  const uint64_t a = std::max<uint32_t>(first.alignment(), 1);
+  const uint64_t slab = (mean + a) * options.sampler.batch_size / 4 * 5 + a;
+  const uint64_t per_thread = (impl->window_ + options.io_threads - 1) / options.io_threads + 2 +
+                              (impl->cache_ ? Loader::Impl::kFillQueue : 0);
+  for (auto& w : impl->workers_) {
+    if (!w->pool->Reserve(static_cast<uint32_t>(per_thread), slab)) {
+      return Status::Unavailable(volume->path() + ": out of memory for " +
+                                 std::to_string(per_thread) + " batch buffers of " +
+                                 std::to_string(slab) + " bytes");
     }
   }
   impl->description_ = std::move(description);
@@ -746,6 +670,7 @@ std::vector<uint64_t> Loader::RankIndices(uint64_t epoch) const {
 }
 const Volume& Loader::volume() const { return *impl_->volume_; }
 const std::string& Loader::description() const { return impl_->description_; }
+const std::string& Loader::cache_note() const { return impl_->cache_note_; }
 SourceStats Loader::source_stats() const { return impl_->Stats(); }
 Result<SourceState> Loader::SaveState() const { return impl_->SaveState(); }
 Status Loader::LoadState(const SourceState& state) { return impl_->LoadState(state); }

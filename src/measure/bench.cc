@@ -16,15 +16,7 @@ void EpochReport::Add(const EpochReport& other) {
   device_bytes += other.device_bytes;
   seconds += other.seconds;
   cpu_seconds += other.cpu_seconds;
-  const SourceStats& o = other.stats;
-  stats.io += o.io;
-  stats.verify_seconds += o.verify_seconds;
-  stats.next_wait_seconds += o.next_wait_seconds;
-  stats.engines = o.engines;  // levels: the latest
-  stats.buffer_bytes = o.buffer_bytes;
-  stats.cache_bytes = o.cache_bytes;
-  stats.setup_seconds = o.setup_seconds;
-  stats.uring_flags = o.uring_flags;
+  stats += other.stats;
 }
 
 Result<EpochReport> RunEpoch(BatchSource& source, uint64_t epoch, bool read_through_errors,

@@ -75,7 +75,7 @@ class LoaderFieldsTest : public ::testing::TestWithParam<bool> {
     auto l = Loader::Create(vol_, o);
     EXPECT_OK(l);
     if (!l.ok()) return nullptr;
-    const bool has_tier = (*l)->description().find("memory tier") != std::string::npos;
+    const bool has_tier = (*l)->description().find("node cache") != std::string::npos;
     EXPECT_EQ(has_tier, GetParam()) << (*l)->description();
     return std::move(l).value();
   }
@@ -282,7 +282,10 @@ TEST(LoaderFieldsOptionsTest, UnknownTwiceOrNoFieldsAreRefused) {
   // not samples: refused, saying what to do.
   auto none = Loader::Create(v, LoaderOptions{});
   ASSERT_EQ(none.status().code(), StatusCode::kNotSupported);
-  EXPECT_NE(none.status().message().find("pass the fields"), std::string::npos)
+  EXPECT_NE(none.status().message().find("its samples have several fields ('cls', 'jpg', 'json'): "
+                                         "name the fields to read (e.g. fields=['cls', 'jpg', "
+                                         "'json'])"),
+            std::string::npos)
       << none.status().message();
 }
 

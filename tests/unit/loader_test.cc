@@ -86,8 +86,8 @@ EpochResult ReadEpoch(Loader& loader, const Volume& vol, uint64_t epoch) {
 }
 
 // Every loader test runs with each engine, reading from the device
-// (cache_budget 0) and through the memory tier (a budget the test volumes
-// fit in).
+// (cache_budget 0) and with a node cache the test volumes fit in (tests in
+// node_cache_test.cc fill it first; here most reads find it filling).
 using LoaderParam = std::tuple<EngineKind, bool>;
 
 class LoaderTest : public ::testing::TestWithParam<LoaderParam> {
@@ -109,7 +109,7 @@ class LoaderTest : public ::testing::TestWithParam<LoaderParam> {
     if (!l.ok() && l.status().code() == StatusCode::kUnavailable) return nullptr;
     EXPECT_OK(l);
     if (l.ok()) {
-      const bool has_tier = (*l)->description().find("memory tier") != std::string::npos;
+      const bool has_tier = (*l)->description().find("node cache") != std::string::npos;
       EXPECT_EQ(has_tier, tier()) << (*l)->description();
     }
     return l.ok() ? std::move(l).value() : nullptr;
@@ -155,7 +155,7 @@ TEST_P(LoaderTest, EverySampleOnceAcrossRanks) {
   }
 }
 
-// Also: the tier hands out the bytes the device holds.
+// Also: with a node cache, the same bytes.
 TEST_P(LoaderTest, EnginesAgreeByteForByte) {
   auto a = Make({.sampler = {.seed = 2, .batch_size = 64}});
   if (!a) GTEST_SKIP() << "engine unavailable";
@@ -210,7 +210,8 @@ TEST_P(LoaderTest, ChecksumMismatchNamesTheSampleAndLoadingGoesOn) {
   }
   auto loader = Make({.sampler = {.shuffle = false, .batch_size = 10}});
   if (!loader) GTEST_SKIP() << "engine unavailable";
-  // Twice: the second epoch comes from memory with the tier.
+  // Twice: the second epoch may find samples in the node cache (never the
+  // damaged one: only bytes matching their checksum are cached).
   for (uint64_t epoch : {0, 1}) {
     loader->SetEpoch(epoch);
     Batch b;
@@ -244,10 +245,7 @@ TEST_P(LoaderTest, InjectedFaults) {
   ASSERT_OK(r.error);
   EXPECT_EQ(r.order.size(), 1000u);
 
-  // EIO: an error naming the file and a sample; never data. (The tier's
-  // large reads are few, and their per-sample retries mostly succeed: the
-  // damaged-range test below covers it.)
-  if (tier()) return;
+  // EIO: an error naming the file and a sample; never data.
   faults.reset();
   faults.emplace(testing::FaultInjection{.eio_every = 7});
   auto bad = Make({.sampler = {.batch_size = 40}, .engine = {.queue_depth = 8}});
@@ -423,10 +421,22 @@ TEST_P(LoaderTest, StatsSayWhereTheTimeWent) {
   EXPECT_EQ(d.engines, 1u);
   if (tier()) {
     EXPECT_GE(d.cache_bytes, vol_->info().data_bytes);
-    // The second epoch comes from memory: no device reads.
+    // Looked up when read: the epoch and the next one's first batches.
+    EXPECT_GE(d.cache_hits + d.cache_misses, 1000u);
+    // The cache fills from the epochs' reads on an idle thread; once it
+    // holds every sample, an epoch comes from memory: no device reads.
+    for (uint64_t e = 1;
+         e < 200 && loader->source_stats().cache_used_bytes < vol_->info().data_bytes; ++e) {
+      ASSERT_OK(ReadEpoch(*loader, *vol_, e).error);
+    }
+    ASSERT_EQ(loader->source_stats().cache_used_bytes, vol_->info().data_bytes);
     const SourceStats s1 = loader->source_stats();
-    ASSERT_OK(ReadEpoch(*loader, *vol_, 1).error);
-    EXPECT_EQ((loader->source_stats() - s1).io.requests, 0u);
+    ASSERT_OK(ReadEpoch(*loader, *vol_, 300).error);
+    const SourceStats s2 = loader->source_stats() - s1;
+    EXPECT_EQ(s2.io.requests, 0u);
+    EXPECT_GE(s2.cache_hits, 1000u);
+    EXPECT_EQ(s2.cache_misses, 0u);
+    EXPECT_GE(s2.cache_sharers, 1u);
   } else {
     EXPECT_GT(d.buffer_bytes, 0u);
     EXPECT_EQ(d.cache_bytes, 0u);
@@ -456,30 +466,6 @@ INSTANTIATE_TEST_SUITE_P(Engines, LoaderTest,
                            return std::string(EngineKindName(std::get<0>(info.param))) +
                                   (std::get<1>(info.param) ? "_tier" : "_device");
                          });
-
-TEST(MemoryTierTest, BudgetDecidesAndDefaultIsAQuarterOfAvailableMemory) {
-  TempDir tmp;
-  auto v = MakeVolume(tmp / "v.dlfs", 300);
-  EXPECT_GT(DefaultCacheBudget(), 0u);
-  auto fits = Loader::Create(v, {.cache_budget = 64 << 20});
-  ASSERT_OK(fits);
-  EXPECT_NE((*fits)->description().find("memory tier"), std::string::npos);
-  auto small = Loader::Create(v, {.cache_budget = v->info().data_bytes / 2});
-  ASSERT_OK(small);
-  EXPECT_EQ((*small)->description().find("memory tier"), std::string::npos);
-  EXPECT_EQ((*small)->source_stats().cache_bytes, 0u);
-  auto off = Loader::Create(v, {.cache_budget = 0});
-  ASSERT_OK(off);
-  EXPECT_EQ((*off)->description().find("memory tier"), std::string::npos);
-  // A subset needs only its own bytes.
-  std::vector<uint64_t> few = {3, 4, 5, 6};
-  auto sub = Loader::Create(v, {.cache_budget = 1 << 20, .subset = few});
-  ASSERT_OK(sub);
-  EXPECT_NE((*sub)->description().find("memory tier"), std::string::npos);
-  const EpochResult r = ReadEpoch(**sub, *v, 0);
-  ASSERT_OK(r.error);
-  EXPECT_EQ(r.order.size(), 4u);
-}
 
 TEST(LoaderOptionsTest, BadOptionsAreRefused) {
   TempDir tmp;

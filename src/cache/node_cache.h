@@ -1,0 +1,139 @@
+// NodeCache: a volume's samples kept in memory once per node, shared by
+// every process that reads the volume there (the ranks of a job, their
+// DataLoader workers, other jobs of the same user).
+//
+// The cache is one file in /dev/shm ($DLFS_CACHE_DIR) per user and volume,
+// "dlfs-<uid>-<volume uuid>", mapped by each user: a header, one 8-byte
+// entry per sample of the volume, and a data area of at most the budget's
+// bytes (docs/architecture.md, "The node cache"). An entry is empty, being
+// filled, or the offset of the sample's stored bytes in the data area;
+// samples are appended (a bump allocator) and never evicted.
+//
+// Why never evicted: every epoch reads each sample exactly once, in an
+// order fixed in advance. Between two reads of a sample every other sample
+// is read once, so a cache of C samples can serve at most C hits per epoch
+// whatever it evicts — Belady's MIN, which knows the future, does no
+// better — and a cache that keeps the first C samples it is offered serves
+// exactly C from the second epoch on. (tests/unit/node_cache_test.cc checks
+// this against MIN on traces; LRU serves far fewer: a sample read early in
+// one epoch and late in the next is evicted in between.)
+//
+// Sharing safely:
+// - Created exclusively (a temporary name, then link()) with mode 0600;
+//   attached only when owned by this user, mode 0600, a regular file of the
+//   expected size and layout for this volume (uuid, samples, bytes). A region
+//   that fails any check is never used: the process gets a private cache
+//   and the note says why.
+// - A sample's bytes become visible only when wholly written and checked
+//   against the directory's CRC32C (a process killed mid-fill leaves an
+//   entry "being filled", never read). Each process also checks a sample's
+//   bytes against the directory the first time it uses them, so a damaged
+//   or tampered region cannot feed it a wrong sample.
+// - Each user holds a shared flock() on the file; the last to detach (the
+//   one that can take the lock exclusively) removes it. A region left by a
+//   killed job (nobody holds its lock) is removed by the next Open of this
+//   user, whatever its volume.
+// - The data area's memory is reserved with fallocate() before it is
+//   written, so a full /dev/shm ends filling cleanly (the cache stays as it
+//   is) instead of a SIGBUS.
+//
+// Thread safety: every method may be called from any thread, and the
+// region from any number of processes at once.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dlfs/volume.h"
+
+namespace dlfs::cache_internal {
+
+struct NodeCacheOptions {
+  uint64_t budget = 0;  // bytes of samples at most; 0: no cache
+  // One region per node and volume, shared (false: this process's own
+  // memory, as when sharing is impossible).
+  bool shared = true;
+  // Where shared regions live; empty: $DLFS_CACHE_DIR, else /dev/shm.
+  std::string dir;
+};
+
+struct NodeCacheStats {
+  uint64_t capacity = 0;      // bytes of samples the region may hold
+  uint64_t used = 0;          // bytes of samples in it (every process's)
+  uint64_t samples = 0;       // samples in it
+  uint64_t hits = 0;          // this process: samples found
+  uint64_t misses = 0;        // this process: samples looked up and not found
+  uint64_t filled_bytes = 0;  // this process: bytes it added
+  double fill_seconds = 0;    // this process: time spent adding them
+  uint32_t sharers = 0;       // processes attached now (the region's table)
+  bool shared = false;        // a region other processes can attach
+};
+
+class NodeCache {
+ public:
+  // The cache of `volume` for this process: the node's shared region (made
+  // if needed), a private one when sharing is off or the region cannot be
+  // trusted, or nullptr when there is none (budget 0, no memory, no
+  // /dev/shm). Never an error: a job runs uncached rather than fail for its
+  // cache. `*note` (when not null) says what was done and why, e.g. "node
+  // cache /dev/shm/dlfs-0-...: refused (owned by uid 1000); a private
+  // cache instead".
+  static std::shared_ptr<NodeCache> Open(const Volume& volume, const NodeCacheOptions& options,
+                                         std::string* note);
+  // Detaches; the last process attached removes the region.
+  ~NodeCache();
+  NodeCache(const NodeCache&) = delete;
+  NodeCache& operator=(const NodeCache&) = delete;
+
+  // The stored bytes of sample `index` (as on the device) when the cache
+  // holds them and, the first time this process uses them, they match the
+  // directory's CRC32C; nullopt otherwise. The span stays valid for the
+  // cache's life (keep the shared_ptr) and is read-only memory.
+  std::optional<std::span<const std::byte>> Find(uint64_t index);
+  // Offers the stored bytes of sample `index`, just read from the device:
+  // copied in when there is room and no process has it yet, then checked
+  // against the directory's CRC32C before it becomes visible. True when
+  // the sample is now in the cache (added by this call).
+  bool Admit(uint64_t index, std::span<const std::byte> bytes);
+  // No more samples fit (or filling stopped: no memory left in /dev/shm).
+  bool full() const;
+
+  NodeCacheStats stats() const;
+  // The region's file; empty for a private cache.
+  const std::string& path() const { return path_; }
+  // "shared node cache /dev/shm/dlfs-0-... of 1.2 GB" or "private cache ...".
+  std::string Describe() const;
+
+ public:
+  struct Header;  // the region's first page (node_cache.cc)
+
+ private:
+  explicit NodeCache(const Volume& volume) : volume_(volume) {}
+  bool Reserve(uint64_t offset, uint64_t length);
+  void Detach();
+
+  const Volume& volume_;
+  std::string path_;
+  int fd_ = -1;
+  std::byte* base_ = nullptr;        // read-write mapping (filling)
+  const std::byte* view_ = nullptr;  // read-only mapping of the same bytes (handed out)
+  uint64_t file_bytes_ = 0;
+  Header* header_ = nullptr;
+  std::atomic<uint64_t>* entries_ = nullptr;
+  uint64_t data_offset_ = 0;
+  int sharer_slot_ = -1;
+  // Per process: samples whose bytes were checked here, 2 MiB blocks of the
+  // data area known to be allocated.
+  std::unique_ptr<std::atomic<uint64_t>[]> checked_;
+  std::unique_ptr<std::atomic<uint64_t>[]> reserved_;
+  std::atomic<bool> stopped_{false};  // fallocate failed: fill no more
+  std::atomic<uint64_t> hits_{0}, misses_{0}, filled_bytes_{0}, fill_ns_{0};
+};
+
+}  // namespace dlfs::cache_internal

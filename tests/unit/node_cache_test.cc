@@ -1,0 +1,244 @@
+// The node cache (src/cache/node_cache.h) through the Loader: bytes served
+// from the region equal the device's, loaders share one region, a partial
+// budget caches what fits (as many hits as MIN can get), hostile or damaged
+// regions are refused or caught, and no shared memory means no cache.
+// Regions go to a temporary DLFS_CACHE_DIR per test, not /dev/shm.
+#include "cache/node_cache.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "dlfs/loader.h"
+#include "synthetic_volume.h"
+#include "testutil.h"
+
+namespace dlfs {
+namespace {
+
+namespace fs = std::filesystem;
+using cache_internal::NodeCache;
+using testing::TempDir;
+
+class NodeCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fs::create_directories(shm_.path() + "/shm");
+    ::setenv("DLFS_CACHE_DIR", (shm_ / "shm").c_str(), 1);
+    testing::SyntheticVolume spec{.samples = 600};
+    spec.bytes = [](uint64_t i) {
+      return testing::RandomBytes(1000 + (i * 7919) % 5000, static_cast<uint32_t>(i));
+    };
+    vol_ = testing::MakeSyntheticVolume(tmp_ / "v.dlfs", spec);
+    ASSERT_TRUE(vol_);
+  }
+  void TearDown() override { ::unsetenv("DLFS_CACHE_DIR"); }
+
+  std::string RegionPath() const {
+    return shm_ / ("shm/dlfs-" + std::to_string(::geteuid()) + "-" + vol_->info().uuid);
+  }
+  std::vector<std::string> ShmFiles() const {
+    std::vector<std::string> out;
+    for (const auto& e : fs::directory_iterator(shm_ / "shm")) out.push_back(e.path());
+    return out;
+  }
+
+  std::unique_ptr<Loader> Make(uint64_t budget, bool shared = true) {
+    LoaderOptions o;
+    o.sampler.batch_size = 32;
+    o.cache_budget = budget;
+    o.cache_shared = shared;
+    auto l = Loader::Create(vol_, o);
+    EXPECT_OK(l);
+    return l.ok() ? std::move(l).value() : nullptr;
+  }
+
+  // One epoch: every sample checked against the volume; the stats it took.
+  SourceStats Epoch(Loader& l, uint64_t epoch, bool* all_read_only = nullptr) {
+    const SourceStats before = l.source_stats();
+    l.SetEpoch(epoch);
+    Batch b;
+    uint64_t n = 0;
+    bool read_only = true;
+    while (true) {
+      auto more = l.Next(&b);
+      EXPECT_OK(more);
+      if (!more.ok() || !*more) break;
+      read_only = read_only && !b.owns_bytes();
+      for (size_t i = 0; i < b.size(); ++i, ++n) {
+        auto want = vol_->Read(b.index(i));
+        EXPECT_TRUE(std::ranges::equal(b.sample(i), *want)) << b.index(i);
+      }
+    }
+    EXPECT_EQ(n, vol_->size());
+    if (all_read_only) *all_read_only = read_only;
+    return l.source_stats() - before;
+  }
+
+  // Epochs until the cache stops growing (its filler runs at idle priority).
+  void Fill(Loader& l, uint64_t target) {
+    uint64_t e = 100;
+    while (l.source_stats().cache_used_bytes < target && e < 400) Epoch(l, e++);
+    ASSERT_GE(l.source_stats().cache_used_bytes, target);
+  }
+
+  TempDir tmp_, shm_;
+  std::shared_ptr<Volume> vol_;
+};
+
+TEST_F(NodeCacheTest, FullCacheServesTheDeviceBytesWithoutReading) {
+  auto l = Make(uint64_t{1} << 30);
+  ASSERT_TRUE(l);
+  EXPECT_NE(l->description().find("node cache " + RegionPath()), std::string::npos)
+      << l->description();
+  EXPECT_EQ(l->cache_note(), "");
+  Fill(*l, vol_->info().data_bytes);
+  bool read_only = false;
+  const SourceStats s = Epoch(*l, 7, &read_only);
+  EXPECT_EQ(s.io.requests, 0u);
+  EXPECT_EQ(s.cache_misses, 0u);
+  EXPECT_TRUE(read_only);  // shared bytes are never handed out as writable
+  EXPECT_TRUE(s.cache_shared);
+  l.reset();
+  EXPECT_TRUE(ShmFiles().empty());  // the last user removed the region
+}
+
+TEST_F(NodeCacheTest, SecondLoaderReadsNothingFromTheDevice) {
+  auto a = Make(uint64_t{1} << 30);
+  ASSERT_TRUE(a);
+  Fill(*a, vol_->info().data_bytes);
+  auto b = Make(uint64_t{1} << 30);
+  ASSERT_TRUE(b);
+  const SourceStats s = Epoch(*b, 0);
+  EXPECT_EQ(s.io.requests, 0u);
+  EXPECT_GE(s.cache_hits, vol_->size());
+  EXPECT_EQ(s.cache_fill_bytes, 0u);  // nothing left to add
+  EXPECT_EQ(ShmFiles().size(), 1u);
+  a.reset();
+  EXPECT_EQ(ShmFiles().size(), 1u);  // b still uses it
+  EXPECT_EQ(Epoch(*b, 1).io.requests, 0u);
+  b.reset();
+  EXPECT_TRUE(ShmFiles().empty());
+}
+
+// Every epoch reads each sample once, so a cache of C bytes can hit at most
+// C bytes per epoch (MIN's bound); keeping the first samples that fit
+// reaches it: the device reads the rest and no more.
+TEST_F(NodeCacheTest, PartialBudgetHitsWhatFitsAndReadsTheRest) {
+  const uint64_t volume_bytes = vol_->info().data_bytes;
+  for (double share : {0.25, 0.5, 0.75}) {
+    const uint64_t budget = static_cast<uint64_t>(volume_bytes * share);
+    auto l = Make(budget);
+    ASSERT_TRUE(l);
+    EXPECT_LE(l->source_stats().cache_bytes, budget + 4096);
+    // Full once a sample no longer fits; then hits are the cached bytes.
+    Fill(*l, budget * 97 / 100 - 4 * 6000);
+    const SourceStats s = Epoch(*l, 9);
+    const uint64_t cached = l->source_stats().cache_used_bytes;
+    EXPECT_LE(cached, budget);
+    const double missed_share = 1.0 - static_cast<double>(cached) / volume_bytes;
+    EXPECT_LE(missed_share, 1.0 - share + 0.02) << share;
+    // Device bytes: the missed samples (plus alignment of their reads).
+    EXPECT_LE(s.io.bytes, (volume_bytes - cached) + s.io.requests * 2 * 4096) << share;
+    EXPECT_GT(s.cache_hits, 0u);
+  }
+}
+
+TEST_F(NodeCacheTest, NoBudgetNoCache) {
+  auto l = Make(0);
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->description().find("cache"), std::string::npos);
+  EXPECT_EQ(l->source_stats().cache_bytes, 0u);
+  EXPECT_TRUE(ShmFiles().empty());
+}
+
+TEST_F(NodeCacheTest, PrivateWhenAskedSharedNowhere) {
+  auto l = Make(uint64_t{1} << 30, /*shared=*/false);
+  ASSERT_TRUE(l);
+  EXPECT_NE(l->description().find("private cache"), std::string::npos);
+  Fill(*l, vol_->info().data_bytes);
+  EXPECT_EQ(Epoch(*l, 3).io.requests, 0u);
+  EXPECT_TRUE(ShmFiles().empty());
+}
+
+TEST_F(NodeCacheTest, NoSharedMemoryMeansUncachedNotAnError) {
+  ::setenv("DLFS_CACHE_DIR", (tmp_ / "no/such/dir").c_str(), 1);
+  auto l = Make(uint64_t{1} << 30);
+  ASSERT_TRUE(l);
+  EXPECT_NE(l->cache_note().find("cannot create"), std::string::npos) << l->cache_note();
+  EXPECT_EQ(l->source_stats().cache_bytes, 0u);
+  Epoch(*l, 0);  // reads fine from the device
+}
+
+// A region another user made (or a file of ours someone holds that is not
+// a cache) is never used; the loader gets a private cache and says why.
+TEST_F(NodeCacheTest, RegionOwnedByAnotherUserIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to make a file of another user";
+  {
+    const int fd = ::open(RegionPath().c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::ftruncate(fd, 1 << 20), 0);
+    ASSERT_EQ(::fchown(fd, 65534, 65534), 0);
+    ::close(fd);
+  }
+  auto l = Make(uint64_t{1} << 30);
+  ASSERT_TRUE(l);
+  EXPECT_NE(l->cache_note().find("refused (owned by uid 65534"), std::string::npos)
+      << l->cache_note();
+  EXPECT_NE(l->description().find("private cache"), std::string::npos);
+  Fill(*l, vol_->info().data_bytes);
+  Epoch(*l, 1);
+  l.reset();
+  EXPECT_TRUE(fs::exists(RegionPath()));  // not ours to remove
+}
+
+TEST_F(NodeCacheTest, ForeignFileInUseIsRefusedAndAnUnusedOneReclaimed) {
+  const int fd = ::open(RegionPath().c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  ASSERT_GE(fd, 0);
+  const std::string junk(1 << 16, 'x');
+  ASSERT_EQ(::write(fd, junk.data(), junk.size()), static_cast<ssize_t>(junk.size()));
+  ASSERT_EQ(::flock(fd, LOCK_SH), 0);  // somebody uses it
+  {
+    auto l = Make(uint64_t{1} << 30);
+    ASSERT_TRUE(l);
+    EXPECT_NE(l->cache_note().find("refused (not a dlfs cache"), std::string::npos)
+        << l->cache_note();
+    Epoch(*l, 0);
+  }
+  ::close(fd);  // now nobody does: the next loader removes it and makes its own
+  auto l = Make(uint64_t{1} << 30);
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->cache_note(), "");
+  EXPECT_NE(l->description().find("node cache " + RegionPath()), std::string::npos);
+}
+
+// Bytes changed inside a shared region behind the cache's back are caught
+// by the first-use check of every other process (here: another loader).
+TEST_F(NodeCacheTest, TamperedRegionNeverFeedsAWrongSample) {
+  auto a = Make(uint64_t{1} << 30);
+  ASSERT_TRUE(a);
+  Fill(*a, vol_->info().data_bytes);
+  {
+    const int fd = ::open(RegionPath().c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    const off_t size = ::lseek(fd, 0, SEEK_END);
+    std::string noise(size / 2, '\x5a');
+    ASSERT_EQ(::pwrite(fd, noise.data(), noise.size(), size / 2),
+              static_cast<ssize_t>(noise.size()));
+    ::close(fd);
+  }
+  auto b = Make(uint64_t{1} << 30);
+  ASSERT_TRUE(b);
+  const SourceStats s = Epoch(*b, 0);  // every sample checked against the volume
+  EXPECT_GT(s.cache_misses, 0u);       // the damaged ones came from the device
+  EXPECT_GT(s.io.requests, 0u);
+}
+
+}  // namespace
+}  // namespace dlfs
