@@ -146,13 +146,13 @@ def summary(runs, spec, reps, out_path, out_png=None):
 
     a_fio, a_dev = get("A", "fio, mean sample size (QD 64)"), get("A", "dlfs, device")
     a_dev23 = get("A", "dlfs, device, epochs 2-3 of 3")
-    a_tier, a_tier23 = get("A", "dlfs, memory tier"), get("A", "dlfs, memory tier, epochs 2-3 of 3")
+    a_tier, a_tier23 = get("A", "dlfs, node cache"), get("A", "dlfs, node cache, epochs 2-3 of 3")
     a_f2 = get("A", "files, 2 threads")
     b_fio, b_dev = get("B", "fio 4 KiB (QD 64, batched submit)"), get("B", "dlfs, device")
-    b_tier23 = get("B", "dlfs, memory tier, epochs 2-3 of 3")
-    b_ld = get("B", "LoaderDataset, memory tier, epochs 2-3 of 3")
+    b_tier23 = get("B", "dlfs, node cache, epochs 2-3 of 3")
+    b_ld = get("B", "LoaderDataset, node cache, epochs 2-3 of 3")
     c_fio, c_dev, c_tier = get("C", "fio 100 KiB (QD 64)"), get("C", "dlfs, device"), \
-        get("C", "dlfs, memory tier")
+        get("C", "dlfs, node cache")
     c_vd1, c_vdb = get("C", "VolumeDataset per sample, 2 workers"), \
         get("C", "VolumeDataset batched, 2 workers")
     c_vdb0 = get("C", "VolumeDataset batched, 0 workers")
@@ -175,18 +175,18 @@ def summary(runs, spec, reps, out_path, out_png=None):
         ("C: VolumeDataset per sample / DatasetFolder, 2 workers each", ratio(c_vd1, c_df), None,
          "x"),
         ("C: DatasetFolder over dlfs mount / over files, 2 workers", ratio(c_dfm, c_df), 0.7, "x"),
-        ("B: C++ loader, memory tier, epochs 2-3 (samples/s)", val(b_tier23), 1e6, "/s"),
-        ("B: LoaderDataset, memory tier, epochs 2-3 (samples/s)", val(b_ld), 5e5, "/s"),
+        ("B: C++ loader, node cache, epochs 2-3 (samples/s)", val(b_tier23), 1e6, "/s"),
+        ("B: LoaderDataset, node cache, epochs 2-3 (samples/s)", val(b_ld), 5e5, "/s"),
     ]
     info = [
-        ("A: dlfs (memory tier) / fio, one epoch", ratio(a_tier, a_fio)),
-        ("A: dlfs (memory tier) / fio, epochs 2-3", ratio(a_tier23, a_fio)),
-        ("A: dlfs (memory tier) / files, 2 threads", ratio(a_tier, a_f2)),
+        ("A: dlfs (node cache) / fio, one epoch", ratio(a_tier, a_fio)),
+        ("A: dlfs (node cache) / fio, epochs 2-3", ratio(a_tier23, a_fio)),
+        ("A: dlfs (node cache) / files, 2 threads", ratio(a_tier, a_f2)),
         ("A: dlfs uring / dlfs pread (device)", ratio(a_dev, get("A", "dlfs pread, device"))),
         ("A: dlfs (device) / lmdb, 2 threads", ratio(a_dev, get("A", "lmdb, 2 threads"))),
         ("A: dlfs (device) / files, 8 threads", ratio(a_dev, get("A", "files, 8 threads"))),
         ("B: dlfs (device) / files, 2 threads", ratio(b_dev, get("B", "files, 2 threads"))),
-        ("C: dlfs (memory tier) / fio 100 KiB", ratio(c_tier, c_fio)),
+        ("C: dlfs (node cache) / fio 100 KiB", ratio(c_tier, c_fio)),
         ("C: VolumeDataset batched, 0 workers / DatasetFolder, 2 workers", ratio(c_vdb0, c_df)),
         ("C: DataLoader IPC ceiling / DatasetFolder, 2 workers", ratio(c_ipc, c_df)),
         ("C: files through dlfs mount / files, 2 threads", ratio(c_fm2, c_f2)),

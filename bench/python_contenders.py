@@ -17,8 +17,8 @@ dataset-folder  torchvision's DatasetFolder over TREE (ImageFolder's storage
                 (the mount is set up before the clock starts and removed
                 after); batch_size=256, shuffle.
 loader-dataset  dlfs.torch.LoaderDataset via DataLoader(batch_size=None), N
-                epochs in one process; reports epochs 2..N (the memory tier
-                serves them) and the first epoch separately.
+                epochs in one process; reports epochs 2..N (the node cache
+                serves what it holds) and the first epoch separately.
 ipc-ceiling     a DataLoader whose dataset returns a ready-made bytes object of
                 SIZE per item: what moving samples from worker processes costs
                 by itself (no storage at all).

@@ -21,7 +21,7 @@
 #   cold  page cache dropped (echo 3 > /proc/sys/vm/drop_caches), one
 #         shuffled epoch, cache budget 0: every sample read from the device
 #         (O_DIRECT) and decoded;
-#   warm  two shuffled epochs with the loader's memory tier on (the default
+#   warm  two shuffled epochs with the loader's node cache on (the default
 #         budget holds these volumes); the second epoch's samples/s: data in
 #         memory, the cost left is the loader and decompression.
 #
@@ -155,7 +155,7 @@ run() {  # name field mode rep
 import json, sys
 j = json.load(open(sys.argv[1]))
 name, mode, rep = sys.argv[2:]
-# Warm: the second epoch (the first filled the memory tier).
+# Warm: the last epoch (the epochs before it filled the node cache).
 e = j["epochs"][-1]
 print(json.dumps({"name": name, "mode": mode, "rep": int(rep),
                   "samples_per_s": e["samples_per_s"], "mb_per_s": e["mb_per_s"],

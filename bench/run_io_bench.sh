@@ -17,13 +17,13 @@
 #                      block size = mean sample size rounded to 4 KiB: the limit
 #      dlfs, device    dlfs bench --cache-budget 0: random reads from the device
 #                      (one epoch; and epochs 2-3 of a 3-epoch run)
-#      dlfs, default   dlfs bench with the memory tier (default budget): one
-#                      epoch loads the volume in 4 MiB reads; epochs 2-3 from memory
+#      dlfs, default   dlfs bench with the node cache (default budget): epochs read
+#                      the device and fill the cache; later ones are served from it
 #      files 2/8 thr   bench/file_reader.cc: open/read/close per file
 #      lmdb 2 thr      bench/lmdb_bench.cc: mdb_get in random order
 # B  Fashion-MNIST: 70,000 samples of 784 B, one file each (bench/idx_to_files.py)
 #    and packed: fio 4 KiB (batched submission) against dlfs from the device,
-#    the memory tier through the C++ loader and through LoaderDataset
+#    the node cache through the C++ loader and through LoaderDataset
 #    (epochs 2-3 of a 3-epoch run), and the file reader.
 # C  6,000 files of ~100 KB (0.6 GB, 20 classes): fio 100 KiB against dlfs;
 #    the map-style paths (VolumeDataset per sample and batched, with 2 and 0
@@ -214,8 +214,8 @@ contenders=(
   "A|fio, mean sample size (QD 64)|fio|fio --name=limit --filename=$inet_vol --bs=$fio_bs --size=$inet_vol_bytes $fio_common"
   "A|dlfs, device|json|$dlfs_a --epochs 1 --cache-budget 0"
   "A|dlfs, device, epochs 2-3 of 3|json-steady|$dlfs_a --epochs 3 --cache-budget 0"
-  "A|dlfs, memory tier|json|$dlfs_a --epochs 1"
-  "A|dlfs, memory tier, epochs 2-3 of 3|json-steady|$dlfs_a --epochs 3"
+  "A|dlfs, node cache|json|$dlfs_a --epochs 1"
+  "A|dlfs, node cache, epochs 2-3 of 3|json-steady|$dlfs_a --epochs 3"
   "A|dlfs pread, device|json|$dlfs bench $inet_vol --drop-cache --json --seed $seed --engine pread --queue-depth 64 --batch 256 --epochs 1 --cache-budget 0"
   "A|files, 2 threads|json|$file_reader $inet_list --threads 2 --seed $seed"
   "A|files, 8 threads|json|$file_reader $inet_list --threads 8 --seed $seed"
@@ -223,14 +223,14 @@ contenders=(
   "B|fio 4 KiB (QD 64, batched submit)|fio|fio --name=limit4k --filename=$fm_vol --bs=4096 --size=$((fm_vol_bytes / 4096 * 4096)) $fio_common --iodepth_batch_submit=16 --iodepth_batch_complete_max=64"
   "B|dlfs, device|json|$dlfs_b --epochs 1 --cache-budget 0"
   "B|dlfs, device, no coalescing|json|$dlfs_b --epochs 1 --cache-budget 0 --no-coalesce"
-  "B|dlfs, memory tier|json|$dlfs_b --epochs 1"
-  "B|dlfs, memory tier, epochs 2-3 of 3|json-steady|$dlfs_b --epochs 3"
-  "B|LoaderDataset, memory tier, epochs 2-3 of 3|json|$pyc loader-dataset $fm_vol --epochs 3 --batch 256"
+  "B|dlfs, node cache|json|$dlfs_b --epochs 1"
+  "B|dlfs, node cache, epochs 2-3 of 3|json-steady|$dlfs_b --epochs 3"
+  "B|LoaderDataset, node cache, epochs 2-3 of 3|json|$pyc loader-dataset $fm_vol --epochs 3 --batch 256"
   "B|files, 2 threads|json|$file_reader $fm_list --threads 2 --seed $seed"
   "B|files, 8 threads|json|$file_reader $fm_list --threads 8 --seed $seed"
   "C|fio 100 KiB (QD 64)|fio|fio --name=limit100k --filename=$c_vol --bs=102400 --size=$((c_vol_bytes / 4096 * 4096)) $fio_common"
   "C|dlfs, device|json|$dlfs_c --epochs 1 --cache-budget 0"
-  "C|dlfs, memory tier|json|$dlfs_c --epochs 1"
+  "C|dlfs, node cache|json|$dlfs_c --epochs 1"
   "C|files, 2 threads|json|$file_reader $c_list --threads 2 --seed $seed"
   "C|files through dlfs mount, 2 threads|json|$pyc file-reader $c_vol --mount --threads 2"
   "C|VolumeDataset per sample, 2 workers|json|$pyc volume-dataset $c_vol --mode per-sample --workers 2"

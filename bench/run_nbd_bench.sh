@@ -12,7 +12,7 @@
 #   SMALL=1 bench/run_nbd_bench.sh    (a 300-file volume, a reduced sweep: ~1 min)
 #
 # Every run: one shuffled epoch, cache budget 0 (every sample read from the
-# target, none from the memory tier), checksums verified, page cache dropped
+# target, none from the node cache), checksums verified, page cache dropped
 # first (--drop-cache; nbdkit's file plugin reads through the page cache,
 # cold at the start of each run like the local path's device). The latency
 # is added by bench/nbd/usdelay.c, a 40-line nbdkit filter built here

@@ -5,6 +5,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -335,6 +336,55 @@ TEST_F(DistributedTest, ShardLocalReadsFields) {
     EXPECT_EQ(bytes[2 * i], *json);
     EXPECT_EQ(bytes[2 * i + 1], SampleBytes(indices[i]));
   }
+}
+
+// The ranks of a job on one node share one node cache: one region, every
+// rank attached, and what one rank cached the others read from memory.
+TEST_F(DistributedTest, RanksShareOneNodeCache) {
+  const std::string shm = *dir_ / "shm";
+  if (Rank() == 0) std::filesystem::create_directories(shm);
+  MPI_Barrier(MPI_COMM_WORLD);
+  ::setenv("DLFS_CACHE_DIR", shm.c_str(), 1);
+  auto volume = OpenVolume("one.dlfs");
+  ASSERT_TRUE(volume);
+  LoaderOptions o;
+  o.sampler.batch_size = 16;
+  o.cache_budget = uint64_t{1} << 30;
+  auto loader = CreateLoader(MPI_COMM_WORLD, volume, o);
+  ASSERT_OK(loader);
+  MPI_Barrier(MPI_COMM_WORLD);  // every rank attached
+  EXPECT_EQ((*loader)->source_stats().cache_sharers, static_cast<uint32_t>(Ranks()));
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(shm), {}), 1);
+  // Epochs until the ranks together cached the volume (each fills its shard).
+  uint64_t used = 0;
+  auto epoch = [&](uint64_t e) {
+    (*loader)->SetEpoch(e);
+    Batch b;
+    while (true) {
+      auto more = (*loader)->Next(&b);
+      EXPECT_OK(more);
+      if (!more.ok() || !*more) break;
+      for (size_t i = 0; i < b.size(); ++i) {
+        EXPECT_TRUE(std::ranges::equal(b.sample(i), SampleBytes(b.index(i))))
+            << "rank " << Rank() << " sample " << b.index(i);
+      }
+    }
+  };
+  for (int e = 0; e < 200; ++e) {
+    epoch(e);
+    used = (*loader)->source_stats().cache_used_bytes;
+    uint64_t least = used;
+    MPI_Allreduce(&used, &least, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+    if (least >= volume->info().data_bytes) break;
+  }
+  EXPECT_EQ(used, volume->info().data_bytes);
+  const SourceStats before = (*loader)->source_stats();
+  epoch(500);
+  EXPECT_EQ(((*loader)->source_stats() - before).io.requests, 0u) << "rank " << Rank();
+  loader->reset();
+  MPI_Barrier(MPI_COMM_WORLD);  // every rank detached: the last removed it
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(shm), {}), 0);
+  ::unsetenv("DLFS_CACHE_DIR");
 }
 
 // A volume of one compressed field (a --compress pack of an ImageFolder)
