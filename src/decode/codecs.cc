@@ -52,6 +52,17 @@ Status CheckSize(uint64_t w, uint64_t h, const DecodeOptions& o) {
   return Status::Ok();
 }
 
+// The decoders take the image's size from the caller (ImagePipeline::Execute
+// from a SamplePlan, which the Python binding lets users write); pixels are
+// read by that size, so a header that disagrees is an error, not a read
+// past the decoded image.
+Status SameSize(uint64_t w, uint64_t h, const ImageInfo& info) {
+  if (w == info.width && h == info.height) return Status::Ok();
+  return Status::InvalidArgument("image is " + std::to_string(w) + "x" + std::to_string(h) +
+                                 ", not " + std::to_string(info.width) + "x" +
+                                 std::to_string(info.height) + " as planned");
+}
+
 // Grows `v` to at least `n` elements (never shrinks: the workspace keeps its
 // high-water mark so later images reuse the memory).
 template <typename T>
@@ -142,6 +153,7 @@ Result<PixelView> DecodeJpeg(ImageWorkspace::State& ws, std::span<const std::byt
   if (tjDecompressHeader3(tj, buf, data.size(), &w, &h, &subsamp, &colorspace) != 0) {
     return JpegError(tj, "bad header");
   }
+  DLFS_RETURN_IF_ERROR(SameSize(w, h, info).WithContext("JPEG"));
   const uint32_t sw = ScaledDim(info.width, scale_denom);
   const uint32_t sh = ScaledDim(info.height, scale_denom);
   const bool cmyk = IsCmyk(colorspace);
@@ -332,9 +344,10 @@ void Convert(const uint8_t* in, uint32_t in_channels, uint32_t sample_bytes, uin
 }
 
 Result<PixelView> DecodePng(ImageWorkspace::State& ws, std::span<const std::byte> data,
-                            const DecodeOptions& o, uint32_t channels) {
+                            const ImageInfo& info, const DecodeOptions& o, uint32_t channels) {
   spng_ihdr ihdr{};
   DLFS_ASSIGN_OR_RETURN(SpngCtx ctx, OpenPng(data, o, &ihdr));
+  DLFS_RETURN_IF_ERROR(SameSize(ihdr.width, ihdr.height, info).WithContext("PNG"));
   const size_t pixels = size_t{ihdr.width} * ihdr.height;
   // Palette images and gray below 8 bits are expanded by spng (RGB8, G8:
   // palette lookup, bit-depth scaling as PIL's "L;2"/"L;4"/"1" unpacking);
@@ -440,9 +453,10 @@ Result<PixelView> Decode(ImageWorkspace::State& ws, std::span<const std::byte> d
     case ImageFormat::kJpeg:
       return DecodeJpeg(ws, data, info, scale_denom, channels);
     case ImageFormat::kPng:
-      return DecodePng(ws, data, o, channels);
+      return DecodePng(ws, data, info, o, channels);
     case ImageFormat::kRaw: {
       DLFS_RETURN_IF_ERROR(CheckRaw(data, o));
+      DLFS_RETURN_IF_ERROR(SameSize(o.raw.width, o.raw.height, info).WithContext("raw"));
       const auto* in = reinterpret_cast<const uint8_t*>(data.data());
       if (o.raw.channels == channels) {
         return PixelView{in, info.width, info.height, channels, size_t{info.width} * channels};
@@ -477,6 +491,7 @@ Result<DecodedRegion> DecodeRegion(ImageWorkspace::State& ws, std::span<const st
   if (tjDecompressHeader3(tj, buf, data.size(), &w, &h, &subsamp, &colorspace) != 0) {
     return JpegError(tj, "bad header");
   }
+  DLFS_RETURN_IF_ERROR(SameSize(w, h, info).WithContext("JPEG"));
   const bool cmyk = IsCmyk(colorspace);
   const int space = cmyk ? JCS_CMYK : channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
   const uint32_t pixel_bytes = cmyk ? 4 : channels;

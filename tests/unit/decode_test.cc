@@ -421,6 +421,90 @@ TEST(DecodeTest, RandomCorruptionNeverCrashes) {
   EXPECT_GT(errors, 100);  // the corruption is noticed, mostly
 }
 
+TEST(DecodeTest, ResizeOfAnExtremeAspectRatioIsRefusedNotWrapped) {
+  // Resize(224) of a 20,000,000 x 1 image is 4,480,000,000 x 224: more than
+  // a uint32 (the plan's cast overflowed, undefined behaviour) and than the
+  // C ints PIL and the resampler index with. Refused, before decoding.
+  ImageWorkspace ws;
+  Image wide{20'000'000, 1, 1, std::vector<uint8_t>(20'000'000)};
+  for (size_t x = 0; x < wide.pixels.size(); ++x) wide.pixels[x] = static_cast<uint8_t>(x * 7);
+  const std::vector<std::byte> png = Png(wide);
+  ASSERT_OK(ProbeImage(png, {}));       // within the default pixel limit
+  for (uint32_t size : {224u, 120u}) {  // 4.48e9 > 2^32; 2.4e9 > 2^31 - 1
+    const ImagePipeline p = MakePipeline(Options(size));
+    const SamplePlan plan = p.Plan({ImageFormat::kPng, 20'000'000, 1, 1}, 0, 0);
+    EXPECT_EQ(plan.resized_width, 0u) << size;
+    EXPECT_EQ(plan.resized_height, size);
+    auto r = p.Run(ws, png, 0, 0);
+    ASSERT_FALSE(r.ok()) << size;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("20000000x1 image cannot be resized"), std::string::npos)
+        << r.status().message();
+  }
+  // Just under the limit (int(100 * 20e6) = 2e9) it is resampled as usual.
+  const ImagePipeline p = MakePipeline(Options(100));
+  EXPECT_EQ(p.Plan({ImageFormat::kPng, 20'000'000, 1, 1}, 0, 0).resized_width, 2'000'000'000u);
+  auto r = p.Run(ws, png, 0, 0);
+  ASSERT_OK(r);
+  EXPECT_EQ(r->size(), 100u * 100u);
+}
+
+TEST(DecodeTest, ExecuteRefusesPlansThatDoNotFitTheData) {
+  // Plans can be written by hand (the Python binding's execute() takes an
+  // edited dict): one for another image size, a box or window that wraps
+  // around 2^32, or an unknown scale is refused rather than read past the
+  // decoded pixels.
+  ImageWorkspace ws;
+  const ImagePipeline p = MakePipeline(Options(16));
+  std::vector<uint8_t> out(p.OutputElements(3));
+  const Image img = Gradient(40, 30, 3, 2);
+  ImageOptions raw_options = Options(16);
+  raw_options.decode.raw = {30, 40, 3};
+  const ImagePipeline raw_pipeline = MakePipeline(raw_options);
+  struct Case {
+    ImageFormat format;
+    std::vector<std::byte> data;
+    const ImagePipeline* pipeline;
+  };
+  const Case cases[] = {{ImageFormat::kPng, Png(img), &p},
+                        {ImageFormat::kJpeg, Jpeg(img), &p},
+                        {ImageFormat::kRaw, {}, &raw_pipeline}};
+  for (const Case& c : cases) {
+    std::vector<std::byte> data = c.data;
+    if (c.format == ImageFormat::kRaw) {
+      data.resize(img.pixels.size());
+      std::memcpy(data.data(), img.pixels.data(), data.size());
+    }
+    const ImagePipeline& pl = *c.pipeline;
+    const SamplePlan good = pl.Plan({c.format, 40, 30, 3}, 0, 0);
+    ASSERT_OK(pl.Execute(ws, data, good, 3, out.data()));
+    // A plan for a 400 x 300 image (also at 1/8 scale, for the JPEG).
+    for (uint32_t d : {1u, 8u}) {
+      SamplePlan bigger = pl.Plan({c.format, 400, 300, 3}, 0, 0);
+      bigger.scale_denom = d;
+      const Status s = pl.Execute(ws, data, bigger, 3, out.data());
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+      EXPECT_NE(s.message().find("image is 40x30, not 400x300 as planned"), std::string::npos)
+          << s.ToString();
+    }
+    SamplePlan wraps = good;
+    wraps.box = {0, 0xfffffff0u, 30, 0x20};  // left + width wraps to 16
+    EXPECT_NE(pl.Execute(ws, data, wraps, 3, out.data()).message().find("crop box outside"),
+              std::string::npos);
+    wraps = good;
+    wraps.window_left = 0xfffffff8u;  // + 16 wraps to 8
+    EXPECT_NE(pl.Execute(ws, data, wraps, 3, out.data()).message().find("window outside"),
+              std::string::npos);
+  }
+  for (uint32_t d : {0u, 3u, 16u}) {
+    SamplePlan scale = p.Plan({ImageFormat::kJpeg, 40, 30, 3}, 0, 0);
+    scale.scale_denom = d;
+    const Status s = p.Execute(ws, cases[1].data, scale, 3, out.data());
+    EXPECT_NE(s.message().find("scale denominator must be 1, 2, 4 or 8"), std::string::npos)
+        << d << ": " << s.ToString();
+  }
+}
+
 // ---- DecodeStage ---------------------------------------------------------------
 
 // A volume of `n` PNG images, 20 x 16 (width x height), whose top-left pixel
