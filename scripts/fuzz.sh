@@ -14,7 +14,7 @@ seconds=${1:-60}
 shift || true
 harnesses=("$@")
 if ((${#harnesses[@]} == 0)); then
-  harnesses=(volume_file volume_metadata volume_resealed lmdb idx tar)
+  harnesses=(volume_file volume_metadata volume_resealed lmdb idx tar decode)
 fi
 
 scripts/install-deps.sh

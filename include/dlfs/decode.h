@@ -221,6 +221,9 @@ struct CropBox {
 //                   window = CenterCrop(size)'s offset;
 //   kRandomResized: box = RandomResizedCrop's (i, j, h, w),
 //                   resized = size x size, window = (0, 0).
+// A side of the resized image longer than 2^31 - 1 pixels (Resize of an
+// image of extreme aspect ratio, e.g. 1 x 20,000,000 to 224) cannot be
+// resampled (nor by PIL): Plan gives it as 0, and Execute refuses the plan.
 struct SamplePlan {
   ImageFormat format = ImageFormat::kAuto;  // the sample's (from its header)
   uint32_t image_width = 0;                 // full resolution, from the header
@@ -280,8 +283,10 @@ class ImagePipeline {
   // Decodes `data` and applies `plan`, writing one output image of
   // `channels` (1 or 3; the sample is converted when its own differ) into
   // `out`: OutputElements(channels) elements of options().output.dtype in
-  // options().output.layout. REQUIRES: plan came from Plan() for this data
-  // (or describes a box inside the image). On error `out` holds garbage.
+  // options().output.layout. The plan should come from Plan() for this data
+  // (or describe a box inside the image); one that does not — another image
+  // size, a box or window outside, an unknown scale — is InvalidArgument.
+  // On error `out` holds garbage.
   Status Execute(ImageWorkspace& ws, std::span<const std::byte> data, const SamplePlan& plan,
                  uint32_t channels, void* out) const;
 

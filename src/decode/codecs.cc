@@ -52,6 +52,17 @@ Status CheckSize(uint64_t w, uint64_t h, const DecodeOptions& o) {
   return Status::Ok();
 }
 
+// The decoders take the image's size from the caller (ImagePipeline::Execute
+// from a SamplePlan, which the Python binding lets users write); pixels are
+// read by that size, so a header that disagrees is an error, not a read
+// past the decoded image.
+Status SameSize(uint64_t w, uint64_t h, const ImageInfo& info) {
+  if (w == info.width && h == info.height) return Status::Ok();
+  return Status::InvalidArgument("image is " + std::to_string(w) + "x" + std::to_string(h) +
+                                 ", not " + std::to_string(info.width) + "x" +
+                                 std::to_string(info.height) + " as planned");
+}
+
 // Grows `v` to at least `n` elements (never shrinks: the workspace keeps its
 // high-water mark so later images reuse the memory).
 template <typename T>
@@ -89,6 +100,59 @@ bool HasEndMarker(std::span<const std::byte> d) {
   return false;
 }
 
+// Scans a JPEG may have. Each scan of a progressive JPEG is a pass over
+// (one component of) the whole image, and a scan can take a dozen bytes, so
+// a small file of thousands of scans costs thousands of full passes: a CPU
+// bomb. Real encoders write about 10 (libjpeg's progression: 10 for colour,
+// 6 for gray); libjpeg-turbo's TJFLAG_LIMITSCANS (TurboJPEG 3:
+// TJPARAM_SCANLIMIT) refuses more than 500, the limit kept here.
+constexpr int kMaxJpegScans = 500;
+
+// The start-of-scan markers up to the end-of-image marker, counting no
+// further than kMaxJpegScans + 1. The walk follows libjpeg's reading:
+// marker segments are skipped by their length; between them (entropy-coded
+// data, stray bytes) an FF byte followed by 00 (stuffing), D0-D7 (restart)
+// or FF (fill) is not a marker, any other is. One pass over the bytes,
+// before any pixel work.
+//
+// Why not rely on TJFLAG_LIMITSCANS (which Debian 12's TurboJPEG 2.1.5 has)
+// or libjpeg's progress monitor, both kept below as a second line: they
+// count the scans as libjpeg decodes them, so a file is refused only after
+// 500 entropy-decoding passes over the image — hundreds of times the work of
+// a normal decode. Counting markers first refuses it in microseconds.
+int CountJpegScans(std::span<const std::byte> data) {
+  const auto* d = reinterpret_cast<const uint8_t*>(data.data());
+  const size_t n = data.size();
+  int scans = 0;
+  size_t i = 2;  // after SOI
+  while (i + 1 < n) {
+    const void* ff = std::memchr(d + i, 0xff, n - i - 1);
+    if (ff == nullptr) break;
+    i = static_cast<size_t>(static_cast<const uint8_t*>(ff) - d);
+    const uint8_t m = d[i + 1];
+    if (m == 0xff) {  // fill byte: the marker follows
+      ++i;
+      continue;
+    }
+    if (m == 0xd9) break;                                      // EOI
+    if (m == 0x00 || m == 0x01 || (m >= 0xd0 && m <= 0xd8)) {  // no length
+      i += 2;
+      continue;
+    }
+    if (m == 0xda && ++scans > kMaxJpegScans) break;
+    if (i + 3 >= n) break;
+    i += 2 + (size_t{d[i + 2]} << 8 | d[i + 3]);
+  }
+  return scans;
+}
+
+Status CheckJpegScans(std::span<const std::byte> data) {
+  if (CountJpegScans(data) <= kMaxJpegScans) return Status::Ok();
+  return Status::InvalidArgument("JPEG: more than " + std::to_string(kMaxJpegScans) +
+                                 " scans (refused before decoding: each scan of a progressive "
+                                 "JPEG is a pass over the image)");
+}
+
 Result<ImageInfo> ProbeJpeg(ImageWorkspace::State& ws, std::span<const std::byte> data,
                             const DecodeOptions& o) {
   DLFS_ASSIGN_OR_RETURN(tjhandle tj, Tj(ws));
@@ -96,6 +160,7 @@ Result<ImageInfo> ProbeJpeg(ImageWorkspace::State& ws, std::span<const std::byte
     return Status::InvalidArgument(
         "JPEG: truncated (no end-of-image marker in the last 4096 bytes)");
   }
+  DLFS_RETURN_IF_ERROR(CheckJpegScans(data));
   int w = 0, h = 0, subsamp = 0, colorspace = 0;
   if (tjDecompressHeader3(tj, reinterpret_cast<const unsigned char*>(data.data()), data.size(), &w,
                           &h, &subsamp, &colorspace) != 0) {
@@ -137,11 +202,14 @@ void CmykToRgb(const uint8_t* in, uint8_t* out, size_t pixels) {
 Result<PixelView> DecodeJpeg(ImageWorkspace::State& ws, std::span<const std::byte> data,
                              const ImageInfo& info, uint32_t scale_denom, uint32_t channels) {
   DLFS_ASSIGN_OR_RETURN(tjhandle tj, Tj(ws));
+  // Again here: ImagePipeline::Execute decodes without a probe.
+  DLFS_RETURN_IF_ERROR(CheckJpegScans(data));
   const auto* buf = reinterpret_cast<const unsigned char*>(data.data());
   int w = 0, h = 0, subsamp = 0, colorspace = 0;
   if (tjDecompressHeader3(tj, buf, data.size(), &w, &h, &subsamp, &colorspace) != 0) {
     return JpegError(tj, "bad header");
   }
+  DLFS_RETURN_IF_ERROR(SameSize(w, h, info).WithContext("JPEG"));
   const uint32_t sw = ScaledDim(info.width, scale_denom);
   const uint32_t sh = ScaledDim(info.height, scale_denom);
   const bool cmyk = IsCmyk(colorspace);
@@ -149,8 +217,8 @@ Result<PixelView> DecodeJpeg(ImageWorkspace::State& ws, std::span<const std::byt
   const uint32_t pixel_bytes = cmyk ? 4 : channels;
   uint8_t* out = Reserve(cmyk ? ws.convert : ws.pixels, size_t{sw} * sh * pixel_bytes);
   // Accurate integer IDCT and fancy upsampling: TurboJPEG's defaults, and
-  // what PIL asks libjpeg for. LIMITSCANS refuses progressive files with
-  // absurd scan counts (a CPU bomb).
+  // what PIL asks libjpeg for. LIMITSCANS: the scan limit again, as libjpeg
+  // counts (CheckJpegScans has refused such files already).
   if (tjDecompress2(tj, buf, data.size(), out, static_cast<int>(sw), 0, static_cast<int>(sh), pf,
                     TJFLAG_LIMITSCANS) != 0) {
     if (tjGetErrorCode(tj) != TJERR_WARNING || !HarmlessWarning(tj)) {
@@ -202,14 +270,14 @@ void JpegEmitMessage(j_common_ptr cinfo, int level) {
   JpegErrorExit(cinfo);
 }
 
-// TurboJPEG's TJFLAG_LIMITSCANS: progressive files with absurd scan counts
-// are a CPU bomb.
+// TurboJPEG's TJFLAG_LIMITSCANS for the libjpeg API: the scan limit again,
+// as libjpeg counts (CheckJpegScans has refused such files already).
 void JpegProgress(j_common_ptr cinfo) {
   auto* p = reinterpret_cast<JpegScanLimit*>(cinfo->progress);
   if (cinfo->is_decompressor &&
-      reinterpret_cast<j_decompress_ptr>(cinfo)->input_scan_number > 500) {
+      reinterpret_cast<j_decompress_ptr>(cinfo)->input_scan_number > kMaxJpegScans) {
     std::snprintf(p->error->message, sizeof p->error->message,
-                  "progressive JPEG with more than 500 scans");
+                  "progressive JPEG with more than %d scans", kMaxJpegScans);
     std::longjmp(p->error->jump, 1);
   }
 }
@@ -332,9 +400,10 @@ void Convert(const uint8_t* in, uint32_t in_channels, uint32_t sample_bytes, uin
 }
 
 Result<PixelView> DecodePng(ImageWorkspace::State& ws, std::span<const std::byte> data,
-                            const DecodeOptions& o, uint32_t channels) {
+                            const ImageInfo& info, const DecodeOptions& o, uint32_t channels) {
   spng_ihdr ihdr{};
   DLFS_ASSIGN_OR_RETURN(SpngCtx ctx, OpenPng(data, o, &ihdr));
+  DLFS_RETURN_IF_ERROR(SameSize(ihdr.width, ihdr.height, info).WithContext("PNG"));
   const size_t pixels = size_t{ihdr.width} * ihdr.height;
   // Palette images and gray below 8 bits are expanded by spng (RGB8, G8:
   // palette lookup, bit-depth scaling as PIL's "L;2"/"L;4"/"1" unpacking);
@@ -440,9 +509,10 @@ Result<PixelView> Decode(ImageWorkspace::State& ws, std::span<const std::byte> d
     case ImageFormat::kJpeg:
       return DecodeJpeg(ws, data, info, scale_denom, channels);
     case ImageFormat::kPng:
-      return DecodePng(ws, data, o, channels);
+      return DecodePng(ws, data, info, o, channels);
     case ImageFormat::kRaw: {
       DLFS_RETURN_IF_ERROR(CheckRaw(data, o));
+      DLFS_RETURN_IF_ERROR(SameSize(o.raw.width, o.raw.height, info).WithContext("raw"));
       const auto* in = reinterpret_cast<const uint8_t*>(data.data());
       if (o.raw.channels == channels) {
         return PixelView{in, info.width, info.height, channels, size_t{info.width} * channels};
@@ -472,11 +542,13 @@ Result<DecodedRegion> DecodeRegion(ImageWorkspace::State& ws, std::span<const st
     return DecodedRegion{v, 0, 0};
   }
   DLFS_ASSIGN_OR_RETURN(tjhandle tj, Tj(ws));
+  DLFS_RETURN_IF_ERROR(CheckJpegScans(data));
   int w = 0, h = 0, subsamp = 0, colorspace = 0;
   const auto* buf = reinterpret_cast<const unsigned char*>(data.data());
   if (tjDecompressHeader3(tj, buf, data.size(), &w, &h, &subsamp, &colorspace) != 0) {
     return JpegError(tj, "bad header");
   }
+  DLFS_RETURN_IF_ERROR(SameSize(w, h, info).WithContext("JPEG"));
   const bool cmyk = IsCmyk(colorspace);
   const int space = cmyk ? JCS_CMYK : channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
   const uint32_t pixel_bytes = cmyk ? 4 : channels;

@@ -55,6 +55,11 @@ uint32_t DraftDenom(uint32_t w, uint32_t h, uint32_t tw, uint32_t th) {
 
 Status Invalid(const std::string& what) { return Status::InvalidArgument(what); }
 
+// The longest side a resized image may have: PIL's (and the resampler's)
+// sizes are C ints. Resize(224) of a 1 x 20,000,000 image would be 224 x
+// 4,480,000,000.
+constexpr uint64_t kMaxResizedSide = 0x7fffffff;
+
 }  // namespace
 
 RandomChoices DrawRandomChoices(uint64_t seed, uint64_t epoch, uint64_t index, uint32_t width,
@@ -188,14 +193,20 @@ SamplePlan ImagePipeline::Plan(const ImageInfo& info, uint64_t epoch, uint64_t i
     const bool portrait = info.width <= info.height;
     const uint64_t shorter = portrait ? info.width : info.height;
     const uint64_t longer = portrait ? info.height : info.width;
+    const double long_side = static_cast<double>(target * longer) / static_cast<double>(shorter);
+    // Too long to resize to (an extreme aspect ratio): 0, which Execute
+    // refuses (casting it to uint32 could overflow, and did).
     const auto new_long =
-        static_cast<uint32_t>(static_cast<double>(target * longer) / static_cast<double>(shorter));
+        long_side <= kMaxResizedSide ? static_cast<uint32_t>(long_side) : uint32_t{0};
     p.resized_width = portrait ? static_cast<uint32_t>(target) : new_long;
     p.resized_height = portrait ? new_long : static_cast<uint32_t>(target);
-    p.window_left = static_cast<uint32_t>(RoundHalfEven((p.resized_width - t.size) / 2.0));
-    p.window_top = static_cast<uint32_t>(RoundHalfEven((p.resized_height - t.size) / 2.0));
+    if (new_long != 0) {
+      p.window_left = static_cast<uint32_t>(RoundHalfEven((p.resized_width - t.size) / 2.0));
+      p.window_top = static_cast<uint32_t>(RoundHalfEven((p.resized_height - t.size) / 2.0));
+    }
   }
-  if (info.format == ImageFormat::kJpeg && options_.decode.dct_scaling) {
+  if (info.format == ImageFormat::kJpeg && options_.decode.dct_scaling && p.resized_width != 0 &&
+      p.resized_height != 0) {
     p.scale_denom = DraftDenom(p.box.width, p.box.height, p.resized_width, p.resized_height);
   }
   return p;
@@ -253,13 +264,25 @@ Status ImagePipeline::Execute(ImageWorkspace& workspace, std::span<const std::by
                               const SamplePlan& p, uint32_t channels, void* out) const {
   ImageWorkspace::State& ws = workspace.state();
   if (channels != 1 && channels != 3) return Invalid("output channels must be 1 or 3");
-  if (p.box.width == 0 || p.box.height == 0 || p.box.left + p.box.width > p.image_width ||
-      p.box.top + p.box.height > p.image_height) {
+  if (p.box.width == 0 || p.box.height == 0 || uint64_t{p.box.left} + p.box.width > p.image_width ||
+      uint64_t{p.box.top} + p.box.height > p.image_height) {
     return Invalid("crop box outside the image");
   }
   const uint32_t size = options_.transform.size;
-  if (p.window_left + size > p.resized_width || p.window_top + size > p.resized_height) {
+  if (p.resized_width == 0 || p.resized_height == 0 || p.resized_width > kMaxResizedSide ||
+      p.resized_height > kMaxResizedSide) {
+    return Invalid("a " + std::to_string(p.image_width) + "x" + std::to_string(p.image_height) +
+                   " image cannot be resized to " + std::to_string(p.resized_width) + "x" +
+                   std::to_string(p.resized_height) + " (each side 1 to 2^31 - 1; an aspect " +
+                   "ratio too extreme gives 0)");
+  }
+  if (uint64_t{p.window_left} + size > p.resized_width ||
+      uint64_t{p.window_top} + size > p.resized_height) {
     return Invalid("output window outside the resized image");
+  }
+  if (p.format == ImageFormat::kJpeg && p.scale_denom != 1 && p.scale_denom != 2 &&
+      p.scale_denom != 4 && p.scale_denom != 8) {
+    return Invalid("scale denominator must be 1, 2, 4 or 8, not " + std::to_string(p.scale_denom));
   }
   const ImageInfo info{p.format, p.image_width, p.image_height, channels};
   const uint32_t d = p.format == ImageFormat::kJpeg ? p.scale_denom : 1;
