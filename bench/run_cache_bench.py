@@ -93,10 +93,12 @@ def epoch_row(run, first, last):
     cache = [e.get("cache", {}) for e in eps]
     hits = sum(c.get("hits", 0) for c in cache)
     looks = hits + sum(c.get("misses", 0) for c in cache)
+    # Under mpirun, rank 0 reports only time per epoch (no pipeline, no cache).
     return {"samples_per_s": samples / secs if secs else 0,
             "cpu_s_per_gb": statistics.mean(e["cpu_s_per_gb"] for e in eps),
             "hit_rate": hits / looks if looks else 0.0,
-            "device_bytes": statistics.mean(e["pipeline"]["io_bytes"] for e in eps)}
+            "device_bytes": statistics.mean(e.get("pipeline", {}).get("io_bytes", 0)
+                                            for e in eps)}
 
 
 def median_rows(rows):
@@ -157,6 +159,8 @@ def main():
                 r = bench(dlfs, volume, **kw)
                 runs.setdefault(name, []).append(r)
                 print(f"rep {rep} {name}: rc {r['returncode']}", file=sys.stderr)
+                if a.json:  # the raw runs so far, in case a later step fails
+                    pathlib.Path(a.json + ".runs").write_text(json.dumps(runs))
     finally:
         if cgroup:
             try:
