@@ -14,10 +14,13 @@ Rows, on a volume of SAMPLES x ~100 KB (bench/make_imagenet_like.py):
                      MemAvailable during the run, less before it)
   cgroup 1/3         defaults inside a memory cgroup (v1) limited to a third
                      of the volume: completes? epochs, hit rate
-  budget 25/50/75 %  --cache-budget of that share of the volume, EPOCHS
-                     epochs: the last epoch's hit rate, device bytes, time,
-                     against the cache off, with the hit rate MIN and LRU get
-                     on the same shuffled trace (bench/cache_model.py)
+  budget 25/50/75 %  steady state: a cache of that share of the volume, filled
+                     first by another process that "computes" 10 ms per batch
+                     (as training does, so its filler runs freely), then dlfs
+                     bench attached to it, EPOCHS epochs: the last epoch's hit
+                     rate, device bytes and time against the cache off, with
+                     the hit rate MIN and LRU get on the same shuffled trace
+                     (bench/cache_model.py)
 Prints a table and writes JSON (--json PATH).
 """
 import argparse
@@ -84,6 +87,42 @@ def bench(dlfs, volume, epochs, extra=(), prefix=(), cgroup=None):
     return out
 
 
+# Fills the node cache as a training job would: a loader whose caller
+# "computes" between batches (so the filler runs freely), until the cache
+# stops growing; then says so and holds the region until stdin closes.
+FILLER = """
+import sys, time
+sys.path.insert(0, sys.argv[3])
+import dlfs
+loader = dlfs.Loader(sys.argv[1], 256, cache_budget=int(sys.argv[2]))
+last, e = -1, 0
+while True:
+    loader.set_epoch(e); e += 1
+    for _ in loader:
+        time.sleep(0.01)
+    used = loader.stats()["cache_used_bytes"]
+    if used == last:
+        break
+    last = used
+print("ready", used, flush=True)
+sys.stdin.read()
+"""
+
+
+def filled_bench(dlfs, volume, budget, python_dir, epochs):
+    """dlfs bench on a node cache another process filled (steady state)."""
+    holder = subprocess.Popen([sys.executable, "-c", FILLER, volume, str(budget), python_dir],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        line = holder.stdout.readline().split()
+        r = bench(dlfs, volume, epochs, extra=["--cache-budget", str(budget)])
+        r["filled_bytes"] = int(line[1]) if len(line) > 1 else 0
+    finally:
+        holder.stdin.close()
+        holder.wait(60)
+    return r
+
+
 def epoch_row(run, first, last):
     eps = run.get("epochs", [])[first:last]
     if not eps:
@@ -110,7 +149,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--samples", type=int, default=16000)
     p.add_argument("--reps", type=int, default=5)
-    p.add_argument("--epochs", type=int, default=8, help="epochs of the budget runs")
+    p.add_argument("--epochs", type=int, default=2, help="epochs of the budget runs")
     p.add_argument("--dir", default=os.environ.get("DLFS_BENCH_DIR", "/tmp/dlfs-bench"))
     p.add_argument("--build", default=os.environ.get("DLFS_BUILD_DIR", str(REPO / "build")))
     p.add_argument("--json", default=None, help="write the results here")
@@ -149,14 +188,17 @@ def main():
     if cgroup:
         variants += [("cgroup 1/3 default", dict(epochs=3, cgroup=cgroup))]
     for share in (0.25, 0.5, 0.75):
-        variants += [(f"budget {share:.2f}",
-                      dict(epochs=a.epochs, extra=["--cache-budget", str(int(vol_bytes * share))]))]
+        variants += [(f"budget {share:.2f}", dict(filled=int(vol_bytes * share)))]
     variants += [("budget off", dict(epochs=a.epochs, extra=["--cache-budget", "0"]))]
     try:
         for rep in range(a.reps):
             order = variants[rep % len(variants):] + variants[:rep % len(variants)]
             for name, kw in order:
-                r = bench(dlfs, volume, **kw)
+                if "filled" in kw:
+                    r = filled_bench(dlfs, volume, kw["filled"], str(pathlib.Path(a.build) / "python"),
+                                     a.epochs)
+                else:
+                    r = bench(dlfs, volume, **kw)
                 runs.setdefault(name, []).append(r)
                 print(f"rep {rep} {name}: rc {r['returncode']}", file=sys.stderr)
                 if a.json:  # the raw runs so far, in case a later step fails
@@ -176,10 +218,10 @@ def main():
             first = median_rows([epoch_row(r, 0, 1) for r in ok])
             row["epoch1"] = first
             if all(len(r.get("epochs", [])) > 1 for r in ok):
-                last = -1 if name.startswith("budget") else None
-                begin = len(ok[0]["epochs"]) - 1 if name.startswith("budget") else 1
-                row["later"] = median_rows([epoch_row(r, begin, last if last else None)
-                                            for r in ok])
+                # Budget runs: their last epoch; the others: epochs 2...
+                n = len(ok[0]["epochs"])
+                begin = n - 1 if name.startswith("budget") else 1
+                row["later"] = median_rows([epoch_row(r, begin, n) for r in ok])
             row["memory_growth"] = statistics.median(r["memory_growth"] for r in ok)
         table[name] = row
 

@@ -339,6 +339,7 @@ std::optional<std::span<const std::byte>> NodeCache::Find(uint64_t index) {
     word.fetch_or(bit, std::memory_order_relaxed);
   }
   hits_.fetch_add(1, std::memory_order_relaxed);
+  hit_bytes_.fetch_add(bytes.size(), std::memory_order_relaxed);
   return bytes;
 }
 
@@ -407,6 +408,7 @@ NodeCacheStats NodeCache::stats() const {
   s.samples = header_->samples.load(std::memory_order_relaxed);
   s.hits = hits_.load(std::memory_order_relaxed);
   s.misses = misses_.load(std::memory_order_relaxed);
+  s.hit_bytes = hit_bytes_.load(std::memory_order_relaxed);
   s.filled_bytes = filled_bytes_.load(std::memory_order_relaxed);
   s.fill_seconds = fill_ns_.load(std::memory_order_relaxed) / 1e9;
   s.shared = fd_ >= 0;

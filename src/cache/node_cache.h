@@ -69,6 +69,7 @@ struct NodeCacheStats {
   uint64_t samples = 0;       // samples in it
   uint64_t hits = 0;          // this process: samples found
   uint64_t misses = 0;        // this process: samples looked up and not found
+  uint64_t hit_bytes = 0;     // this process: bytes of the samples found
   uint64_t filled_bytes = 0;  // this process: bytes it added
   double fill_seconds = 0;    // this process: time spent adding them
   uint32_t sharers = 0;       // processes attached now (the region's table)
@@ -133,7 +134,7 @@ class NodeCache {
   std::unique_ptr<std::atomic<uint64_t>[]> checked_;
   std::unique_ptr<std::atomic<uint64_t>[]> reserved_;
   std::atomic<bool> stopped_{false};  // fallocate failed: fill no more
-  std::atomic<uint64_t> hits_{0}, misses_{0}, filled_bytes_{0}, fill_ns_{0};
+  std::atomic<uint64_t> hits_{0}, misses_{0}, hit_bytes_{0}, filled_bytes_{0}, fill_ns_{0};
 };
 
 }  // namespace dlfs::cache_internal
