@@ -11,6 +11,9 @@
 // one recycled buffer, in the order asked (duplicates allowed). It is what
 // a map-style dataset given a batch of indices (a BatchSampler) wants:
 // the latency of one round trip to the device instead of one per sample.
+// Samples the node cache holds (dlfs/loader.h) come from it instead, and
+// those read are offered to it; batches holding cached samples are
+// read-only (Batch::owns_bytes() false).
 // For whole epochs in a known order, the Loader (dlfs/loader.h) is faster
 // still: it reads ahead. Samples are what Volume::Read returns: a volume of
 // one compressed field (docs/format.md §4.8) has its samples checked and
@@ -43,6 +46,10 @@ namespace dlfs {
 struct SampleReaderOptions {
   EngineOptions engine;  // queue depth, engine kind, O_DIRECT (dlfs/io_engine.h)
   ReadPlanOptions plan;  // coalescing (dlfs/loader.h)
+  // The node cache, as LoaderOptions::cache_budget / cache_shared: samples
+  // it holds are not read, and samples read fill it (on its own thread).
+  uint64_t cache_budget = kAutoCacheBudget;
+  bool cache_shared = true;
 };
 
 class SampleReader {

@@ -295,7 +295,8 @@ std::shared_ptr<NodeCache> NodeCache::Open(const Volume& volume, const NodeCache
 
 void NodeCache::Detach() {
   if (base_ == nullptr) return;
-  if (sharer_slot_ >= 0) header_->sharers[sharer_slot_].store(0);
+  // (In a child of fork() the slot is the parent's.)
+  if (sharer_slot_ >= 0 && ::getpid() == pid_) header_->sharers[sharer_slot_].store(0);
   sharer_slot_ = -1;
   if (view_ != base_) ::munmap(const_cast<std::byte*>(view_), file_bytes_);
   ::munmap(base_, file_bytes_);
@@ -306,6 +307,12 @@ void NodeCache::Detach() {
 NodeCache::~NodeCache() {
   Detach();
   if (fd_ < 0) return;
+  if (::getpid() != pid_) {
+    // A child of fork() shares the parent's open file and so its lock:
+    // taking it exclusively would convert the parent's. Just let go.
+    ::close(fd_);
+    return;
+  }
   // The last user (nobody else holds the lock) removes the region.
   struct stat st {
   }, now{};

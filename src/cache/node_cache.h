@@ -50,6 +50,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "dlfs/volume.h"
 
 namespace dlfs::cache_internal {
@@ -120,6 +122,7 @@ class NodeCache {
   void Detach();
 
   const Volume& volume_;
+  const pid_t pid_ = ::getpid();  // the process that opened it
   std::string path_;
   int fd_ = -1;
   std::byte* base_ = nullptr;        // read-write mapping (filling)

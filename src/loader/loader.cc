@@ -26,8 +26,7 @@
 #include <thread>
 #include <unordered_map>
 
-#include <sys/resource.h>
-
+#include "cache/filler.h"
 #include "cache/node_cache.h"
 #include "common/clock.h"
 #include "common/file_util.h"
@@ -103,12 +102,7 @@ class Loader::Impl {
     for (auto& w : workers_) {
       if (w->thread.joinable()) w->thread.join();
     }
-    {
-      std::lock_guard lock(fill_mu_);
-      fill_stop_ = true;
-    }
-    fill_cv_.notify_all();
-    if (filler_.joinable()) filler_.join();
+    filler_.reset();  // before the engines it asks for their bytes
   }
 
   // --- The caller's side ---------------------------------------------------
@@ -426,7 +420,7 @@ class Loader::Impl {
   // The batch in its order: the samples read (`read`, in b.misses' order)
   // and those the node cache holds. Offers the read ones to the filler.
   std::shared_ptr<Batch::Data> WithCached(const InFlight& b, std::shared_ptr<Batch::Data> read) {
-    if (!b.misses.empty() && !cache_->full()) OfferToFiller(read);
+    if (!b.misses.empty() && filler_) filler_->Offer(read);
     if (b.misses.size() == b.indices.size()) return read;
     auto data = std::make_shared<Batch::Data>();
     // Cached bytes are shared: the batch keeps the region mapped and is
@@ -450,97 +444,6 @@ class Loader::Impl {
       data->payload_bytes += data->samples[k].size();
     }
     return data;
-  }
-
-  // --- Filling the node cache ----------------------------------------------
-  //
-  // The samples an epoch reads anyway are copied into the node cache by a
-  // thread of its own at the lowest priority: it fills from the epoch's own
-  // reads (no extra device reads), on CPU time nothing else wants, and a
-  // batch it has no time for is simply not offered — so filling never makes
-  // an epoch wait. Where first-touching memory is slow
-  // (docs/benchmarks.md: this VM's 3-5 s/GB), filling spreads over epochs.
-
-  void OfferToFiller(const std::shared_ptr<Batch::Data>& read) {
-    {
-      std::lock_guard lock(fill_mu_);
-      if (fill_stop_ || fill_queue_.size() >= kFillQueue) return;  // busy: skip this batch
-      fill_queue_.push_back(read);
-      if (!filler_.joinable()) {
-        try {
-          filler_ = std::thread([this] { Fill(); });
-        } catch (const std::system_error&) {
-          fill_stop_ = true;  // no thread: run uncached-filling
-          fill_queue_.clear();
-          return;
-        }
-      }
-    }
-    fill_cv_.notify_one();
-  }
-
-  void Fill() {
-    // Nice 19, this thread only (Linux): CPU nobody else wants first.
-    (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
-    // Even at nice 19 a filler costs a loader-bound epoch its time: on this
-    // VM (docs/benchmarks.md) the first epoch ran at 0.86x of the cache off,
-    // 0.69x with 4 ranks on 2 cores — page faults and fallocate in the
-    // kernel, memory bandwidth. So while the caller waits for batches (more
-    // than kBoundShare of the time since the last job), filling may take
-    // kDutyCycle of the wall time plus the time the cache has saved the
-    // reader since (its hit bytes at the device's measured time per byte):
-    // it pays for itself, and speeds up as the cache fills. When the caller
-    // is busy elsewhere (training), it fills as fast as idle CPU allows.
-    constexpr double kBoundShare = 0.05, kDutyCycle = 0.03;
-    struct Mark {
-      double wall, wait, device_bytes, hit_bytes;
-    };
-    auto mark = [&] {
-      double device = 0;
-      for (const auto& w : workers_) device += static_cast<double>(w->engine->stats().bytes);
-      return Mark{Now(), next_wait_ns_.load(std::memory_order_relaxed) / 1e9, device,
-                  static_cast<double>(cache_->stats().hit_bytes)};
-    };
-    Mark last = mark();
-    double credit = 0;  // seconds the cache saved that filling has not spent
-    while (true) {
-      std::shared_ptr<Batch::Data> job;
-      {
-        std::unique_lock lock(fill_mu_);
-        fill_cv_.wait(lock, [&] { return fill_stop_ || !fill_queue_.empty(); });
-        if (fill_stop_) return;
-        job = fill_queue_.front();
-      }
-      const double t0 = Now();
-      for (size_t k = 0; k < job->indices.size() && !cache_->full(); ++k) {
-        (void)cache_->Admit(job->indices[k], job->samples[k]);
-      }
-      const double busy = Now() - t0;
-      {
-        std::lock_guard lock(fill_mu_);
-        fill_queue_.pop_front();  // the batch's buffer may now be reused
-        if (cache_->full()) fill_queue_.clear();
-      }
-      const Mark now = mark();
-      const double wall = now.wall - last.wall;
-      if (wall > 0 && (now.wait - last.wait) / wall > kBoundShare) {
-        if (now.device_bytes > last.device_bytes) {
-          credit +=
-              (now.hit_bytes - last.hit_bytes) * wall / (now.device_bytes - last.device_bytes);
-        }
-        double rest = busy * (1 / kDutyCycle - 1);
-        const double spend = std::min(rest, credit);
-        rest -= spend;
-        credit -= spend;
-        // Batches offered while resting are skipped (the queue looks full).
-        std::unique_lock lock(fill_mu_);
-        fill_queue_.push_back(nullptr);
-        fill_cv_.wait_for(lock, std::chrono::duration<double>(rest), [&] { return fill_stop_; });
-        fill_queue_.pop_back();
-        if (fill_stop_) return;
-      }
-      last = mark();
-    }
   }
 
   void Publish(const InFlight& b, Result<std::shared_ptr<Batch::Data>> result) {
@@ -592,14 +495,8 @@ class Loader::Impl {
   std::atomic<uint64_t> verify_ns_{0};
   std::atomic<uint64_t> next_wait_ns_{0};
 
-  // The filler (see OfferToFiller): batches whose read samples it copies
-  // into the node cache, at most kFillQueue waiting (each holds its buffer).
-  static constexpr size_t kFillQueue = 1;
-  std::mutex fill_mu_;
-  std::condition_variable fill_cv_;
-  std::deque<std::shared_ptr<Batch::Data>> fill_queue_;
-  bool fill_stop_ = false;
-  std::thread filler_;
+  // Copies the samples read into the node cache (null without a cache).
+  std::unique_ptr<cache_internal::CacheFiller> filler_;
 };
 
 Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -675,7 +572,16 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
   if (!budget_note.empty()) {
     impl->cache_note_ = budget_note + (impl->cache_note_.empty() ? "" : "; " + impl->cache_note_);
   }
-  if (impl->cache_) description += "; " + impl->cache_->Describe();
+  if (impl->cache_) {
+    description += "; " + impl->cache_->Describe();
+    Loader::Impl* raw = impl.get();
+    impl->filler_ = std::make_unique<cache_internal::CacheFiller>(impl->cache_, [raw] {
+      cache_internal::CacheFiller::Progress p;
+      p.caller_wait_seconds = raw->next_wait_ns_.load(std::memory_order_relaxed) / 1e9;
+      for (const auto& w : raw->workers_) p.device_bytes += w->engine->stats().bytes;
+      return p;
+    });
+  }
   // Batch buffers before the first read: enough for the batches in the
   // window and those the caller holds, spread over the I/O threads, each
   // sized for a batch of samples of the mean size plus a block of
@@ -685,7 +591,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
   const uint64_t a = std::max<uint32_t>(first.alignment(), 1);
   const uint64_t slab = (mean + a) * options.sampler.batch_size / 4 * 5 + a;
   const uint64_t per_thread = (impl->window_ + options.io_threads - 1) / options.io_threads + 2 +
-                              (impl->cache_ ? Loader::Impl::kFillQueue : 0);
+                              (impl->cache_ ? cache_internal::CacheFiller::kHeld : 0);
   for (auto& w : impl->workers_) {
     if (!w->pool->Reserve(static_cast<uint32_t>(per_thread), slab)) {
       return Status::Unavailable(volume->path() + ": out of memory for " +

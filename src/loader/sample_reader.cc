@@ -1,7 +1,12 @@
 #include "dlfs/sample_reader.h"
 
+#include <atomic>
+#include <cstring>
 #include <mutex>
+#include <optional>
 
+#include "cache/filler.h"
+#include "cache/node_cache.h"
 #include "common/clock.h"
 #include "loader/batch_data.h"
 #include "loader/batch_read.h"
@@ -21,9 +26,14 @@ class SampleReader::Impl {
   std::vector<uint32_t> fields;
   std::shared_ptr<loader_internal::DecodedBuffers> decoded =
       std::make_shared<loader_internal::DecodedBuffers>();
+  std::shared_ptr<cache_internal::NodeCache> cache;  // null: none
+  std::unique_ptr<cache_internal::CacheFiller> filler;
+  std::atomic<uint64_t> read_ns{0};  // callers waiting in ReadInto
   std::mutex mu;
   std::vector<ReadRequest> requests;
   std::vector<Status> results;
+
+  ~Impl() { filler.reset(); }  // before the engine it asks for its bytes
 };
 
 namespace {
@@ -52,6 +62,17 @@ Result<std::unique_ptr<SampleReader>> SampleReader::Create(std::shared_ptr<Volum
                         CreateEngine(impl->volume->OpenTargetPaths(), options.engine));
   impl->pool = std::make_shared<loader_internal::SlabPool>(
       impl->engine->alignment(), impl->engine.get(), options.engine.buffer_slots);
+  cache_internal::NodeCacheOptions co;
+  co.budget = ResolveCacheBudget(options.cache_budget, ReadMemoryLimit());
+  co.shared = options.cache_shared;
+  impl->cache = cache_internal::NodeCache::Open(*impl->volume, co, nullptr);
+  if (impl->cache) {
+    Impl* raw = impl.get();
+    impl->filler = std::make_unique<cache_internal::CacheFiller>(impl->cache, [raw] {
+      return cache_internal::CacheFiller::Progress{
+          raw->read_ns.load(std::memory_order_relaxed) / 1e9, raw->engine->stats().bytes};
+    });
+  }
   return std::unique_ptr<SampleReader>(new SampleReader(std::move(impl)));
 }
 
@@ -91,47 +112,110 @@ Result<Batch> SampleReader::ReadInto(std::span<const uint64_t> indices, std::spa
   const Volume& vol = *m.volume;
   DLFS_RETURN_IF_ERROR(CheckIndices(vol, indices));
   std::lock_guard lock(m.mu);
+  const double t0 = Now();
   loader_internal::PlanOptions po;
   po.read = m.options.plan;
   po.alignment = m.engine->alignment();
-  loader_internal::BatchRead read(vol, indices, po);
+  // Samples the node cache holds are not read.
+  std::vector<std::optional<std::span<const std::byte>>> cached(indices.size());
+  std::vector<uint64_t> misses;
+  uint64_t cached_bytes = 0;  // as laid out in a caller's buffer
+  if (m.cache) {
+    for (size_t k = 0; k < indices.size(); ++k) {
+      cached[k] = m.cache->Find(indices[k]);
+      if (cached[k]) {
+        cached_bytes += DecodedOffset(cached[k]->size());
+      } else {
+        misses.push_back(indices[k]);
+      }
+    }
+  }
+  std::span<const uint64_t> to_read = m.cache ? std::span<const uint64_t>(misses) : indices;
+  std::optional<loader_internal::BatchRead> read;
+  read.emplace(vol, to_read, po);
+  const uint64_t decoded =
+      m.fields.empty() ? 0 : loader_internal::DecodedBytes(vol, m.fields, indices);
+  // A caller's buffer holds the reads, then cached samples, then decoded ones.
+  auto need = [&] {
+    const uint64_t r = read->buffer_bytes();
+    return cached_bytes + decoded == 0 ? r : DecodedOffset(r) + cached_bytes + decoded;
+  };
+  if (!buffer.empty() && cached_bytes > 0 && need() > buffer.size()) {
+    // The cached samples do not fit beside the reads in the caller's
+    // buffer (sized by BufferBytes for reading them all): read them all.
+    cached.assign(indices.size(), std::nullopt);
+    cached_bytes = 0;
+    to_read = indices;
+    read.emplace(vol, to_read, po);
+  }
   std::shared_ptr<loader_internal::Slab> slab;
   std::byte* base = buffer.data();
   uint32_t slot = ReadRequest::kNoSlot;
   if (buffer.empty()) {
-    slab = m.pool->Acquire(read.buffer_bytes());
+    slab = m.pool->Acquire(read->buffer_bytes());
     if (!slab) {
       return Status::Unavailable(vol.path() + ": out of memory for " +
-                                 std::to_string(read.buffer_bytes()) + " bytes of samples");
+                                 std::to_string(read->buffer_bytes()) + " bytes of samples");
     }
     base = slab->data;
     slot = slab->slot;
-  }
-  std::span<std::byte> decoded_into;  // decoded samples, when the caller gave the buffer
-  if (!buffer.empty()) {
-    const uint64_t need = m.fields.empty()
-                              ? read.buffer_bytes()
-                              : DecodedOffset(read.buffer_bytes()) +
-                                    loader_internal::DecodedBytes(vol, m.fields, indices);
-    if (buffer.size() < need || reinterpret_cast<uintptr_t>(base) % 4096 != 0) {
+  } else {
+    if (buffer.size() < need() || reinterpret_cast<uintptr_t>(base) % 4096 != 0) {
       return Status::InvalidArgument(
-          vol.path() + ": these samples need a 4 KiB-aligned buffer of " + std::to_string(need) +
+          vol.path() + ": these samples need a 4 KiB-aligned buffer of " + std::to_string(need()) +
           " bytes, not " + std::to_string(buffer.size()));
     }
-    if (!m.fields.empty()) decoded_into = buffer.subspan(DecodedOffset(read.buffer_bytes()));
   }
-  const double t0 = Now();
-  read.Start(base, slot, &m.requests);
-  do {
-    m.results.assign(m.requests.size(), Status::Ok());
-    DLFS_RETURN_IF_ERROR(m.engine->Read(m.requests, m.results).WithContext(vol.path()));
-    for (size_t r = 0; r < m.results.size(); ++r) read.Complete(r, m.results[r]);
-  } while (read.NextRound(&m.requests));
+  if (!to_read.empty()) {
+    read->Start(base, slot, &m.requests);
+    do {
+      m.results.assign(m.requests.size(), Status::Ok());
+      DLFS_RETURN_IF_ERROR(m.engine->Read(m.requests, m.results).WithContext(vol.path()));
+      for (size_t r = 0; r < m.results.size(); ++r) read->Complete(r, m.results[r]);
+    } while (read->NextRound(&m.requests));
+  }
   std::shared_ptr<const void> owner = slab;
   DLFS_ASSIGN_OR_RETURN(std::shared_ptr<Batch::Data> data,
-                        read.FinishData(std::move(owner), 0, 0, Now() - t0));
+                        read->FinishData(std::move(owner), 0, 0, Now() - t0));
+  // The reads fill the cache (not from a caller's buffer: it may be reused
+  // as soon as this returns).
+  if (m.filler && buffer.empty() && !to_read.empty()) m.filler->Offer(data);
+  if (to_read.size() != indices.size()) {
+    // In the order asked: cached samples as spans into the cache, or copies
+    // in the caller's buffer after the reads.
+    auto all = std::make_shared<Batch::Data>();
+    struct Owners {
+      std::shared_ptr<const void> slab;
+      std::shared_ptr<cache_internal::NodeCache> cache;
+    };
+    all->owner = std::make_shared<Owners>(Owners{data->owner, m.cache});
+    all->owns_bytes = !buffer.empty();  // copies are the caller's; the cache's are shared
+    all->io_seconds = data->io_seconds;
+    all->device_bytes = data->device_bytes;
+    all->indices.assign(indices.begin(), indices.end());
+    all->labels.resize(indices.size());
+    all->samples.resize(indices.size());
+    uint64_t at = DecodedOffset(read->buffer_bytes());
+    for (size_t k = 0, r = 0; k < indices.size(); ++k) {
+      all->labels[k] = vol.directory().label(indices[k]);
+      if (!cached[k]) {
+        all->samples[k] = data->samples[r++];
+      } else if (buffer.empty()) {
+        all->samples[k] = *cached[k];
+      } else {
+        std::memcpy(base + at, cached[k]->data(), cached[k]->size());
+        all->samples[k] = {base + at, cached[k]->size()};
+        at += DecodedOffset(cached[k]->size());
+      }
+      all->payload_bytes += all->samples[k].size();
+    }
+    data = std::move(all);
+  }
   if (!m.fields.empty()) {
     // Checks each field's stored bytes, then decodes it.
+    const std::span<std::byte> decoded_into =
+        buffer.empty() ? std::span<std::byte>()
+                       : buffer.subspan(DecodedOffset(read->buffer_bytes()) + cached_bytes);
     DLFS_RETURN_IF_ERROR(loader_internal::SplitFields(vol, m.fields, verify, data.get(),
                                                       m.decoded.get(), decoded_into));
   } else if (verify) {
@@ -139,6 +223,7 @@ Result<Batch> SampleReader::ReadInto(std::span<const uint64_t> indices, std::spa
       DLFS_RETURN_IF_ERROR(vol.CheckSample(data->indices[i], data->samples[i]));
     }
   }
+  m.read_ns.fetch_add(static_cast<uint64_t>((Now() - t0) * 1e9), std::memory_order_relaxed);
   return Batch(std::move(data));
 }
 

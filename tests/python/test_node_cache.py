@@ -15,6 +15,7 @@ import textwrap
 import time
 import warnings
 
+import numpy as np
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -79,13 +80,16 @@ def volume(tmp_path_factory):
     return str(path)
 
 
-def _fill(loader, volume_bytes, epochs=300):
-    for e in range(epochs):
+def _fill(loader, volume_bytes, seconds=120):
+    give_up = time.monotonic() + seconds
+    e = 0
+    while time.monotonic() < give_up:
         if loader.stats()["cache_used_bytes"] >= volume_bytes:
             return
+        e += 1
         loader.set_epoch(1000 + e)
         for _ in loader:
-            pass
+            time.sleep(0.001)  # "compute", as training does: the filler runs freely
     raise AssertionError(f"the cache did not fill: {loader.stats()}")
 
 
@@ -102,15 +106,15 @@ def _check_epoch(loader, vol, epoch):
 # A second process: fills (or reads) the cache, says so on stdout, then
 # waits for a line on stdin (or is killed).
 HOLDER = textwrap.dedent("""
-    import sys, dlfs
+    import sys, time, dlfs
     vol = dlfs.Volume(sys.argv[1])
     loader = dlfs.Loader(vol, 16, cache_budget=1 << 30)
     want = vol.info()["bytes"] if sys.argv[2] == "fill" else 0
-    e = 0
-    while loader.stats()["cache_used_bytes"] < want or e == 0:
+    e, give_up = 0, time.monotonic() + 120
+    while (loader.stats()["cache_used_bytes"] < want or e == 0) and time.monotonic() < give_up:
         loader.set_epoch(e); e += 1
         for _ in loader:
-            pass
+            time.sleep(0.001)  # "compute": the filler runs freely
     print("ready", flush=True)
     if sys.argv[2] == "spin":   # keep filling until killed
         while True:
@@ -242,3 +246,25 @@ def test_memory_cgroup_sizes_the_default_budget(volume, cache_dir, dlfs_bin):
                 break
             except OSError:
                 time.sleep(0.1)
+
+
+def test_map_style_reads_use_the_node_cache(volume, cache_dir):
+    torch = pytest.importorskip("torch")
+    import dlfs.torch
+    with dlfs.Volume(volume) as vol:
+        loader = dlfs.Loader(vol, 16, cache_budget=1 << 30)
+        _fill(loader, vol.info()["bytes"])
+        every = list(range(len(vol)))
+        batch = vol.read_many(every)  # this process's reader attaches to the same region
+        for k, i in enumerate(every):
+            assert bytes(batch[k]) == vol.read(i)
+            assert not batch[k].flags.writeable  # shared bytes: read-only views
+        # DataLoader workers: cached samples are copied into the shared slots.
+        ds = dlfs.torch.VolumeDataset(volume)
+        sampler = torch.utils.data.BatchSampler(torch.utils.data.SequentialSampler(ds), 50, False)
+        got = []
+        for samples, _ in torch.utils.data.DataLoader(ds, sampler=sampler, batch_size=None,
+                                                      num_workers=2):
+            got += [bytes(np.asarray(s)) for s in samples]
+        assert got == [vol.read(int(i)) for i in ds.indices]
+        del loader

@@ -5,11 +5,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <optional>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "dlfs/builder.h"
 #include "dlfs/sample_reader.h"
@@ -423,11 +425,16 @@ TEST_P(LoaderTest, StatsSayWhereTheTimeWent) {
     EXPECT_GE(d.cache_bytes, vol_->info().data_bytes);
     // Looked up when read: the epoch and the next one's first batches.
     EXPECT_GE(d.cache_hits + d.cache_misses, 1000u);
-    // The cache fills from the epochs' reads on an idle thread; once it
-    // holds every sample, an epoch comes from memory: no device reads.
-    for (uint64_t e = 1;
-         e < 200 && loader->source_stats().cache_used_bytes < vol_->info().data_bytes; ++e) {
-      ASSERT_OK(ReadEpoch(*loader, *vol_, e).error);
+    // The cache fills from the epochs' reads on a thread of its own (the
+    // caller paced as training is, so that it runs freely); once it holds
+    // every sample, an epoch comes from memory: no device reads.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    for (uint64_t e = 1; loader->source_stats().cache_used_bytes < vol_->info().data_bytes &&
+                         std::chrono::steady_clock::now() < give_up;
+         ++e) {
+      loader->SetEpoch(e);
+      Batch b;
+      while (*loader->Next(&b)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     ASSERT_EQ(loader->source_stats().cache_used_bytes, vol_->info().data_bytes);
     const SourceStats s1 = loader->source_stats();
@@ -534,7 +541,7 @@ TEST(SampleReaderTest, DamageIsNamedNeverReturned) {
   // A damaged device range: exactly the samples in it are named.
   const SampleInfo t = v->directory().sample(30);
   testing::ScopedFaultInjection eio({.eio_offset = t.offset, .eio_length = 1});
-  auto r2 = SampleReader::Create(v, {});
+  auto r2 = SampleReader::Create(v, {.cache_budget = 0});  // the device path
   ASSERT_OK(r2);
   const std::vector<uint64_t> near = {26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36};
   auto failed = (*r2)->Read(near, false);

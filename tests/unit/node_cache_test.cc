@@ -11,8 +11,10 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dlfs/loader.h"
@@ -60,7 +62,9 @@ class NodeCacheTest : public ::testing::Test {
   }
 
   // One epoch: every sample checked against the volume; the stats it took.
-  SourceStats Epoch(Loader& l, uint64_t epoch, bool* all_read_only = nullptr) {
+  // With `pace`, the caller "computes" a millisecond per batch, as training
+  // does: the cache's filler then runs freely instead of paying for itself.
+  SourceStats Epoch(Loader& l, uint64_t epoch, bool* all_read_only = nullptr, bool pace = false) {
     const SourceStats before = l.source_stats();
     l.SetEpoch(epoch);
     Batch b;
@@ -71,6 +75,7 @@ class NodeCacheTest : public ::testing::Test {
       EXPECT_OK(more);
       if (!more.ok() || !*more) break;
       read_only = read_only && !b.owns_bytes();
+      if (pace) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       for (size_t i = 0; i < b.size(); ++i, ++n) {
         auto want = vol_->Read(b.index(i));
         EXPECT_TRUE(std::ranges::equal(b.sample(i), *want)) << b.index(i);
@@ -81,10 +86,15 @@ class NodeCacheTest : public ::testing::Test {
     return l.source_stats() - before;
   }
 
-  // Epochs until the cache stops growing (its filler runs at idle priority).
+  // Epochs until the cache holds `target` bytes (its filler runs at nice 19:
+  // a busy machine, or a sanitizer build, makes it slow).
   void Fill(Loader& l, uint64_t target) {
     uint64_t e = 100;
-    while (l.source_stats().cache_used_bytes < target && e < 400) Epoch(l, e++);
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (l.source_stats().cache_used_bytes < target &&
+           std::chrono::steady_clock::now() < give_up) {
+      Epoch(l, e++, nullptr, true);
+    }
     ASSERT_GE(l.source_stats().cache_used_bytes, target);
   }
 

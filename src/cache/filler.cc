@@ -1,0 +1,111 @@
+#include "cache/filler.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <system_error>
+
+#include "common/clock.h"
+
+namespace dlfs::cache_internal {
+
+CacheFiller::CacheFiller(std::shared_ptr<NodeCache> cache, std::function<Progress()> progress)
+    : pid_(::getpid()), state_(std::make_unique<State>()) {
+  state_->cache = std::move(cache);
+  state_->progress = std::move(progress);
+}
+
+CacheFiller::~CacheFiller() {
+  if (::getpid() != pid_) {
+    (void)state_.release();  // the parent's thread and locks: leave them alone
+    return;
+  }
+  {
+    std::lock_guard lock(state_->mu);
+    state_->stop = true;
+  }
+  state_->cv.notify_all();
+  if (state_->thread.joinable()) state_->thread.join();
+}
+
+void CacheFiller::Offer(std::shared_ptr<const Batch::Data> read) {
+  State& s = *state_;
+  if (s.cache->full() || ::getpid() != pid_) return;
+  {
+    std::lock_guard lock(s.mu);
+    if (s.stop || s.queue.size() >= kHeld) return;  // busy or resting: skip this batch
+    s.queue.push_back(std::move(read));
+    if (!s.thread.joinable()) {
+      try {
+        s.thread = std::thread([&s] { Run(s); });
+      } catch (const std::system_error&) {
+        s.stop = true;  // no thread: the cache stays as it is
+        s.queue.clear();
+        return;
+      }
+    }
+  }
+  s.cv.notify_one();
+}
+
+void CacheFiller::Run(State& s) {
+  // Nice 19, this thread only (Linux): CPU nobody else wants first.
+  (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
+  constexpr double kBoundShare = 0.05, kDutyCycle = 0.03;
+  struct Mark {
+    double wall, wait, device_bytes, hit_bytes;
+  };
+  auto mark = [&] {
+    const Progress p = s.progress();
+    return Mark{Now(), p.caller_wait_seconds, static_cast<double>(p.device_bytes),
+                static_cast<double>(s.cache->stats().hit_bytes)};
+  };
+  Mark last = mark();
+  double credit = 0;  // seconds the cache saved that filling has not spent
+  while (true) {
+    std::shared_ptr<const Batch::Data> job;
+    {
+      std::unique_lock lock(s.mu);
+      s.cv.wait(lock, [&] { return s.stop || !s.queue.empty(); });
+      if (s.stop) return;
+      job = s.queue.front();
+    }
+    const double t0 = Now();
+    for (size_t k = 0; k < job->indices.size() && !s.cache->full(); ++k) {
+      (void)s.cache->Admit(job->indices[k], job->samples[k]);
+    }
+    const double busy = Now() - t0;
+    job.reset();
+    {
+      std::lock_guard lock(s.mu);
+      s.queue.pop_front();  // the batch's buffer may now be reused
+      if (s.cache->full()) {
+        s.stop = true;  // nothing more to do; Offer drops what comes
+        s.queue.clear();
+        return;
+      }
+    }
+    const Mark now = mark();
+    const double wall = now.wall - last.wall;
+    if (wall > 0 && (now.wait - last.wait) / wall > kBoundShare) {
+      if (now.device_bytes > last.device_bytes) {
+        credit += (now.hit_bytes - last.hit_bytes) * wall / (now.device_bytes - last.device_bytes);
+      }
+      double rest = busy * (1 / kDutyCycle - 1);
+      const double spend = std::min(rest, credit);
+      rest -= spend;
+      credit -= spend;
+      // Batches offered while resting are skipped: the queue looks full.
+      std::unique_lock lock(s.mu);
+      s.queue.push_back(nullptr);
+      s.cv.wait_for(lock, std::chrono::duration<double>(rest), [&] { return s.stop; });
+      s.queue.pop_back();
+      if (s.stop) return;
+    }
+    last = mark();
+  }
+}
+
+}  // namespace dlfs::cache_internal
