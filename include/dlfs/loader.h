@@ -157,7 +157,7 @@ class Loader final : public BatchSource {
   Result<bool> Next(Batch* batch) override;
   uint64_t batches_per_epoch() const override;
   // What the engine is: "io_uring, O_DIRECT, ..., queue depth 64", and
-  // whether a memory tier serves the samples.
+  // and the node cache, if any.
   const std::string& description() const override;
   // Time, I/O and memory since the loader was created (any thread).
   SourceStats source_stats() const override;

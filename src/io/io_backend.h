@@ -45,7 +45,7 @@ struct Completion {
   int64_t result;  // bytes read, or -errno
 };
 
-// A new backend (NBD, a memory tier) implements the first six methods; the
+// A new backend (NBD, SPDK) implements the first six methods; the
 // engine's completion loop (engine.cc) does the rest.
 class Backend {
  public:

@@ -130,7 +130,7 @@ def test_views_outlive_the_loader_and_their_batch(many):
     many batches while the loader recycles buffers, then check every byte."""
     rng = random.Random(0)
     kept = []
-    # From the device every epoch (no memory tier), so batch buffers recycle.
+    # From the device every epoch (no node cache), so batch buffers recycle.
     loader = dlfs.Loader(many, batch_size=50, seed=3, prefetch_batches=2, cache_budget=0)
     for epoch in range(3):
         loader.set_epoch(epoch)

@@ -95,7 +95,7 @@ def test_volume_dataset(packed):
 
 def test_loaders(packed):
     vol, want = packed
-    for budget in (0, None):  # from the device, and through the memory tier
+    for budget in (0, None):  # from the device, and with the node cache
         options = {} if budget is None else {"cache_budget": budget}
         loader = dlfs.Loader(vol, 5, seed=1, **options)
         seen = 0

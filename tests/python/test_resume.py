@@ -286,7 +286,7 @@ def test_a_loader_destroyed_in_a_forked_child(numbered):
     alone: no hang, no abort."""
     script = textwrap.dedent("""
         import os, sys, dlfs
-        for budget in (0, None):  # reading from the device, and the memory tier
+        for budget in (0, None):  # reading from the device, and with the node cache
             loader = dlfs.Loader(sys.argv[1], 16, cache_budget=budget)
             next(iter(loader))  # the I/O threads run, waiting for work
             pid = os.fork()

@@ -1,7 +1,7 @@
 // The loader's fields (LoaderOptions::fields, format v2): per sample, the
 // requested fields in the requested order, byte-identical to
 // Volume::Read(i, field), raw ones zero-copy and zstd ones decoded; missing
-// and corrupt fields named; from the device and from the memory tier.
+// and corrupt fields named; from the device and with the node cache.
 #include <map>
 #include <set>
 
@@ -50,7 +50,7 @@ Status Build(const std::string& path) {
 
 std::vector<std::byte> Copy(std::span<const std::byte> s) { return {s.begin(), s.end()}; }
 
-// Each test runs from the device (cache_budget 0) and from the memory tier.
+// Each test runs from the device (cache_budget 0) and with the node cache.
 class LoaderFieldsTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {

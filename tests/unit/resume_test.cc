@@ -51,7 +51,7 @@ std::vector<uint64_t> Concat(std::vector<uint64_t> a, const std::vector<uint64_t
   return a;
 }
 
-using ResumeParam = std::tuple<EngineKind, bool>;  // engine, memory tier
+using ResumeParam = std::tuple<EngineKind, bool>;  // engine, node cache
 
 class ResumeTest : public ::testing::TestWithParam<ResumeParam> {
  protected:

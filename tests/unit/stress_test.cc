@@ -170,8 +170,8 @@ TEST_F(StressTest, ConcurrentLoadersWithInjectedFaults) {
         o.sampler.batch_size = 8;
         o.sampler.seed = t;
         o.io_threads = 2;
-        // Per-sample reads every epoch: the memory tier would retry the
-        // injected EIOs away after its first load.
+        // Per-sample reads every epoch: the node cache would serve samples
+        // instead of the reads that get the injected EIOs.
         o.cache_budget = 0;
         auto l = Loader::Create(vol_, o);
         if (!l.ok()) {
