@@ -19,9 +19,13 @@ fi
 
 scripts/install-deps.sh
 dir=${FUZZ_DIR:-build-fuzz}
-CC=clang-14 CXX=clang++-14 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DDLFS_BUILD_FUZZERS=ON -DDLFS_BUILD_TESTS=OFF -DDLFS_BUILD_BENCHMARKS=OFF \
-  -DDLFS_BUILD_PYTHON=OFF >/dev/null
+# A build directory already configured for fuzzing (scripts/test.sh's
+# sanitized build, which also has the tests) is used as it is.
+if ! grep -qs '^DLFS_BUILD_FUZZERS:BOOL=ON' "$dir/CMakeCache.txt"; then
+  CC=clang-14 CXX=clang++-14 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DDLFS_BUILD_FUZZERS=ON -DDLFS_BUILD_TESTS=OFF -DDLFS_BUILD_BENCHMARKS=OFF \
+    -DDLFS_BUILD_PYTHON=OFF >/dev/null
+fi
 targets=()
 for h in "${harnesses[@]}"; do targets+=("fuzz_$h"); done
 cmake --build "$dir" -j "$(nproc)" --target "${targets[@]}" dlfs_cli

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Runs every test: installs dependencies, then
 #   1. builds (RelWithDebInfo) and runs CTest: GoogleTest, pytest, MPI programs;
-#   2. the same under AddressSanitizer + UBSan;
+#   2. builds once with clang + AddressSanitizer + UBSan and coverage
+#      instrumentation, runs CTest there, then each libFuzzer harness of the
+#      same build for 10 s as a smoke check (scripts/fuzz.sh);
 #   3. the tests of concurrent code (engines, loader, volume reads, stress)
-#      under ThreadSanitizer, building only them;
-#   4. each libFuzzer harness for 20 s (scripts/fuzz.sh) as a smoke check.
+#      under ThreadSanitizer, building only them.
 # Prints how long each stage took.
 #   scripts/test.sh            everything
-#   DLFS_NO_SANITIZE=1 ...     skip stages 2-4 (faster local runs)
-#   DLFS_FUZZ_SECONDS=N ...    fuzz each harness N s in stage 4 (default 20)
+#   DLFS_NO_SANITIZE=1 ...     skip stages 2-3 (faster local runs)
+#   DLFS_FUZZ_SECONDS=N ...    fuzz each harness N s in stage 2 (default 10)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,10 +42,14 @@ stage "build and test (RelWithDebInfo)" run_suite build
 
 if [[ -z "${DLFS_NO_SANITIZE:-}" ]]; then
   export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp"
-  stage "build and test under ASan + UBSan" run_suite build-asan -DCMAKE_BUILD_TYPE=Debug \
-    -DDLFS_SANITIZE=address,undefined -DDLFS_BUILD_BENCHMARKS=OFF -DDLFS_BUILD_PYTHON=OFF
+  # One sanitized configuration serves the tests and the fuzzers: building
+  # the library a second time for libFuzzer cost ~140 s.
+  CC=clang-14 CXX=clang++-14 stage "build and test under ASan + UBSan (clang)" run_suite \
+    build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLFS_SANITIZE=address,undefined \
+    -DDLFS_BUILD_FUZZERS=ON -DDLFS_BUILD_BENCHMARKS=OFF -DDLFS_BUILD_PYTHON=OFF
+  FUZZ_DIR=build-asan stage "fuzz smoke (${DLFS_FUZZ_SECONDS:-10} s per harness)" \
+    scripts/fuzz.sh "${DLFS_FUZZ_SECONDS:-10}"
   stage "concurrency tests under ThreadSanitizer" run_tsan
-  stage "fuzz smoke (${DLFS_FUZZ_SECONDS:-20} s per harness)" scripts/fuzz.sh "${DLFS_FUZZ_SECONDS:-20}"
 fi
 
 echo "== stage times =="

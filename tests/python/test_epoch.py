@@ -134,8 +134,13 @@ def test_bench_reports_where_the_time_went(run, small_volume, budget):
         assert looked_up >= sum(e["samples"] for e in r["epochs"])
         for e in r["epochs"]:
             assert e["cache"]["device_bytes"] == e["pipeline"]["io_bytes"]
-        assert 0 < r["cache"]["used_bytes"] <= r["cache"]["capacity_bytes"]
+        # Whether this unpaced run filled anything depends on timing (the
+        # filler rests while a loader-bound caller waits); filling itself is
+        # tested, paced like training, in test_node_cache.py.
+        assert r["cache"]["used_bytes"] <= r["cache"]["capacity_bytes"]
         assert r["cache"]["fill_bytes"] <= r["cache"]["used_bytes"]  # (some between epochs)
+        hits = sum(e["cache"]["hits"] for e in r["epochs"])
+        assert hits == 0 or r["cache"]["used_bytes"] > 0
     assert m["cache_budget"] == (0 if budget == "0" else 64 << 20 if budget == "64M"
                                  else m["cache_budget"])
     assert isinstance(r["io_uring_flags"], list)
