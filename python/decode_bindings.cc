@@ -21,6 +21,7 @@
 #include "dlfs/decode_stage.h"
 #include "dlfs/loader.h"
 #include "dlfs/volume.h"
+#include "state_dict.h"
 
 namespace py = pybind11;
 
@@ -219,13 +220,49 @@ class PyImageLoader {
     stage_ = Unwrap(DecodeStage::Create(std::move(loader), vol, dso));
   }
 
-  void set_epoch(uint64_t e) { epoch_ = e; }
+  // As PyLoader (dlfs_module.cc): after load_state_dict, setting the
+  // restored epoch keeps the restored position.
+  void set_epoch(uint64_t e) {
+    if (restored_ && e == epoch_) return;
+    epoch_ = e;
+    positioned_ = restored_ = false;
+  }
   uint64_t epoch() const { return epoch_; }
 
   void Start() {
     py::gil_scoped_release release;
     std::lock_guard lock(mu_);
-    stage_->SetEpoch(epoch_);
+    stage_->SetEpoch(epoch_);  // keeps a position LoadState just restored
+    positioned_ = true;
+    restored_ = false;
+  }
+
+  py::dict State() {
+    SourceState s;
+    {
+      py::gil_scoped_release release;
+      std::lock_guard lock(mu_);
+      s = Unwrap(stage_->SaveState());
+    }
+    if (!positioned_) {
+      s.epoch = epoch_;
+      s.batches = 0;
+      s.done.clear();
+    }
+    return StateDict(s);
+  }
+
+  void LoadState(const py::handle& state) {
+    const SourceState s = Unwrap(StateFromDict(state));
+    Status st;
+    {
+      py::gil_scoped_release release;
+      std::lock_guard lock(mu_);
+      st = stage_->LoadState(s);
+    }
+    Check(st);
+    epoch_ = s.epoch;
+    positioned_ = restored_ = true;
   }
 
   py::tuple Next() {
@@ -271,6 +308,8 @@ class PyImageLoader {
   Loader* loader_ = nullptr;  // owned by stage_
   DecodeStageOptions options_;
   uint64_t epoch_ = 0;
+  bool positioned_ = false;  // the stage is at epoch_ (iterated or restored)
+  bool restored_ = false;    // by load_state_dict, and not iterated since
   std::mutex mu_;
 };
 
@@ -470,7 +509,8 @@ is a writable view of the batch's buffer (no copy).
                   bool shuffle, uint64_t seed, uint32_t rank, uint32_t world_size, bool drop_last,
                   uint32_t prefetch_batches, uint32_t queue_depth, uint32_t io_threads,
                   const std::string& engine, bool direct_io, bool verify_checksums, bool coalesce,
-                  std::optional<std::vector<uint64_t>> indices, std::optional<std::string> field) {
+                  std::optional<std::vector<uint64_t>> indices, std::optional<std::string> field,
+                  std::optional<uint64_t> cache_budget, bool cache_shared) {
                  std::shared_ptr<Volume> vol;
                  if (py::isinstance<Volume>(volume)) {
                    vol = volume.cast<std::shared_ptr<Volume>>();
@@ -494,6 +534,8 @@ is a writable view of the batch's buffer (no copy).
                  if (indices) lo.subset = std::move(*indices);
                  // One field: the decode stage decodes one image per sample.
                  if (field) lo.fields = {*field};
+                 if (cache_budget) lo.cache_budget = *cache_budget;
+                 lo.cache_shared = cache_shared;
                  DecodeStageOptions dso;
                  dso.image = pipeline.options();
                  dso.decode_threads = decode_threads;
@@ -519,7 +561,8 @@ is a writable view of the batch's buffer (no copy).
            py::arg("direct_io") = kLoader.engine.direct_io,
            py::arg("verify_checksums") = kLoader.verify_checksums,
            py::arg("coalesce") = kLoader.plan.coalesce, py::arg("indices") = py::none(),
-           py::arg("field") = py::none())
+           py::arg("field") = py::none(), py::arg("cache_budget") = py::none(),
+           py::arg("cache_shared") = kLoader.cache_shared)
       .def("set_epoch", &PyImageLoader::set_epoch, py::arg("epoch"))
       .def_property_readonly("epoch", &PyImageLoader::epoch)
       .def("__len__", [](PyImageLoader& l) { return l.stage().batches_per_epoch(); })
@@ -529,6 +572,12 @@ is a writable view of the batch's buffer (no copy).
              return l;
            })
       .def("__next__", &PyImageLoader::Next)
+      .def("state_dict", &PyImageLoader::State,
+           "Where the iteration is, as dlfs.Loader.state_dict(): batches decoded ahead "
+           "but not handed out do not count.")
+      .def("load_state_dict", &PyImageLoader::LoadState, py::arg("state"),
+           "Continues from a state_dict() (also one saved with another world size or "
+           "batch size: the rest of the epoch is split among the new ranks).")
       .def_property_readonly("channels", [](PyImageLoader& l) { return l.stage().channels(); })
       .def_property_readonly("decode_threads",
                              [](PyImageLoader& l) { return l.stage().decode_threads(); })

@@ -29,6 +29,7 @@
 #include "dlfs/summary.h"
 #include "dlfs/verify.h"
 #include "dlfs/volume.h"
+#include "state_dict.h"
 
 namespace py = pybind11;
 
@@ -169,52 +170,6 @@ uint64_t CheckIndex(const Volume& v, int64_t index) {
   return static_cast<uint64_t>(index);
 }
 
-// A SourceState as a Python dict (the keys of its text form; flags as bools).
-py::dict StateDict(const SourceState& s) {
-  py::dict d;
-  d["epoch"] = s.epoch;
-  d["batches"] = s.batches;
-  d["volume_uuid"] = s.volume_uuid;
-  d["volume_samples"] = s.volume_samples;
-  d["samples"] = s.samples;
-  d["subset_crc"] = s.subset_crc;
-  d["seed"] = s.sampler.seed;
-  d["shuffle"] = s.sampler.shuffle;
-  d["batch_size"] = s.sampler.batch_size;
-  d["drop_last"] = s.sampler.drop_last;
-  d["rank"] = s.sampler.rank;
-  d["world_size"] = s.sampler.world_size;
-  return d;
-}
-
-// The dict back, through the text form's parser (which names a missing,
-// unknown or malformed key).
-SourceState StateFromDict(const py::handle& state) {
-  if (!py::isinstance<py::dict>(state)) {
-    throw py::type_error("load_state_dict() takes the dict state_dict() returned");
-  }
-  std::string text = "dlfs-source-state 1\n";
-  for (auto [key, value] : state.cast<py::dict>()) {
-    const std::string k = py::str(key);
-    std::string v;
-    if (py::isinstance<py::bool_>(value)) {
-      v = value.cast<bool>() ? "1" : "0";
-    } else if (py::isinstance<py::str>(value)) {
-      v = value.cast<std::string>();
-    } else if (PyIndex_Check(value.ptr())) {
-      v = py::str(py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr())));
-    } else {
-      throw py::value_error("state['" + k + "'] must be an int, a bool or a str, not " +
-                            std::string(py::str(py::type::of(value).attr("__name__"))));
-    }
-    if (k.find_first_of(" \n") != std::string::npos || v.find('\n') != std::string::npos) {
-      throw py::value_error("state['" + k + "'] is malformed");
-    }
-    text += k + " " + v + "\n";
-  }
-  return Unwrap(SourceState::Parse(text));
-}
-
 // Iteration state for Python: a Loader plus the epoch the next iter() starts.
 class PyLoader {
  public:
@@ -270,7 +225,7 @@ class PyLoader {
   }
 
   void LoadState(const py::handle& state) {
-    const SourceState s = StateFromDict(state);
+    const SourceState s = Unwrap(StateFromDict(state));
     Status st;
     {
       py::gil_scoped_release release;
@@ -896,8 +851,12 @@ batch_size, drop_last, rank, world_size), as a dict of ints, bools and
 strings (torch.save / json can store it). load_state_dict(state) on a Loader
 made with the same volume and options, in any process, continues with the
 next batch, in the same order, without reading the batches before it; a
-state from another volume or other options raises ValueError naming what
-differs. After it, set_epoch(state["epoch"]) keeps the position (the usual
+state from another volume, seed, shuffle or drop_last raises ValueError
+naming what differs. Elastic resume: a Loader of another rank count or
+batch size may load rank 0's state (every rank of a data-parallel job stops
+at the same step); it reads its share of the samples of the epoch not yet
+handed out, each once, and "segments" in its state lists the parts read
+before (see "Long runs" in the README). After it, set_epoch(state["epoch"]) keeps the position (the usual
 loop); another epoch starts afresh.
 )doc")
       .def(py::init([](py::object volume, uint32_t batch_size, bool shuffle, uint64_t seed,

@@ -30,6 +30,14 @@
 // SetEpoch(state.epoch) right after LoadState keeps the restored position
 // (the first call with that epoch only); any other epoch starts it afresh.
 //
+// Elastic resume: a state saved by the ranks of a job (all at the same
+// step, as in data-parallel training; any rank's state describes the job)
+// resumes on sources of another world size or batch size: the rest of the
+// epoch is split among the new ranks so that every sample not yet read is
+// read once (dlfs/sampler.h, EpochSegment), and later epochs are what a
+// fresh job of the new shape reads. With the same world and batch size a
+// state resumes exactly where it stopped, each rank continuing its order.
+//
 // Thread safety: one thread drives a source (SetEpoch/Next/SaveState/
 // LoadState); the batches it hands out may be used from any thread.
 #pragma once
@@ -50,6 +58,9 @@ namespace dlfs {
 struct SourceState {
   uint64_t epoch = 0;
   uint64_t batches = 0;  // batches of `epoch` handed out (failed ones count)
+  // Parts of `epoch` read by earlier jobs of other shapes, oldest first;
+  // `batches` counts from the end of the last.
+  std::vector<EpochSegment> done;
   // What decides the order: LoadState refuses a state that differs in any.
   std::string volume_uuid;
   uint64_t volume_samples = 0;
@@ -57,19 +68,38 @@ struct SourceState {
   uint32_t subset_crc = 0;  // CRC32C of the subset's indices; 0 without one
   SamplerOptions sampler;   // seed, shuffle, batch size, drop_last, rank, world size
 
-  // One "key value" line each, after a "dlfs-source-state 1" line.
+  // One "key value" line each, after a "dlfs-source-state 2" line; the
+  // parts as "segments world_size=4,workers=1,batch_size=32,batches=7;..."
+  // (empty value: none). Parse also takes version 1 (no segments line).
   std::string Serialize() const;
   // InvalidArgument naming the line for text Serialize() did not write.
   static Result<SourceState> Parse(std::string_view text);
 };
 
+// A SourceState's `done` as text, "world_size=4,workers=1,batch_size=32,
+// batches=7;..." (empty: none), and back (InvalidArgument if malformed or
+// refused by CheckEpochSegments).
+std::string FormatEpochSegments(const std::vector<EpochSegment>& done);
+Result<std::vector<EpochSegment>> ParseEpochSegments(std::string_view text);
+
 // Ok when `saved` can be resumed by a source whose own state is `current`
-// (same volume, sample set and sampler options; saved.batches <=
-// batches_per_epoch); otherwise InvalidArgument "<who>: cannot resume from
-// this state: it was saved with seed 7, this loader has seed 8" (every
-// difference named).
-Status CheckResumable(const SourceState& saved, const SourceState& current,
-                      uint64_t batches_per_epoch, const std::string& who);
+// (same volume, sample set, seed, shuffle and drop_last; rank, world size
+// and batch size may differ: see "Elastic resume" above); otherwise
+// InvalidArgument "<who>: cannot resume from this state: it was saved with
+// seed 7, this loader has seed 8" (every difference named).
+Status CheckResumable(const SourceState& saved, const SourceState& current, const std::string& who);
+
+// Where a source of sampler options `mine` continues `saved` (which
+// CheckResumable accepted): the parts of the epoch read before, and the
+// batches of the current part this source has handed out. The same world
+// and batch size continue saved's part; another shape starts a new part
+// after it.
+struct ResumePoint {
+  uint64_t epoch = 0;
+  std::vector<EpochSegment> done;
+  uint64_t batches = 0;
+};
+ResumePoint PlanResume(const SourceState& saved, const SamplerOptions& mine);
 
 // CRC32C of a subset's indices (as little-endian uint64), 0 for none.
 uint32_t SubsetCrc(const std::vector<uint64_t>& subset);

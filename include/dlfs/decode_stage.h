@@ -94,6 +94,10 @@ class DecodeStage final : public BatchSource {
   // BatchSource. SetEpoch drops the batches queued for the old epoch.
   void SetEpoch(uint64_t epoch) override;
   Result<bool> Next(Batch* batch) override;
+  // Resuming (dlfs/batch_source.h) through the input: the batches it read
+  // ahead for decoding do not count as handed out; LoadState drops them.
+  Result<SourceState> SaveState() const override;
+  Status LoadState(const SourceState& state) override;
   uint64_t batches_per_epoch() const override;
   // "decode (N threads, 224x224 random-resized, float32 NCHW) <- <input's>".
   const std::string& description() const override;

@@ -95,7 +95,10 @@ struct ShardLoaderStats {
 // is collective, the ranks must restore the same epoch and batch count
 // (InvalidArgument on every rank otherwise, or when any rank's state does
 // not fit its loader), and the first exchange starts at the restored batch:
-// the batches before it are neither read nor exchanged.
+// the batches before it are neither read nor exchanged. A state of another
+// world size or batch size resumes elastically (every rank loads rank 0's):
+// node-local placement depends on the sample, not on the ranks' shares, so
+// the rest of the epoch is exchanged like a whole one.
 class ShardLoader final : public BatchSource {
  public:
   // Collective over `comm`. The ranks agree, as CreateLoader's do, and also

@@ -73,7 +73,11 @@
 // batches of it Next() has handed out, with the volume's uuid, the sample
 // set and the sampler options; LoadState() on a loader created with the same
 // volume and sampler options continues with the next batch, in the same
-// order, without reading the batches before it.
+// order, without reading the batches before it. A loader of another world
+// size or batch size (elastic resume) reads its share of the rest of the
+// epoch: those batches are the epoch's last (Batch::sequence() goes on from
+// batches_per_epoch() minus their count), and RankIndices() of that epoch
+// returns its share of the rest.
 //
 // Errors: a failed read or a checksum mismatch (verify_checksums; checked in
 // Next(), on the caller's thread, while the next batches are being read —

@@ -15,6 +15,14 @@
 // cut into batches; with drop_last the last incomplete batch is dropped too,
 // otherwise it is kept (and equally short on every rank).
 //
+// Elastic resume: a job interrupted mid-epoch may resume with another
+// number of ranks, DataLoader workers or batch size. The part of the epoch
+// it read is an EpochSegment; the rest of the epoch — the permutation's
+// samples no segment read (as a sample or as padding), in permutation
+// order — is sharded among the new
+// ranks exactly as a whole epoch is (padding and drop_last applying to the
+// rest), so every remaining sample is read once. Later epochs are whole.
+//
 // Thread safety: immutable; safe to share.
 #pragma once
 
@@ -35,6 +43,25 @@ struct SamplerOptions {
   bool drop_last = false;
 };
 
+// A part of an epoch read by one job before it stopped: its ranks (each
+// split among `workers` DataLoader workers that hand out batches in turn,
+// rank r's worker w reading shard r * workers + w of world_size * workers),
+// its batch size, and the batches each rank had handed out. A segment that
+// handed out all its batches ends the epoch.
+struct EpochSegment {
+  uint32_t world_size = 1;
+  uint32_t workers = 1;
+  uint32_t batch_size = 1;
+  uint64_t batches = 0;
+
+  bool operator==(const EpochSegment&) const = default;
+};
+
+// InvalidArgument unless every field is at least 1 (batches: 0), world_size
+// * workers is at most 2^24, and there are at most kMaxEpochSegments.
+inline constexpr size_t kMaxEpochSegments = 64;
+Status CheckEpochSegments(std::span<const EpochSegment> done);
+
 class Sampler {
  public:
   // InvalidArgument for rank >= world_size, world_size or batch_size 0.
@@ -51,6 +78,14 @@ class Sampler {
   // non-empty (a loader reading only part of a volume). REQUIRES: subset is
   // empty or has the sample_count the sampler was created with.
   std::vector<uint64_t> RankIndices(uint64_t epoch, std::span<const uint64_t> subset) const;
+
+  // This rank's sample indices for the rest of `epoch` after the segments
+  // `done` (in the order they were read), in reading order, mapped through
+  // `subset` as above. With `done` empty: RankIndices(epoch, subset).
+  // InvalidArgument for segments CheckEpochSegments refuses, or one that
+  // counts more batches than its part of the epoch had.
+  Result<std::vector<uint64_t>> RankIndices(uint64_t epoch, std::span<const EpochSegment> done,
+                                            std::span<const uint64_t> subset) const;
 
   uint64_t samples_per_rank() const { return per_rank_; }
   uint64_t batches_per_epoch() const { return batches_; }

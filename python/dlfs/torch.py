@@ -283,15 +283,60 @@ class _SharedPosition:
     SEEN_EPOCH = 4      # the epoch of the latest iteration; -1: none yet
     SEEN_WORKERS = 5    # its DataLoader's num_workers (0: the main process)
     TAKEN = 6           # batches it handed out, when run in the main process
+    RESUME_WORLD = 7    # the restored position's world size
+    RESUME_BATCH_SIZE = 8  # and batch size
+    MAX_SEGMENTS = 64   # parts of the restored epoch read before (elastic resume)
 
     def __init__(self):
-        self._values = torch.tensor([0, -1, 0, 0, -1, 0, 0], dtype=torch.int64).share_memory_()
+        self._values = torch.tensor([0, -1, 0, 0, -1, 0, 0, 1, 1],
+                                    dtype=torch.int64).share_memory_()
+        self._segments = torch.zeros(1 + 4 * self.MAX_SEGMENTS, dtype=torch.int64).share_memory_()
 
     def __getitem__(self, slot):
         return int(self._values[slot])
 
     def __setitem__(self, slot, value):
         self._values[slot] = int(value)
+
+    @property
+    def segments(self):
+        """The restored epoch's earlier parts: [(world_size, workers, batch_size, batches)]."""
+        n = int(self._segments[0])
+        v = self._segments[1:1 + 4 * n].tolist()
+        return [tuple(v[i:i + 4]) for i in range(0, 4 * n, 4)]
+
+    @segments.setter
+    def segments(self, segments):
+        if len(segments) > self.MAX_SEGMENTS:
+            raise ValueError(f"an epoch resumed more than {self.MAX_SEGMENTS} times")
+        flat = [x for seg in segments for x in seg]
+        self._segments[1:1 + len(flat)] = torch.tensor(flat, dtype=torch.int64)
+        self._segments[0] = len(segments)
+
+
+def _format_segments(segments):
+    """[(world_size, workers, batch_size, batches)] as a state's "segments" string."""
+    return ";".join(f"world_size={w},workers={k},batch_size={b},batches={n}"
+                    for w, k, b, n in segments)
+
+
+def _parse_segments(text, path):
+    """A state's "segments" string back; ValueError naming the volume if malformed."""
+    if not isinstance(text, str):
+        raise ValueError(f"{path}: cannot resume from this state: segments must be a str")
+    out = []
+    for part in filter(None, text.split(";")):
+        try:
+            kv = dict(item.split("=", 1) for item in part.split(","))
+            seg = tuple(int(kv.pop(k)) for k in ("world_size", "workers", "batch_size",
+                                                  "batches"))
+        except (ValueError, KeyError):
+            kv, seg = {"?": 1}, ()
+        if kv or min(seg[:3]) < 1 or seg[3] < 0:
+            raise ValueError(f"{path}: cannot resume from this state: malformed segments "
+                             f"{text[:200]!r}")
+        out.append(seg)
+    return out
 
 
 class LoaderDataset(tud.IterableDataset):
@@ -336,10 +381,14 @@ class LoaderDataset(tud.IterableDataset):
     handed out `batches` batches of the current epoch (e.g. step + 1; with
     num_workers=0 it may be left out, the dataset counts them itself), with
     what decides the order; load_state_dict(state) on a dataset made with the
-    same volume and options, before iterating the DataLoader (same
-    num_workers), makes the DataLoader hand out the rest of that epoch, in
-    the original order, each worker skipping its batches already handed out
-    without reading them. See state_dict().
+    same volume, seed, shuffle and drop_last, before iterating the
+    DataLoader, makes the DataLoader hand out the rest of that epoch. With
+    the same world size, num_workers and batch_size that is the original
+    order, each worker skipping its batches already handed out without
+    reading them; with others (elastic resume) the samples of the epoch not
+    yet handed out are split among this job's ranks and workers, each read
+    once, and later epochs are those of a fresh job. Every rank may load
+    rank 0's state (all ranks stop at the same step). See state_dict().
     """
 
     def __init__(self, path, batch_size, shuffle=True, seed=0, drop_last=False,
@@ -376,6 +425,7 @@ class LoaderDataset(tud.IterableDataset):
             "subset_crc": 0 if root is None else _dlfs._subset_crc(self.indices.tolist()),
             "seed": seed, "shuffle": bool(shuffle), "batch_size": batch_size,
             "drop_last": bool(drop_last)}
+        self._loaded = None  # the state load_state_dict() was given, until iterated
 
     @property
     def epoch(self):
@@ -445,22 +495,19 @@ class LoaderDataset(tud.IterableDataset):
         # j % W. Resuming after k batches, worker w plays the part worker
         # (w + k) % W had, so the DataLoader's first batch is batch k, and
         # skips that worker's batches among the first k.
-        role, skip = worker, 0
-        if p[p.RESUME_EPOCH] == epoch and p[p.RESUME_BATCHES] > 0:
-            k, saved = p[p.RESUME_BATCHES], p[p.RESUME_WORKERS]
-            if saved != workers:
-                raise ValueError(
-                    f"{self.path}: cannot resume from this state: it was saved with "
-                    f"num_workers={saved if saved > 1 else 0}, this DataLoader has "
-                    f"num_workers={info.num_workers if info else 0}")
-            role = (worker + k) % workers
-            skip = -(-(k - role) // workers) if k > role else 0
+        # A job of another shape (world size, workers, batch size) instead
+        # reads the rest of the epoch as a new part (elastic resume).
         rank, world = self._rank_world()
+        segments, offset = self._resumed_part(epoch, world, workers)
+        role, skip = worker, 0
+        if offset:
+            role = (worker + offset) % workers
+            skip = -(-(offset - role) // workers) if offset > role else 0
         loader = self._get_loader(rank * workers + role, world * workers)
         loader.set_epoch(epoch)
-        if skip:
+        if skip or segments:
             state = loader.state_dict()
-            state.update(epoch=epoch, batches=skip)
+            state.update(epoch=epoch, batches=skip, segments=_format_segments(segments))
             loader.load_state_dict(state)  # the skipped batches are not read
         main = info is None
         if main:
@@ -498,6 +545,19 @@ class LoaderDataset(tud.IterableDataset):
                 p[p.TAKEN] = p[p.TAKEN] + 1
             yield self.batch_transform(samples, batch.labels)
 
+    def _resumed_part(self, epoch, world, workers):
+        """How this job continues a restored `epoch`: the parts of it read
+        before, and the batches of the current part the DataLoader had
+        handed out (for a job of the same shape; else a new part: 0)."""
+        p = self._position
+        if p[p.RESUME_EPOCH] != epoch:
+            return [], 0
+        segments, k = p.segments, p[p.RESUME_BATCHES]
+        saved = (p[p.RESUME_WORLD], p[p.RESUME_WORKERS], p[p.RESUME_BATCH_SIZE])
+        if saved == (world, workers, self.batch_size):
+            return segments, k
+        return segments + ([saved + (k,)] if k > 0 else []), 0
+
     def state_dict(self, batches=None):
         """The position after the DataLoader has handed out `batches` batches of
         the current epoch, as a dict (ints, bools, strings: torch.save or json
@@ -507,18 +567,24 @@ class LoaderDataset(tud.IterableDataset):
         batches: what the training loop has taken from the DataLoader in this
         iteration (step + 1 after `for step, batch in enumerate(loader)`); in a
         resumed epoch count from the first batch after the restore, the
-        batches before it are added. Required when the DataLoader has
+        batches before it are added (after an elastic resume the state counts
+        the batches of the new part, and its "segments" lists the parts read
+        before it). Required when the DataLoader has
         workers: they read ahead of the loop, so the dataset cannot tell.
         With num_workers=0 the dataset counts what it handed out itself.
         """
         p = self._position
         epoch = self.epoch
         resumed = p[p.RESUME_EPOCH] == epoch
-        offset = p[p.RESUME_BATCHES] if resumed else 0
-        workers = p[p.RESUME_WORKERS] if resumed else None
         seen = p[p.SEEN_EPOCH] == epoch
-        if seen:
-            workers = max(p[p.SEEN_WORKERS], 1)
+        if resumed and not seen and self._loaded is not None:
+            if batches:
+                raise ValueError(f"LoaderDataset.state_dict(): batches={batches}, but epoch "
+                                 f"{epoch} has not been iterated since load_state_dict()")
+            return dict(self._loaded)  # nothing read since: the state as loaded
+        rank, world = self._rank_world()
+        workers = max(p[p.SEEN_WORKERS], 1) if seen else None
+        segments, offset = self._resumed_part(epoch, world, workers) if seen else ([], 0)
         if batches is None:
             if seen and p[p.SEEN_WORKERS] > 0:
                 raise ValueError(
@@ -534,14 +600,15 @@ class LoaderDataset(tud.IterableDataset):
             raise ValueError(
                 f"LoaderDataset.state_dict(): batches={batches}, but epoch {epoch} has not "
                 "been iterated")
-        rank, world = self._rank_world()
-        if total > 0:
+        if total > 0 and not segments:
             whole = workers * self._batches_per_shard(world * workers)
             if total > whole:
                 raise ValueError(f"batches={total}, but the epoch has {whole} batches "
                                  f"(num_workers={workers if workers > 1 else 0})")
         state = dict(self._identity, rank=rank, world_size=world)
-        state.update(epoch=epoch, batches=total, num_workers=workers if total > 0 else 0)
+        state.update(epoch=epoch, batches=total,
+                     num_workers=workers if total > 0 or segments else 0,
+                     segments=_format_segments(segments))
         return state
 
     def load_state_dict(self, state):
@@ -552,9 +619,10 @@ class LoaderDataset(tud.IterableDataset):
         differs, for a state of another volume or other options."""
         if not isinstance(state, dict):
             raise TypeError("load_state_dict() takes the dict state_dict() returned")
-        rank, world = self._rank_world()
-        mine = dict(self._identity, rank=rank, world_size=world)
-        keys = set(mine) | {"epoch", "batches", "num_workers"}
+        # World size, workers and batch size may differ (elastic resume).
+        mine = {k: v for k, v in self._identity.items() if k != "batch_size"}
+        keys = set(mine) | {"epoch", "batches", "num_workers", "rank", "world_size",
+                            "batch_size"}
         missing = sorted(keys - set(state))
         if missing:
             raise ValueError(f"{self.path}: not a LoaderDataset state: {', '.join(missing)} "
@@ -563,21 +631,32 @@ class LoaderDataset(tud.IterableDataset):
                   for k, v in mine.items() if state[k] != v]
         if differ:
             raise ValueError(f"{self.path}: cannot resume from this state: " + "; ".join(differ))
-        epoch, batches, workers = (int(state[k]) for k in ("epoch", "batches", "num_workers"))
-        if epoch < 0 or batches < 0 or workers < 0:
-            raise ValueError(f"{self.path}: cannot resume from this state: negative values")
-        if batches > 0:
-            whole = max(workers, 1) * self._batches_per_shard(world * max(workers, 1))
+        epoch, batches, workers, world, batch_size = (
+            int(state[k]) for k in ("epoch", "batches", "num_workers", "world_size",
+                                    "batch_size"))
+        if epoch < 0 or batches < 0 or workers < 0 or world < 1 or batch_size < 1:
+            raise ValueError(f"{self.path}: cannot resume from this state: epoch, batches or "
+                             "num_workers negative, or world_size or batch_size below 1")
+        segments = _parse_segments(state.get("segments", ""), self.path)
+        workers = max(workers, 1)
+        if batches > 0 and not segments:
+            shards = world * workers
+            per = self._samples // shards if self.drop_last else -(-self._samples // shards)
+            whole = workers * (per // batch_size if self.drop_last else -(-per // batch_size))
             if batches > whole:
                 raise ValueError(f"{self.path}: cannot resume from this state: it counts "
                                  f"{batches} batches of an epoch of {whole}")
         p = self._position
         self.epoch = epoch
+        p.segments = segments
         p[p.RESUME_EPOCH] = epoch
         p[p.RESUME_BATCHES] = batches
-        p[p.RESUME_WORKERS] = max(workers, 1)
+        p[p.RESUME_WORKERS] = workers
+        p[p.RESUME_WORLD] = world
+        p[p.RESUME_BATCH_SIZE] = batch_size
         p[p.SEEN_EPOCH] = -1
         p[p.TAKEN] = 0
+        self._loaded = dict(state)
 
     def __getstate__(self):  # each process makes its own loader
         state = dict(self.__dict__)

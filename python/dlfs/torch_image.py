@@ -24,7 +24,7 @@ _PIPELINE_KEYS = {"resize", "color", "format", "raw_shape", "max_pixels", "dct_s
 # Keywords of the C++ loader (dlfs.Loader) and the decode stage.
 _LOADER_KEYS = {"drop_last", "prefetch_batches", "queue_depth", "io_threads", "engine",
                 "direct_io", "verify_checksums", "coalesce", "decode_prefetch",
-                "skip_bad_samples", "field"}
+                "skip_bad_samples", "field", "cache_budget", "cache_shared"}
 
 
 def make_pipeline(decode):
@@ -70,7 +70,8 @@ class ImageLoader:
       instead of raising), decode_prefetch (batches queued for decoding),
       return_indices (yield (images, labels, indices)), and dlfs.Loader's
       drop_last, prefetch_batches, queue_depth, io_threads, engine,
-      direct_io, verify_checksums, coalesce; field="jpg" decodes that field of
+      direct_io, verify_checksums, coalesce, cache_budget, cache_shared (the
+      node cache); field="jpg" decodes that field of
       each sample (format v2 volumes whose samples have several or
       compressed fields need it; one field only: labels come from the
       volume).
@@ -80,6 +81,10 @@ class ImageLoader:
     A sample that cannot be decoded raises ValueError naming the volume, the
     sample's index and path, and the problem. Call set_epoch(e) before each
     epoch; len() is the number of batches per epoch for this rank.
+
+    Resuming: state_dict() / load_state_dict(state) as dlfs.Loader's; a state
+    saved at another world size or batch size resumes the rest of its epoch
+    split among this job's ranks (see "Long runs" in the README).
     """
 
     def __init__(self, volume, batch_size, *, size, crop="center", flip=False, dtype="uint8",
@@ -125,6 +130,16 @@ class ImageLoader:
             if self.return_indices:
                 out += (torch.from_numpy(indices),)
             yield out
+
+    def state_dict(self):
+        """Where the iteration is (a dict of ints, bools and strings), as
+        dlfs.Loader.state_dict(); images decoded ahead do not count."""
+        return self._loader.state_dict()
+
+    def load_state_dict(self, state):
+        """Continues from a state_dict(); set_epoch(state["epoch"]) keeps the
+        position. ValueError naming what differs for another volume or order."""
+        self._loader.load_state_dict(state)
 
     @property
     def stats(self):

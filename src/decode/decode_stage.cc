@@ -140,6 +140,26 @@ class DecodeStage::Impl {
     input_->SetEpoch(epoch);
   }
 
+  // The input's position less the batches pulled from it but not yet
+  // handed out (queued for decoding).
+  Result<SourceState> SaveState() const {
+    DLFS_ASSIGN_OR_RETURN(SourceState s, input_->SaveState());
+    s.batches -= std::min<uint64_t>(s.batches, inflight_.size());
+    return s;
+  }
+
+  Status LoadState(const SourceState& state) {
+    DLFS_RETURN_IF_ERROR(input_->LoadState(state));
+    {
+      std::lock_guard lock(mu_);
+      for (auto& job : inflight_) job->cancelled = true;
+      work_.clear();
+    }
+    inflight_.clear();
+    input_done_ = false;
+    return Status::Ok();
+  }
+
   Result<bool> Next(Batch* batch) {
     TopUp();
     if (inflight_.empty()) return false;
@@ -393,6 +413,8 @@ DecodeStage::DecodeStage(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 DecodeStage::~DecodeStage() = default;
 void DecodeStage::SetEpoch(uint64_t epoch) { impl_->SetEpoch(epoch); }
 Result<bool> DecodeStage::Next(Batch* batch) { return impl_->Next(batch); }
+Result<SourceState> DecodeStage::SaveState() const { return impl_->SaveState(); }
+Status DecodeStage::LoadState(const SourceState& state) { return impl_->LoadState(state); }
 uint64_t DecodeStage::batches_per_epoch() const { return impl_->batches_per_epoch(); }
 const std::string& DecodeStage::description() const { return impl_->description(); }
 const ImagePipeline& DecodeStage::pipeline() const { return impl_->pipeline(); }

@@ -48,9 +48,13 @@ namespace {
 // high half.
 constexpr uint64_t kReadBits = 32;
 
-// This rank's samples of one epoch.
+// This rank's samples of one epoch, or of the rest of it after the parts
+// earlier jobs read (an elastic resume): then they are the epoch's last
+// batches, from batch first_seq on, and `part` tells them apart.
 struct EpochOrder {
   uint64_t epoch;
+  uint64_t part = 0;  // 0: the whole epoch; else the resume that made it
+  uint64_t first_seq = 0;
   std::vector<uint64_t> indices;
 };
 
@@ -116,17 +120,21 @@ class Loader::Impl {
       resume_pending_ = false;
       if (keep) return;
     }
-    SetPosition(e, 0);
+    SetPosition(e, 0, nullptr);
   }
 
   // Makes batch `k` of epoch `e` the next one Next() hands out; the batches
-  // before it are not read.
-  void SetPosition(uint64_t e, uint64_t k) {
+  // before it are not read. With `part`: epoch e is the rest after an
+  // elastic resume (k counts from its first batch), read in a new
+  // generation.
+  void SetPosition(uint64_t e, uint64_t k, std::shared_ptr<const EpochOrder> part) {
     std::vector<Result<std::shared_ptr<Batch::Data>>> dropped;  // destroyed outside the lock
     {
       std::lock_guard lock(mu_);
       StartThreadsLocked();
-      const bool forward = batches_ > 0 && e >= base_epoch_ &&
+      part_ = std::move(part);
+      if (part_) k += part_->first_seq;
+      const bool forward = !part_ && batches_ > 0 && e >= base_epoch_ &&
                            e - base_epoch_ < ~uint64_t{0} / batches_ - 1 &&
                            (e - base_epoch_) * batches_ + k >= consumer_;
       if (forward) {
@@ -166,13 +174,46 @@ class Loader::Impl {
     if (started_.load(std::memory_order_relaxed)) {
       s.epoch = epoch_;
       s.batches = consumer_ + batches_ - epoch_end_;
+      if (part_ && part_->epoch == epoch_) {
+        s.done = part_done_;
+        s.batches -= part_->first_seq;
+      }
     }
     return s;
   }
 
   Status LoadState(const SourceState& state) {
-    DLFS_RETURN_IF_ERROR(CheckResumable(state, Identity(), batches_, volume_->path()));
-    SetPosition(state.epoch, state.batches);
+    const std::string& who = volume_->path();
+    DLFS_RETURN_IF_ERROR(CheckResumable(state, Identity(), who));
+    ResumePoint at = PlanResume(state, options_.sampler);
+    std::shared_ptr<const EpochOrder> part;
+    uint64_t batches = batches_;
+    if (!at.done.empty()) {
+      Result<std::vector<uint64_t>> rest = sampler_.RankIndices(at.epoch, at.done, options_.subset);
+      if (!rest.ok()) {
+        return Status::InvalidArgument(
+            who + ": cannot resume from this state: " + rest.status().message());
+      }
+      const uint64_t b = options_.sampler.batch_size;
+      batches = (rest->size() + b - 1) / b;
+      auto o = std::make_shared<EpochOrder>();
+      o->epoch = at.epoch;
+      o->part = ++parts_made_;
+      o->first_seq = batches_ - batches;  // the rest is never longer than an epoch
+      o->indices = std::move(rest).value();
+      part = std::move(o);
+    }
+    if (at.batches > batches) {
+      return Status::InvalidArgument(who + ": cannot resume from this state: it says " +
+                                     std::to_string(at.batches) + " batches were handed out of " +
+                                     (part ? "the rest of an epoch of " : "an epoch of ") +
+                                     std::to_string(batches));
+    }
+    {
+      std::lock_guard lock(mu_);
+      part_done_ = at.done;
+    }
+    SetPosition(at.epoch, at.batches, std::move(part));
     std::lock_guard lock(mu_);
     resume_pending_ = true;
     return Status::Ok();
@@ -240,16 +281,24 @@ class Loader::Impl {
   }
 
   std::vector<uint64_t> RankIndices(uint64_t epoch) const {
+    {
+      std::lock_guard lock(mu_);
+      if (part_ && part_->epoch == epoch) return part_->indices;
+    }
     return sampler_.RankIndices(epoch, options_.subset);
   }
 
   // The order of `epoch`, computed once for every thread that needs it.
-  std::shared_ptr<const EpochOrder> OrderFor(uint64_t epoch) {
+  // `part`: the rest of the epoch after an elastic resume, when set.
+  std::shared_ptr<const EpochOrder> OrderFor(uint64_t epoch,
+                                             std::shared_ptr<const EpochOrder> part) {
+    if (part && part->epoch == epoch) return part;
     std::lock_guard lock(orders_mu_);
     for (const auto& o : orders_) {
       if (o->epoch == epoch) return o;
     }
-    auto o = std::make_shared<EpochOrder>(EpochOrder{epoch, RankIndices(epoch)});
+    auto o = std::make_shared<EpochOrder>(
+        EpochOrder{epoch, 0, 0, sampler_.RankIndices(epoch, options_.subset)});
     orders_.push_back(o);
     if (orders_.size() > 4) orders_.pop_front();
     return o;
@@ -287,6 +336,7 @@ class Loader::Impl {
     while (true) {
       bool start = false;
       uint64_t ticket = 0, gen = 0, epoch = 0;
+      std::shared_ptr<const EpochOrder> part;
       {
         std::unique_lock lock(mu_);
         while (true) {
@@ -307,6 +357,7 @@ class Loader::Impl {
         ticket = next;
         gen = my_gen;
         if (start) epoch = base_epoch_ + ticket / batches_;
+        part = part_;
       }
       Status st;
       if (start) {
@@ -316,9 +367,9 @@ class Loader::Impl {
         b->ticket = ticket;
         b->epoch = epoch;
         b->seq = ticket % batches_;
-        b->order = OrderFor(epoch);
+        b->order = OrderFor(epoch, std::move(part));
         const uint64_t bs = options_.sampler.batch_size;
-        const uint64_t first = b->seq * bs;
+        const uint64_t first = (b->seq - b->order->first_seq) * bs;
         const uint64_t count = std::min<uint64_t>(bs, b->order->indices.size() - first);
         b->indices = std::span<const uint64_t>(b->order->indices.data() + first, count);
         std::span<const uint64_t> to_read = b->indices;
@@ -486,7 +537,13 @@ class Loader::Impl {
   uint64_t epoch_end_ = 0;  // first ticket after the current epoch
   std::map<uint64_t, Result<std::shared_ptr<Batch::Data>>> ready_;
   Status start_error_;
-  bool resume_pending_ = false;                    // LoadState's position, not yet used or moved
+  bool resume_pending_ = false;  // LoadState's position, not yet used or moved
+  // The rest of an epoch after an elastic resume (its epoch's tickets before
+  // first_seq are never read), and the parts read before it; kept until
+  // another position is set.
+  std::shared_ptr<const EpochOrder> part_;
+  std::vector<EpochSegment> part_done_;
+  uint64_t parts_made_ = 0;
   std::vector<std::shared_ptr<Slab>> quarantine_;  // buffers a broken engine may still write
 
   std::mutex orders_mu_;

@@ -11,13 +11,15 @@ namespace dlfs {
 
 namespace {
 
-constexpr std::string_view kHeader = "dlfs-source-state 1";
+constexpr std::string_view kHeader = "dlfs-source-state 2";
+constexpr std::string_view kHeaderV1 = "dlfs-source-state 1";  // no segments
 
 // The fields in the order Serialize writes them, with their text.
 std::vector<std::pair<std::string, std::string>> Fields(const SourceState& s) {
   const SamplerOptions& o = s.sampler;
   return {{"epoch", std::to_string(s.epoch)},
           {"batches", std::to_string(s.batches)},
+          {"segments", FormatEpochSegments(s.done)},
           {"volume_uuid", s.volume_uuid},
           {"volume_samples", std::to_string(s.volume_samples)},
           {"samples", std::to_string(s.samples)},
@@ -39,6 +41,56 @@ bool ParseNumber(std::string_view text, T* out) {
 
 }  // namespace
 
+std::string FormatEpochSegments(const std::vector<EpochSegment>& done) {
+  std::string out;
+  for (const EpochSegment& d : done) {
+    if (!out.empty()) out += ';';
+    out += "world_size=" + std::to_string(d.world_size) + ",workers=" + std::to_string(d.workers) +
+           ",batch_size=" + std::to_string(d.batch_size) + ",batches=" + std::to_string(d.batches);
+  }
+  return out;
+}
+
+Result<std::vector<EpochSegment>> ParseEpochSegments(std::string_view text) {
+  std::vector<EpochSegment> out;
+  const std::string whole(text.substr(0, 200));
+  auto bad = [&] { return Status::InvalidArgument("malformed epoch segments '" + whole + "'"); };
+  while (!text.empty()) {
+    const size_t semi = text.find(';');
+    std::string_view one = text.substr(0, semi);
+    text = semi == std::string_view::npos ? std::string_view() : text.substr(semi + 1);
+    EpochSegment d;
+    int seen = 0;
+    while (!one.empty()) {
+      const size_t comma = one.find(',');
+      const std::string_view kv = one.substr(0, comma);
+      one = comma == std::string_view::npos ? std::string_view() : one.substr(comma + 1);
+      const size_t eq = kv.find('=');
+      if (eq == std::string_view::npos) return bad();
+      const std::string_view k = kv.substr(0, eq), v = kv.substr(eq + 1);
+      bool ok = false;
+      if (k == "world_size") {
+        ok = ParseNumber(v, &d.world_size);
+        seen |= 1;
+      } else if (k == "workers") {
+        ok = ParseNumber(v, &d.workers);
+        seen |= 2;
+      } else if (k == "batch_size") {
+        ok = ParseNumber(v, &d.batch_size);
+        seen |= 4;
+      } else if (k == "batches") {
+        ok = ParseNumber(v, &d.batches);
+        seen |= 8;
+      }
+      if (!ok) return bad();
+    }
+    if (seen != 15) return bad();
+    out.push_back(d);
+  }
+  DLFS_RETURN_IF_ERROR(CheckEpochSegments(out));
+  return out;
+}
+
 std::string SourceState::Serialize() const {
   std::string out(kHeader);
   out += '\n';
@@ -52,7 +104,7 @@ Result<SourceState> SourceState::Parse(std::string_view text) {
   };
   std::map<std::string, std::string, std::less<>> values;
   size_t line_no = 0;
-  bool header = false;
+  bool header = false, v1 = false;
   while (!text.empty()) {
     const size_t nl = text.find('\n');
     std::string_view line = text.substr(0, nl);
@@ -60,7 +112,8 @@ Result<SourceState> SourceState::Parse(std::string_view text) {
     ++line_no;
     if (line.empty()) continue;
     if (!header) {
-      if (line != kHeader) {
+      v1 = line == kHeaderV1;
+      if (line != kHeader && !v1) {
         return bad(line_no, "expected '" + std::string(kHeader) + "', found '" +
                                 std::string(line.substr(0, 64)) + "'");
       }
@@ -78,7 +131,7 @@ Result<SourceState> SourceState::Parse(std::string_view text) {
   SourceState s;
   // Every field Serialize writes must be there, and nothing else.
   for (const auto& [key, unused] : Fields(s)) {
-    if (values.find(key) == values.end()) {
+    if (values.find(key) == values.end() && !(v1 && key == "segments")) {
       return Status::InvalidArgument("source state: '" + key + "' is missing");
     }
   }
@@ -90,6 +143,12 @@ Result<SourceState> SourceState::Parse(std::string_view text) {
       ok = ParseNumber(value, &s.epoch);
     } else if (key == "batches") {
       ok = ParseNumber(value, &s.batches);
+    } else if (key == "segments") {
+      {
+        Result<std::vector<EpochSegment>> done = ParseEpochSegments(value);
+        ok = done.ok();
+        if (ok) s.done = std::move(done).value();
+      }
     } else if (key == "volume_uuid") {
       s.volume_uuid = value;
     } else if (key == "volume_samples") {
@@ -121,7 +180,7 @@ Result<SourceState> SourceState::Parse(std::string_view text) {
 }
 
 Status CheckResumable(const SourceState& saved, const SourceState& current,
-                      uint64_t batches_per_epoch, const std::string& who) {
+                      const std::string& who) {
   std::string diffs;
   auto differ = [&](const std::string& what, const std::string& then, const std::string& now) {
     if (then == now) return;
@@ -138,13 +197,10 @@ Status CheckResumable(const SourceState& saved, const SourceState& current,
   const SamplerOptions& b = current.sampler;
   differ("seed", std::to_string(a.seed), std::to_string(b.seed));
   differ("shuffle", a.shuffle ? "on" : "off", b.shuffle ? "on" : "off");
-  differ("batch size", std::to_string(a.batch_size), std::to_string(b.batch_size));
   differ("drop_last", a.drop_last ? "on" : "off", b.drop_last ? "on" : "off");
-  differ("rank", std::to_string(a.rank) + " of " + std::to_string(a.world_size),
-         std::to_string(b.rank) + " of " + std::to_string(b.world_size));
-  if (diffs.empty() && saved.batches > batches_per_epoch) {
-    diffs = "it says " + std::to_string(saved.batches) +
-            " batches were handed out of an epoch of " + std::to_string(batches_per_epoch);
+  if (diffs.empty() && (a.world_size == 0 || a.batch_size == 0 || a.rank >= a.world_size)) {
+    diffs = "it says rank " + std::to_string(a.rank) + " of " + std::to_string(a.world_size) +
+            ", batch size " + std::to_string(a.batch_size);
   }
   if (diffs.empty()) return Status::Ok();
   return Status::InvalidArgument(who + ": cannot resume from this state: " + diffs);
@@ -159,6 +215,18 @@ uint32_t SubsetCrc(const std::vector<uint64_t>& subset) {
     crc = crc32c::Extend(crc, le, sizeof le);
   }
   return crc == 0 ? 1 : crc;  // 0 means "no subset"
+}
+
+ResumePoint PlanResume(const SourceState& saved, const SamplerOptions& mine) {
+  ResumePoint p;
+  p.epoch = saved.epoch;
+  p.done = saved.done;
+  if (saved.sampler.world_size == mine.world_size && saved.sampler.batch_size == mine.batch_size) {
+    p.batches = saved.batches;
+  } else if (saved.batches > 0) {
+    p.done.push_back({saved.sampler.world_size, 1, saved.sampler.batch_size, saved.batches});
+  }
+  return p;
 }
 
 }  // namespace dlfs

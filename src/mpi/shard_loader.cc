@@ -161,6 +161,8 @@ class ShardLoader::Impl {
     next_batch_ = 0;
     window_end_ = 0;
     indices_ = sampler_->RankIndices(epoch, options_.loader.subset);
+    epoch_batches_ = sampler_->batches_per_epoch();
+    done_.clear();
   }
 
   // What the order depends on, with no position.
@@ -179,27 +181,57 @@ class ShardLoader::Impl {
     SourceState s = Identity();
     s.epoch = epoch_;
     s.batches = next_batch_;
+    s.done = done_;
     return s;
   }
 
   // Collective: every rank resumes the same position (their windows must
   // line up), or every rank gets the error.
   Status LoadState(const SourceState& state) {
-    Status st = CheckResumable(state, Identity(), sampler_->batches_per_epoch(), volume_->path());
+    // Node-local placement does not depend on the ranks' shares, so the rest
+    // of an epoch splits among another number of ranks like a whole one.
+    const std::string& who = volume_->path();
+    Status st = CheckResumable(state, Identity(), who);
+    const ResumePoint at = PlanResume(state, options_.loader.sampler);
+    std::vector<uint64_t> rest;
+    if (st.ok() && !at.done.empty()) {
+      Result<std::vector<uint64_t>> r =
+          sampler_->RankIndices(at.epoch, at.done, options_.loader.subset);
+      if (r.ok()) {
+        rest = std::move(r).value();
+      } else {
+        st = Status::InvalidArgument(who +
+                                     ": cannot resume from this state: " + r.status().message());
+      }
+    }
+    const uint64_t b = options_.loader.sampler.batch_size;
+    const uint64_t batches =
+        at.done.empty() ? sampler_->batches_per_epoch() : (rest.size() + b - 1) / b;
+    if (st.ok() && at.batches > batches) {
+      st = Status::InvalidArgument(who + ": cannot resume from this state: it says " +
+                                   std::to_string(at.batches) + " batches were handed out of " +
+                                   std::to_string(batches));
+    }
     DLFS_RETURN_IF_ERROR(AgreeOnStatus(comm_, st));
     DLFS_RETURN_IF_ERROR(
-        AgreeOnValues(comm_, {{"the resumed epoch", std::to_string(state.epoch)},
-                              {"the batches handed out", std::to_string(state.batches)}}));
+        AgreeOnValues(comm_, {{"the resumed epoch", std::to_string(at.epoch)},
+                              {"the batches handed out", std::to_string(at.batches)},
+                              {"the batches left", std::to_string(batches - at.batches)}}));
     resume_pending_ = false;
-    SetEpoch(state.epoch);
-    next_batch_ = state.batches;  // the next Next() exchanges from here
+    SetEpoch(at.epoch);
+    if (!at.done.empty()) {
+      indices_ = std::move(rest);
+      epoch_batches_ = batches;
+      done_ = at.done;
+    }
+    next_batch_ = at.batches;  // the next Next() exchanges from here
     resume_pending_ = true;
     return Status::Ok();
   }
 
   Result<bool> Next(Batch* batch) {
     resume_pending_ = false;
-    if (next_batch_ >= sampler_->batches_per_epoch()) return false;
+    if (next_batch_ >= epoch_batches_) return false;
     if (next_batch_ >= window_end_) DLFS_RETURN_IF_ERROR(Exchange(next_batch_));
     const uint64_t k = next_batch_++;
     const uint64_t b = options_.loader.sampler.batch_size;
@@ -264,8 +296,7 @@ class ShardLoader::Impl {
     auto p = std::make_unique<Pending>();
     const uint64_t b = options_.loader.sampler.batch_size;
     p->first_batch = first;
-    p->end_batch =
-        std::min<uint64_t>(first + options_.window_batches, sampler_->batches_per_epoch());
+    p->end_batch = std::min<uint64_t>(first + options_.window_batches, epoch_batches_);
     p->first_position = first * b;
     p->count = std::min<uint64_t>(p->end_batch * b, indices_.size()) - p->first_position;
     const int ranks = topo_->size();
@@ -346,7 +377,7 @@ class ShardLoader::Impl {
     p->reader.join();
     stats_.io_seconds += p->io_seconds;
     // Read ahead: the next window's reads run while this one is consumed.
-    if (options_.read_ahead && p->end_batch < sampler_->batches_per_epoch()) {
+    if (options_.read_ahead && p->end_batch < epoch_batches_) {
       next_ = Plan(p->end_batch);
     }
 
@@ -532,6 +563,10 @@ class ShardLoader::Impl {
 
   uint64_t epoch_ = 0;
   uint64_t next_batch_ = 0;
+  // Batches of this epoch: all of them, or of its rest after an elastic
+  // resume (then done_ holds the parts read before).
+  uint64_t epoch_batches_ = 0;
+  std::vector<EpochSegment> done_;
   bool resume_pending_ = false;    // LoadState's position, not yet used or moved
   std::vector<uint64_t> indices_;  // this rank's samples of the epoch, in order
 

@@ -599,6 +599,90 @@ TEST_F(DistributedTest, ShardLoaderResumesExactly) {
   EXPECT_EQ(batch.sequence(), 0u);
 }
 
+// Every rank's `mine` in one vector (collective on `comm`).
+std::vector<uint64_t> Gather(MPI_Comm comm, const std::vector<uint64_t>& mine) {
+  int ranks = 0;
+  MPI_Comm_size(comm, &ranks);
+  int count = static_cast<int>(mine.size());
+  std::vector<int> counts(ranks), displs(ranks);
+  MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm);
+  int total = 0;
+  for (int r = 0; r < ranks; ++r) {
+    displs[r] = total;
+    total += counts[r];
+  }
+  std::vector<uint64_t> all(total);
+  MPI_Allgatherv(mine.data(), count, MPI_UINT64_T, all.data(), counts.data(), displs.data(),
+                 MPI_UINT64_T, comm);
+  return all;
+}
+
+// Elastic resume of the shard-local loader: 4 ranks on two fake nodes stop
+// after 3 batches; rank 0's state resumes on 3 ranks (another batch size),
+// which read the rest of the epoch; together every sample once (padding
+// aside), with samples still served by their node.
+TEST_F(DistributedTest, ShardLoaderResumesOnFewerRanks) {
+  TwoFakeNodes nodes;
+  auto volume = OpenVolume("one.dlfs");
+  ASSERT_TRUE(volume);
+  auto read = [&volume](ShardLoader& l, uint64_t limit) {
+    std::vector<uint64_t> got;
+    Batch batch;
+    for (uint64_t n = 0; n < limit; ++n) {
+      auto more = l.Next(&batch);
+      EXPECT_OK(more);
+      if (!more.ok() || !*more) break;
+      for (size_t i = 0; i < batch.size(); ++i) {
+        auto want = volume->Read(batch.index(i));
+        EXPECT_TRUE(want.ok() && std::ranges::equal(batch.sample(i), *want));
+      }
+      got.insert(got.end(), batch.indices().begin(), batch.indices().end());
+    }
+    return got;
+  };
+  ShardLoaderOptions so;
+  so.loader.sampler.batch_size = 20;
+  so.loader.sampler.seed = 7;
+  so.window_batches = 2;
+  std::string saved;
+  std::vector<uint64_t> first;
+  {
+    auto a = ShardLoader::Create(MPI_COMM_WORLD, volume, so);
+    ASSERT_OK(a);
+    (*a)->SetEpoch(2);
+    first = Gather(MPI_COMM_WORLD, read(**a, 3));
+    saved = (*a)->SaveState()->Serialize();
+  }
+  // Rank 0's state, on every rank.
+  int len = static_cast<int>(saved.size());
+  MPI_Bcast(&len, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  saved.resize(len);
+  MPI_Bcast(saved.data(), len, MPI_CHAR, 0, MPI_COMM_WORLD);
+  ASSERT_OK_AND_ASSIGN(SourceState state, SourceState::Parse(saved));
+
+  const int world = Ranks();
+  MPI_Comm fewer;
+  MPI_Comm_split(MPI_COMM_WORLD, Rank() < world - 1 ? 0 : MPI_UNDEFINED, Rank(), &fewer);
+  if (fewer != MPI_COMM_NULL) {
+    so.loader.sampler.batch_size = 16;
+    auto b = ShardLoader::Create(fewer, volume, so);
+    ASSERT_OK(b);
+    ASSERT_OK((*b)->LoadState(state));
+    (*b)->SetEpoch(2);
+    const std::vector<uint64_t> rest = Gather(fewer, read(**b, ~uint64_t{0}));
+    ASSERT_OK_AND_ASSIGN(SourceState now, (*b)->SaveState());
+    ASSERT_EQ(now.done.size(), 1u);
+    EXPECT_EQ(now.done[0], (EpochSegment{static_cast<uint32_t>(world), 1, 20, 3}));
+    std::vector<uint64_t> all = first;
+    all.insert(all.end(), rest.begin(), rest.end());
+    const std::set<uint64_t> distinct(all.begin(), all.end());
+    EXPECT_EQ(distinct.size(), kSamples);
+    EXPECT_LT(all.size() - kSamples, static_cast<size_t>(world));
+    MPI_Comm_free(&fewer);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 }  // namespace
 }  // namespace dlfs
 

@@ -206,10 +206,11 @@ def test_loader_refuses_a_state_of_other_options(numbered):
     next(it), next(it)
     st = a.state_dict()
     assert (st["epoch"], st["batches"], st["seed"]) == (2, 2, 5)
+    # (Another world size or batch size is an elastic resume: see below.)
     cases = [(dlfs.Loader(path, 16, seed=6), "seed 5, this loader has seed 6"),
-             (dlfs.Loader(path, 32, seed=5), "batch size 16, this loader has batch size 32"),
-             (dlfs.Loader(path, 16, seed=5, rank=1, world_size=2),
-              "rank 0 of 1, this loader has rank 1 of 2"),
+             (dlfs.Loader(path, 16, seed=5, drop_last=True),
+              "drop_last off, this loader has drop_last on"),
+             (dlfs.Loader(path, 16, seed=5, shuffle=False), "shuffle on, this loader has shuffle off"),
              (dlfs.Loader(other, 16, seed=5), "it was saved with volume"),
              (dlfs.Loader(path, 16, seed=5, indices=list(range(0, N, 2))),
               "sample count 250, this loader has sample count 125")]
@@ -225,6 +226,10 @@ def test_loader_refuses_a_state_of_other_options(numbered):
         b.load_state_dict(dict(st, num_workers=2))
     with pytest.raises(ValueError, match="must be an int"):
         b.load_state_dict(dict(st, epoch=1.5))
+    with pytest.raises(ValueError, match="'segments' has a bad value"):
+        b.load_state_dict(dict(st, segments="world_size=0,workers=1,batch_size=8,batches=1"))
+    with pytest.raises(ValueError, match="batches were handed out of its 16"):
+        b.load_state_dict(dict(st, segments="world_size=1,workers=1,batch_size=16,batches=17"))
     with pytest.raises(TypeError):
         b.load_state_dict([1, 2])
     # set_epoch to the restored epoch keeps the position; another drops it.
@@ -254,10 +259,8 @@ def test_loader_dataset_refuses_a_state_of_other_options(numbered):
     st = ds.state_dict()
     assert (st["epoch"], st["batches"], st["num_workers"]) == (1, 3, 1)
     for bad, expect in [(dt.LoaderDataset(path, 8, seed=10), "seed 9"),
-                        (dt.LoaderDataset(path, 16, seed=9), "batch_size 8"),
+                        (dt.LoaderDataset(path, 8, seed=9, drop_last=True), "drop_last False"),
                         (dt.LoaderDataset(other, 8, seed=9), "volume_uuid"),
-                        (dt.LoaderDataset(path, 8, seed=9, world_size=2, rank=0),
-                         "world_size 1"),
                         (dt.LoaderDataset(path, 8, seed=9, root="c1"), "samples 250")]:
         with pytest.raises(ValueError, match="cannot resume") as e:
             bad.load_state_dict(st)
@@ -266,12 +269,10 @@ def test_loader_dataset_refuses_a_state_of_other_options(numbered):
         ds.load_state_dict(dlfs.Loader(path, 8, seed=9).state_dict())
     with pytest.raises(ValueError, match="epoch of 32"):
         ds.load_state_dict(dict(st, batches=33))
-    # Another num_workers than the state's is refused when the epoch starts.
-    fresh = dt.LoaderDataset(path, 8, seed=9)
-    fresh.load_state_dict(st)
-    dl = torch.utils.data.DataLoader(fresh, batch_size=None, num_workers=2)
-    with pytest.raises(ValueError, match="num_workers=0, this DataLoader has num_workers=2"):
-        next(iter(dl))
+    with pytest.raises(ValueError, match="malformed segments"):
+        ds.load_state_dict(dict(st, segments="world_size=2"))
+    with pytest.raises(ValueError, match="world_size or batch_size below 1"):
+        ds.load_state_dict(dict(st, world_size=0))
     # With workers, the position must be given: they read ahead.
     ds2 = dt.LoaderDataset(path, 8, seed=9)
     next(iter(torch.utils.data.DataLoader(ds2, batch_size=None, num_workers=2)))
@@ -299,3 +300,136 @@ def test_a_loader_destroyed_in_a_forked_child(numbered):
     proc = subprocess.run([sys.executable, "-c", script, numbered[0]], capture_output=True,
                           text=True, timeout=120, env=os.environ)
     assert proc.returncode == 0, proc.stderr
+
+
+# --- Elastic resume: a job of W ranks stops after k batches; rank 0's state
+# resumes on W' ranks (and other DataLoader workers or batch size).
+
+def _values(samples):
+    import numpy as np
+    a = np.asarray(samples)
+    return a.reshape(a.shape[0], -1)[:, :8].copy().view("<u8")[:, 0].tolist()
+
+
+def _read(make, world, k=None, state=None, epoch=3):
+    """Every rank of a job of `world`: its loader (make(rank, world)) loads
+    `state` if given and reads `epoch`, stopping after k batches; returns the
+    sample values read and rank 0's state."""
+    read, saved = [], None
+    for r in range(world):
+        src, batches = make(r, world)
+        if state is not None:
+            src.load_state_dict(state)
+        src.set_epoch(epoch)
+        taken = 0
+        for b in batches(src):
+            read += b
+            taken += 1
+            if taken == k:
+                break
+        if r == 0:
+            saved = src.state_dict(batches=taken) if hasattr(src, "_position") else \
+                src.state_dict()
+    return read, saved
+
+
+def _check_epoch(read, new_shards, new_batch, drop_last):
+    """Every sample once (padding aside; drop_last: at most once, fewer than
+    a batch per new shard left out)."""
+    distinct = set(read)
+    if drop_last:
+        assert len(read) == len(distinct)
+        assert N - len(distinct) < new_shards * new_batch
+    else:
+        assert distinct == set(range(N))
+        assert len(read) - N < 2 * new_shards + 4  # the two parts' padding
+
+
+def _loader(path, batch, **kw):
+    def make(rank, world):
+        src = dlfs.Loader(path, batch, rank=rank, world_size=world, cache_budget=0, **kw)
+        return src, lambda s: (_values(b.stack()) for b in s)
+    return make
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("world,new_world,new_batch", [(3, 2, 16), (3, 4, 16), (3, 6, 8),
+                                                       (2, 3, 5)])
+def test_loader_resumes_on_another_number_of_ranks(numbered, world, new_world, new_batch,
+                                                   shuffle, drop_last):
+    path, _ = numbered
+    opts = dict(seed=4, shuffle=shuffle, drop_last=drop_last)
+    first, state = _read(_loader(path, 16, **opts), world, k=2)
+    assert state["batches"] == 2 and state["segments"] == ""
+    rest, again = _read(_loader(path, new_batch, **opts), new_world, state=state)
+    _check_epoch(first + rest, new_world, new_batch, drop_last)
+    assert again["segments"] == f"world_size={world},workers=1,batch_size=16,batches=2"
+    # The next epoch is what a fresh job of the new shape reads.
+    nxt, _ = _read(_loader(path, new_batch, **opts), new_world, state=state, epoch=4)
+    fresh, _ = _read(_loader(path, new_batch, **opts), new_world, epoch=4)
+    assert nxt == fresh
+
+
+def test_loader_chained_elastic_resumes_and_json(numbered):
+    path, _ = numbered
+    first, s1 = _read(_loader(path, 16, seed=8), 2, k=3)
+    second, s2 = _read(_loader(path, 10, seed=8), 3, k=2, state=json.loads(json.dumps(s1)))
+    assert s2["segments"].count("world_size") == 1 and s2["batches"] == 2
+    third, _ = _read(_loader(path, 7, seed=8), 5, state=json.loads(json.dumps(s2)))
+    _check_epoch(first + second + third, 5, 7, False)
+
+
+def _dataset(path, batch, workers, **kw):
+    import torch.utils.data as tud
+    import dlfs.torch as dt
+
+    def make(rank, world):
+        ds = dt.LoaderDataset(path, batch, rank=rank, world_size=world, cache_budget=0, **kw)
+        dl = tud.DataLoader(ds, batch_size=None, num_workers=workers)
+        return ds, lambda s: (_values(x.numpy()) for x, _ in dl)
+    return make
+
+
+@pytest.mark.parametrize("old,new", [((2, 2, 8), (3, 0, 8)), ((2, 0, 8), (1, 2, 16)),
+                                     ((1, 2, 8), (2, 1, 8))])
+def test_loader_dataset_resumes_with_other_ranks_and_workers(numbered, old, new):
+    pytest.importorskip("torch")
+    path, _ = numbered
+    (w0, k0, b0), (w1, k1, b1) = old, new
+    first, state = _read(_dataset(path, b0, k0, seed=2), w0, k=3)
+    assert state["batches"] == 3 and state["num_workers"] == max(k0, 1)
+    rest, _ = _read(_dataset(path, b1, k1, seed=2), w1, state=state)
+    _check_epoch(first + rest, w1 * max(k1, 1), b1, False)
+
+
+def test_image_loader_state_resumes_elastically(tmp_path):
+    pytest.importorskip("torch")
+    import dlfs.torch as dt
+
+    root = tmp_path / "raw"
+    for i in range(N):
+        p = root / f"c{i % 2}" / f"{i:04d}.bin"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(bytes([i % 256]) * 64)
+    path = str(tmp_path / "img.dlfs")
+    dlfs.pack(str(root), path, all_files=True)
+
+    def make(batch):
+        def m(rank, world):
+            src = dt.ImageLoader(path, batch, size=8, format="raw", raw_shape=(8, 8), seed=3,
+                                 rank=rank, world_size=world, return_indices=True,
+                                 cache_budget=0, decode_threads=1)
+            return src, lambda s: (idx.tolist() for _, _, idx in s)
+        return m
+
+    first, state = _read(make(16), 2, k=3)
+    assert state["batches"] == 3 and state["epoch"] == 3
+    rest, _ = _read(make(12), 3, state=state)
+    _check_epoch(first + rest, 3, 12, False)
+    # The same shape continues the same order.
+    src, it = make(16)(0, 2)
+    src.set_epoch(3)
+    whole = [i for b in it(src) for i in b]
+    again, _ = _read(lambda r, w: make(16)(0, 2), 1, state=state)
+    assert whole[3 * 16:] == again

@@ -2,6 +2,7 @@
 // LoadState), and the state's text form.
 #include <algorithm>
 #include <random>
+#include <set>
 
 #include "dlfs/loader.h"
 #include "synthetic_volume.h"
@@ -194,16 +195,15 @@ TEST(ResumeIoTest, MismatchedStateIsRefused) {
     LoaderOptions options;
     std::string expect;
   };
-  LoaderOptions seed = base, batch = base, ranks = base, shuffle = base, subset = base;
+  // (World size and batch size may differ: see the elastic tests below.)
+  LoaderOptions seed = base, drop = base, shuffle = base, subset = base;
   seed.sampler.seed = 8;
-  batch.sampler.batch_size = 20;
-  ranks.sampler.world_size = 2;
+  drop.sampler.drop_last = true;
   shuffle.sampler.shuffle = false;
   subset.subset = {1, 2, 3};
   const std::vector<Case> cases = {
       {vol, seed, "seed 7, this loader has seed 8"},
-      {vol, batch, "batch size 10, this loader has batch size 20"},
-      {vol, ranks, "rank 0 of 1, this loader has rank 0 of 2"},
+      {vol, drop, "drop_last off, this loader has drop_last on"},
       {vol, shuffle, "shuffle on, this loader has shuffle off"},
       {vol, subset, "sample count 100, this loader has sample count 3"},
       {other, base, "it was saved with volume " + vol->info().uuid},
@@ -263,7 +263,7 @@ TEST(SourceStateTest, TextRoundTripsAndBadTextIsNamed) {
     return r.status().message();
   };
   EXPECT_NE(error("").find("empty"), std::string::npos);
-  EXPECT_NE(error("hello\n").find("line 1: expected 'dlfs-source-state 1'"), std::string::npos);
+  EXPECT_NE(error("hello\n").find("line 1: expected 'dlfs-source-state 2'"), std::string::npos);
   std::string missing = text;
   missing.erase(missing.find("seed "),
                 missing.find('\n', missing.find("seed ")) - missing.find("seed ") + 1);
@@ -276,6 +276,235 @@ TEST(SourceStateTest, TextRoundTripsAndBadTextIsNamed) {
   std::string flag = text;
   flag.replace(flag.find("shuffle 0"), 9, "shuffle 2");
   EXPECT_NE(error(flag).find("'shuffle' has a bad value"), std::string::npos);
+}
+
+TEST(SourceStateTest, SegmentsRoundTripAndVersionOneStillParses) {
+  SourceState s;
+  s.volume_uuid = "u";
+  s.done = {{4, 2, 32, 7}, {3, 1, 64, 0}};
+  const std::string text = s.Serialize();
+  EXPECT_NE(text.find("segments world_size=4,workers=2,batch_size=32,batches=7;world_size=3,"
+                      "workers=1,batch_size=64,batches=0\n"),
+            std::string::npos)
+      << text;
+  ASSERT_OK_AND_ASSIGN(SourceState back, SourceState::Parse(text));
+  EXPECT_EQ(back.done, s.done);
+  // Version 1 (before elastic resume) has no segments line.
+  std::string v1 = SourceState{}.Serialize();
+  v1.replace(v1.find("state 2"), 7, "state 1");
+  v1.erase(v1.find("segments "), std::string("segments \n").size());
+  ASSERT_OK_AND_ASSIGN(SourceState old, SourceState::Parse(v1));
+  EXPECT_TRUE(old.done.empty());
+  for (const char* bad : {"world_size=4", "world_size=0,workers=1,batch_size=1,batches=0",
+                          "world_size=1,workers=1,batch_size=1,batches=x",
+                          "world_size=1,workers=1,batch_size=1,batches=0,colour=2"}) {
+    std::string t = text;
+    const size_t at = t.find("segments ") + 9;
+    t.replace(at, t.find('\n', at) - at, bad);
+    const auto r = SourceState::Parse(t);
+    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("'segments' has a bad value"), std::string::npos)
+        << r.status().message();
+  }
+}
+
+// Elastic resume in the sampler: a job of one shape (ranks x DataLoader
+// workers, batch size) hands out k batches per rank; a job of another
+// shape reads the rest. Together they read every sample once (drop_last:
+// at most once, leaving out fewer than a new shard count times batch size).
+struct Shape {
+  uint32_t world, workers, batch;
+};
+
+// What shape `a` read of `epoch` in its first `k` DataLoader batches per
+// rank, after the parts `done`; and the whole part.
+std::vector<uint64_t> PartRead(uint64_t n, SamplerOptions base, uint64_t epoch, Shape a, uint64_t k,
+                               const std::vector<EpochSegment>& done) {
+  std::vector<uint64_t> read;
+  const uint32_t shards = a.world * a.workers;
+  for (uint32_t s = 0; s < shards; ++s) {
+    SamplerOptions o = base;
+    o.world_size = shards;
+    o.rank = s;
+    o.batch_size = a.batch;
+    auto sampler = Sampler::Create(n, o);
+    EXPECT_OK(sampler);
+    auto mine = sampler->RankIndices(epoch, done, {});
+    EXPECT_OK(mine);
+    // Worker w = s % workers hands out batches w, w + workers, ... of its rank.
+    const uint32_t w = s % a.workers;
+    const uint64_t batches = k / a.workers + (w < k % a.workers ? 1 : 0);
+    const uint64_t take = std::min<uint64_t>(mine->size(), batches * a.batch);
+    read.insert(read.end(), mine->begin(), mine->begin() + take);
+  }
+  return read;
+}
+
+uint64_t PartBatches(uint64_t n, SamplerOptions base, uint64_t epoch, Shape a,
+                     const std::vector<EpochSegment>& done) {
+  SamplerOptions o = base;
+  o.world_size = a.world * a.workers;
+  o.batch_size = a.batch;
+  auto mine = Sampler::Create(n, o)->RankIndices(epoch, done, {});
+  EXPECT_OK(mine);
+  return a.workers * ((mine->size() + a.batch - 1) / a.batch);
+}
+
+TEST(ElasticSamplerTest, RestOfAnEpochIsReadOnceAtAnotherShape) {
+  const std::vector<Shape> shapes = {{1, 1, 10}, {2, 1, 7}, {3, 2, 4},
+                                     {4, 1, 5},  {6, 1, 3}, {2, 3, 8}};
+  int checked = 0;
+  for (const uint64_t n : {1, 37, 250}) {
+    for (const bool shuffle : {true, false}) {
+      for (const bool drop_last : {false, true}) {
+        const SamplerOptions base{.shuffle = shuffle, .seed = 5, .drop_last = drop_last};
+        for (const Shape& a : shapes) {
+          const uint64_t total = PartBatches(n, base, 3, a, {});
+          for (const uint64_t k : {uint64_t{1}, total / 2, total - 1}) {
+            if (k == 0 || k >= total) continue;
+            for (const Shape& b : shapes) {
+              if (a.world == b.world && a.workers == b.workers && a.batch == b.batch) continue;
+              SCOPED_TRACE(::testing::Message()
+                           << "n " << n << " shuffle " << shuffle << " drop_last " << drop_last
+                           << " from " << a.world << "x" << a.workers << "x" << a.batch << " after "
+                           << k << " to " << b.world << "x" << b.workers << "x" << b.batch);
+              const std::vector<EpochSegment> done = {{a.world, a.workers, a.batch, k}};
+              std::vector<uint64_t> first = PartRead(n, base, 3, a, k, {});
+              std::vector<uint64_t> rest = PartRead(n, base, 3, b, uint64_t{1} << 30, done);
+              std::multiset<uint64_t> all(first.begin(), first.end());
+              all.insert(rest.begin(), rest.end());
+              const uint64_t shards = b.world * b.workers;
+              std::set<uint64_t> distinct(all.begin(), all.end());
+              const std::set<uint64_t> first_set(first.begin(), first.end());
+              for (uint64_t i : rest) {
+                ASSERT_EQ(first_set.count(i), 0u) << "sample " << i << " read twice";
+              }
+              if (drop_last) {
+                EXPECT_EQ(all.size(), distinct.size());
+                EXPECT_LT(n - distinct.size(), shards * b.batch);
+              } else {
+                EXPECT_EQ(distinct.size(), n);
+                // Padding: each part's wrap-around (the first part's, when
+                // it reached into it, and the rest's).
+                const std::set<uint64_t> rest_set(rest.begin(), rest.end());
+                EXPECT_LT(rest.size() - rest_set.size(), shards);
+                EXPECT_LT(all.size() - n, shards + a.world * a.workers);
+              }
+              ++checked;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 300);
+}
+
+TEST(ElasticSamplerTest, ChainedResumesReadEverySampleOnce) {
+  const uint64_t n = 1000;
+  const SamplerOptions base{.seed = 9};
+  const Shape a{4, 2, 16}, b{3, 1, 20}, c{5, 3, 7};
+  std::vector<EpochSegment> done;
+  std::vector<uint64_t> read = PartRead(n, base, 0, a, 5, done);
+  done.push_back({a.world, a.workers, a.batch, 5});
+  const std::vector<uint64_t> second = PartRead(n, base, 0, b, 4, done);
+  read.insert(read.end(), second.begin(), second.end());
+  done.push_back({b.world, b.workers, b.batch, 4});
+  const std::vector<uint64_t> third = PartRead(n, base, 0, c, uint64_t{1} << 30, done);
+  read.insert(read.end(), third.begin(), third.end());
+  std::set<uint64_t> distinct(read.begin(), read.end());
+  EXPECT_EQ(distinct.size(), n);
+  EXPECT_LT(read.size() - n, uint64_t{c.world * c.workers});
+  // A part that handed out all its batches ends the epoch; one claiming more is refused.
+  const uint64_t whole = PartBatches(n, base, 0, a, {});
+  auto sampler = Sampler::Create(n, {.seed = 9, .batch_size = 8});
+  ASSERT_OK_AND_ASSIGN(auto none, sampler->RankIndices(0, {{{4, 2, 16, whole}}}, {}));
+  EXPECT_TRUE(none.empty());
+  auto over = sampler->RankIndices(0, {{{4, 2, 16, whole + 1}}}, {});
+  ASSERT_FALSE(over.ok());
+  EXPECT_NE(over.status().message().find("batches were handed out of its"), std::string::npos);
+}
+
+// The Loader: a job of 3 ranks stops after k batches; rank 0's state resumes
+// on 2 ranks with twice the batch size, which are stopped again and resumed
+// on 4 ranks. Every sample is read once (padding aside), a state resumed at
+// the same shape continues the same order, and the next epoch is whole.
+TEST(ElasticLoaderTest, StateResumesOnAnotherNumberOfRanks) {
+  TempDir tmp;
+  auto vol = MakeVolume(tmp / "v.dlfs", 500);
+  auto make = [&](uint32_t rank, uint32_t world, uint32_t batch) {
+    LoaderOptions o{.sampler = {.seed = 3, .rank = rank, .world_size = world, .batch_size = batch},
+                    .prefetch_batches = 2,
+                    .cache_budget = 0};
+    auto l = Loader::Create(vol, o);
+    EXPECT_OK(l);
+    return std::move(l).value();
+  };
+  std::multiset<uint64_t> read;
+  auto take = [&](Loader& l, uint64_t limit) {
+    Batch batch;
+    uint64_t got = 0;
+    for (; got < limit; ++got) {
+      auto more = l.Next(&batch);
+      EXPECT_OK(more);
+      if (!more.ok() || !*more) break;
+      for (size_t i = 0; i < batch.size(); ++i) {
+        read.insert(batch.index(i));
+        auto want = l.volume().Read(batch.index(i));
+        EXPECT_TRUE(want.ok() && std::ranges::equal(batch.sample(i), *want));
+      }
+    }
+    return got;
+  };
+  SourceState saved;
+  for (uint32_t r = 0; r < 3; ++r) {
+    auto l = make(r, 3, 10);
+    l->SetEpoch(2);
+    EXPECT_EQ(take(*l, 4), 4u);
+    if (r == 0) saved = *l->SaveState();
+  }
+  ASSERT_OK_AND_ASSIGN(SourceState text, SourceState::Parse(saved.Serialize()));
+  SourceState again;
+  std::vector<uint64_t> rank1_rest;
+  for (uint32_t r = 0; r < 2; ++r) {
+    auto l = make(r, 2, 20);
+    ASSERT_OK(l->LoadState(text));
+    l->SetEpoch(2);  // keeps the restored position
+    EXPECT_EQ(take(*l, 2), 2u);
+    ASSERT_OK_AND_ASSIGN(SourceState s, l->SaveState());
+    EXPECT_EQ(s.batches, 2u);
+    ASSERT_EQ(s.done.size(), 1u);
+    EXPECT_EQ(s.done[0], (EpochSegment{3, 1, 10, 4}));
+    if (r == 0) again = s;
+    if (r == 1) {
+      // The same shape resumes this part exactly where it stopped.
+      auto same = make(1, 2, 20);
+      ASSERT_OK(same->LoadState(s));
+      same->SetEpoch(2);
+      const std::vector<uint64_t> rest = same->RankIndices(2);
+      EXPECT_EQ(rest, l->RankIndices(2));
+      Batch mine, theirs;
+      ASSERT_TRUE(*same->Next(&mine));
+      ASSERT_TRUE(*l->Next(&theirs));
+      EXPECT_TRUE(std::ranges::equal(mine.indices(), theirs.indices()));
+    }
+  }
+  for (uint32_t r = 0; r < 4; ++r) {
+    auto l = make(r, 4, 7);
+    ASSERT_OK(l->LoadState(again));
+    l->SetEpoch(2);
+    take(*l, ~uint64_t{0});
+    // The next epoch is a fresh one of this shape.
+    l->SetEpoch(3);
+    Batch b;
+    ASSERT_TRUE(*l->Next(&b));
+    EXPECT_EQ(b.sequence(), 0u);
+    const std::vector<uint64_t> fresh = make(r, 4, 7)->RankIndices(3);
+    EXPECT_TRUE(std::ranges::equal(b.indices(), std::span(fresh).first(b.size())));
+  }
+  const std::set<uint64_t> distinct(read.begin(), read.end());
+  EXPECT_EQ(distinct.size(), 500u);
+  EXPECT_LT(read.size() - 500, 4u);
 }
 
 }  // namespace
