@@ -503,49 +503,55 @@ tensors); this is the raw binding: iterating yields
 (images numpy array, labels int64 array, indices int64 array), where images
 is a writable view of the batch's buffer (no copy).
 )doc")
-      .def(py::init(
-               [](py::object volume, uint32_t batch_size, const ImagePipeline& pipeline,
-                  uint32_t decode_threads, uint32_t decode_prefetch, bool skip_bad_samples,
-                  bool shuffle, uint64_t seed, uint32_t rank, uint32_t world_size, bool drop_last,
-                  uint32_t prefetch_batches, uint32_t queue_depth, uint32_t io_threads,
-                  const std::string& engine, bool direct_io, bool verify_checksums, bool coalesce,
-                  std::optional<std::vector<uint64_t>> indices, std::optional<std::string> field,
-                  std::optional<uint64_t> cache_budget, bool cache_shared) {
-                 std::shared_ptr<Volume> vol;
-                 if (py::isinstance<Volume>(volume)) {
-                   vol = volume.cast<std::shared_ptr<Volume>>();
-                 } else {
-                   vol = Unwrap(Volume::Open(py::str(volume).cast<std::string>()));
-                 }
-                 LoaderOptions lo;
-                 lo.sampler.batch_size = batch_size;
-                 lo.sampler.shuffle = shuffle;
-                 lo.sampler.seed = seed;
-                 lo.sampler.rank = rank;
-                 lo.sampler.world_size = world_size;
-                 lo.sampler.drop_last = drop_last;
-                 lo.prefetch_batches = prefetch_batches;
-                 lo.engine.queue_depth = queue_depth;
-                 lo.io_threads = io_threads;
-                 lo.engine.kind = ParseName(kEngineKindNames, engine, "engine");
-                 lo.engine.direct_io = direct_io;
-                 lo.verify_checksums = verify_checksums;
-                 lo.plan.coalesce = coalesce;
-                 if (indices) lo.subset = std::move(*indices);
-                 // One field: the decode stage decodes one image per sample.
-                 if (field) lo.fields = {*field};
-                 if (cache_budget) lo.cache_budget = *cache_budget;
-                 lo.cache_shared = cache_shared;
-                 DecodeStageOptions dso;
-                 dso.image = pipeline.options();
-                 dso.decode_threads = decode_threads;
-                 dso.prefetch_batches = decode_prefetch;
-                 dso.skip_bad_samples = skip_bad_samples;
-                 py::gil_scoped_release release;
-                 auto l = std::make_unique<PyImageLoader>(std::move(vol), lo, dso);
-                 l->set_options(dso);
-                 return l;
-               }),
+      .def(py::init([](py::object volume, uint32_t batch_size, const ImagePipeline& pipeline,
+                       uint32_t decode_threads, uint32_t decode_prefetch, bool skip_bad_samples,
+                       bool shuffle, uint64_t seed, uint32_t rank, uint32_t world_size,
+                       bool drop_last, uint32_t prefetch_batches, uint32_t queue_depth,
+                       uint32_t io_threads, const std::string& engine, bool direct_io,
+                       bool verify_checksums, bool coalesce,
+                       std::optional<std::vector<uint64_t>> indices,
+                       std::optional<std::string> field, std::optional<uint64_t> cache_budget,
+                       bool cache_shared, uint32_t max_bad_samples, py::object quarantine) {
+             std::shared_ptr<Volume> vol;
+             if (py::isinstance<Volume>(volume)) {
+               vol = volume.cast<std::shared_ptr<Volume>>();
+             } else {
+               vol = Unwrap(Volume::Open(py::str(volume).cast<std::string>()));
+             }
+             LoaderOptions lo;
+             lo.sampler.batch_size = batch_size;
+             lo.sampler.shuffle = shuffle;
+             lo.sampler.seed = seed;
+             lo.sampler.rank = rank;
+             lo.sampler.world_size = world_size;
+             lo.sampler.drop_last = drop_last;
+             lo.prefetch_batches = prefetch_batches;
+             lo.engine.queue_depth = queue_depth;
+             lo.io_threads = io_threads;
+             lo.engine.kind = ParseName(kEngineKindNames, engine, "engine");
+             lo.engine.direct_io = direct_io;
+             lo.verify_checksums = verify_checksums;
+             lo.plan.coalesce = coalesce;
+             if (indices) lo.subset = std::move(*indices);
+             // One field: the decode stage decodes one image per sample.
+             if (field) lo.fields = {*field};
+             if (cache_budget) lo.cache_budget = *cache_budget;
+             lo.cache_shared = cache_shared;
+             // Samples that cannot be read or fail their checksum are
+             // left out like undecodable ones.
+             lo.skip_bad_samples = skip_bad_samples;
+             lo.max_bad_samples = max_bad_samples;
+             if (!quarantine.is_none()) lo.quarantine = QuarantineIndices(quarantine);
+             DecodeStageOptions dso;
+             dso.image = pipeline.options();
+             dso.decode_threads = decode_threads;
+             dso.prefetch_batches = decode_prefetch;
+             dso.skip_bad_samples = skip_bad_samples;
+             py::gil_scoped_release release;
+             auto l = std::make_unique<PyImageLoader>(std::move(vol), lo, dso);
+             l->set_options(dso);
+             return l;
+           }),
            py::arg("volume"), py::arg("batch_size"), py::arg("pipeline"),
            py::arg("decode_threads") = kStage.decode_threads,
            py::arg("decode_prefetch") = kStage.prefetch_batches,
@@ -562,7 +568,17 @@ is a writable view of the batch's buffer (no copy).
            py::arg("verify_checksums") = kLoader.verify_checksums,
            py::arg("coalesce") = kLoader.plan.coalesce, py::arg("indices") = py::none(),
            py::arg("field") = py::none(), py::arg("cache_budget") = py::none(),
-           py::arg("cache_shared") = kLoader.cache_shared)
+           py::arg("cache_shared") = kLoader.cache_shared,
+           py::arg("max_bad_samples") = kLoader.max_bad_samples, py::arg("quarantine") = py::none())
+      .def(
+          "quarantine",
+          [](PyImageLoader& l) {
+            std::vector<BadSample> bad = l.loader().quarantine();
+            for (BadSample& b : l.stage().skipped_samples()) bad.push_back(std::move(b));
+            return QuarantineRecords(l.loader().volume().path(), bad);
+          },
+          "Samples left out as bad (unreadable, failed checksum, undecodable): "
+          "[{volume, index, path, reason}].")
       .def("set_epoch", &PyImageLoader::set_epoch, py::arg("epoch"))
       .def_property_readonly("epoch", &PyImageLoader::epoch)
       .def("__len__", [](PyImageLoader& l) { return l.stage().batches_per_epoch(); })

@@ -797,7 +797,8 @@ zstd fields views into the batch's decoded buffer.
 Loader(volume, batch_size, shuffle=True, seed=0, rank=0, world_size=1,
        drop_last=False, prefetch_batches=4, queue_depth=64, io_threads=1,
        engine="auto", direct_io=True, verify_checksums=True, coalesce=True,
-       indices=None, cache_budget=None, fields=None, cache_shared=True)
+       indices=None, cache_budget=None, fields=None, cache_shared=True,
+       skip_bad_samples=False, max_bad_samples=16, quarantine=None)
 
 Iterates over this rank's batches of one epoch, reading ahead through
 io_uring (or a pread pool where io_uring is unavailable).
@@ -837,6 +838,15 @@ io_uring (or a pread pool where io_uring is unavailable).
   field (a --compress pack of images) hands its samples out decompressed
   without it.
 
+- skip_bad_samples: a sample whose read, checksum or field decoding fails
+  is left out of its batch (which is one shorter; nothing else moves) and
+  listed by quarantine() as {volume, index, path, reason}, instead of the
+  batch raising. The list goes into state_dict(), so a resumed run leaves
+  the same samples out, and later epochs leave them out unread. Past
+  max_bad_samples of them every batch raises CorruptVolumeError naming them.
+- quarantine: samples to leave out from the start: indices, or the records
+  of `dlfs verify --json` or quarantine() (not counted in max_bad_samples).
+
 stats() says where the time went: rings empty, reads in flight,
 submit/wait/verify seconds, buffer memory, io_uring flags, and the node
 cache (bytes, hits, misses, bytes filled and the time that took, processes
@@ -865,7 +875,8 @@ loop); another epoch starts afresh.
                        const std::string& engine, bool direct_io, bool verify_checksums,
                        bool coalesce, std::optional<std::vector<uint64_t>> indices,
                        std::optional<uint64_t> cache_budget,
-                       std::optional<std::vector<std::string>> fields, bool cache_shared) {
+                       std::optional<std::vector<std::string>> fields, bool cache_shared,
+                       bool skip_bad_samples, uint32_t max_bad_samples, py::object quarantine) {
              std::shared_ptr<Volume> vol;
              if (py::isinstance<Volume>(volume)) {
                vol = volume.cast<std::shared_ptr<Volume>>();
@@ -890,6 +901,9 @@ loop); another epoch starts afresh.
              if (cache_budget) o.cache_budget = *cache_budget;
              if (fields) o.fields = std::move(*fields);
              o.cache_shared = cache_shared;
+             o.skip_bad_samples = skip_bad_samples;
+             o.max_bad_samples = max_bad_samples;
+             if (!quarantine.is_none()) o.quarantine = QuarantineIndices(quarantine);
              auto loader = std::make_unique<PyLoader>(std::move(vol), o);
              if (const std::string& note = loader->loader().cache_note(); !note.empty()) {
                if (PyErr_WarnEx(PyExc_RuntimeWarning, ("dlfs: " + note).c_str(), 1) != 0) {
@@ -910,7 +924,16 @@ loop); another epoch starts afresh.
            py::arg("verify_checksums") = kDefaults.verify_checksums,
            py::arg("coalesce") = kDefaults.plan.coalesce, py::arg("indices") = py::none(),
            py::arg("cache_budget") = py::none(), py::arg("fields") = py::none(),
-           py::arg("cache_shared") = kDefaults.cache_shared)
+           py::arg("cache_shared") = kDefaults.cache_shared,
+           py::arg("skip_bad_samples") = kDefaults.skip_bad_samples,
+           py::arg("max_bad_samples") = kDefaults.max_bad_samples,
+           py::arg("quarantine") = py::none())
+      .def(
+          "quarantine",
+          [](PyLoader& l) {
+            return QuarantineRecords(l.loader().volume().path(), l.loader().quarantine());
+          },
+          "Samples left out as bad: [{volume, index, path, reason}] (see skip_bad_samples).")
       .def("set_epoch", &PyLoader::set_epoch, py::arg("epoch"),
            "Sets the epoch the next iteration reads (its order depends on it).")
       .def_property_readonly("epoch", &PyLoader::epoch)

@@ -1,12 +1,14 @@
 // A BatchSource's SourceState as the dict Python's state_dict() returns and
 // load_state_dict() takes: the keys of its text form (dlfs/batch_source.h),
 // flags as bools, the epoch's earlier parts (elastic resume) as the
-// "segments" string. Shared by the bindings of Loader and ImageLoader.
+// "segments" string, the samples left out as bad as the "quarantine" string
+// "3,17". Shared by the bindings of Loader and ImageLoader.
 #pragma once
 
 #include <pybind11/pybind11.h>
 
 #include <string>
+#include <vector>
 
 #include "dlfs/batch_source.h"
 
@@ -17,6 +19,9 @@ inline pybind11::dict StateDict(const SourceState& s) {
   d["epoch"] = s.epoch;
   d["batches"] = s.batches;
   d["segments"] = FormatEpochSegments(s.done);
+  std::string q;
+  for (uint64_t i : s.quarantined) q += (q.empty() ? "" : ",") + std::to_string(i);
+  d["quarantine"] = q;
   d["volume_uuid"] = s.volume_uuid;
   d["volume_samples"] = s.volume_samples;
   d["samples"] = s.samples;
@@ -59,6 +64,33 @@ inline Result<SourceState> StateFromDict(const pybind11::handle& state) {
     text += k + " " + v + "\n";
   }
   return SourceState::Parse(text);
+}
+
+// A quarantine list given to a loader: sample indices, or the records of
+// `dlfs verify --json` / quarantine() (dicts with an "index").
+inline std::vector<uint64_t> QuarantineIndices(const pybind11::handle& list) {
+  namespace py = pybind11;
+  std::vector<uint64_t> out;
+  for (py::handle item : list) {
+    py::handle index = py::isinstance<py::dict>(item) ? item.cast<py::dict>()["index"] : item;
+    out.push_back(index.cast<uint64_t>());
+  }
+  return out;
+}
+
+// What a loader left out, as dicts {volume, index, path, reason}.
+inline pybind11::list QuarantineRecords(const std::string& volume,
+                                        const std::vector<BadSample>& bad) {
+  pybind11::list out;
+  for (const BadSample& b : bad) {
+    pybind11::dict d;
+    d["volume"] = volume;
+    d["index"] = b.index;
+    d["path"] = b.path;
+    d["reason"] = b.reason;
+    out.append(d);
+  }
+  return out;
 }
 
 }  // namespace dlfs

@@ -517,9 +517,15 @@ int RunVerify(const VerifyArgs& args) {
   auto vol = OpenVolume(args.volume);
   if (!vol.ok()) return Fail(vol.status());
   VerifyOptions options;
-  options.on_bad_sample = [](uint64_t, const Status& problem) {
+  json bad = json::array();
+  options.on_bad_sample = [&](uint64_t index, const Status& problem) {
     std::fprintf(stderr, "%sdlfs: %s\n", ::isatty(STDERR_FILENO) ? "\r\033[K" : "",
                  problem.message().c_str());
+    // The records a loader's quarantine takes (and quarantine() lists).
+    bad.push_back({{"volume", args.volume.path},
+                   {"index", index},
+                   {"path", (*vol)->directory().Path(index)},
+                   {"reason", problem.message()}});
   };
   const uint64_t total = (*vol)->size();
   const uint64_t total_bytes = (*vol)->info().data_bytes;
@@ -539,11 +545,23 @@ int RunVerify(const VerifyArgs& args) {
   if (!report.backup_superblock.ok()) {
     std::fprintf(stderr, "dlfs: %s\n", report.backup_superblock.message().c_str());
   }
-  std::printf("%s: %llu samples, %s checked in %.2f s: %llu bad%s\n", args.volume.path.c_str(),
-              static_cast<unsigned long long>(report.samples_checked),
-              HumanBytes(report.bytes_checked).c_str(), report.seconds,
-              static_cast<unsigned long long>(report.bad_samples),
-              report.backup_superblock.ok() ? "" : ", superblock copy damaged");
+  if (args.json) {
+    const json out = {
+        {"volume", args.volume.path},
+        {"samples_checked", report.samples_checked},
+        {"bytes_checked", report.bytes_checked},
+        {"seconds", report.seconds},
+        {"bad_samples", bad},
+        {"superblock_copy",
+         report.backup_superblock.ok() ? std::string("ok") : report.backup_superblock.message()}};
+    std::printf("%s\n", out.dump(2).c_str());
+  } else {
+    std::printf("%s: %llu samples, %s checked in %.2f s: %llu bad%s\n", args.volume.path.c_str(),
+                static_cast<unsigned long long>(report.samples_checked),
+                HumanBytes(report.bytes_checked).c_str(), report.seconds,
+                static_cast<unsigned long long>(report.bad_samples),
+                report.backup_superblock.ok() ? "" : ", superblock copy damaged");
+  }
   return report.bad_samples == 0 && report.backup_superblock.ok() ? kExitOk : kExitDamaged;
 }
 

@@ -86,6 +86,7 @@ int WriteOutput(const std::string& path, std::span<const std::byte> data);
 struct VerifyArgs {
   VolumeArgs volume;
   bool quiet = false;
+  bool json = false;
 };
 int RunVerify(const VerifyArgs& args);
 

@@ -230,6 +230,9 @@ int main(int argc, char** argv) {
       "verify", "Read every sample and check every checksum; exit 1 naming each bad sample");
   AddVolumeArgs(v, &verify.volume);
   v->add_flag("-q,--quiet", verify.quiet, "No progress output");
+  v->add_flag("--json", verify.json,
+              "One JSON object: counts and bad_samples, the records [{volume, index, path, "
+              "reason}] a loader's quarantine= takes (Python: dlfs.Loader(..., quarantine=...))");
   v->callback([&] { rc = RunVerify(verify); });
 
   EpochArgs epoch;

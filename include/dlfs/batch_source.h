@@ -54,6 +54,13 @@
 
 namespace dlfs {
 
+// A sample a source left out of its batch (LoaderOptions::skip_bad_samples).
+struct BadSample {
+  uint64_t index = 0;
+  std::string path;    // in the volume
+  std::string reason;  // why: the read's, checksum's or decoder's error
+};
+
 // A source's position, and what its order depends on.
 struct SourceState {
   uint64_t epoch = 0;
@@ -61,6 +68,9 @@ struct SourceState {
   // Parts of `epoch` read by earlier jobs of other shapes, oldest first;
   // `batches` counts from the end of the last.
   std::vector<EpochSegment> done;
+  // Samples left out as bad so far (sorted): a resumed source leaves them
+  // out too, so its batches are those the run would have had.
+  std::vector<uint64_t> quarantined;
   // What decides the order: LoadState refuses a state that differs in any.
   std::string volume_uuid;
   uint64_t volume_samples = 0;
@@ -70,7 +80,8 @@ struct SourceState {
 
   // One "key value" line each, after a "dlfs-source-state 2" line; the
   // parts as "segments world_size=4,workers=1,batch_size=32,batches=7;..."
-  // (empty value: none). Parse also takes version 1 (no segments line).
+  // (empty value: none); "quarantine 3,17" (sorted indices). Parse also
+  // takes version 1 (neither line).
   std::string Serialize() const;
   // InvalidArgument naming the line for text Serialize() did not write.
   static Result<SourceState> Parse(std::string_view text);

@@ -98,6 +98,9 @@ class DecodeStage final : public BatchSource {
   // ahead for decoding do not count as handed out; LoadState drops them.
   Result<SourceState> SaveState() const override;
   Status LoadState(const SourceState& state) override;
+  // The samples left out as undecodable (skip_bad_samples), in the order
+  // found; each keeps failing the same way, so a resumed run decides alike.
+  std::vector<BadSample> skipped_samples() const;
   uint64_t batches_per_epoch() const override;
   // "decode (N threads, 224x224 random-resized, float32 NCHW) <- <input's>".
   const std::string& description() const override;

@@ -88,6 +88,16 @@
 // coalesced samples is re-read sample by sample first, so healthy
 // neighbours are not named. Wrong bytes are never handed out as a sample.
 //
+// Quarantine: with skip_bad_samples, a sample whose read, checksum or
+// field decoding fails is left out of its batch instead (the batch is one
+// shorter; the other samples and every later batch are as without it; no
+// sample is drawn to refill it, so the epoch's order never shifts), and
+// recorded: quarantine() lists it, SaveState() carries it, and from then on
+// — in later epochs and in a source resumed from that state — it is left
+// out without being read as bad again. Once more than max_bad_samples are
+// recorded, that Next() and every later one fail with an error naming them:
+// a volume that bad wants fixing, not training on.
+//
 // Thread safety: one thread calls Next()/SetEpoch(); Batch objects may be
 // read and destroyed from any thread; source_stats() may be called from any
 // thread.
@@ -143,6 +153,12 @@ struct LoaderOptions {
   // Create refuses for a volume with several fields.
   // Not part of the order: a saved state resumes with other fields.
   std::vector<std::string> fields;
+  // Quarantine (see "Errors" above): leave bad samples out instead of
+  // failing their batch, up to max_bad_samples of them; `quarantine` lists
+  // samples to leave out from the start (e.g. `dlfs verify --json`'s).
+  bool skip_bad_samples = false;
+  uint32_t max_bad_samples = 16;
+  std::vector<uint64_t> quarantine;
 };
 
 class Loader final : public BatchSource {
@@ -172,6 +188,9 @@ class Loader final : public BatchSource {
   // Resuming (see above and dlfs/batch_source.h).
   Result<SourceState> SaveState() const override;
   Status LoadState(const SourceState& state) override;
+  // Samples left out as bad (skip_bad_samples), in the order found; those
+  // of LoaderOptions::quarantine or a loaded state first.
+  std::vector<BadSample> quarantine() const;
 
   uint64_t epoch() const;
   const Sampler& sampler() const;

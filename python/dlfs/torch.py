@@ -16,7 +16,12 @@ with VolumeDataset(decode=...), as tensors decoded in C++. The arrays are
 writable and not copies: torch.from_numpy takes them as they are, without a
 warning.
 """
+import glob
+import json
 import os
+import shutil
+import tempfile
+import weakref
 
 import numpy as np
 import torch
@@ -314,6 +319,11 @@ class _SharedPosition:
         self._segments[0] = len(segments)
 
 
+def _indices_of(records):
+    """Sample indices from a quarantine list: ints, or dicts with an "index"."""
+    return [r["index"] if isinstance(r, dict) else int(r) for r in records]
+
+
 def _format_segments(segments):
     """[(world_size, workers, batch_size, batches)] as a state's "segments" string."""
     return ";".join(f"world_size={w},workers={k},batch_size={b},batches={n}"
@@ -366,7 +376,9 @@ class LoaderDataset(tud.IterableDataset):
     the labels. `transform` and stack=True do not apply (ValueError). A
     batch holding a sample that lacks a field raises KeyError naming the
     sample and the field.
-    Other keyword arguments go to dlfs.Loader (queue_depth, engine, ...).
+    Other keyword arguments go to dlfs.Loader (queue_depth, engine, ...);
+    with skip_bad_samples=True bad samples are left out of their batch and
+    quarantine() lists them, whichever worker met them.
     Call set_epoch(e) before each epoch (before iterating the DataLoader).
     The epoch lives in shared memory, so DataLoader workers read the current
     one whenever they start an epoch, persistent_workers=True included. Each
@@ -426,6 +438,13 @@ class LoaderDataset(tud.IterableDataset):
             "seed": seed, "shuffle": bool(shuffle), "batch_size": batch_size,
             "drop_last": bool(drop_last)}
         self._loaded = None  # the state load_state_dict() was given, until iterated
+        # Bad samples met by the workers: each appends its records to a file
+        # here, which quarantine() reads (removed with the dataset).
+        self._quarantine_dir = None
+        if loader_options.get("skip_bad_samples"):
+            self._quarantine_dir = tempfile.mkdtemp(prefix="dlfs-quarantine-")
+            weakref.finalize(self, shutil.rmtree, self._quarantine_dir, True)
+        self._resumed_quarantine = []  # indices from a loaded state
 
     @property
     def epoch(self):
@@ -475,11 +494,16 @@ class LoaderDataset(tud.IterableDataset):
         if self._loader_key != key:
             if self._loader is not None and self._loader_key[0] != os.getpid():
                 _INHERITED.append(self._loader)  # the parent's: never used or destroyed here
+            options = dict(self.loader_options)
+            if self._resumed_quarantine:
+                options["quarantine"] = sorted(set(self._resumed_quarantine) |
+                                               set(_indices_of(options.get("quarantine") or [])))
             self._loader = Loader(self.path, self.batch_size, shuffle=self.shuffle,
                                   seed=self.seed, rank=rank, world_size=world,
                                   drop_last=self.drop_last, indices=self.indices,
                                   fields=list(self.fields) if self.fields else None,
-                                  **self.loader_options)
+                                  **options)
+            self._published = 0
             self._loader_key = key
         return self._loader
 
@@ -514,6 +538,8 @@ class LoaderDataset(tud.IterableDataset):
             p[p.TAKEN] = skip
         stack = self.stack
         for batch in loader:
+            if self._quarantine_dir is not None:
+                self._publish_quarantine(loader)
             if self.fields is not None:
                 if main:
                     p[p.TAKEN] = p[p.TAKEN] + 1
@@ -544,6 +570,36 @@ class LoaderDataset(tud.IterableDataset):
             if main:
                 p[p.TAKEN] = p[p.TAKEN] + 1
             yield self.batch_transform(samples, batch.labels)
+
+    def _publish_quarantine(self, loader):
+        """Appends the records `loader` added since the last call to this
+        process's file (one JSON object per line)."""
+        bad = loader.quarantine()
+        if len(bad) > self._published:
+            with open(os.path.join(self._quarantine_dir, f"{os.getpid()}.jsonl"), "a") as f:
+                for record in bad[self._published:]:
+                    f.write(json.dumps(record) + "\n")
+            self._published = len(bad)
+
+    def quarantine(self):
+        """Samples left out as bad (skip_bad_samples) by this process and the
+        DataLoader's workers, and those of a loaded state:
+        [{volume, index, path, reason}] by index."""
+        records = {}
+        for index in self._resumed_quarantine:
+            records[index] = {"volume": self.path, "index": index, "path": None,
+                              "reason": "left out by the state resumed from"}
+        if self._loader is not None and self._loader_key[0] == os.getpid():
+            for r in self._loader.quarantine():
+                records.setdefault(r["index"], r)
+        if self._quarantine_dir is not None:
+            for name in sorted(glob.glob(os.path.join(self._quarantine_dir, "*.jsonl"))):
+                with open(name) as f:
+                    for line in f:
+                        if line.endswith("\n"):  # (a line being written is skipped)
+                            r = json.loads(line)
+                            records.setdefault(r["index"], r)
+        return [records[i] for i in sorted(records)]
 
     def _resumed_part(self, epoch, world, workers):
         """How this job continues a restored `epoch`: the parts of it read
@@ -608,7 +664,8 @@ class LoaderDataset(tud.IterableDataset):
         state = dict(self._identity, rank=rank, world_size=world)
         state.update(epoch=epoch, batches=total,
                      num_workers=workers if total > 0 or segments else 0,
-                     segments=_format_segments(segments))
+                     segments=_format_segments(segments),
+                     quarantine=",".join(str(r["index"]) for r in self.quarantine()))
         return state
 
     def load_state_dict(self, state):
@@ -638,6 +695,14 @@ class LoaderDataset(tud.IterableDataset):
             raise ValueError(f"{self.path}: cannot resume from this state: epoch, batches or "
                              "num_workers negative, or world_size or batch_size below 1")
         segments = _parse_segments(state.get("segments", ""), self.path)
+        try:
+            quarantined = [int(i) for i in filter(None, str(state.get("quarantine", "")).split(","))]
+        except ValueError:
+            raise ValueError(f"{self.path}: cannot resume from this state: malformed "
+                             f"quarantine {str(state['quarantine'])[:200]!r}") from None
+        if any(i < 0 or i >= self._identity["volume_samples"] for i in quarantined):
+            raise ValueError(f"{self.path}: cannot resume from this state: it quarantines a "
+                             "sample out of range")
         workers = max(workers, 1)
         if batches > 0 and not segments:
             shards = world * workers
@@ -657,6 +722,9 @@ class LoaderDataset(tud.IterableDataset):
         p[p.SEEN_EPOCH] = -1
         p[p.TAKEN] = 0
         self._loaded = dict(state)
+        if quarantined != self._resumed_quarantine:
+            self._resumed_quarantine = quarantined
+            self._loader, self._loader_key = None, None  # made again, leaving them out
 
     def __getstate__(self):  # each process makes its own loader
         state = dict(self.__dict__)

@@ -24,7 +24,8 @@ _PIPELINE_KEYS = {"resize", "color", "format", "raw_shape", "max_pixels", "dct_s
 # Keywords of the C++ loader (dlfs.Loader) and the decode stage.
 _LOADER_KEYS = {"drop_last", "prefetch_batches", "queue_depth", "io_threads", "engine",
                 "direct_io", "verify_checksums", "coalesce", "decode_prefetch",
-                "skip_bad_samples", "field", "cache_budget", "cache_shared"}
+                "skip_bad_samples", "field", "cache_budget", "cache_shared", "max_bad_samples",
+                "quarantine"}
 
 
 def make_pipeline(decode):
@@ -66,8 +67,9 @@ class ImageLoader:
     - loader_options: color ("auto", "rgb", "gray"), resize, format
       ("auto", "jpeg", "png", "raw"), raw_shape=(H, W[, C]) for raw samples,
       max_pixels, dct_scaling, scale, ratio, skip_bad_samples (leave
-      undecodable samples out of their batch and count them in .stats
-      instead of raising), decode_prefetch (batches queued for decoding),
+      unreadable, corrupt or undecodable samples out of their batch, count
+      them in .stats and list them in quarantine(), instead of raising;
+      max_bad_samples and quarantine= as dlfs.Loader's), decode_prefetch (batches queued for decoding),
       return_indices (yield (images, labels, indices)), and dlfs.Loader's
       drop_last, prefetch_batches, queue_depth, io_threads, engine,
       direct_io, verify_checksums, coalesce, cache_budget, cache_shared (the
@@ -130,6 +132,11 @@ class ImageLoader:
             if self.return_indices:
                 out += (torch.from_numpy(indices),)
             yield out
+
+    def quarantine(self):
+        """Samples left out under skip_bad_samples (unreadable, failed checksum,
+        undecodable): [{volume, index, path, reason}]."""
+        return self._loader.quarantine()
 
     def state_dict(self):
         """Where the iteration is (a dict of ints, bools and strings), as

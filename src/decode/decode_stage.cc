@@ -184,6 +184,10 @@ class DecodeStage::Impl {
     std::lock_guard lock(stats_mu_);
     return stats_;
   }
+  std::vector<BadSample> skipped_samples() const {
+    std::lock_guard lock(stats_mu_);
+    return skipped_samples_;
+  }
 
  private:
   // Pulls input batches (on the caller's thread) until prefetch_batches are
@@ -324,6 +328,11 @@ class DecodeStage::Impl {
         if (!options_.skip_bad_samples) return job.errors[i];
         ++skipped;
         examples.push_back(job.errors[i].message());
+        {
+          std::lock_guard lock(stats_mu_);
+          skipped_samples_.push_back(
+              {job.indices[i], volume_->directory().Path(job.indices[i]), job.errors[i].message()});
+        }
         continue;
       }
       // Close the gaps left by skipped samples (rare: only after a failure).
@@ -394,6 +403,7 @@ class DecodeStage::Impl {
 
   mutable std::mutex stats_mu_;
   DecodeStats stats_;
+  std::vector<BadSample> skipped_samples_;  // stats_mu_
 };
 
 Result<std::unique_ptr<DecodeStage>> DecodeStage::Create(std::unique_ptr<BatchSource> input,
@@ -414,6 +424,7 @@ DecodeStage::~DecodeStage() = default;
 void DecodeStage::SetEpoch(uint64_t epoch) { impl_->SetEpoch(epoch); }
 Result<bool> DecodeStage::Next(Batch* batch) { return impl_->Next(batch); }
 Result<SourceState> DecodeStage::SaveState() const { return impl_->SaveState(); }
+std::vector<BadSample> DecodeStage::skipped_samples() const { return impl_->skipped_samples(); }
 Status DecodeStage::LoadState(const SourceState& state) { return impl_->LoadState(state); }
 uint64_t DecodeStage::batches_per_epoch() const { return impl_->batches_per_epoch(); }
 const std::string& DecodeStage::description() const { return impl_->description(); }

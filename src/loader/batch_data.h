@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "dlfs/batch.h"
@@ -39,6 +41,9 @@ struct Batch::Data {
   // Batch::owns_bytes(): set by a source whose `owner` holds this batch's
   // bytes and nobody else's use of them (the Loader's per-batch slab).
   bool owns_bytes = false;
+  // Samples of the batch left out because they could not be read
+  // (LoaderOptions::skip_bad_samples): index, and why.
+  std::vector<std::pair<uint64_t, std::string>> left_out;
 };
 
 }  // namespace dlfs

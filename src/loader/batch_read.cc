@@ -151,8 +151,9 @@ Result<Batch> BatchRead::Finish(std::shared_ptr<const void> owner, uint64_t epoc
 
 Result<std::shared_ptr<Batch::Data>> BatchRead::FinishData(std::shared_ptr<const void> owner,
                                                            uint64_t epoch, uint64_t sequence,
-                                                           double io_seconds) const {
-  if (any_failed_) {
+                                                           double io_seconds,
+                                                           bool skip_failed) const {
+  if (any_failed_ && !skip_failed) {
     std::vector<size_t> positions;
     for (size_t k = 0; k < failed_.size(); ++k) {
       if (!failed_[k].ok()) positions.push_back(k);
@@ -165,16 +166,18 @@ Result<std::shared_ptr<Batch::Data>> BatchRead::FinishData(std::shared_ptr<const
   data->owns_bytes = true;  // the buffer is this read's alone (a loader slab, a reader's)
   data->epoch = epoch;
   data->sequence = sequence;
-  data->indices.assign(indices_.begin(), indices_.end());
-  data->labels.resize(indices_.size());
-  data->samples.resize(indices_.size());
-  data->payload_bytes = plan_.sample_bytes;
   data->device_bytes = plan_.buffer_bytes;
   data->io_seconds = io_seconds;
   for (size_t k = 0; k < indices_.size(); ++k) {
+    if (any_failed_ && !failed_[k].ok()) {
+      data->left_out.emplace_back(indices_[k], failed_[k].message());
+      continue;
+    }
     const SampleInfo s = dir.sample(indices_[k]);
-    data->samples[k] = std::span<const std::byte>(base_ + plan_.sample_offsets[k], s.length);
-    data->labels[k] = s.label;
+    data->indices.push_back(indices_[k]);
+    data->samples.emplace_back(base_ + plan_.sample_offsets[k], s.length);
+    data->labels.push_back(s.label);
+    data->payload_bytes += s.length;
   }
   return data;
 }

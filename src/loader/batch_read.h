@@ -61,8 +61,11 @@ class BatchRead {
   Result<Batch> Finish(std::shared_ptr<const void> owner, uint64_t epoch, uint64_t sequence,
                        double io_seconds) const;
   // The same, still open to changes (the Loader splits fields into it).
+  // With `skip_failed`, samples that could not be read are left out of the
+  // batch and listed in its left_out instead of failing it.
   Result<std::shared_ptr<Batch::Data>> FinishData(std::shared_ptr<const void> owner, uint64_t epoch,
-                                                  uint64_t sequence, double io_seconds) const;
+                                                  uint64_t sequence, double io_seconds,
+                                                  bool skip_failed = false) const;
 
  private:
   struct Sub {

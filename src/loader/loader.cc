@@ -22,6 +22,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <set>
 #include <system_error>
 #include <thread>
 #include <unordered_map>
@@ -179,6 +180,10 @@ class Loader::Impl {
         s.batches -= part_->first_seq;
       }
     }
+    {
+      std::lock_guard q(quarantine_mu_);
+      s.quarantined.assign(quarantined_.begin(), quarantined_.end());
+    }
     return s;
   }
 
@@ -209,6 +214,14 @@ class Loader::Impl {
                                      (part ? "the rest of an epoch of " : "an epoch of ") +
                                      std::to_string(batches));
     }
+    for (uint64_t i : state.quarantined) {
+      if (i >= volume_->size()) {
+        return Status::InvalidArgument(
+            who + ": cannot resume from this state: it quarantines sample " + std::to_string(i) +
+            " of " + std::to_string(volume_->size()));
+      }
+    }
+    for (uint64_t i : state.quarantined) Quarantine(i, "left out by the state resumed from");
     {
       std::lock_guard lock(mu_);
       part_done_ = at.done;
@@ -241,18 +254,111 @@ class Loader::Impl {
   Result<bool> HandOut(std::shared_ptr<Batch::Data> data, Batch* out) {
     const double t0 = Now();
     Status st;
-    if (!field_ids_.empty()) {
-      st =
-          loader_internal::SplitFields(*volume_, field_ids_, options_.verify_checksums, data.get());
-    } else if (options_.verify_checksums) {
-      for (size_t i = 0; i < data->indices.size() && st.ok(); ++i) {
-        st = volume_->CheckSample(data->indices[i], data->samples[i]);
-      }
+    if (options_.skip_bad_samples || !quarantined_.empty()) {
+      st = CheckQuarantining(data.get());
+    } else {
+      st = Check(data.get());
     }
     AddSeconds(verify_ns_, Now() - t0);
     DLFS_RETURN_IF_ERROR(st);
     *out = Batch(std::move(data));
     return true;
+  }
+
+  // Checksums (verify_checksums) and fields of every sample of `data`.
+  Status Check(Batch::Data* data) {
+    if (!field_ids_.empty()) {
+      return loader_internal::SplitFields(*volume_, field_ids_, options_.verify_checksums, data);
+    }
+    if (options_.verify_checksums) {
+      for (size_t i = 0; i < data->indices.size(); ++i) {
+        DLFS_RETURN_IF_ERROR(volume_->CheckSample(data->indices[i], data->samples[i]));
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Check() leaving out samples already quarantined, and (skip_bad_samples)
+  // quarantining those that were not read or fail their checks; the
+  // budget's error once it is exceeded.
+  Status CheckQuarantining(Batch::Data* data) {
+    for (auto& [index, why] : data->left_out) Quarantine(index, why);
+    data->left_out.clear();
+    std::vector<size_t> drop;
+    for (size_t i = 0; i < data->indices.size(); ++i) {
+      if (quarantined_.count(data->indices[i])) drop.push_back(i);
+    }
+    LeaveOut(data, drop);
+    if (!options_.skip_bad_samples) return over_budget_.ok() ? Check(data) : over_budget_;
+    const Batch::Data before = *data;  // Check may have split some fields when it fails
+    Status st = Check(data);
+    if (!st.ok()) {
+      // Which samples: each on its own.
+      *data = before;
+      drop.clear();
+      for (size_t i = 0; i < data->indices.size(); ++i) {
+        Batch::Data one;
+        one.owner = data->owner;
+        one.indices = {data->indices[i]};
+        one.labels = {data->labels[i]};
+        one.samples = {data->samples[i]};
+        const Status bad = Check(&one);
+        if (!bad.ok()) {
+          drop.push_back(i);
+          Quarantine(data->indices[i], bad.message());
+        }
+      }
+      if (drop.empty()) return st;  // not a sample's fault (e.g. out of memory)
+      LeaveOut(data, drop);
+      st = Check(data);
+    }
+    return over_budget_.ok() ? st : over_budget_;
+  }
+
+  // Removes the samples at `positions` (ascending) from a batch whose
+  // fields are not split yet.
+  static void LeaveOut(Batch::Data* data, const std::vector<size_t>& positions) {
+    if (positions.empty()) return;
+    size_t kept = 0;
+    for (size_t i = 0, p = 0; i < data->indices.size(); ++i) {
+      if (p < positions.size() && positions[p] == i) {
+        ++p;
+        data->payload_bytes -= std::min<uint64_t>(data->payload_bytes, data->samples[i].size());
+        continue;
+      }
+      data->indices[kept] = data->indices[i];
+      data->labels[kept] = data->labels[i];
+      data->samples[kept] = data->samples[i];
+      ++kept;
+    }
+    data->indices.resize(kept);
+    data->labels.resize(kept);
+    data->samples.resize(kept);
+  }
+
+  // Records `index` as bad (once); past the budget, sets over_budget_.
+  void Quarantine(uint64_t index, const std::string& why) {
+    std::lock_guard lock(quarantine_mu_);
+    if (!quarantined_.insert(index).second) return;
+    bad_.push_back({index, volume_->directory().Path(index), why});
+    if (bad_.size() - listed_ahead_ > options_.max_bad_samples && over_budget_.ok()) {
+      const size_t found = bad_.size() - listed_ahead_;
+      std::string names;
+      for (size_t i = listed_ahead_; i < bad_.size() && i < listed_ahead_ + 8; ++i) {
+        names += (i > listed_ahead_ ? "; " : "") +
+                 loader_internal::SampleName(*volume_, bad_[i].index) + ": " + bad_[i].reason;
+      }
+      if (found > 8) names += "; and " + std::to_string(found - 8) + " more";
+      over_budget_ = Status::Corruption(
+          volume_->path() + ": " + std::to_string(found) +
+          " bad samples, more than max_bad_samples=" + std::to_string(options_.max_bad_samples) +
+          " (" + names + ")");
+    }
+  }
+
+  std::vector<BadSample> BadSamples() const {
+    std::lock_guard lock(quarantine_mu_);
+    return bad_;
   }
 
   SourceStats Stats() const {
@@ -461,8 +567,8 @@ class Loader::Impl {
     }
     if (b.abandoned) return true;
     std::shared_ptr<const void> owner = b.slab;
-    Result<std::shared_ptr<Batch::Data>> data =
-        b.read->FinishData(std::move(owner), b.epoch, b.seq, Now() - b.started);
+    Result<std::shared_ptr<Batch::Data>> data = b.read->FinishData(
+        std::move(owner), b.epoch, b.seq, Now() - b.started, options_.skip_bad_samples);
     if (data.ok() && cache_) data = WithCached(b, std::move(data).value());
     Publish(b, std::move(data));
     return true;
@@ -485,14 +591,22 @@ class Loader::Impl {
     data->sequence = b.seq;
     data->io_seconds = read->io_seconds;
     data->device_bytes = read->device_bytes;
-    data->indices.assign(b.indices.begin(), b.indices.end());
-    data->labels.resize(b.indices.size());
-    data->samples.resize(b.indices.size());
+    data->left_out = read->left_out;
     const SampleDirectory& dir = volume_->directory();
+    // The samples read are b.misses in order, less those left out unread.
     for (size_t k = 0, r = 0; k < b.indices.size(); ++k) {
-      data->samples[k] = b.cached[k] ? *b.cached[k] : read->samples[r++];
-      data->labels[k] = dir.label(b.indices[k]);
-      data->payload_bytes += data->samples[k].size();
+      std::span<const std::byte> bytes;
+      if (b.cached[k]) {
+        bytes = *b.cached[k];
+      } else if (r < read->indices.size() && read->indices[r] == b.indices[k]) {
+        bytes = read->samples[r++];
+      } else {
+        continue;
+      }
+      data->indices.push_back(b.indices[k]);
+      data->samples.push_back(bytes);
+      data->labels.push_back(dir.label(b.indices[k]));
+      data->payload_bytes += bytes.size();
     }
     return data;
   }
@@ -544,6 +658,13 @@ class Loader::Impl {
   std::shared_ptr<const EpochOrder> part_;
   std::vector<EpochSegment> part_done_;
   uint64_t parts_made_ = 0;
+
+  // Quarantine (caller's thread; quarantine_mu_ for quarantine() callers).
+  mutable std::mutex quarantine_mu_;
+  std::set<uint64_t> quarantined_;
+  std::vector<BadSample> bad_;
+  size_t listed_ahead_ = 0;  // of bad_, from LoaderOptions::quarantine (not in the budget)
+  Status over_budget_;
   std::vector<std::shared_ptr<Slab>> quarantine_;  // buffers a broken engine may still write
 
   std::mutex orders_mu_;
@@ -597,6 +718,15 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
 
   auto impl = std::make_unique<Impl>(volume, options, std::move(sampler));
   impl->field_ids_ = std::move(field_ids);
+  for (uint64_t i : options.quarantine) {
+    if (i >= volume->size()) {
+      return Status::InvalidArgument("quarantined sample " + std::to_string(i) +
+                                     " is out of range (" + volume->path() + " has " +
+                                     std::to_string(volume->size()) + " samples)");
+    }
+    impl->Quarantine(i, "listed as quarantined when the loader was created");
+  }
+  impl->listed_ahead_ = impl->bad_.size();
   // Every engine opens every target of the volume (as resolved and remapped
   // by Volume::Open). A batch's reads go to whichever targets hold its
   // samples, and one engine keeps them all in flight at once: with io_uring
@@ -677,6 +807,7 @@ const std::string& Loader::description() const { return impl_->description_; }
 const std::string& Loader::cache_note() const { return impl_->cache_note_; }
 SourceStats Loader::source_stats() const { return impl_->Stats(); }
 Result<SourceState> Loader::SaveState() const { return impl_->SaveState(); }
+std::vector<BadSample> Loader::quarantine() const { return impl_->BadSamples(); }
 Status Loader::LoadState(const SourceState& state) { return impl_->LoadState(state); }
 
 }  // namespace dlfs

@@ -14,12 +14,19 @@ namespace {
 constexpr std::string_view kHeader = "dlfs-source-state 2";
 constexpr std::string_view kHeaderV1 = "dlfs-source-state 1";  // no segments
 
+std::string JoinIndices(const std::vector<uint64_t>& v) {
+  std::string out;
+  for (uint64_t i : v) out += (out.empty() ? "" : ",") + std::to_string(i);
+  return out;
+}
+
 // The fields in the order Serialize writes them, with their text.
 std::vector<std::pair<std::string, std::string>> Fields(const SourceState& s) {
   const SamplerOptions& o = s.sampler;
   return {{"epoch", std::to_string(s.epoch)},
           {"batches", std::to_string(s.batches)},
           {"segments", FormatEpochSegments(s.done)},
+          {"quarantine", JoinIndices(s.quarantined)},
           {"volume_uuid", s.volume_uuid},
           {"volume_samples", std::to_string(s.volume_samples)},
           {"samples", std::to_string(s.samples)},
@@ -131,7 +138,7 @@ Result<SourceState> SourceState::Parse(std::string_view text) {
   SourceState s;
   // Every field Serialize writes must be there, and nothing else.
   for (const auto& [key, unused] : Fields(s)) {
-    if (values.find(key) == values.end() && !(v1 && key == "segments")) {
+    if (values.find(key) == values.end() && !(v1 && (key == "segments" || key == "quarantine"))) {
       return Status::InvalidArgument("source state: '" + key + "' is missing");
     }
   }
@@ -148,6 +155,17 @@ Result<SourceState> SourceState::Parse(std::string_view text) {
         Result<std::vector<EpochSegment>> done = ParseEpochSegments(value);
         ok = done.ok();
         if (ok) s.done = std::move(done).value();
+      }
+    } else if (key == "quarantine") {
+      std::string_view rest = value;
+      while (ok && !rest.empty()) {
+        const size_t comma = rest.find(',');
+        uint64_t i = 0;
+        ok = ParseNumber(rest.substr(0, comma), &i) &&
+             (s.quarantined.empty() || s.quarantined.back() < i);
+        s.quarantined.push_back(i);
+        rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+        ok = ok && !(comma != std::string_view::npos && rest.empty());
       }
     } else if (key == "volume_uuid") {
       s.volume_uuid = value;

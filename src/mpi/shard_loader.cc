@@ -104,6 +104,12 @@ class ShardLoader::Impl {
     if (options_.window_batches == 0 || o.sampler.batch_size == 0) {
       return Status::InvalidArgument("window_batches and batch_size must be positive");
     }
+    if (o.skip_bad_samples || !o.quarantine.empty()) {
+      // Left-out samples would make the ranks' exchanges disagree on sizes.
+      return Status::NotSupported(
+          "the shard-local loader cannot leave bad samples out yet: read with the node's "
+          "own loader (not shard-local) to quarantine them");
+    }
     if (!topo_->contiguous()) {
       return Status::InvalidArgument(
           "shard-local reading needs each node's ranks to be consecutive world ranks "
