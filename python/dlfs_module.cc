@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "dlfs/loader.h"
+#include "dlfs/mixture.h"
 #include "dlfs/pack.h"
 #include "dlfs/sample_reader.h"
 #include "dlfs/summary.h"
@@ -170,11 +171,24 @@ uint64_t CheckIndex(const Volume& v, int64_t index) {
   return static_cast<uint64_t>(index);
 }
 
-// Iteration state for Python: a Loader plus the epoch the next iter() starts.
+// Iteration state for Python: a Loader (or a MixtureSource of several
+// volumes) plus the epoch the next iter() starts.
 class PyLoader {
  public:
-  PyLoader(std::shared_ptr<Volume> vol, const LoaderOptions& o)
-      : loader_(Unwrap(Loader::Create(std::move(vol), o))) {}
+  PyLoader(std::shared_ptr<Volume> vol, const LoaderOptions& o) {
+    auto loader = Unwrap(Loader::Create(std::move(vol), o));
+    loaders_ = {loader.get()};
+    loader_ = std::move(loader);
+  }
+  PyLoader(std::vector<std::shared_ptr<Volume>> vols, const MixtureOptions& m,
+           const LoaderOptions& o) {
+    auto mixture = Unwrap(MixtureSource::Create(std::move(vols), m, o));
+    for (size_t v = 0; v < m.weights.size(); ++v) {
+      loaders_.push_back(const_cast<Loader*>(&mixture->loader(v)));
+    }
+    mixture_ = mixture.get();
+    loader_ = std::move(mixture);
+  }
 
   // After load_state_dict, setting the restored epoch keeps the restored
   // position (the usual loop sets the epoch before iterating it).
@@ -237,10 +251,15 @@ class PyLoader {
     positioned_ = restored_ = true;
   }
 
-  Loader& loader() { return *loader_; }
+  BatchSource& source() { return *loader_; }
+  // The Loader of each volume (one without a mixture).
+  const std::vector<Loader*>& loaders() const { return loaders_; }
+  MixtureSource* mixture() { return mixture_; }
 
  private:
-  std::unique_ptr<Loader> loader_;
+  std::unique_ptr<BatchSource> loader_;
+  std::vector<Loader*> loaders_;
+  MixtureSource* mixture_ = nullptr;
   uint64_t epoch_ = 0;
   bool positioned_ = false;  // the C++ loader is at epoch_ (iterated or restored)
   bool restored_ = false;    // by load_state_dict, and not iterated since
@@ -752,7 +771,19 @@ zstd fields views into the batch's decoded buffer.
             return py::array_t<int64_t>(static_cast<py::ssize_t>(b.size()),
                                         reinterpret_cast<const int64_t*>(b.indices().data()));
           },
-          "Sample indices (int64 numpy array, a copy).")
+          "Sample indices (int64 numpy array, a copy); of a mixture, within each sample's "
+          "volume.")
+      .def_property_readonly(
+          "sources",
+          [](const Batch& b) {
+            py::array_t<int64_t> out(static_cast<py::ssize_t>(b.size()));
+            auto w = out.mutable_unchecked<1>();
+            const auto src = b.sources();
+            for (size_t i = 0; i < b.size(); ++i) w(i) = src.empty() ? 0 : src[i];
+            return out;
+          },
+          "Each sample's volume: its position in the list a mixture Loader was given "
+          "(0 for a Loader of one volume).")
       .def_property_readonly(
           "labels",
           [](const Batch& b) {
@@ -798,7 +829,8 @@ Loader(volume, batch_size, shuffle=True, seed=0, rank=0, world_size=1,
        drop_last=False, prefetch_batches=4, queue_depth=64, io_threads=1,
        engine="auto", direct_io=True, verify_checksums=True, coalesce=True,
        indices=None, cache_budget=None, fields=None, cache_shared=True,
-       skip_bad_samples=False, max_bad_samples=16, quarantine=None)
+       skip_bad_samples=False, max_bad_samples=16, quarantine=None,
+       weights=None, epoch_samples=0, cycle=False)
 
 Iterates over this rank's batches of one epoch, reading ahead through
 io_uring (or a pread pool where io_uring is unavailable).
@@ -847,6 +879,16 @@ io_uring (or a pread pool where io_uring is unavailable).
 - quarantine: samples to leave out from the start: indices, or the records
   of `dlfs verify --json` or quarantine() (not counted in max_bad_samples).
 
+- A list of volumes (paths or Volume objects) is a weighted mixture:
+  weights (default equal) say each volume's share of an epoch of
+  epoch_samples samples (default: the most the weights allow before a
+  volume runs out); cycle=True lets a smaller volume start over instead of
+  refusing. Which volume each position comes from is a shuffle of the
+  shares, a pure function of (seed, epoch), split across ranks like one
+  volume's epoch; resuming (also elastically) works the same.
+  batch.sources says each sample's volume (its position in the list),
+  batch.indices its index there. Not with indices= or quarantine=.
+
 stats() says where the time went: rings empty, reads in flight,
 submit/wait/verify seconds, buffer memory, io_uring flags, and the node
 cache (bytes, hits, misses, bytes filled and the time that took, processes
@@ -869,76 +911,106 @@ handed out, each once, and "segments" in its state lists the parts read
 before (see "Long runs" in the README). After it, set_epoch(state["epoch"]) keeps the position (the usual
 loop); another epoch starts afresh.
 )doc")
-      .def(py::init([](py::object volume, uint32_t batch_size, bool shuffle, uint64_t seed,
-                       uint32_t rank, uint32_t world_size, bool drop_last,
-                       uint32_t prefetch_batches, uint32_t queue_depth, uint32_t io_threads,
-                       const std::string& engine, bool direct_io, bool verify_checksums,
-                       bool coalesce, std::optional<std::vector<uint64_t>> indices,
-                       std::optional<uint64_t> cache_budget,
-                       std::optional<std::vector<std::string>> fields, bool cache_shared,
-                       bool skip_bad_samples, uint32_t max_bad_samples, py::object quarantine) {
-             std::shared_ptr<Volume> vol;
-             if (py::isinstance<Volume>(volume)) {
-               vol = volume.cast<std::shared_ptr<Volume>>();
-             } else {
-               vol = Unwrap(Volume::Open(py::str(volume).cast<std::string>()));
-             }
-             LoaderOptions o;
-             o.sampler.batch_size = batch_size;
-             o.sampler.shuffle = shuffle;
-             o.sampler.seed = seed;
-             o.sampler.rank = rank;
-             o.sampler.world_size = world_size;
-             o.sampler.drop_last = drop_last;
-             o.prefetch_batches = prefetch_batches;
-             o.engine.queue_depth = queue_depth;
-             o.io_threads = io_threads;
-             o.engine.kind = Unwrap(ParseEngineKind(engine));
-             o.engine.direct_io = direct_io;
-             o.verify_checksums = verify_checksums;
-             o.plan.coalesce = coalesce;
-             if (indices) o.subset = std::move(*indices);
-             if (cache_budget) o.cache_budget = *cache_budget;
-             if (fields) o.fields = std::move(*fields);
-             o.cache_shared = cache_shared;
-             o.skip_bad_samples = skip_bad_samples;
-             o.max_bad_samples = max_bad_samples;
-             if (!quarantine.is_none()) o.quarantine = QuarantineIndices(quarantine);
-             auto loader = std::make_unique<PyLoader>(std::move(vol), o);
-             if (const std::string& note = loader->loader().cache_note(); !note.empty()) {
-               if (PyErr_WarnEx(PyExc_RuntimeWarning, ("dlfs: " + note).c_str(), 1) != 0) {
-                 throw py::error_already_set();
-               }
-             }
-             return loader;
-           }),
-           py::arg("volume"), py::arg("batch_size"), py::arg("shuffle") = kDefaults.sampler.shuffle,
-           py::arg("seed") = kDefaults.sampler.seed, py::arg("rank") = kDefaults.sampler.rank,
-           py::arg("world_size") = kDefaults.sampler.world_size,
-           py::arg("drop_last") = kDefaults.sampler.drop_last,
-           py::arg("prefetch_batches") = kDefaults.prefetch_batches,
-           py::arg("queue_depth") = kDefaults.engine.queue_depth,
-           py::arg("io_threads") = kDefaults.io_threads,
-           py::arg("engine") = std::string(EngineKindName(kDefaults.engine.kind)),
-           py::arg("direct_io") = kDefaults.engine.direct_io,
-           py::arg("verify_checksums") = kDefaults.verify_checksums,
-           py::arg("coalesce") = kDefaults.plan.coalesce, py::arg("indices") = py::none(),
-           py::arg("cache_budget") = py::none(), py::arg("fields") = py::none(),
-           py::arg("cache_shared") = kDefaults.cache_shared,
-           py::arg("skip_bad_samples") = kDefaults.skip_bad_samples,
-           py::arg("max_bad_samples") = kDefaults.max_bad_samples,
-           py::arg("quarantine") = py::none())
+      .def(
+          py::init(
+              [](py::object volume, uint32_t batch_size, bool shuffle, uint64_t seed, uint32_t rank,
+                 uint32_t world_size, bool drop_last, uint32_t prefetch_batches,
+                 uint32_t queue_depth, uint32_t io_threads, const std::string& engine,
+                 bool direct_io, bool verify_checksums, bool coalesce,
+                 std::optional<std::vector<uint64_t>> indices, std::optional<uint64_t> cache_budget,
+                 std::optional<std::vector<std::string>> fields, bool cache_shared,
+                 bool skip_bad_samples, uint32_t max_bad_samples, py::object quarantine,
+                 std::optional<std::vector<double>> weights, uint64_t epoch_samples, bool cycle) {
+                auto open = [](py::handle v) {
+                  if (py::isinstance<Volume>(v)) return v.cast<std::shared_ptr<Volume>>();
+                  return Unwrap(Volume::Open(py::str(v).cast<std::string>()));
+                };
+                // A list (or tuple) of volumes is a mixture; a path or a Volume, one.
+                const bool mixture =
+                    py::isinstance<py::list>(volume) || py::isinstance<py::tuple>(volume);
+                std::vector<std::shared_ptr<Volume>> vols;
+                if (mixture) {
+                  for (py::handle v : volume) vols.push_back(open(v));
+                } else {
+                  vols.push_back(open(volume));
+                  if (weights || epoch_samples != 0 || cycle) {
+                    throw py::value_error(
+                        "weights, epoch_samples and cycle apply to a list of volumes");
+                  }
+                }
+                LoaderOptions o;
+                o.sampler.batch_size = batch_size;
+                o.sampler.shuffle = shuffle;
+                o.sampler.seed = seed;
+                o.sampler.rank = rank;
+                o.sampler.world_size = world_size;
+                o.sampler.drop_last = drop_last;
+                o.prefetch_batches = prefetch_batches;
+                o.engine.queue_depth = queue_depth;
+                o.io_threads = io_threads;
+                o.engine.kind = Unwrap(ParseEngineKind(engine));
+                o.engine.direct_io = direct_io;
+                o.verify_checksums = verify_checksums;
+                o.plan.coalesce = coalesce;
+                if (indices) o.subset = std::move(*indices);
+                if (cache_budget) o.cache_budget = *cache_budget;
+                if (fields) o.fields = std::move(*fields);
+                o.cache_shared = cache_shared;
+                o.skip_bad_samples = skip_bad_samples;
+                o.max_bad_samples = max_bad_samples;
+                if (!quarantine.is_none()) o.quarantine = QuarantineIndices(quarantine);
+                std::unique_ptr<PyLoader> loader;
+                if (mixture) {
+                  MixtureOptions m;
+                  m.weights = weights ? *weights : std::vector<double>(vols.size(), 1.0);
+                  m.epoch_samples = epoch_samples;
+                  m.cycle = cycle;
+                  m.sampler = o.sampler;
+                  loader = std::make_unique<PyLoader>(std::move(vols), m, o);
+                } else {
+                  loader = std::make_unique<PyLoader>(vols.front(), o);
+                }
+                for (const Loader* one : loader->loaders()) {
+                  if (const std::string& note = one->cache_note(); !note.empty()) {
+                    if (PyErr_WarnEx(PyExc_RuntimeWarning, ("dlfs: " + note).c_str(), 1) != 0) {
+                      throw py::error_already_set();
+                    }
+                  }
+                }
+                return loader;
+              }),
+          py::arg("volume"), py::arg("batch_size"), py::arg("shuffle") = kDefaults.sampler.shuffle,
+          py::arg("seed") = kDefaults.sampler.seed, py::arg("rank") = kDefaults.sampler.rank,
+          py::arg("world_size") = kDefaults.sampler.world_size,
+          py::arg("drop_last") = kDefaults.sampler.drop_last,
+          py::arg("prefetch_batches") = kDefaults.prefetch_batches,
+          py::arg("queue_depth") = kDefaults.engine.queue_depth,
+          py::arg("io_threads") = kDefaults.io_threads,
+          py::arg("engine") = std::string(EngineKindName(kDefaults.engine.kind)),
+          py::arg("direct_io") = kDefaults.engine.direct_io,
+          py::arg("verify_checksums") = kDefaults.verify_checksums,
+          py::arg("coalesce") = kDefaults.plan.coalesce, py::arg("indices") = py::none(),
+          py::arg("cache_budget") = py::none(), py::arg("fields") = py::none(),
+          py::arg("cache_shared") = kDefaults.cache_shared,
+          py::arg("skip_bad_samples") = kDefaults.skip_bad_samples,
+          py::arg("max_bad_samples") = kDefaults.max_bad_samples,
+          py::arg("quarantine") = py::none(), py::arg("weights") = py::none(),
+          py::arg("epoch_samples") = 0, py::arg("cycle") = false)
       .def(
           "quarantine",
           [](PyLoader& l) {
-            return QuarantineRecords(l.loader().volume().path(), l.loader().quarantine());
+            py::list out;
+            for (const Loader* one : l.loaders()) {
+              out += QuarantineRecords(one->volume().path(), one->quarantine());
+            }
+            return out;
           },
           "Samples left out as bad: [{volume, index, path, reason}] (see skip_bad_samples).")
       .def("set_epoch", &PyLoader::set_epoch, py::arg("epoch"),
            "Sets the epoch the next iteration reads (its order depends on it).")
       .def_property_readonly("epoch", &PyLoader::epoch)
       .def(
-          "__len__", [](PyLoader& l) { return l.loader().batches_per_epoch(); },
+          "__len__", [](PyLoader& l) { return l.source().batches_per_epoch(); },
           "Batches per epoch for this rank.")
       .def("__iter__",
            [](PyLoader& l) -> PyLoader& {
@@ -953,15 +1025,33 @@ loop); another epoch starts afresh.
       .def_property_readonly(
           "indices",
           [](PyLoader& l) {
-            auto idx = l.loader().RankIndices(l.epoch());
+            std::vector<uint64_t> idx;
+            if (l.mixture()) {
+              for (const auto& [v, i] : l.mixture()->RankSamples(l.epoch())) idx.push_back(i);
+            } else {
+              idx = l.loaders().front()->RankIndices(l.epoch());
+            }
             return py::array_t<int64_t>(static_cast<py::ssize_t>(idx.size()),
                                         reinterpret_cast<const int64_t*>(idx.data()));
           },
-          "This rank's sample indices for the current epoch, in reading order.")
+          "This rank's sample indices for the current epoch, in reading order (of a "
+          "mixture: within each sample's volume, see sources).")
+      .def_property_readonly(
+          "sources",
+          [](PyLoader& l) {
+            std::vector<int64_t> src;
+            if (l.mixture()) {
+              for (const auto& [v, i] : l.mixture()->RankSamples(l.epoch())) src.push_back(v);
+            } else {
+              src.assign(l.loaders().front()->RankIndices(l.epoch()).size(), 0);
+            }
+            return py::array_t<int64_t>(static_cast<py::ssize_t>(src.size()), src.data());
+          },
+          "For each of indices, the position of its volume in the list given (0 for one).")
       .def(
           "stats",
           [](PyLoader& l) {
-            const SourceStats s = l.loader().source_stats();
+            const SourceStats s = l.source().source_stats();
             py::dict d;
             d["ring_empty_seconds"] = s.ring_empty_seconds();
             d["reads_in_flight_seconds"] = s.io.in_flight_seconds;
@@ -987,7 +1077,7 @@ loop); another epoch starts afresh.
           },
           "Where the time went since the loader was created (see docs/benchmarks.md).")
       .def_property_readonly(
-          "engine_description", [](PyLoader& l) { return l.loader().description(); },
+          "engine_description", [](PyLoader& l) { return l.source().description(); },
           "What the I/O engine is, e.g. 'io_uring, O_DIRECT, ... queue depth 64'.");
 
   m.def(

@@ -16,6 +16,7 @@
 #include "dlfs/builder.h"
 #include "dlfs/lmdb.h"
 #include "dlfs/loader.h"
+#include "dlfs/mixture.h"
 #include "dlfs/mount.h"
 #include "dlfs/pack.h"
 #include "dlfs/sampler.h"
@@ -598,13 +599,48 @@ int RunBench(const BenchArgs& args) {
   }
   auto vol = OpenVolume(args.volume);
   if (!vol.ok()) return Fail(vol.status());
-  if (args.decode) return RunBenchDecoded(args, *vol);
-  const LoaderOptions& o = args.source.loader;
-  auto loader = Loader::Create(*vol, o);
-  if (!loader.ok()) return Fail(loader.status());
-  if (!(*loader)->cache_note().empty()) {
-    std::fprintf(stderr, "dlfs: warning: %s\n", (*loader)->cache_note().c_str());
+  if (args.mixture.empty() && (!args.weights.empty() || args.epoch_samples || args.cycle)) {
+    return Fail(
+        Status::InvalidArgument("--weights, --epoch-samples and --cycle need several "
+                                "volumes"));
   }
+  if (args.decode) {
+    if (!args.mixture.empty()) {
+      return Fail(Status::NotSupported("bench --decode reads one volume"));
+    }
+    return RunBenchDecoded(args, *vol);
+  }
+  const LoaderOptions& o = args.source.loader;
+  std::vector<std::shared_ptr<Volume>> volumes = {*vol};
+  for (const std::string& path : args.mixture) {
+    VolumeArgs more = args.volume;
+    more.path = path;
+    auto v = OpenVolume(more);
+    if (!v.ok()) return Fail(v.status());
+    volumes.push_back(*v);
+  }
+  std::unique_ptr<BatchSource> source;
+  std::vector<const Loader*> loaders;
+  if (volumes.size() > 1) {
+    MixtureOptions m;
+    m.weights = args.weights.empty() ? std::vector<double>(volumes.size(), 1.0) : args.weights;
+    m.epoch_samples = args.epoch_samples;
+    m.cycle = args.cycle;
+    m.sampler = o.sampler;
+    auto mix = MixtureSource::Create(volumes, m, o);
+    if (!mix.ok()) return Fail(mix.status());
+    for (size_t v = 0; v < volumes.size(); ++v) loaders.push_back(&(*mix)->loader(v));
+    source = std::move(mix).value();
+  } else {
+    auto loader = Loader::Create(*vol, o);
+    if (!loader.ok()) return Fail(loader.status());
+    loaders.push_back(loader->get());
+    source = std::move(loader).value();
+  }
+  const std::string& cache_note = loaders.front()->cache_note();
+  if (!cache_note.empty()) std::fprintf(stderr, "dlfs: warning: %s\n", cache_note.c_str());
+  std::vector<const Volume*> read;
+  for (const auto& v : volumes) read.push_back(v.get());
   BenchOptions bench = args.bench;
   if (!args.json) {
     bench.on_epoch = [](const EpochReport& e) {
@@ -623,13 +659,15 @@ int RunBench(const BenchArgs& args) {
       std::printf("\n");
     };
   }
-  auto report = RunEpochs(**loader, **vol, bench);
+  auto report = RunEpochs(*source, read, bench);
   if (!report.ok()) return Fail(report.status());
   const EpochReport& t = report->total;
   if (args.json) {
     json epochs = json::array();
     for (const EpochReport& e : report->epochs) epochs.push_back(EpochJson(e));
-    json j = {{"volume", args.volume.path},
+    std::vector<std::string> paths = {args.volume.path};
+    paths.insert(paths.end(), args.mixture.begin(), args.mixture.end());
+    json j = {{"volume", paths.size() == 1 ? json(args.volume.path) : json(paths)},
               {"engine", report->source},
               {"targets", (*vol)->target_count()},
               {"batch", o.sampler.batch_size},
@@ -654,7 +692,7 @@ int RunBench(const BenchArgs& args) {
                {{"buffer_pool_bytes", t.stats.buffer_bytes},
                 {"cache_bytes", t.stats.cache_bytes},
                 {"cache_budget", ResolveCacheBudget(o.cache_budget, ReadMemoryLimit())},
-                {"cache_note", (*loader)->cache_note()},
+                {"cache_note", cache_note},
                 {"setup_seconds", t.stats.setup_seconds}}},
               {"cache", CacheJson(t)},
               {"io_uring_flags", t.stats.uring_flags},

@@ -99,6 +99,11 @@ int RunEpoch(const EpochArgs& args);
 
 struct BenchArgs {
   VolumeArgs volume;
+  // Further volumes: with them, a weighted mixture (dlfs/mixture.h).
+  std::vector<std::string> mixture;
+  std::vector<double> weights;
+  uint64_t epoch_samples = 0;
+  bool cycle = false;
   ShardLoaderOptions source;  // .loader: the loader; the rest: --shard-local exchanges
   BenchOptions bench;
   bool json = false;

@@ -262,6 +262,17 @@ int main(int argc, char** argv) {
       "Under mpirun: one job; the volume is opened collectively (one directory copy per\n"
       "node) and rank 0 reports samples/s of all ranks together.");
   AddVolumeArgs(b, &bench.volume);
+  b->add_option("more", bench.mixture,
+                "Further volumes: read a weighted mixture of all of them (see --weights)");
+  b->add_option("--weights", bench.weights,
+                "With several volumes: each one's share of an epoch, e.g. 0.7,0.3 (default "
+                "equal)")
+      ->delimiter(',');
+  b->add_option("--epoch-samples", bench.epoch_samples,
+                "With several volumes: samples per epoch (default: the most the weights allow "
+                "before a volume runs out)");
+  b->add_flag("--cycle", bench.cycle,
+              "With several volumes: a volume smaller than its share starts over");
   AddLoaderOptions(b, &bench.source.loader);
   b->add_option("--epochs", bench.bench.epochs, "Epochs to read")->capture_default_str();
   b->add_flag("--drop-cache", bench.bench.drop_cache,

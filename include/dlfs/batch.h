@@ -70,6 +70,10 @@ class Batch {
   // REQUIRES: i < size(), f < field_count().
   std::span<const std::byte> field(size_t i, size_t f) const;
   std::span<const uint64_t> indices() const;
+  // Which source each sample came from (a mixture's, dlfs/mixture.h: the
+  // position of its volume; index(i) is then within that volume); empty
+  // for a batch of one volume.
+  std::span<const uint32_t> sources() const;
   std::span<const uint32_t> labels() const;
   uint64_t payload_bytes() const;  // sum of sample sizes (of the fields' decoded sizes)
   uint64_t device_bytes() const;   // bytes read from storage (alignment, gaps)

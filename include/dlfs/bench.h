@@ -73,9 +73,14 @@ struct BenchReport {
 Result<EpochReport> RunEpoch(BatchSource& source, uint64_t epoch, bool read_through_errors,
                              std::vector<double>* batch_io_seconds = nullptr);
 
-// Reads options.epochs epochs (0, 1, ...) of `source`, which reads `volume`.
-Result<BenchReport> RunEpochs(BatchSource& source, const Volume& volume,
+// Reads options.epochs epochs (0, 1, ...) of `source`, which reads
+// `volumes` (drop_cache evicts them all).
+Result<BenchReport> RunEpochs(BatchSource& source, const std::vector<const Volume*>& volumes,
                               const BenchOptions& options);
+inline Result<BenchReport> RunEpochs(BatchSource& source, const Volume& volume,
+                                     const BenchOptions& options) {
+  return RunEpochs(source, std::vector<const Volume*>{&volume}, options);
+}
 
 // Syncs, then drops the whole page cache; false when not allowed (not root).
 bool DropPageCache();

@@ -105,6 +105,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -128,6 +129,14 @@ struct ReadPlanOptions {
   bool coalesce = true;
   uint64_t coalesce_gap = 0;
   uint64_t max_read = 1 << 20;  // largest single read; bigger runs are split
+};
+
+// An explicit order for one epoch (LoaderOptions::order): this rank's
+// sample indices, and where each batch starts in them (batch k is
+// indices[batch_starts[k] .. batch_starts[k + 1]); batches may be empty).
+struct LoaderOrder {
+  std::vector<uint64_t> indices;
+  std::vector<uint64_t> batch_starts;  // order_batches + 1 offsets, from 0 to indices.size()
 };
 
 struct LoaderOptions {
@@ -159,6 +168,12 @@ struct LoaderOptions {
   bool skip_bad_samples = false;
   uint32_t max_bad_samples = 16;
   std::vector<uint64_t> quarantine;
+  // For sources built on loaders (dlfs/mixture.h): when set, each epoch's
+  // order is order(epoch), called once per epoch from any thread (again
+  // after LoadState), with order_batches batches; the sampler's order,
+  // subset and elastic resume then do not apply (the caller does that).
+  std::function<std::shared_ptr<const LoaderOrder>(uint64_t epoch)> order;
+  uint64_t order_batches = 0;
 };
 
 class Loader final : public BatchSource {

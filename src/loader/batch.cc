@@ -23,6 +23,9 @@ std::span<const std::byte> Batch::field(size_t i, size_t f) const {
 std::span<const uint64_t> Batch::indices() const {
   return data_ ? std::span<const uint64_t>(data_->indices) : std::span<const uint64_t>();
 }
+std::span<const uint32_t> Batch::sources() const {
+  return data_ ? std::span<const uint32_t>(data_->sources) : std::span<const uint32_t>();
+}
 std::span<const uint32_t> Batch::labels() const {
   return data_ ? std::span<const uint32_t>(data_->labels) : std::span<const uint32_t>();
 }

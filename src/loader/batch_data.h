@@ -21,6 +21,7 @@ struct Batch::Data {
   uint64_t epoch = 0;
   uint64_t sequence = 0;
   std::vector<uint64_t> indices;
+  std::vector<uint32_t> sources;  // a mixture's: each sample's volume (else empty)
   std::vector<uint32_t> labels;
   // Each sample's bytes: its field 0 when `fields` is set.
   std::vector<std::span<const std::byte>> samples;

@@ -57,6 +57,10 @@ struct EpochOrder {
   uint64_t part = 0;  // 0: the whole epoch; else the resume that made it
   uint64_t first_seq = 0;
   std::vector<uint64_t> indices;
+  // Where each batch starts in indices (LoaderOptions::order); empty:
+  // every batch_size.
+  std::vector<uint64_t> starts;
+  Status error;  // an explicit order that does not fit: every batch fails with it
 };
 
 void AddSeconds(std::atomic<uint64_t>& ns, double seconds) {
@@ -93,7 +97,7 @@ class Loader::Impl {
       : volume_(std::move(v)),
         options_(o),
         sampler_(std::move(s)),
-        batches_(sampler_.batches_per_epoch()),
+        batches_(o.order ? o.order_batches : sampler_.batches_per_epoch()),
         window_(std::max<uint32_t>(o.prefetch_batches, 1)) {
     po_.read = options_.plan;
   }
@@ -225,6 +229,10 @@ class Loader::Impl {
     {
       std::lock_guard lock(mu_);
       part_done_ = at.done;
+    }
+    {
+      std::lock_guard lock(orders_mu_);  // an explicit order may differ after a resume
+      orders_.clear();
     }
     SetPosition(at.epoch, at.batches, std::move(part));
     std::lock_guard lock(mu_);
@@ -391,6 +399,7 @@ class Loader::Impl {
       std::lock_guard lock(mu_);
       if (part_ && part_->epoch == epoch) return part_->indices;
     }
+    if (options_.order) return options_.order(epoch)->indices;
     return sampler_.RankIndices(epoch, options_.subset);
   }
 
@@ -403,8 +412,35 @@ class Loader::Impl {
     for (const auto& o : orders_) {
       if (o->epoch == epoch) return o;
     }
-    auto o = std::make_shared<EpochOrder>(
-        EpochOrder{epoch, 0, 0, sampler_.RankIndices(epoch, options_.subset)});
+    std::shared_ptr<EpochOrder> o;
+    if (options_.order) {
+      std::shared_ptr<const LoaderOrder> given = options_.order(epoch);
+      o = std::make_shared<EpochOrder>();
+      o->epoch = epoch;
+      bool fits = given && given->batch_starts.size() == batches_ + 1 &&
+                  given->batch_starts.front() == 0 &&
+                  given->batch_starts.back() == given->indices.size();
+      for (size_t k = 1; fits && k < given->batch_starts.size(); ++k) {
+        fits = given->batch_starts[k - 1] <= given->batch_starts[k];
+      }
+      for (size_t k = 0; fits && k < given->indices.size(); ++k) {
+        fits = given->indices[k] < volume_->size();
+      }
+      if (fits) {
+        o->indices = given->indices;
+        o->starts = given->batch_starts;
+      } else {
+        o->error = Status::InvalidArgument(
+            volume_->path() + ": the explicit order of epoch " + std::to_string(epoch) +
+            " does not fit (batch starts must rise from 0 to its size over " +
+            std::to_string(batches_) + " batches; indices below " +
+            std::to_string(volume_->size()) + ")");
+        o->starts.assign(batches_ + 1, 0);
+      }
+    } else {
+      o = std::make_shared<EpochOrder>(
+          EpochOrder{epoch, 0, 0, sampler_.RankIndices(epoch, options_.subset)});
+    }
     orders_.push_back(o);
     if (orders_.size() > 4) orders_.pop_front();
     return o;
@@ -474,9 +510,16 @@ class Loader::Impl {
         b->epoch = epoch;
         b->seq = ticket % batches_;
         b->order = OrderFor(epoch, std::move(part));
+        if (!b->order->error.ok()) {
+          Publish(*b, b->order->error);
+          continue;
+        }
         const uint64_t bs = options_.sampler.batch_size;
-        const uint64_t first = (b->seq - b->order->first_seq) * bs;
-        const uint64_t count = std::min<uint64_t>(bs, b->order->indices.size() - first);
+        const uint64_t first = b->order->starts.empty() ? (b->seq - b->order->first_seq) * bs
+                                                        : b->order->starts[b->seq];
+        const uint64_t count = b->order->starts.empty()
+                                   ? std::min<uint64_t>(bs, b->order->indices.size() - first)
+                                   : b->order->starts[b->seq + 1] - first;
         b->indices = std::span<const uint64_t>(b->order->indices.data() + first, count);
         std::span<const uint64_t> to_read = b->indices;
         if (cache_) {

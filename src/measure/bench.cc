@@ -49,14 +49,16 @@ Result<EpochReport> RunEpoch(BatchSource& source, uint64_t epoch, bool read_thro
   return r;
 }
 
-Result<BenchReport> RunEpochs(BatchSource& source, const Volume& volume,
+Result<BenchReport> RunEpochs(BatchSource& source, const std::vector<const Volume*>& volumes,
                               const BenchOptions& options) {
   BenchReport report;
   report.source = source.description();
   report.cache = "as is";
   std::vector<double> latencies;
   for (uint32_t e = 0; e < options.epochs; ++e) {
-    if (options.drop_cache) report.cache = EvictFromPageCache(volume);
+    if (options.drop_cache) {
+      for (const Volume* v : volumes) report.cache = EvictFromPageCache(*v);
+    }
     DLFS_ASSIGN_OR_RETURN(EpochReport r,
                           RunEpoch(source, e, options.read_through_errors, &latencies));
     if (options.on_epoch) options.on_epoch(r);
