@@ -376,6 +376,9 @@ class LoaderDataset(tud.IterableDataset):
     the labels. `transform` and stack=True do not apply (ValueError). A
     batch holding a sample that lacks a field raises KeyError naming the
     sample and the field.
+    path may be a list of volumes: a weighted mixture (weights=,
+    epoch_samples=, cycle= as dlfs.Loader's; the classes are the first
+    volume's).
     Other keyword arguments go to dlfs.Loader (queue_depth, engine, ...);
     with skip_bad_samples=True bad samples are left out of their batch and
     quarantine() lists them, whichever worker met them.
@@ -406,7 +409,13 @@ class LoaderDataset(tud.IterableDataset):
     def __init__(self, path, batch_size, shuffle=True, seed=0, drop_last=False,
                  transform=None, batch_transform=None, rank=None, world_size=None,
                  root=None, stack="auto", fields=None, **loader_options):
-        self.path = os.fspath(path)
+        # A list of volumes is a weighted mixture (weights=, epoch_samples=,
+        # cycle= go to dlfs.Loader).
+        mixture = isinstance(path, (list, tuple))
+        self.path = [os.fspath(p) for p in path] if mixture else os.fspath(path)
+        if mixture and root is not None:
+            raise ValueError("LoaderDataset: root selects samples of one volume, not of a "
+                             "mixture")
         if isinstance(fields, str):
             fields = (fields,)
         self.fields = tuple(fields) if fields is not None else None
@@ -424,15 +433,26 @@ class LoaderDataset(tud.IterableDataset):
         self.stack = stack
         self._position = _SharedPosition()
         self._loader, self._loader_key = None, None
-        vol = Volume(self.path)
-        if self.fields is not None:
-            _check_fields(vol, self.path, self.fields)
+        vol = Volume(self.path[0] if mixture else self.path)
+        for p in (self.path if mixture else [self.path]):
+            if self.fields is not None:
+                _check_fields(Volume(p), p, self.fields)
         self.classes = vol.classes
         self.indices = vol.indices(root) if root else None
-        self._samples = len(vol) if root is None else len(self.indices)
         from . import _dlfs
+        if mixture:
+            # What the mixture's order depends on, as its Loader states it.
+            probe = Loader(self.path, batch_size, shuffle=shuffle, seed=seed,
+                           drop_last=drop_last, cache_budget=0,
+                           **{k: v for k, v in loader_options.items()
+                              if k in ("weights", "epoch_samples", "cycle")}).state_dict()
+            self._samples = probe["samples"]
+            volume_uuid, volume_samples = probe["volume_uuid"], probe["volume_samples"]
+        else:
+            self._samples = len(vol) if root is None else len(self.indices)
+            volume_uuid, volume_samples = vol.info()["uuid"], len(vol)
         self._identity = {
-            "volume_uuid": vol.info()["uuid"], "volume_samples": len(vol),
+            "volume_uuid": volume_uuid, "volume_samples": volume_samples,
             "samples": self._samples,
             "subset_crc": 0 if root is None else _dlfs._subset_crc(self.indices.tolist()),
             "seed": seed, "shuffle": bool(shuffle), "batch_size": batch_size,
@@ -665,7 +685,10 @@ class LoaderDataset(tud.IterableDataset):
         state.update(epoch=epoch, batches=total,
                      num_workers=workers if total > 0 or segments else 0,
                      segments=_format_segments(segments),
-                     quarantine=",".join(str(r["index"]) for r in self.quarantine()))
+                     # (A mixture's records name indices of several volumes:
+                     # its loaders meet them again, not carried.)
+                     quarantine="" if isinstance(self.path, list) else
+                     ",".join(str(r["index"]) for r in self.quarantine()))
         return state
 
     def load_state_dict(self, state):

@@ -102,6 +102,9 @@ class ImageLoader:
         self.pipeline = _dlfs.ImagePipeline(size, crop=crop, flip=flip, dtype=dtype,
                                             layout=layout, mean=mean, std=std, seed=seed,
                                             **pipe_kw)
+        if isinstance(volume, (list, tuple)):
+            raise TypeError("ImageLoader reads one volume; for a weighted mixture of several, "
+                            "use dlfs.Loader or dlfs.torch.LoaderDataset with a list")
         r, w = distributed_rank_world()
         self.rank = r if rank is None else rank
         self.world_size = w if world_size is None else world_size

@@ -120,3 +120,41 @@ def test_bad_weights_and_foreign_states_are_refused(volumes):
         with pytest.raises(ValueError, match="cannot resume from this state: it was saved "
                                              "with volume mixture"):
             other.load_state_dict(state)
+
+
+def test_loader_dataset_reads_a_mixture_across_workers_and_resumes(volumes):
+    torch = pytest.importorskip("torch")
+    import dlfs.torch as dt
+
+    def values(x):
+        a = x.numpy()
+        return a[:, :8].copy().view("<u8")[:, 0].tolist()
+
+    def make():
+        return dt.LoaderDataset(volumes, 50, seed=3, weights=[0.7, 0.3], cache_budget=0)
+
+    whole = [v for x, _ in torch.utils.data.DataLoader(make(), batch_size=None, num_workers=2)
+             for v in values(x)]
+    assert len(whole) == len(set(whole)) == 2666  # two workers, 1,333 samples each
+    assert sum(v >= BASE["b"] for v in whole) == 800
+    ds = make()
+    dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
+    head = []
+    for step, (x, _) in enumerate(dl):
+        head += values(x)
+        if step == 6:
+            state = ds.state_dict(batches=step + 1)
+            break
+    again = make()
+    again.load_state_dict(state)
+    rest = [v for x, _ in torch.utils.data.DataLoader(again, batch_size=None, num_workers=2)
+            for v in values(x)]
+    assert head + rest == whole
+
+
+def test_image_loader_says_it_reads_one_volume(volumes):
+    pytest.importorskip("torch")
+    import dlfs.torch as dt
+
+    with pytest.raises(TypeError, match="ImageLoader reads one volume"):
+        dt.ImageLoader(volumes, 8, size=8)
