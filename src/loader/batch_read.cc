@@ -168,6 +168,9 @@ Result<std::shared_ptr<Batch::Data>> BatchRead::FinishData(std::shared_ptr<const
   data->sequence = sequence;
   data->device_bytes = plan_.buffer_bytes;
   data->io_seconds = io_seconds;
+  data->indices.reserve(indices_.size());
+  data->samples.reserve(indices_.size());
+  data->labels.reserve(indices_.size());
   for (size_t k = 0; k < indices_.size(); ++k) {
     if (any_failed_ && !failed_[k].ok()) {
       data->left_out.emplace_back(indices_[k], failed_[k].message());

@@ -636,6 +636,9 @@ class Loader::Impl {
     data->device_bytes = read->device_bytes;
     data->left_out = read->left_out;
     const SampleDirectory& dir = volume_->directory();
+    data->indices.reserve(b.indices.size());
+    data->samples.reserve(b.indices.size());
+    data->labels.reserve(b.indices.size());
     // The samples read are b.misses in order, less those left out unread.
     for (size_t k = 0, r = 0; k < b.indices.size(); ++k) {
       std::span<const std::byte> bytes;
