@@ -20,6 +20,7 @@
 #include "dlfs/decode.h"
 #include "dlfs/decode_stage.h"
 #include "dlfs/loader.h"
+#include "dlfs/mixture.h"
 #include "dlfs/volume.h"
 #include "state_dict.h"
 
@@ -210,14 +211,25 @@ py::array TensorArray(const Batch& batch) {
   return py::array(dt, dims, t.data, base);
 }
 
-// The C++ Loader wrapped in a DecodeStage, iterated from Python.
+// The C++ Loader (or a MixtureSource of several volumes) wrapped in a
+// DecodeStage, iterated from Python.
 class PyImageLoader {
  public:
   PyImageLoader(std::shared_ptr<Volume> vol, const LoaderOptions& lo,
                 const DecodeStageOptions& dso) {
     auto loader = Unwrap(Loader::Create(vol, lo));
-    loader_ = loader.get();
+    loaders_ = {loader.get()};
+    volumes_ = {vol};
     stage_ = Unwrap(DecodeStage::Create(std::move(loader), vol, dso));
+  }
+  PyImageLoader(std::vector<std::shared_ptr<Volume>> vols, const MixtureOptions& m,
+                const LoaderOptions& lo, const DecodeStageOptions& dso) {
+    auto mix = Unwrap(MixtureSource::Create(vols, m, lo));
+    for (size_t v = 0; v < vols.size(); ++v) loaders_.push_back(&mix->loader(v));
+    mixture_ = mix.get();
+    volumes_ = vols;
+    std::vector<std::shared_ptr<const Volume>> named(vols.begin(), vols.end());
+    stage_ = Unwrap(DecodeStage::Create(std::move(mix), std::move(named), dso));
   }
 
   // As PyLoader (dlfs_module.cc): after load_state_dict, setting the
@@ -289,23 +301,32 @@ class PyImageLoader {
     }
     py::array_t<int64_t> labels(static_cast<py::ssize_t>(batch.size()));
     py::array_t<int64_t> indices(static_cast<py::ssize_t>(batch.size()));
+    py::array_t<int64_t> sources(static_cast<py::ssize_t>(batch.size()));
     auto wl = labels.mutable_unchecked<1>();
     auto wi = indices.mutable_unchecked<1>();
+    auto ws = sources.mutable_unchecked<1>();
+    const auto src = batch.sources();
     for (size_t i = 0; i < batch.size(); ++i) {
       wl(i) = batch.label(i) == kNoLabel ? -1 : static_cast<int64_t>(batch.label(i));
       wi(i) = static_cast<int64_t>(batch.index(i));
+      ws(i) = src.empty() ? 0 : src[i];
     }
-    return py::make_tuple(images, labels, indices);
+    return py::make_tuple(images, labels, indices, sources);
   }
 
   DecodeStage& stage() { return *stage_; }
-  Loader& loader() { return *loader_; }
+  // Each volume's Loader, and the volumes (one without a mixture).
+  const std::vector<const Loader*>& loaders() const { return loaders_; }
+  const std::vector<std::shared_ptr<Volume>>& volumes() const { return volumes_; }
+  const MixtureSource* mixture() const { return mixture_; }
   const DecodeStageOptions& options() const { return options_; }
   void set_options(const DecodeStageOptions& o) { options_ = o; }
 
  private:
   std::unique_ptr<DecodeStage> stage_;
-  Loader* loader_ = nullptr;  // owned by stage_
+  std::vector<const Loader*> loaders_;  // owned by stage_
+  std::vector<std::shared_ptr<Volume>> volumes_;
+  const MixtureSource* mixture_ = nullptr;  // owned by stage_, if a mixture
   DecodeStageOptions options_;
   uint64_t epoch_ = 0;
   bool positioned_ = false;  // the stage is at epoch_ (iterated or restored)
@@ -500,58 +521,81 @@ color "auto", "rgb" or "gray". Raises ValueError for undecodable data.)doc");
 The C++ loader plus the decode stage: batches of decoded images.
 Use dlfs.torch.ImageLoader (it adds ranks from torch.distributed and torch
 tensors); this is the raw binding: iterating yields
-(images numpy array, labels int64 array, indices int64 array), where images
-is a writable view of the batch's buffer (no copy).
+(images numpy array, labels int64 array, indices int64 array, sources int64
+array), where images is a writable view of the batch's buffer (no copy) and
+sources says each image's volume (its position in a list of volumes, else 0).
 )doc")
-      .def(py::init([](py::object volume, uint32_t batch_size, const ImagePipeline& pipeline,
-                       uint32_t decode_threads, uint32_t decode_prefetch, bool skip_bad_samples,
-                       bool shuffle, uint64_t seed, uint32_t rank, uint32_t world_size,
-                       bool drop_last, uint32_t prefetch_batches, uint32_t queue_depth,
-                       uint32_t io_threads, const std::string& engine, bool direct_io,
-                       bool verify_checksums, bool coalesce,
-                       std::optional<std::vector<uint64_t>> indices,
-                       std::optional<std::string> field, std::optional<uint64_t> cache_budget,
-                       bool cache_shared, uint32_t max_bad_samples, py::object quarantine) {
-             std::shared_ptr<Volume> vol;
-             if (py::isinstance<Volume>(volume)) {
-               vol = volume.cast<std::shared_ptr<Volume>>();
-             } else {
-               vol = Unwrap(Volume::Open(py::str(volume).cast<std::string>()));
-             }
-             LoaderOptions lo;
-             lo.sampler.batch_size = batch_size;
-             lo.sampler.shuffle = shuffle;
-             lo.sampler.seed = seed;
-             lo.sampler.rank = rank;
-             lo.sampler.world_size = world_size;
-             lo.sampler.drop_last = drop_last;
-             lo.prefetch_batches = prefetch_batches;
-             lo.engine.queue_depth = queue_depth;
-             lo.io_threads = io_threads;
-             lo.engine.kind = ParseName(kEngineKindNames, engine, "engine");
-             lo.engine.direct_io = direct_io;
-             lo.verify_checksums = verify_checksums;
-             lo.plan.coalesce = coalesce;
-             if (indices) lo.subset = std::move(*indices);
-             // One field: the decode stage decodes one image per sample.
-             if (field) lo.fields = {*field};
-             if (cache_budget) lo.cache_budget = *cache_budget;
-             lo.cache_shared = cache_shared;
-             // Samples that cannot be read or fail their checksum are
-             // left out like undecodable ones.
-             lo.skip_bad_samples = skip_bad_samples;
-             lo.max_bad_samples = max_bad_samples;
-             if (!quarantine.is_none()) lo.quarantine = QuarantineIndices(quarantine);
-             DecodeStageOptions dso;
-             dso.image = pipeline.options();
-             dso.decode_threads = decode_threads;
-             dso.prefetch_batches = decode_prefetch;
-             dso.skip_bad_samples = skip_bad_samples;
-             py::gil_scoped_release release;
-             auto l = std::make_unique<PyImageLoader>(std::move(vol), lo, dso);
-             l->set_options(dso);
-             return l;
-           }),
+      .def(py::init(
+               [](py::object volume, uint32_t batch_size, const ImagePipeline& pipeline,
+                  uint32_t decode_threads, uint32_t decode_prefetch, bool skip_bad_samples,
+                  bool shuffle, uint64_t seed, uint32_t rank, uint32_t world_size, bool drop_last,
+                  uint32_t prefetch_batches, uint32_t queue_depth, uint32_t io_threads,
+                  const std::string& engine, bool direct_io, bool verify_checksums, bool coalesce,
+                  std::optional<std::vector<uint64_t>> indices, std::optional<std::string> field,
+                  std::optional<uint64_t> cache_budget, bool cache_shared, uint32_t max_bad_samples,
+                  py::object quarantine, std::optional<std::vector<double>> weights,
+                  uint64_t epoch_samples, bool cycle) {
+                 auto open = [](py::handle v) {
+                   if (py::isinstance<Volume>(v)) return v.cast<std::shared_ptr<Volume>>();
+                   return Unwrap(Volume::Open(py::str(v).cast<std::string>()));
+                 };
+                 const bool mixture =
+                     py::isinstance<py::list>(volume) || py::isinstance<py::tuple>(volume);
+                 std::vector<std::shared_ptr<Volume>> vols;
+                 if (mixture) {
+                   for (py::handle v : volume) vols.push_back(open(v));
+                 } else {
+                   vols.push_back(open(volume));
+                   if (weights || epoch_samples != 0 || cycle) {
+                     throw py::value_error(
+                         "weights, epoch_samples and cycle apply to a list of volumes");
+                   }
+                 }
+                 LoaderOptions lo;
+                 lo.sampler.batch_size = batch_size;
+                 lo.sampler.shuffle = shuffle;
+                 lo.sampler.seed = seed;
+                 lo.sampler.rank = rank;
+                 lo.sampler.world_size = world_size;
+                 lo.sampler.drop_last = drop_last;
+                 lo.prefetch_batches = prefetch_batches;
+                 lo.engine.queue_depth = queue_depth;
+                 lo.io_threads = io_threads;
+                 lo.engine.kind = ParseName(kEngineKindNames, engine, "engine");
+                 lo.engine.direct_io = direct_io;
+                 lo.verify_checksums = verify_checksums;
+                 lo.plan.coalesce = coalesce;
+                 if (indices) lo.subset = std::move(*indices);
+                 // One field: the decode stage decodes one image per sample.
+                 if (field) lo.fields = {*field};
+                 if (cache_budget) lo.cache_budget = *cache_budget;
+                 lo.cache_shared = cache_shared;
+                 // Samples that cannot be read or fail their checksum are
+                 // left out like undecodable ones.
+                 lo.skip_bad_samples = skip_bad_samples;
+                 lo.max_bad_samples = max_bad_samples;
+                 if (!quarantine.is_none()) lo.quarantine = QuarantineIndices(quarantine);
+                 DecodeStageOptions dso;
+                 dso.image = pipeline.options();
+                 dso.decode_threads = decode_threads;
+                 dso.prefetch_batches = decode_prefetch;
+                 dso.skip_bad_samples = skip_bad_samples;
+                 std::unique_ptr<PyImageLoader> l;
+                 if (mixture) {
+                   MixtureOptions m;
+                   m.weights = weights ? *weights : std::vector<double>(vols.size(), 1.0);
+                   m.epoch_samples = epoch_samples;
+                   m.cycle = cycle;
+                   m.sampler = lo.sampler;
+                   py::gil_scoped_release release;
+                   l = std::make_unique<PyImageLoader>(std::move(vols), m, lo, dso);
+                 } else {
+                   py::gil_scoped_release release;
+                   l = std::make_unique<PyImageLoader>(vols.front(), lo, dso);
+                 }
+                 l->set_options(dso);
+                 return l;
+               }),
            py::arg("volume"), py::arg("batch_size"), py::arg("pipeline"),
            py::arg("decode_threads") = kStage.decode_threads,
            py::arg("decode_prefetch") = kStage.prefetch_batches,
@@ -569,13 +613,18 @@ is a writable view of the batch's buffer (no copy).
            py::arg("coalesce") = kLoader.plan.coalesce, py::arg("indices") = py::none(),
            py::arg("field") = py::none(), py::arg("cache_budget") = py::none(),
            py::arg("cache_shared") = kLoader.cache_shared,
-           py::arg("max_bad_samples") = kLoader.max_bad_samples, py::arg("quarantine") = py::none())
+           py::arg("max_bad_samples") = kLoader.max_bad_samples, py::arg("quarantine") = py::none(),
+           py::arg("weights") = py::none(), py::arg("epoch_samples") = 0, py::arg("cycle") = false)
       .def(
           "quarantine",
           [](PyImageLoader& l) {
-            std::vector<BadSample> bad = l.loader().quarantine();
-            for (BadSample& b : l.stage().skipped_samples()) bad.push_back(std::move(b));
-            return QuarantineRecords(l.loader().volume().path(), bad);
+            py::list out;
+            for (const Loader* one : l.loaders()) {
+              out += QuarantineRecords(one->volume().path(), one->quarantine());
+            }
+            // Undecodable ones (the stage names each sample's volume).
+            return out +
+                   QuarantineRecords(l.volumes().front()->path(), l.stage().skipped_samples());
           },
           "Samples left out as bad (unreadable, failed checksum, undecodable): "
           "[{volume, index, path, reason}].")
@@ -605,7 +654,12 @@ is a writable view of the batch's buffer (no copy).
       .def_property_readonly(
           "indices",
           [](PyImageLoader& l) {
-            auto idx = l.loader().RankIndices(l.epoch());
+            std::vector<uint64_t> idx;
+            if (l.mixture()) {
+              for (const auto& [v, i] : l.mixture()->RankSamples(l.epoch())) idx.push_back(i);
+            } else {
+              idx = l.loaders().front()->RankIndices(l.epoch());
+            }
             return py::array_t<int64_t>(static_cast<py::ssize_t>(idx.size()),
                                         reinterpret_cast<const int64_t*>(idx.data()));
           },

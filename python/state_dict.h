@@ -84,7 +84,7 @@ inline pybind11::list QuarantineRecords(const std::string& volume,
   pybind11::list out;
   for (const BadSample& b : bad) {
     pybind11::dict d;
-    d["volume"] = volume;
+    d["volume"] = b.volume.empty() ? volume : b.volume;
     d["index"] = b.index;
     d["path"] = b.path;
     d["reason"] = b.reason;

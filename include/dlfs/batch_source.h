@@ -58,6 +58,7 @@ namespace dlfs {
 struct BadSample {
   uint64_t index = 0;
   std::string path;    // in the volume
+  std::string volume;  // the volume's file (empty: not known)
   std::string reason;  // why: the read's, checksum's or decoder's error
 };
 

@@ -88,6 +88,12 @@ class DecodeStage final : public BatchSource {
   static Result<std::unique_ptr<DecodeStage>> Create(std::unique_ptr<BatchSource> input,
                                                      std::shared_ptr<const Volume> volume,
                                                      const DecodeStageOptions& options);
+  // The same for an input that reads several volumes (a MixtureSource,
+  // dlfs/mixture.h): sample i of a batch is named by volumes[sources()[i]];
+  // output batches keep their sources().
+  static Result<std::unique_ptr<DecodeStage>> Create(
+      std::unique_ptr<BatchSource> input, std::vector<std::shared_ptr<const Volume>> volumes,
+      const DecodeStageOptions& options);
   // Stops the decode threads; batches handed out stay valid.
   ~DecodeStage() override;
 

@@ -12,6 +12,8 @@ tensors, decoded and augmented in C++ on the loader's own threads.
 
 Re-exported by dlfs.torch; see ImageLoader's docstring.
 """
+import os
+
 import torch
 
 from . import _dlfs
@@ -25,7 +27,7 @@ _PIPELINE_KEYS = {"resize", "color", "format", "raw_shape", "max_pixels", "dct_s
 _LOADER_KEYS = {"drop_last", "prefetch_batches", "queue_depth", "io_threads", "engine",
                 "direct_io", "verify_checksums", "coalesce", "decode_prefetch",
                 "skip_bad_samples", "field", "cache_budget", "cache_shared", "max_bad_samples",
-                "quarantine"}
+                "quarantine", "weights", "epoch_samples", "cycle"}
 
 
 def make_pipeline(decode):
@@ -70,7 +72,8 @@ class ImageLoader:
       unreadable, corrupt or undecodable samples out of their batch, count
       them in .stats and list them in quarantine(), instead of raising;
       max_bad_samples and quarantine= as dlfs.Loader's), decode_prefetch (batches queued for decoding),
-      return_indices (yield (images, labels, indices)), and dlfs.Loader's
+      return_indices (yield (images, labels, indices)), return_sources (add
+      each image's volume: its position in a list of volumes), and dlfs.Loader's
       drop_last, prefetch_batches, queue_depth, io_threads, engine,
       direct_io, verify_checksums, coalesce, cache_budget, cache_shared (the
       node cache); field="jpg" decodes that field of
@@ -84,6 +87,9 @@ class ImageLoader:
     sample's index and path, and the problem. Call set_epoch(e) before each
     epoch; len() is the number of batches per epoch for this rank.
 
+    volume may be a list of volumes: a weighted mixture (weights=,
+    epoch_samples=, cycle= as dlfs.Loader's; classes are the first volume's).
+
     Resuming: state_dict() / load_state_dict(state) as dlfs.Loader's; a state
     saved at another world size or batch size resumes the rest of its epoch
     split among this job's ranks (see "Long runs" in the README).
@@ -95,6 +101,7 @@ class ImageLoader:
         from .torch import distributed_rank_world
 
         self.return_indices = bool(loader_options.pop("return_indices", False))
+        self.return_sources = bool(loader_options.pop("return_sources", False))
         unknown = set(loader_options) - _PIPELINE_KEYS - _LOADER_KEYS
         if unknown:
             raise TypeError(f"ImageLoader: unknown option(s) {', '.join(sorted(unknown))}")
@@ -102,19 +109,25 @@ class ImageLoader:
         self.pipeline = _dlfs.ImagePipeline(size, crop=crop, flip=flip, dtype=dtype,
                                             layout=layout, mean=mean, std=std, seed=seed,
                                             **pipe_kw)
-        if isinstance(volume, (list, tuple)):
-            raise TypeError("ImageLoader reads one volume; for a weighted mixture of several, "
-                            "use dlfs.Loader or dlfs.torch.LoaderDataset with a list")
         r, w = distributed_rank_world()
         self.rank = r if rank is None else rank
         self.world_size = w if world_size is None else world_size
-        vol = volume if isinstance(volume, _dlfs.Volume) else _dlfs.Volume(str(volume))
-        self.volume = vol
+        mixture = isinstance(volume, (list, tuple))
+        if mixture:
+            volume = [v if isinstance(v, _dlfs.Volume) else _dlfs.Volume(os.fspath(v))
+                      for v in volume]
+            if root:
+                raise ValueError("ImageLoader: root selects samples of one volume, not of a "
+                                 "mixture")
+        vol = volume[0] if mixture else (
+            volume if isinstance(volume, _dlfs.Volume) else _dlfs.Volume(os.fspath(volume)))
+        self.volume = volume if mixture else vol
         self.classes = vol.classes
         indices = vol.indices(root) if root else None
         if decode_threads is not None:
             loader_options["decode_threads"] = decode_threads
-        self._loader = _dlfs.ImageLoader(vol, batch_size, self.pipeline, shuffle=shuffle,
+        self._loader = _dlfs.ImageLoader(volume if mixture else vol, batch_size, self.pipeline,
+                                         shuffle=shuffle,
                                          seed=seed, rank=self.rank, world_size=self.world_size,
                                          indices=indices, **loader_options)
         self.batch_size = batch_size
@@ -130,10 +143,12 @@ class ImageLoader:
         return len(self._loader)
 
     def __iter__(self):
-        for images, labels, indices in self._loader:
+        for images, labels, indices, sources in self._loader:
             out = (torch.from_numpy(images), torch.from_numpy(labels))
             if self.return_indices:
                 out += (torch.from_numpy(indices),)
+            if self.return_sources:
+                out += (torch.from_numpy(sources),)
             yield out
 
     def quarantine(self):

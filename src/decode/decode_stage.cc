@@ -69,6 +69,7 @@ struct Job {
   Status input_error;  // the input's Next() failed for this batch
   Batch input;         // encoded samples; released by the worker that finishes
   std::vector<uint64_t> indices;
+  std::vector<uint32_t> sources;  // a mixture's (Batch::sources), else empty
   std::vector<uint32_t> labels;
   uint64_t epoch = 0, sequence = 0, payload_bytes = 0, device_bytes = 0;
   double io_seconds = 0;
@@ -88,10 +89,10 @@ struct Job {
 
 class DecodeStage::Impl {
  public:
-  Impl(std::unique_ptr<BatchSource> input, std::shared_ptr<const Volume> volume,
+  Impl(std::unique_ptr<BatchSource> input, std::vector<std::shared_ptr<const Volume>> volumes,
        const DecodeStageOptions& options, ImagePipeline pipeline)
       : input_(std::move(input)),
-        volume_(std::move(volume)),
+        volumes_(std::move(volumes)),
         options_(options),
         pipeline_(std::move(pipeline)),
         pool_(std::make_shared<BufferPool>(options.prefetch_batches + 2)) {
@@ -223,6 +224,7 @@ class DecodeStage::Impl {
   void Prepare(Job& job) {
     const Batch& in = job.input;
     job.indices.assign(in.indices().begin(), in.indices().end());
+    job.sources.assign(in.sources().begin(), in.sources().end());
     job.labels.assign(in.labels().begin(), in.labels().end());
     job.epoch = in.epoch();
     job.sequence = in.sequence();
@@ -306,13 +308,21 @@ class DecodeStage::Impl {
       const SamplePlan plan = pipeline_.Plan(*info, job.epoch, job.indices[i]);
       st = pipeline_.Execute(ws, data, plan, channels_, job.out + i * job.image_bytes);
     }
-    if (!st.ok()) job.errors[i] = SampleError(job.indices[i], st);
+    if (!st.ok()) job.errors[i] = SampleError(job, i, st);
   }
 
-  Status SampleError(uint64_t index, const Status& st) const {
+  // The volume sample i of `job` comes from, or null when unknown.
+  const Volume* VolumeOf(const Job& job, size_t i) const {
+    const size_t v = job.sources.empty() ? 0 : job.sources[i];
+    const Volume* vol = v < volumes_.size() ? volumes_[v].get() : nullptr;
+    return vol != nullptr && job.indices[i] < vol->size() ? vol : nullptr;
+  }
+
+  Status SampleError(const Job& job, size_t i, const Status& st) const {
+    const uint64_t index = job.indices[i];
     std::string where = "sample " + std::to_string(index);
-    if (volume_ != nullptr && index < volume_->size()) {
-      where = volume_->path() + ": " + where + " (" + volume_->directory().Path(index) + ")";
+    if (const Volume* vol = VolumeOf(job, i)) {
+      where = vol->path() + ": " + where + " (" + vol->directory().Path(index) + ")";
     }
     return Status(st.code(), "decode: " + where + ": " + st.message(), st.sys_errno());
   }
@@ -330,8 +340,10 @@ class DecodeStage::Impl {
         examples.push_back(job.errors[i].message());
         {
           std::lock_guard lock(stats_mu_);
-          skipped_samples_.push_back(
-              {job.indices[i], volume_->directory().Path(job.indices[i]), job.errors[i].message()});
+          const Volume* vol = VolumeOf(job, i);
+          skipped_samples_.push_back({job.indices[i],
+                                      vol ? vol->directory().Path(job.indices[i]) : std::string(),
+                                      vol ? vol->path() : std::string(), job.errors[i].message()});
         }
         continue;
       }
@@ -340,11 +352,13 @@ class DecodeStage::Impl {
         std::memmove(job.out + kept * job.image_bytes, job.out + i * job.image_bytes,
                      job.image_bytes);
         job.indices[kept] = job.indices[i];
+        if (!job.sources.empty()) job.sources[kept] = job.sources[i];
         job.labels[kept] = job.labels[i];
       }
       ++kept;
     }
     job.indices.resize(kept);
+    if (!job.sources.empty()) job.sources.resize(kept);
     job.labels.resize(kept);
     {
       std::lock_guard lock(stats_mu_);
@@ -361,6 +375,7 @@ class DecodeStage::Impl {
     data->epoch = job.epoch;
     data->sequence = job.sequence;
     data->indices = std::move(job.indices);
+    data->sources = std::move(job.sources);
     data->labels = std::move(job.labels);
     data->payload_bytes = job.payload_bytes;
     data->device_bytes = job.device_bytes;
@@ -383,7 +398,9 @@ class DecodeStage::Impl {
   }
 
   std::unique_ptr<BatchSource> input_;
-  std::shared_ptr<const Volume> volume_;
+  // What the input reads: one volume, or a mixture's (by Batch::sources);
+  // to name samples. Entries may be null.
+  std::vector<std::shared_ptr<const Volume>> volumes_;
   const DecodeStageOptions options_;
   const ImagePipeline pipeline_;
   std::shared_ptr<BufferPool> pool_;
@@ -409,6 +426,13 @@ class DecodeStage::Impl {
 Result<std::unique_ptr<DecodeStage>> DecodeStage::Create(std::unique_ptr<BatchSource> input,
                                                          std::shared_ptr<const Volume> volume,
                                                          const DecodeStageOptions& options) {
+  return Create(std::move(input), std::vector<std::shared_ptr<const Volume>>{std::move(volume)},
+                options);
+}
+
+Result<std::unique_ptr<DecodeStage>> DecodeStage::Create(
+    std::unique_ptr<BatchSource> input, std::vector<std::shared_ptr<const Volume>> volumes,
+    const DecodeStageOptions& options) {
   if (input == nullptr) return Status::InvalidArgument("decode stage needs an input source");
   if (options.decode_threads > 1024) {
     return Status::InvalidArgument("decode_threads " + std::to_string(options.decode_threads) +
@@ -416,7 +440,7 @@ Result<std::unique_ptr<DecodeStage>> DecodeStage::Create(std::unique_ptr<BatchSo
   }
   DLFS_ASSIGN_OR_RETURN(ImagePipeline pipeline, ImagePipeline::Create(options.image));
   return std::unique_ptr<DecodeStage>(new DecodeStage(
-      std::make_unique<Impl>(std::move(input), std::move(volume), options, std::move(pipeline))));
+      std::make_unique<Impl>(std::move(input), std::move(volumes), options, std::move(pipeline))));
 }
 
 DecodeStage::DecodeStage(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

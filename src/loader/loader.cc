@@ -348,7 +348,7 @@ class Loader::Impl {
   void Quarantine(uint64_t index, const std::string& why) {
     std::lock_guard lock(quarantine_mu_);
     if (!quarantined_.insert(index).second) return;
-    bad_.push_back({index, volume_->directory().Path(index), why});
+    bad_.push_back({index, volume_->directory().Path(index), volume_->path(), why});
     if (bad_.size() - listed_ahead_ > options_.max_bad_samples && over_budget_.ok()) {
       const size_t found = bad_.size() - listed_ahead_;
       std::string names;

@@ -152,9 +152,26 @@ def test_loader_dataset_reads_a_mixture_across_workers_and_resumes(volumes):
     assert head + rest == whole
 
 
-def test_image_loader_says_it_reads_one_volume(volumes):
+def test_image_loader_decodes_a_mixture(tmp_path):
     pytest.importorskip("torch")
+    import numpy as np
     import dlfs.torch as dt
 
-    with pytest.raises(TypeError, match="ImageLoader reads one volume"):
-        dt.ImageLoader(volumes, 8, size=8)
+    paths = []
+    for name, n, value in (("x", 60, 10), ("y", 30, 200)):
+        path = tmp_path / f"{name}.dlfs"
+        with dlfs.Writer(path) as w:
+            for i in range(n):
+                w.add(f"c/{i:03d}.png", dlfs.encode_png(np.full((8, 8), value, np.uint8)))
+        paths.append(str(path))
+    loader = dt.ImageLoader(paths, 16, size=8, weights=[2, 1], return_indices=True,
+                            return_sources=True, decode_threads=1, cache_budget=0)
+    loader.set_epoch(0)
+    seen = []
+    for images, labels, indices, sources in loader:
+        for img, s in zip(images, sources.tolist()):
+            assert int(img.flatten()[0]) == (10, 200)[s]  # decoded from its own volume
+        seen += list(zip(sources.tolist(), indices.tolist()))
+    assert len(seen) == len(set(seen)) == 90
+    state = loader.state_dict()
+    assert "mixture[" in state["volume_uuid"]
