@@ -198,6 +198,11 @@ class ShardLoader::Impl {
     // of an epoch splits among another number of ranks like a whole one.
     const std::string& who = volume_->path();
     Status st = CheckResumable(state, Identity(), who);
+    if (st.ok() && !state.quarantined.empty()) {
+      st = Status::NotSupported(who + ": cannot resume from this state: it leaves " +
+                                std::to_string(state.quarantined.size()) +
+                                " bad samples out, which the shard-local loader cannot yet");
+    }
     const ResumePoint at = PlanResume(state, options_.loader.sampler);
     std::vector<uint64_t> rest;
     if (st.ok() && !at.done.empty()) {
