@@ -31,8 +31,13 @@ run_suite() {  # build dir, extra cmake args...
   cmake --build "$dir" -j "$jobs"
   ctest --test-dir "$dir" -j "$jobs" --output-on-failure
 }
+# Sanitizer reports need file and line only; full debug info would just
+# make these builds slower.
+lines_only=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -gline-tables-only -DNDEBUG"
+  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -gline-tables-only -DNDEBUG")
 run_tsan() {
   cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLFS_SANITIZE=thread \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
     -DDLFS_BUILD_BENCHMARKS=OFF -DDLFS_BUILD_PYTHON=OFF >/dev/null
   cmake --build build-tsan -j "$jobs" --target dlfs_tsan_tests
   ctest --test-dir build-tsan -L tsan -j "$jobs" --output-on-failure
@@ -46,7 +51,7 @@ if [[ -z "${DLFS_NO_SANITIZE:-}" ]]; then
   # the library a second time for libFuzzer cost ~140 s.
   CC=clang-14 CXX=clang++-14 stage "build and test under ASan + UBSan (clang)" run_suite \
     build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLFS_SANITIZE=address,undefined \
-    -DDLFS_BUILD_FUZZERS=ON -DDLFS_BUILD_BENCHMARKS=OFF -DDLFS_BUILD_PYTHON=OFF
+    -DDLFS_BUILD_FUZZERS=ON -DDLFS_BUILD_BENCHMARKS=OFF -DDLFS_BUILD_PYTHON=OFF "${lines_only[@]}"
   FUZZ_DIR=build-asan stage "fuzz smoke (${DLFS_FUZZ_SECONDS:-10} s per harness)" \
     scripts/fuzz.sh "${DLFS_FUZZ_SECONDS:-10}"
   stage "concurrency tests under ThreadSanitizer" run_tsan
