@@ -678,6 +678,13 @@ TEST_F(DistributedTest, ShardLoaderResumesOnFewerRanks) {
     const std::set<uint64_t> distinct(all.begin(), all.end());
     EXPECT_EQ(distinct.size(), kSamples);
     EXPECT_LT(all.size() - kSamples, static_cast<size_t>(world));
+    // A state that leaves bad samples out: refused on every rank, saying why.
+    SourceState quarantining = state;
+    quarantining.quarantined = {5};
+    const Status refused = (*b)->LoadState(quarantining);
+    EXPECT_EQ(refused.code(), StatusCode::kNotSupported) << refused.ToString();
+    EXPECT_NE(refused.message().find("leaves 1 bad samples out"), std::string::npos)
+        << refused.message();
     MPI_Comm_free(&fewer);
   }
   MPI_Barrier(MPI_COMM_WORLD);
