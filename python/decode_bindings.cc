@@ -232,49 +232,14 @@ class PyImageLoader {
     stage_ = Unwrap(DecodeStage::Create(std::move(mix), std::move(named), dso));
   }
 
-  // As PyLoader (dlfs_module.cc): after load_state_dict, setting the
-  // restored epoch keeps the restored position.
-  void set_epoch(uint64_t e) {
-    if (restored_ && e == epoch_) return;
-    epoch_ = e;
-    positioned_ = restored_ = false;
-  }
-  uint64_t epoch() const { return epoch_; }
-
-  void Start() {
-    py::gil_scoped_release release;
-    std::lock_guard lock(mu_);
-    stage_->SetEpoch(epoch_);  // keeps a position LoadState just restored
-    positioned_ = true;
-    restored_ = false;
-  }
-
-  py::dict State() {
-    SourceState s;
-    {
-      py::gil_scoped_release release;
-      std::lock_guard lock(mu_);
-      s = Unwrap(stage_->SaveState());
-    }
-    if (!positioned_) {
-      s.epoch = epoch_;
-      s.batches = 0;
-      s.done.clear();
-    }
-    return StateDict(s);
-  }
-
+  // After load_state_dict, setting the restored epoch keeps the restored
+  // position (state_dict.h).
+  void set_epoch(uint64_t e) { position_.set_epoch(e); }
+  uint64_t epoch() const { return position_.epoch(); }
+  void Start() { position_.Start(*stage_, mu_); }
+  py::dict State() { return StateDict(Unwrap(position_.Save(*stage_, mu_))); }
   void LoadState(const py::handle& state) {
-    const SourceState s = Unwrap(StateFromDict(state));
-    Status st;
-    {
-      py::gil_scoped_release release;
-      std::lock_guard lock(mu_);
-      st = stage_->LoadState(s);
-    }
-    Check(st);
-    epoch_ = s.epoch;
-    positioned_ = restored_ = true;
+    Check(position_.Load(*stage_, mu_, Unwrap(StateFromDict(state))));
   }
 
   py::tuple Next() {
@@ -328,10 +293,8 @@ class PyImageLoader {
   std::vector<std::shared_ptr<Volume>> volumes_;
   const MixtureSource* mixture_ = nullptr;  // owned by stage_, if a mixture
   DecodeStageOptions options_;
-  uint64_t epoch_ = 0;
-  bool positioned_ = false;  // the stage is at epoch_ (iterated or restored)
-  bool restored_ = false;    // by load_state_dict, and not iterated since
-  std::mutex mu_;
+  SourcePosition position_;
+  std::mutex mu_;  // the stage has one caller at a time
 };
 
 }  // namespace
@@ -535,22 +498,6 @@ sources says each image's volume (its position in a list of volumes, else 0).
                   std::optional<uint64_t> cache_budget, bool cache_shared, uint32_t max_bad_samples,
                   py::object quarantine, std::optional<std::vector<double>> weights,
                   uint64_t epoch_samples, bool cycle) {
-                 auto open = [](py::handle v) {
-                   if (py::isinstance<Volume>(v)) return v.cast<std::shared_ptr<Volume>>();
-                   return Unwrap(Volume::Open(py::str(v).cast<std::string>()));
-                 };
-                 const bool mixture =
-                     py::isinstance<py::list>(volume) || py::isinstance<py::tuple>(volume);
-                 std::vector<std::shared_ptr<Volume>> vols;
-                 if (mixture) {
-                   for (py::handle v : volume) vols.push_back(open(v));
-                 } else {
-                   vols.push_back(open(volume));
-                   if (weights || epoch_samples != 0 || cycle) {
-                     throw py::value_error(
-                         "weights, epoch_samples and cycle apply to a list of volumes");
-                   }
-                 }
                  LoaderOptions lo;
                  lo.sampler.batch_size = batch_size;
                  lo.sampler.shuffle = shuffle;
@@ -558,6 +505,10 @@ sources says each image's volume (its position in a list of volumes, else 0).
                  lo.sampler.rank = rank;
                  lo.sampler.world_size = world_size;
                  lo.sampler.drop_last = drop_last;
+                 // A list (or tuple) of volumes is a mixture; a path or a Volume, one.
+                 LoaderVolumes vols =
+                     ResolveVolumes(volume, weights, epoch_samples, cycle, lo.sampler,
+                                    [](const std::string& p) { return Unwrap(Volume::Open(p)); });
                  lo.prefetch_batches = prefetch_batches;
                  lo.engine.queue_depth = queue_depth;
                  lo.io_threads = io_threads;
@@ -581,17 +532,12 @@ sources says each image's volume (its position in a list of volumes, else 0).
                  dso.prefetch_batches = decode_prefetch;
                  dso.skip_bad_samples = skip_bad_samples;
                  std::unique_ptr<PyImageLoader> l;
-                 if (mixture) {
-                   MixtureOptions m;
-                   m.weights = weights ? *weights : std::vector<double>(vols.size(), 1.0);
-                   m.epoch_samples = epoch_samples;
-                   m.cycle = cycle;
-                   m.sampler = lo.sampler;
+                 {
                    py::gil_scoped_release release;
-                   l = std::make_unique<PyImageLoader>(std::move(vols), m, lo, dso);
-                 } else {
-                   py::gil_scoped_release release;
-                   l = std::make_unique<PyImageLoader>(vols.front(), lo, dso);
+                   l = vols.mixture
+                           ? std::make_unique<PyImageLoader>(std::move(vols.volumes), *vols.mixture,
+                                                             lo, dso)
+                           : std::make_unique<PyImageLoader>(vols.volumes.front(), lo, dso);
                  }
                  l->set_options(dso);
                  return l;

@@ -192,22 +192,9 @@ class PyLoader {
 
   // After load_state_dict, setting the restored epoch keeps the restored
   // position (the usual loop sets the epoch before iterating it).
-  void set_epoch(uint64_t e) {
-    if (restored_ && e == epoch_) return;
-    epoch_ = e;
-    positioned_ = restored_ = false;
-  }
-  uint64_t epoch() const { return epoch_; }
-
-  // The C++ Loader has one caller at a time; Python threads may share this
-  // object, so both entry points serialize on mu_ (taken without the GIL).
-  void Start() {
-    py::gil_scoped_release release;
-    std::lock_guard lock(mu_);
-    loader_->SetEpoch(epoch_);  // keeps a position LoadState just restored
-    positioned_ = true;
-    restored_ = false;
-  }
+  void set_epoch(uint64_t e) { position_.set_epoch(e); }
+  uint64_t epoch() const { return position_.epoch(); }
+  void Start() { position_.Start(*loader_, mu_); }
 
   std::shared_ptr<Batch> Next() {
     auto batch = std::make_shared<Batch>();
@@ -224,31 +211,9 @@ class PyLoader {
 
   // Where the iteration is: the epoch set, and the batches of it handed out
   // (0 until it is iterated).
-  py::dict State() {
-    SourceState s;
-    {
-      py::gil_scoped_release release;
-      std::lock_guard lock(mu_);
-      s = Unwrap(loader_->SaveState());
-    }
-    if (!positioned_) {
-      s.epoch = epoch_;
-      s.batches = 0;
-    }
-    return StateDict(s);
-  }
-
+  py::dict State() { return StateDict(Unwrap(position_.Save(*loader_, mu_))); }
   void LoadState(const py::handle& state) {
-    const SourceState s = Unwrap(StateFromDict(state));
-    Status st;
-    {
-      py::gil_scoped_release release;
-      std::lock_guard lock(mu_);
-      st = loader_->LoadState(s);
-    }
-    Check(st);
-    epoch_ = s.epoch;
-    positioned_ = restored_ = true;
+    Check(position_.Load(*loader_, mu_, Unwrap(StateFromDict(state))));
   }
 
   BatchSource& source() { return *loader_; }
@@ -260,10 +225,8 @@ class PyLoader {
   std::unique_ptr<BatchSource> loader_;
   std::vector<Loader*> loaders_;
   MixtureSource* mixture_ = nullptr;
-  uint64_t epoch_ = 0;
-  bool positioned_ = false;  // the C++ loader is at epoch_ (iterated or restored)
-  bool restored_ = false;    // by load_state_dict, and not iterated since
-  std::mutex mu_;
+  SourcePosition position_;
+  std::mutex mu_;  // the source has one caller at a time
 };
 
 // The per-process SampleReader of a Python Volume object, kept in its
@@ -921,23 +884,6 @@ loop); another epoch starts afresh.
                  std::optional<std::vector<std::string>> fields, bool cache_shared,
                  bool skip_bad_samples, uint32_t max_bad_samples, py::object quarantine,
                  std::optional<std::vector<double>> weights, uint64_t epoch_samples, bool cycle) {
-                auto open = [](py::handle v) {
-                  if (py::isinstance<Volume>(v)) return v.cast<std::shared_ptr<Volume>>();
-                  return Unwrap(Volume::Open(py::str(v).cast<std::string>()));
-                };
-                // A list (or tuple) of volumes is a mixture; a path or a Volume, one.
-                const bool mixture =
-                    py::isinstance<py::list>(volume) || py::isinstance<py::tuple>(volume);
-                std::vector<std::shared_ptr<Volume>> vols;
-                if (mixture) {
-                  for (py::handle v : volume) vols.push_back(open(v));
-                } else {
-                  vols.push_back(open(volume));
-                  if (weights || epoch_samples != 0 || cycle) {
-                    throw py::value_error(
-                        "weights, epoch_samples and cycle apply to a list of volumes");
-                  }
-                }
                 LoaderOptions o;
                 o.sampler.batch_size = batch_size;
                 o.sampler.shuffle = shuffle;
@@ -945,6 +891,10 @@ loop); another epoch starts afresh.
                 o.sampler.rank = rank;
                 o.sampler.world_size = world_size;
                 o.sampler.drop_last = drop_last;
+                // A list (or tuple) of volumes is a mixture; a path or a Volume, one.
+                LoaderVolumes vols =
+                    ResolveVolumes(volume, weights, epoch_samples, cycle, o.sampler,
+                                   [](const std::string& p) { return Unwrap(Volume::Open(p)); });
                 o.prefetch_batches = prefetch_batches;
                 o.engine.queue_depth = queue_depth;
                 o.io_threads = io_threads;
@@ -959,17 +909,9 @@ loop); another epoch starts afresh.
                 o.skip_bad_samples = skip_bad_samples;
                 o.max_bad_samples = max_bad_samples;
                 if (!quarantine.is_none()) o.quarantine = QuarantineIndices(quarantine);
-                std::unique_ptr<PyLoader> loader;
-                if (mixture) {
-                  MixtureOptions m;
-                  m.weights = weights ? *weights : std::vector<double>(vols.size(), 1.0);
-                  m.epoch_samples = epoch_samples;
-                  m.cycle = cycle;
-                  m.sampler = o.sampler;
-                  loader = std::make_unique<PyLoader>(std::move(vols), m, o);
-                } else {
-                  loader = std::make_unique<PyLoader>(vols.front(), o);
-                }
+                auto loader = vols.mixture ? std::make_unique<PyLoader>(std::move(vols.volumes),
+                                                                        *vols.mixture, o)
+                                           : std::make_unique<PyLoader>(vols.volumes.front(), o);
                 for (const Loader* one : loader->loaders()) {
                   if (const std::string& note = one->cache_note(); !note.empty()) {
                     if (PyErr_WarnEx(PyExc_RuntimeWarning, ("dlfs: " + note).c_str(), 1) != 0) {

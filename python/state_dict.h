@@ -1,16 +1,25 @@
-// A BatchSource's SourceState as the dict Python's state_dict() returns and
-// load_state_dict() takes: the keys of its text form (dlfs/batch_source.h),
-// flags as bools, the epoch's earlier parts (elastic resume) as the
-// "segments" string, the samples left out as bad as the "quarantine" string
-// "3,17". Shared by the bindings of Loader and ImageLoader.
+// What the Python bindings of Loader and ImageLoader share about their
+// BatchSource: its SourceState as the dict state_dict() returns and
+// load_state_dict() takes (the keys of its text form, dlfs/batch_source.h;
+// flags as bools; the epoch's earlier parts of an elastic resume as the
+// "segments" string; the samples left out as bad as the "quarantine" string
+// "3,17"), the iteration's position, the volumes a loader is given (one, or
+// a list: a weighted mixture), and quarantine records.
 #pragma once
 
 #include <pybind11/pybind11.h>
 
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "dlfs/batch_source.h"
+#include "dlfs/mixture.h"
+#include "dlfs/volume.h"
 
 namespace dlfs {
 
@@ -90,6 +99,99 @@ inline pybind11::list QuarantineRecords(const std::string& volume,
     d["reason"] = b.reason;
     out.append(d);
   }
+  return out;
+}
+
+// Where a Python iteration over a BatchSource stands: the epoch the next
+// iter() starts, and whether the source is already there (iterated, or
+// restored by load_state_dict, whose position the usual loop's set_epoch to
+// the restored epoch keeps). Calls on the source hold `mu` without the GIL
+// (Python threads may share one loader; the source has one caller at a time).
+class SourcePosition {
+ public:
+  void set_epoch(uint64_t e) {
+    if (restored_ && e == epoch_) return;
+    epoch_ = e;
+    positioned_ = restored_ = false;
+  }
+  uint64_t epoch() const { return epoch_; }
+
+  void Start(BatchSource& source, std::mutex& mu) {
+    pybind11::gil_scoped_release release;
+    std::lock_guard lock(mu);
+    source.SetEpoch(epoch_);  // keeps a position LoadState just restored
+    positioned_ = true;
+    restored_ = false;
+  }
+
+  // The source's state; before it is iterated, the start of the epoch set.
+  Result<SourceState> Save(BatchSource& source, std::mutex& mu) const {
+    Result<SourceState> s = SourceState{};
+    {
+      pybind11::gil_scoped_release release;
+      std::lock_guard lock(mu);
+      s = source.SaveState();
+    }
+    if (s.ok() && !positioned_) {
+      s->epoch = epoch_;
+      s->batches = 0;
+      s->done.clear();
+    }
+    return s;
+  }
+
+  Status Load(BatchSource& source, std::mutex& mu, const SourceState& s) {
+    Status st;
+    {
+      pybind11::gil_scoped_release release;
+      std::lock_guard lock(mu);
+      st = source.LoadState(s);
+    }
+    if (st.ok()) {
+      epoch_ = s.epoch;
+      positioned_ = restored_ = true;
+    }
+    return st;
+  }
+
+ private:
+  uint64_t epoch_ = 0;
+  bool positioned_ = false;  // the source is at epoch_ (iterated or restored)
+  bool restored_ = false;    // by load_state_dict, and not iterated since
+};
+
+// The volumes a loader's `volume` argument names: a path or Volume (one),
+// or a list or tuple of them, a weighted mixture whose options (weights,
+// default equal; epoch_samples; cycle; the loader's sampler) come back in
+// `mixture`. ValueError for mixture options given with one volume.
+struct LoaderVolumes {
+  std::vector<std::shared_ptr<Volume>> volumes;
+  std::optional<MixtureOptions> mixture;
+};
+inline LoaderVolumes ResolveVolumes(
+    const pybind11::handle& volume, const std::optional<std::vector<double>>& weights,
+    uint64_t epoch_samples, bool cycle, const SamplerOptions& sampler,
+    const std::function<std::shared_ptr<Volume>(const std::string&)>& open_path) {
+  namespace py = pybind11;
+  auto open = [&](py::handle v) {
+    if (py::isinstance<Volume>(v)) return v.cast<std::shared_ptr<Volume>>();
+    return open_path(py::str(v).cast<std::string>());
+  };
+  LoaderVolumes out;
+  if (py::isinstance<py::list>(volume) || py::isinstance<py::tuple>(volume)) {
+    for (py::handle v : volume) out.volumes.push_back(open(v));
+    MixtureOptions m;
+    m.weights = weights ? *weights : std::vector<double>(out.volumes.size(), 1.0);
+    m.epoch_samples = epoch_samples;
+    m.cycle = cycle;
+    m.sampler = sampler;
+    out.mixture = m;
+    return out;
+  }
+  if (weights || epoch_samples != 0 || cycle) {
+    throw py::value_error("weights, epoch_samples and cycle apply to a list of volumes");
+  }
+  out.volumes.push_back(open(volume));
   return out;
 }
 
