@@ -117,6 +117,10 @@ class ShardLoader final : public BatchSource {
   // Resuming (see above); LoadState is collective.
   Result<SourceState> SaveState() const override;
   Status LoadState(const SourceState& state) override;
+  // Samples this rank left out as bad (LoaderOptions::skip_bad_samples, as
+  // the Loader's; they are left out after the exchange, so every rank's
+  // exchanges keep their sizes).
+  std::vector<BadSample> quarantine() const;
 
   const ShardLoaderStats& stats() const;
 

@@ -34,6 +34,7 @@
 #include "loader/batch_data.h"
 #include "loader/batch_read.h"
 #include "loader/fields.h"
+#include "loader/quarantine.h"
 #include "loader/slab_pool.h"
 
 namespace dlfs {
@@ -184,10 +185,7 @@ class Loader::Impl {
         s.batches -= part_->first_seq;
       }
     }
-    {
-      std::lock_guard q(quarantine_mu_);
-      s.quarantined.assign(quarantined_.begin(), quarantined_.end());
-    }
+    s.quarantined = bad_samples_.indices();
     return s;
   }
 
@@ -225,7 +223,7 @@ class Loader::Impl {
             " of " + std::to_string(volume_->size()));
       }
     }
-    for (uint64_t i : state.quarantined) Quarantine(i, "left out by the state resumed from");
+    for (uint64_t i : state.quarantined) bad_samples_.Add(i, "left out by the state resumed from");
     {
       std::lock_guard lock(mu_);
       part_done_ = at.done;
@@ -262,8 +260,8 @@ class Loader::Impl {
   Result<bool> HandOut(std::shared_ptr<Batch::Data> data, Batch* out) {
     const double t0 = Now();
     Status st;
-    if (options_.skip_bad_samples || !quarantined_.empty()) {
-      st = CheckQuarantining(data.get());
+    if (bad_samples_.active()) {
+      st = bad_samples_.Check(data.get(), [this](Batch::Data* d) { return Check(d); });
     } else {
       st = Check(data.get());
     }
@@ -284,89 +282,6 @@ class Loader::Impl {
       }
     }
     return Status::Ok();
-  }
-
-  // Check() leaving out samples already quarantined, and (skip_bad_samples)
-  // quarantining those that were not read or fail their checks; the
-  // budget's error once it is exceeded.
-  Status CheckQuarantining(Batch::Data* data) {
-    for (auto& [index, why] : data->left_out) Quarantine(index, why);
-    data->left_out.clear();
-    std::vector<size_t> drop;
-    for (size_t i = 0; i < data->indices.size(); ++i) {
-      if (quarantined_.count(data->indices[i])) drop.push_back(i);
-    }
-    LeaveOut(data, drop);
-    if (!options_.skip_bad_samples) return over_budget_.ok() ? Check(data) : over_budget_;
-    const Batch::Data before = *data;  // Check may have split some fields when it fails
-    Status st = Check(data);
-    if (!st.ok()) {
-      // Which samples: each on its own.
-      *data = before;
-      drop.clear();
-      for (size_t i = 0; i < data->indices.size(); ++i) {
-        Batch::Data one;
-        one.owner = data->owner;
-        one.indices = {data->indices[i]};
-        one.labels = {data->labels[i]};
-        one.samples = {data->samples[i]};
-        const Status bad = Check(&one);
-        if (!bad.ok()) {
-          drop.push_back(i);
-          Quarantine(data->indices[i], bad.message());
-        }
-      }
-      if (drop.empty()) return st;  // not a sample's fault (e.g. out of memory)
-      LeaveOut(data, drop);
-      st = Check(data);
-    }
-    return over_budget_.ok() ? st : over_budget_;
-  }
-
-  // Removes the samples at `positions` (ascending) from a batch whose
-  // fields are not split yet.
-  static void LeaveOut(Batch::Data* data, const std::vector<size_t>& positions) {
-    if (positions.empty()) return;
-    size_t kept = 0;
-    for (size_t i = 0, p = 0; i < data->indices.size(); ++i) {
-      if (p < positions.size() && positions[p] == i) {
-        ++p;
-        data->payload_bytes -= std::min<uint64_t>(data->payload_bytes, data->samples[i].size());
-        continue;
-      }
-      data->indices[kept] = data->indices[i];
-      data->labels[kept] = data->labels[i];
-      data->samples[kept] = data->samples[i];
-      ++kept;
-    }
-    data->indices.resize(kept);
-    data->labels.resize(kept);
-    data->samples.resize(kept);
-  }
-
-  // Records `index` as bad (once); past the budget, sets over_budget_.
-  void Quarantine(uint64_t index, const std::string& why) {
-    std::lock_guard lock(quarantine_mu_);
-    if (!quarantined_.insert(index).second) return;
-    bad_.push_back({index, volume_->directory().Path(index), volume_->path(), why});
-    if (bad_.size() - listed_ahead_ > options_.max_bad_samples && over_budget_.ok()) {
-      const size_t found = bad_.size() - listed_ahead_;
-      std::string names;
-      for (size_t i = listed_ahead_; i < bad_.size() && i < listed_ahead_ + 8; ++i) {
-        names += (i > listed_ahead_ ? "; " : "") +
-                 loader_internal::SampleName(*volume_, bad_[i].index) + ": " + bad_[i].reason;
-      }
-      if (found > 8) names += "; and " + std::to_string(found - 8) + " more";
-      over_budget_ = Status::Corruption(
-          volume_->path() + ": " + std::to_string(found) +
-          " bad samples, more than max_bad_samples=" + std::to_string(options_.max_bad_samples) +
-          " (" + names + ")");
-    }
-  }
-
-  std::vector<BadSample> BadSamples() const {
-    std::lock_guard lock(quarantine_mu_);
-    return bad_;
   }
 
   SourceStats Stats() const {
@@ -705,12 +620,9 @@ class Loader::Impl {
   std::vector<EpochSegment> part_done_;
   uint64_t parts_made_ = 0;
 
-  // Quarantine (caller's thread; quarantine_mu_ for quarantine() callers).
-  mutable std::mutex quarantine_mu_;
-  std::set<uint64_t> quarantined_;
-  std::vector<BadSample> bad_;
-  size_t listed_ahead_ = 0;  // of bad_, from LoaderOptions::quarantine (not in the budget)
-  Status over_budget_;
+  // Samples left out as bad (skip_bad_samples, LoaderOptions::quarantine).
+  loader_internal::Quarantine bad_samples_{*volume_, options_.skip_bad_samples,
+                                           options_.max_bad_samples};
   std::vector<std::shared_ptr<Slab>> quarantine_;  // buffers a broken engine may still write
 
   std::mutex orders_mu_;
@@ -764,15 +676,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
 
   auto impl = std::make_unique<Impl>(volume, options, std::move(sampler));
   impl->field_ids_ = std::move(field_ids);
-  for (uint64_t i : options.quarantine) {
-    if (i >= volume->size()) {
-      return Status::InvalidArgument("quarantined sample " + std::to_string(i) +
-                                     " is out of range (" + volume->path() + " has " +
-                                     std::to_string(volume->size()) + " samples)");
-    }
-    impl->Quarantine(i, "listed as quarantined when the loader was created");
-  }
-  impl->listed_ahead_ = impl->bad_.size();
+  DLFS_RETURN_IF_ERROR(impl->bad_samples_.ListAhead(options.quarantine));
   // Every engine opens every target of the volume (as resolved and remapped
   // by Volume::Open). A batch's reads go to whichever targets hold its
   // samples, and one engine keeps them all in flight at once: with io_uring
@@ -853,7 +757,7 @@ const std::string& Loader::description() const { return impl_->description_; }
 const std::string& Loader::cache_note() const { return impl_->cache_note_; }
 SourceStats Loader::source_stats() const { return impl_->Stats(); }
 Result<SourceState> Loader::SaveState() const { return impl_->SaveState(); }
-std::vector<BadSample> Loader::quarantine() const { return impl_->BadSamples(); }
+std::vector<BadSample> Loader::quarantine() const { return impl_->bad_samples_.records(); }
 Status Loader::LoadState(const SourceState& state) { return impl_->LoadState(state); }
 
 }  // namespace dlfs

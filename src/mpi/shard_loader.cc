@@ -12,6 +12,7 @@
 #include "dlfs/sampler.h"
 #include "loader/batch_data.h"
 #include "loader/fields.h"
+#include "loader/quarantine.h"
 
 namespace dlfs {
 
@@ -104,12 +105,6 @@ class ShardLoader::Impl {
     if (options_.window_batches == 0 || o.sampler.batch_size == 0) {
       return Status::InvalidArgument("window_batches and batch_size must be positive");
     }
-    if (o.skip_bad_samples || !o.quarantine.empty()) {
-      // Left-out samples would make the ranks' exchanges disagree on sizes.
-      return Status::NotSupported(
-          "the shard-local loader cannot leave bad samples out yet: read with the node's "
-          "own loader (not shard-local) to quarantine them");
-    }
     if (!topo_->contiguous()) {
       return Status::InvalidArgument(
           "shard-local reading needs each node's ranks to be consecutive world ranks "
@@ -136,6 +131,11 @@ class ShardLoader::Impl {
       st = fields.status();
     } else if (sampler.ok()) {
       field_ids_ = std::move(*fields);
+      // Bad samples are left out when a batch is handed out, after the
+      // exchange: every rank's exchanges keep their sizes.
+      bad_samples_ = std::make_unique<loader_internal::Quarantine>(*volume_, o.skip_bad_samples,
+                                                                   o.max_bad_samples);
+      st = bad_samples_->ListAhead(o.quarantine);
       sampler_.emplace(std::move(*sampler));
       auto engine = CreateEngine(volume_->OpenTargetPaths(), o.engine);
       if (engine.ok()) {
@@ -188,6 +188,7 @@ class ShardLoader::Impl {
     s.epoch = epoch_;
     s.batches = next_batch_;
     s.done = done_;
+    s.quarantined = bad_samples_->indices();
     return s;
   }
 
@@ -198,10 +199,13 @@ class ShardLoader::Impl {
     // of an epoch splits among another number of ranks like a whole one.
     const std::string& who = volume_->path();
     Status st = CheckResumable(state, Identity(), who);
-    if (st.ok() && !state.quarantined.empty()) {
-      st = Status::NotSupported(who + ": cannot resume from this state: it leaves " +
-                                std::to_string(state.quarantined.size()) +
-                                " bad samples out, which the shard-local loader cannot yet");
+    for (uint64_t i : state.quarantined) {
+      if (st.ok() && i >= volume_->size()) {
+        st = Status::InvalidArgument(who +
+                                     ": cannot resume from this state: it quarantines "
+                                     "sample " +
+                                     std::to_string(i) + " of " + std::to_string(volume_->size()));
+      }
     }
     const ResumePoint at = PlanResume(state, options_.loader.sampler);
     std::vector<uint64_t> rest;
@@ -228,6 +232,7 @@ class ShardLoader::Impl {
         AgreeOnValues(comm_, {{"the resumed epoch", std::to_string(at.epoch)},
                               {"the batches handed out", std::to_string(at.batches)},
                               {"the batches left", std::to_string(batches - at.batches)}}));
+    for (uint64_t i : state.quarantined) bad_samples_->Add(i, "left out by the state resumed from");
     resume_pending_ = false;
     SetEpoch(at.epoch);
     if (!at.done.empty()) {
@@ -256,23 +261,36 @@ class ShardLoader::Impl {
     for (uint64_t p = begin; p < end; ++p) {
       const uint64_t at = p - window_first_position_;
       const uint64_t index = indices_[p];
-      if (!status_[at].ok()) return status_[at];
+      if (!status_[at].ok()) {
+        if (!options_.loader.skip_bad_samples) return status_[at];
+        data->left_out.emplace_back(index, status_[at].message());  // quarantined below
+        continue;
+      }
       const auto bytes = samples_[at];
-      if (options_.loader.verify_checksums && field_ids_.empty())
-        DLFS_RETURN_IF_ERROR(volume_->CheckSample(index, bytes));
       data->indices.push_back(index);
       data->labels.push_back(dir.sample(index).label);
       data->samples.push_back(bytes);
       data->payload_bytes += bytes.size();
     }
-    if (!field_ids_.empty()) {
-      DLFS_RETURN_IF_ERROR(loader_internal::SplitFields(*volume_, field_ids_,
-                                                        options_.loader.verify_checksums,
-                                                        data.get(), decoded_buffers_.get()));
-    }
+    auto check = [this](Batch::Data* d) {
+      if (!field_ids_.empty()) {
+        return loader_internal::SplitFields(*volume_, field_ids_, options_.loader.verify_checksums,
+                                            d, decoded_buffers_.get());
+      }
+      if (options_.loader.verify_checksums) {
+        for (size_t i = 0; i < d->indices.size(); ++i) {
+          DLFS_RETURN_IF_ERROR(volume_->CheckSample(d->indices[i], d->samples[i]));
+        }
+      }
+      return Status::Ok();
+    };
+    DLFS_RETURN_IF_ERROR(bad_samples_->active() ? bad_samples_->Check(data.get(), check)
+                                                : check(data.get()));
     *batch = Batch(std::move(data));
     return true;
   }
+
+  std::vector<BadSample> quarantine() const { return bad_samples_->records(); }
 
   uint64_t batches_per_epoch() const { return sampler_->batches_per_epoch(); }
   const ShardLoaderStats& stats() const { return stats_; }
@@ -566,6 +584,7 @@ class ShardLoader::Impl {
   std::shared_ptr<Volume> volume_;
   ShardLoaderOptions options_;
   std::vector<uint32_t> field_ids_;  // options_.loader.fields resolved
+  std::unique_ptr<loader_internal::Quarantine> bad_samples_;
   const std::shared_ptr<loader_internal::DecodedBuffers> decoded_buffers_ =
       std::make_shared<loader_internal::DecodedBuffers>();
   std::optional<Sampler> sampler_;
@@ -610,5 +629,6 @@ const ShardLoaderStats& ShardLoader::stats() const { return impl_->stats(); }
 const std::string& ShardLoader::description() const { return impl_->engine_description(); }
 Result<SourceState> ShardLoader::SaveState() const { return impl_->SaveState(); }
 Status ShardLoader::LoadState(const SourceState& state) { return impl_->LoadState(state); }
+std::vector<BadSample> ShardLoader::quarantine() const { return impl_->quarantine(); }
 
 }  // namespace dlfs

@@ -678,15 +678,57 @@ TEST_F(DistributedTest, ShardLoaderResumesOnFewerRanks) {
     const std::set<uint64_t> distinct(all.begin(), all.end());
     EXPECT_EQ(distinct.size(), kSamples);
     EXPECT_LT(all.size() - kSamples, static_cast<size_t>(world));
-    // A state that leaves bad samples out: refused on every rank, saying why.
+    // A state that leaves a sample out: the rest again, without it.
     SourceState quarantining = state;
-    quarantining.quarantined = {5};
-    const Status refused = (*b)->LoadState(quarantining);
-    EXPECT_EQ(refused.code(), StatusCode::kNotSupported) << refused.ToString();
-    EXPECT_NE(refused.message().find("leaves 1 bad samples out"), std::string::npos)
-        << refused.message();
+    quarantining.quarantined = {rest.front()};
+    ASSERT_OK((*b)->LoadState(quarantining));
+    (*b)->SetEpoch(2);
+    const std::vector<uint64_t> again = Gather(fewer, read(**b, ~uint64_t{0}));
+    EXPECT_EQ(again.size(), rest.size() - std::count(rest.begin(), rest.end(), rest.front()));
+    EXPECT_EQ(std::count(again.begin(), again.end(), rest.front()), 0);
     MPI_Comm_free(&fewer);
   }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// Quarantine on the shard-local loader: a sample with a flipped byte is left
+// out of the batch of the rank that reads it (whichever node served it),
+// listed there, and every other sample arrives.
+TEST_F(DistributedTest, ShardLoaderLeavesBadSamplesOut) {
+  TwoFakeNodes nodes;
+  const std::string bad = *dir_ / "bad.dlfs";
+  if (Rank() == 0) {
+    std::vector<std::byte> file = testing::ReadFile(*dir_ / "one.dlfs");
+    auto one = OpenVolume("one.dlfs");
+    file[one->directory().sample(7).offset + 3] ^= std::byte{0x10};
+    testing::WriteFile(bad, file);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  auto volume = Volume::Open(bad);
+  ASSERT_OK(volume);
+  ShardLoaderOptions so;
+  so.loader.sampler.batch_size = 16;
+  so.loader.engine.direct_io = false;
+  so.loader.skip_bad_samples = true;
+  auto shard = ShardLoader::Create(MPI_COMM_WORLD, *volume, so);
+  ASSERT_OK(shard);
+  (*shard)->SetEpoch(0);
+  std::vector<uint64_t> mine;
+  Batch batch;
+  while (true) {
+    auto more = (*shard)->Next(&batch);
+    ASSERT_OK(more);
+    if (!*more) break;
+    mine.insert(mine.end(), batch.indices().begin(), batch.indices().end());
+  }
+  const std::vector<uint64_t> all = Gather(MPI_COMM_WORLD, mine);
+  const std::set<uint64_t> distinct(all.begin(), all.end());
+  EXPECT_EQ(distinct.size(), kSamples - 1);
+  EXPECT_EQ(distinct.count(7), 0u);
+  const std::vector<BadSample> q = (*shard)->quarantine();
+  int listed = q.size() == 1 && q[0].index == 7 ? 1 : 0, total = 0;
+  MPI_Allreduce(&listed, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  EXPECT_EQ(total, 1);  // by the rank that read it
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
