@@ -599,6 +599,24 @@ TEST_F(DistributedTest, ShardLoaderResumesExactly) {
   EXPECT_EQ(batch.sequence(), 0u);
 }
 
+// The indices of up to `limit` batches of `l`, each sample checked against
+// `volume`'s bytes.
+std::vector<uint64_t> ReadBatches(ShardLoader& l, const Volume& volume, uint64_t limit) {
+  std::vector<uint64_t> got;
+  Batch batch;
+  for (uint64_t n = 0; n < limit; ++n) {
+    auto more = l.Next(&batch);
+    EXPECT_OK(more);
+    if (!more.ok() || !*more) break;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      auto want = volume.Read(batch.index(i));
+      EXPECT_TRUE(want.ok() && std::ranges::equal(batch.sample(i), *want));
+    }
+    got.insert(got.end(), batch.indices().begin(), batch.indices().end());
+  }
+  return got;
+}
+
 // Every rank's `mine` in one vector (collective on `comm`).
 std::vector<uint64_t> Gather(MPI_Comm comm, const std::vector<uint64_t>& mine) {
   int ranks = 0;
@@ -625,21 +643,6 @@ TEST_F(DistributedTest, ShardLoaderResumesOnFewerRanks) {
   TwoFakeNodes nodes;
   auto volume = OpenVolume("one.dlfs");
   ASSERT_TRUE(volume);
-  auto read = [&volume](ShardLoader& l, uint64_t limit) {
-    std::vector<uint64_t> got;
-    Batch batch;
-    for (uint64_t n = 0; n < limit; ++n) {
-      auto more = l.Next(&batch);
-      EXPECT_OK(more);
-      if (!more.ok() || !*more) break;
-      for (size_t i = 0; i < batch.size(); ++i) {
-        auto want = volume->Read(batch.index(i));
-        EXPECT_TRUE(want.ok() && std::ranges::equal(batch.sample(i), *want));
-      }
-      got.insert(got.end(), batch.indices().begin(), batch.indices().end());
-    }
-    return got;
-  };
   ShardLoaderOptions so;
   so.loader.sampler.batch_size = 20;
   so.loader.sampler.seed = 7;
@@ -650,7 +653,7 @@ TEST_F(DistributedTest, ShardLoaderResumesOnFewerRanks) {
     auto a = ShardLoader::Create(MPI_COMM_WORLD, volume, so);
     ASSERT_OK(a);
     (*a)->SetEpoch(2);
-    first = Gather(MPI_COMM_WORLD, read(**a, 3));
+    first = Gather(MPI_COMM_WORLD, ReadBatches(**a, *volume, 3));
     saved = (*a)->SaveState()->Serialize();
   }
   // Rank 0's state, on every rank.
@@ -669,7 +672,7 @@ TEST_F(DistributedTest, ShardLoaderResumesOnFewerRanks) {
     ASSERT_OK(b);
     ASSERT_OK((*b)->LoadState(state));
     (*b)->SetEpoch(2);
-    const std::vector<uint64_t> rest = Gather(fewer, read(**b, ~uint64_t{0}));
+    const std::vector<uint64_t> rest = Gather(fewer, ReadBatches(**b, *volume, ~uint64_t{0}));
     ASSERT_OK_AND_ASSIGN(SourceState now, (*b)->SaveState());
     ASSERT_EQ(now.done.size(), 1u);
     EXPECT_EQ(now.done[0], (EpochSegment{static_cast<uint32_t>(world), 1, 20, 3}));
@@ -683,7 +686,7 @@ TEST_F(DistributedTest, ShardLoaderResumesOnFewerRanks) {
     quarantining.quarantined = {rest.front()};
     ASSERT_OK((*b)->LoadState(quarantining));
     (*b)->SetEpoch(2);
-    const std::vector<uint64_t> again = Gather(fewer, read(**b, ~uint64_t{0}));
+    const std::vector<uint64_t> again = Gather(fewer, ReadBatches(**b, *volume, ~uint64_t{0}));
     EXPECT_EQ(again.size(), rest.size() - std::count(rest.begin(), rest.end(), rest.front()));
     EXPECT_EQ(std::count(again.begin(), again.end(), rest.front()), 0);
     MPI_Comm_free(&fewer);
@@ -713,14 +716,7 @@ TEST_F(DistributedTest, ShardLoaderLeavesBadSamplesOut) {
   auto shard = ShardLoader::Create(MPI_COMM_WORLD, *volume, so);
   ASSERT_OK(shard);
   (*shard)->SetEpoch(0);
-  std::vector<uint64_t> mine;
-  Batch batch;
-  while (true) {
-    auto more = (*shard)->Next(&batch);
-    ASSERT_OK(more);
-    if (!*more) break;
-    mine.insert(mine.end(), batch.indices().begin(), batch.indices().end());
-  }
+  const std::vector<uint64_t> mine = ReadBatches(**shard, **volume, ~uint64_t{0});
   const std::vector<uint64_t> all = Gather(MPI_COMM_WORLD, mine);
   const std::set<uint64_t> distinct(all.begin(), all.end());
   EXPECT_EQ(distinct.size(), kSamples - 1);
