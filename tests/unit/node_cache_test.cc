@@ -96,6 +96,10 @@ class NodeCacheTest : public ::testing::Test {
       Epoch(l, e++, nullptr, true);
     }
     ASSERT_GE(l.source_stats().cache_used_bytes, target);
+    // A batch prefetched while the last samples were filled may count its
+    // misses (and reads) late; once a whole epoch has been delivered every
+    // I/O thread has moved past it (each delivers its own batches).
+    Epoch(l, e);
   }
 
   TempDir tmp_, shm_;
