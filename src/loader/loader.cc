@@ -588,7 +588,7 @@ class Loader::Impl {
   Sampler sampler_;
   const pid_t pid_ = ::getpid();
   const uint64_t batches_;  // per epoch
-  const uint64_t window_;   // batches read ahead of the caller
+  uint64_t window_;         // batches read ahead of the caller (set by Open, then fixed)
   loader_internal::PlanOptions po_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::shared_ptr<NodeCache> cache_;  // null: none
@@ -702,8 +702,9 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
   std::string description = first.description();
 
   std::string budget_note;
+  const MemoryLimit memory = ReadMemoryLimit();
   cache_internal::NodeCacheOptions co;
-  co.budget = ResolveCacheBudget(options.cache_budget, ReadMemoryLimit(), &budget_note);
+  co.budget = ResolveCacheBudget(options.cache_budget, memory, &budget_note);
   co.shared = options.cache_shared;
   impl->cache_ = NodeCache::Open(*volume, co, &impl->cache_note_);
   if (!budget_note.empty()) {
@@ -719,21 +720,23 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
       return p;
     });
   }
-  // Batch buffers before the first read: enough for the batches in the
-  // window and those the caller holds, spread over the I/O threads, each
-  // sized for a batch of samples of the mean size plus a block of
-  // alignment, with a quarter to spare; and those the cache's filler may
-  // hold while it copies them.
-  const uint64_t mean = volume->size() ? volume->info().data_bytes / volume->size() : 0;
-  const uint64_t a = std::max<uint32_t>(first.alignment(), 1);
-  const uint64_t slab = (mean + a) * options.sampler.batch_size / 4 * 5 + a;
-  const uint64_t per_thread = (impl->window_ + options.io_threads - 1) / options.io_threads + 2 +
-                              (impl->cache_ ? cache_internal::CacheFiller::kHeld : 0);
+  const loader_internal::BufferPlan plan = loader_internal::PlanBuffers(
+      {.window = impl->window_,
+       .threads = options.io_threads,
+       .held = 2 + (impl->cache_ ? cache_internal::CacheFiller::kHeld : 0),
+       .batch_size = options.sampler.batch_size,
+       .mean_sample = volume->size() ? volume->info().data_bytes / volume->size() : 0,
+       .alignment = first.alignment(),
+       .budget = memory.usable() / 8});
+  impl->window_ = plan.window;
+  if (!plan.note.empty()) {
+    impl->cache_note_ += (impl->cache_note_.empty() ? "" : "; ") + plan.note;
+  }
   for (auto& w : impl->workers_) {
-    if (!w->pool->Reserve(static_cast<uint32_t>(per_thread), slab)) {
+    if (!w->pool->Reserve(plan.per_thread, plan.slab)) {
       return Status::Unavailable(volume->path() + ": out of memory for " +
-                                 std::to_string(per_thread) + " batch buffers of " +
-                                 std::to_string(slab) + " bytes");
+                                 std::to_string(plan.per_thread) + " batch buffers of " +
+                                 std::to_string(plan.slab) + " bytes");
     }
   }
   impl->description_ = std::move(description);

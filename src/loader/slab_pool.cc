@@ -25,17 +25,61 @@ void Prefault(std::byte* p, uint64_t n) {
   }
 }
 
+BufferPlan PlanBuffers(const BufferRequest& r) {
+  const uint64_t a = std::max<uint32_t>(r.alignment, 1);
+  const uint64_t threads = std::max<uint32_t>(r.threads, 1);
+  const auto per_thread = [&](uint64_t window) {
+    return (window + threads - 1) / threads + r.held;
+  };
+  const auto total = [&](uint64_t window, uint64_t slab) {
+    return per_thread(window) * threads * slab;
+  };
+  BufferPlan p;
+  p.window = std::max<uint64_t>(r.window, 1);
+  p.slab = (r.mean_sample + a) * r.batch_size / 4 * 5 + a;
+  if (r.budget > 0 && total(p.window, p.slab) > r.budget) {
+    p.slab = (r.mean_sample + a) * r.batch_size + a;
+    while (p.window > 1 && total(p.window, p.slab) > r.budget) --p.window;
+  }
+  p.per_thread = static_cast<uint32_t>(per_thread(p.window));
+  const auto mb = [](uint64_t bytes) { return std::to_string((bytes + (1 << 19)) >> 20) + " MB"; };
+  if (r.budget > 0 && total(p.window, p.slab) > r.budget) {
+    p.per_thread = 2;
+    p.note = "batch buffers of " + mb(p.slab) + " each exceed the " + mb(r.budget) +
+             " they may take (an eighth of the memory this process may use): reading one "
+             "batch ahead, " +
+             mb(p.per_thread * threads * p.slab) + " reserved";
+  } else if (p.window < r.window) {
+    p.note = "read-ahead shortened from " + std::to_string(r.window) + " to " +
+             std::to_string(p.window) + (p.window == 1 ? " batch" : " batches") +
+             " so that its buffers (" + mb(total(p.window, p.slab)) + ") fit in the " +
+             mb(r.budget) + " they may take (an eighth of the memory this process may use)";
+  }
+  return p;
+}
+
 SlabPool::SlabPool(uint32_t alignment, IoEngine* engine, uint32_t slots)
     : alignment_(std::max<uint32_t>(alignment, 4096)), engine_(engine), slots_(slots) {}
 
 bool SlabPool::Grow(Slab* slab, uint64_t bytes) {
   const uint64_t cap = (bytes + alignment_ - 1) / alignment_ * alignment_;
+  // The old buffer goes first: a slab grows only while free, so its bytes
+  // are not needed, and holding both at once would take twice a batch's
+  // memory (for batches of large samples, more than a tight cgroup has).
+  if (slab->memory) {
+    if (slab->slot != ReadRequest::kNoSlot) engine_->RegisterBuffer(slab->slot, {});
+    slab->memory.reset();
+    slab->data = nullptr;
+    std::lock_guard lock(mu_);
+    bytes_ -= slab->capacity;
+    slab->capacity = 0;
+  }
   std::shared_ptr<std::byte> memory = AllocateLarge(cap);
   if (!memory) return false;
   Prefault(memory.get(), cap);
   {
     std::lock_guard lock(mu_);
-    bytes_ += cap - slab->capacity;
+    bytes_ += cap;
   }
   slab->memory = std::move(memory);
   slab->data = slab->memory.get();

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "dlfs/io_engine.h"
@@ -64,6 +65,34 @@ class SlabPool : public std::enable_shared_from_this<SlabPool> {
   uint32_t next_slot_ = 0;
   uint64_t bytes_ = 0;
 };
+
+// What a loader's batch buffers are: `window` batches read ahead, spread
+// over `threads` I/O threads (a pool each), and `held` more per thread for
+// the batches the caller and the cache's filler hold.
+struct BufferRequest {
+  uint64_t window = 1;
+  uint32_t threads = 1;
+  uint64_t held = 2;
+  uint64_t batch_size = 1;
+  uint64_t mean_sample = 0;  // bytes
+  uint32_t alignment = 1;    // of the engine's reads
+  uint64_t budget = 0;       // bytes the buffers may take; 0: no limit known
+};
+
+struct BufferPlan {
+  uint64_t window = 1;      // batches to read ahead (at least 1)
+  uint32_t per_thread = 0;  // slabs to reserve in each thread's pool
+  uint64_t slab = 0;        // bytes of each
+  std::string note;         // why the read-ahead is shorter than asked, or empty
+};
+
+// Slabs for a batch of mean-sized samples, a block of alignment each and a
+// quarter to spare (a larger batch grows its slab). When they exceed the
+// budget, the spare quarter goes first, then batches read ahead, down to
+// one: with little memory the loader reads ahead less instead of being
+// killed for its buffers; if even that does not fit, only the slabs for one
+// batch in flight and one held are reserved (more are made when needed).
+BufferPlan PlanBuffers(const BufferRequest& r);
 
 // Touches every page of [p, p + n) for writing, so later accesses take no
 // page faults: MADV_POPULATE_WRITE where the kernel has it (5.14), else a

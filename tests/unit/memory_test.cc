@@ -9,6 +9,7 @@
 #include <fstream>
 #include <string>
 
+#include "loader/slab_pool.h"
 #include "testutil.h"
 
 namespace dlfs {
@@ -140,6 +141,66 @@ TEST(CacheBudgetTest, ParsesSizes) {
   for (const char* bad : {"", "G", "2X", "2GG", "-1", "99999999999T"}) {
     EXPECT_EQ(ParseByteBudget(bad).status().code(), StatusCode::kInvalidArgument) << bad;
   }
+}
+
+// The batch buffers of a loader within its share of memory.
+TEST(PlanBuffersTest, UnchangedWhenTheyFit) {
+  using loader_internal::PlanBuffers;
+  const loader_internal::BufferPlan p = PlanBuffers({.window = 4,
+                                                     .held = 3,
+                                                     .batch_size = 256,
+                                                     .mean_sample = 100000,
+                                                     .alignment = 4096,
+                                                     .budget = 8 * kGiB});
+  EXPECT_EQ(p.window, 4u);
+  EXPECT_EQ(p.per_thread, 7u);
+  EXPECT_EQ(p.slab, (100000 + 4096) * 256 / 4 * 5 + 4096);  // a quarter to spare
+  EXPECT_EQ(p.note, "");
+  // No limit known: as asked.
+  EXPECT_EQ(PlanBuffers({.window = 4, .held = 3, .batch_size = 256, .mean_sample = 100000}).window,
+            4u);
+}
+
+TEST(PlanBuffersTest, ShortOfMemoryReadsAheadLess) {
+  using loader_internal::PlanBuffers;
+  // resnet50 as MLPerf Storage has it: 400 samples of 114,660 bytes.
+  const uint64_t slab = (114660 + 4096) * 400 + 4096;  // no spare quarter
+  const loader_internal::BufferPlan p = PlanBuffers({.window = 4,
+                                                     .held = 3,
+                                                     .batch_size = 400,
+                                                     .mean_sample = 114660,
+                                                     .alignment = 4096,
+                                                     .budget = 5 * slab + 100});
+  EXPECT_EQ(p.window, 2u);  // 2 + 3 held = 5 slabs
+  EXPECT_EQ(p.per_thread, 5u);
+  EXPECT_EQ(p.slab, slab);
+  EXPECT_LE(p.per_thread * p.slab, 5 * slab + 100);
+  EXPECT_NE(p.note.find("read-ahead shortened from 4 to 2 batches"), std::string::npos) << p.note;
+
+  // Two I/O threads: each pool holds its share of the window and its own held slabs.
+  const loader_internal::BufferPlan two = PlanBuffers({.window = 4,
+                                                       .threads = 2,
+                                                       .held = 2,
+                                                       .batch_size = 400,
+                                                       .mean_sample = 114660,
+                                                       .alignment = 4096,
+                                                       .budget = 6 * slab});
+  EXPECT_EQ(two.window, 2u);  // 2 threads x (1 + 2)
+  EXPECT_LE(uint64_t{two.per_thread} * 2 * two.slab, 6 * slab);
+}
+
+TEST(PlanBuffersTest, EvenOneBatchTooLargeReservesTheLeast) {
+  using loader_internal::PlanBuffers;
+  // unet3d: 7 samples of ~147 MB against a 400 MB share.
+  const loader_internal::BufferPlan p = PlanBuffers({.window = 4,
+                                                     .held = 3,
+                                                     .batch_size = 7,
+                                                     .mean_sample = 146600628,
+                                                     .alignment = 4096,
+                                                     .budget = 400 << 20});
+  EXPECT_EQ(p.window, 1u);
+  EXPECT_EQ(p.per_thread, 2u);
+  EXPECT_NE(p.note.find("exceed"), std::string::npos) << p.note;
 }
 
 }  // namespace
