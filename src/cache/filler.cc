@@ -8,13 +8,22 @@
 #include <system_error>
 
 #include "common/clock.h"
+#include "dlfs/memory.h"
 
 namespace dlfs::cache_internal {
 
-CacheFiller::CacheFiller(std::shared_ptr<NodeCache> cache, std::function<Progress()> progress)
+CacheFiller::CacheFiller(std::shared_ptr<NodeCache> cache, std::function<Progress()> progress,
+                         std::function<bool()> memory_short)
     : pid_(::getpid()), state_(std::make_unique<State>()) {
   state_->cache = std::move(cache);
   state_->progress = std::move(progress);
+  state_->memory_short = std::move(memory_short);
+}
+
+bool CacheFiller::MemoryShort() {
+  const MemoryLimit m = ReadMemoryLimit();
+  const uint64_t floor = m.cgroup_limit > 0 ? m.cgroup_limit / 4 : uint64_t{256} << 20;
+  return (m.mem_available > 0 || m.cgroup_limit > 0) && m.usable() < floor;
 }
 
 CacheFiller::~CacheFiller() {
@@ -64,6 +73,8 @@ void CacheFiller::Run(State& s) {
   };
   Mark last = mark();
   double credit = 0;  // seconds the cache saved that filling has not spent
+  double memory_checked = -1;
+  bool short_of_memory = false;
   while (true) {
     std::shared_ptr<const Batch::Data> job;
     {
@@ -73,7 +84,11 @@ void CacheFiller::Run(State& s) {
       job = s.queue.front();
     }
     const double t0 = Now();
-    for (size_t k = 0; k < job->indices.size() && !s.cache->full(); ++k) {
+    if (t0 - memory_checked >= 0.1 || memory_checked < 0) {
+      short_of_memory = s.memory_short && s.memory_short();
+      memory_checked = t0;
+    }
+    for (size_t k = 0; !short_of_memory && k < job->indices.size() && !s.cache->full(); ++k) {
       (void)s.cache->Admit(job->indices[k], job->samples[k]);
     }
     const double busy = Now() - t0;

@@ -42,7 +42,13 @@ class CacheFiller {
     double caller_wait_seconds = 0;
     uint64_t device_bytes = 0;
   };
-  CacheFiller(std::shared_ptr<NodeCache> cache, std::function<Progress()> progress);
+  // `memory_short` says whether the job's memory is too short to grow the
+  // cache now (MemoryShort() unless a test passes its own); asked at most
+  // every 100 ms on the filler's thread. While it is, offered batches are
+  // skipped: the cache never takes the last of a cgroup's memory from the
+  // processes that share it (their batch buffers), whatever its budget.
+  CacheFiller(std::shared_ptr<NodeCache> cache, std::function<Progress()> progress,
+              std::function<bool()> memory_short = MemoryShort);
   ~CacheFiller();
   CacheFiller(const CacheFiller&) = delete;
   CacheFiller& operator=(const CacheFiller&) = delete;
@@ -51,6 +57,11 @@ class CacheFiller {
   // bytes, indices in data->indices) unless the filler is busy; keeps it
   // (and so its buffer) until its samples are copied.
   void Offer(std::shared_ptr<const Batch::Data> read);
+
+  // The default for memory_short: what this process may still use
+  // (dlfs/memory.h) is under a quarter of its cgroup's limit, or under
+  // 256 MiB of MemAvailable where no cgroup limits it.
+  static bool MemoryShort();
 
   // Batches held at most: what a reader's buffer pool should allow for.
   static constexpr uint32_t kHeld = 1;
@@ -62,6 +73,7 @@ class CacheFiller {
   struct State {
     std::shared_ptr<NodeCache> cache;
     std::function<Progress()> progress;
+    std::function<bool()> memory_short;
     std::mutex mu;
     std::condition_variable cv;
     std::deque<std::shared_ptr<const Batch::Data>> queue;  // at most kHeld (or a resting marker)

@@ -11,12 +11,14 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "cache/filler.h"
 #include "dlfs/loader.h"
 #include "synthetic_volume.h"
 #include "testutil.h"
@@ -162,6 +164,55 @@ TEST_F(NodeCacheTest, PartialBudgetHitsWhatFitsAndReadsTheRest) {
     EXPECT_LE(s.io.bytes, (volume_bytes - cached) + s.io.requests * 2 * 4096) << share;
     EXPECT_GT(s.cache_hits, 0u);
   }
+}
+
+// The filler leaves the last of the job's memory to the processes sharing
+// it: while memory is short it skips what it is offered, and fills again
+// once memory is back.
+TEST_F(NodeCacheTest, FillerSkipsBatchesWhileMemoryIsShort) {
+  cache_internal::NodeCacheOptions co{.budget = uint64_t{1} << 30};
+  std::string note;
+  std::shared_ptr<NodeCache> cache = NodeCache::Open(*vol_, co, &note);
+  ASSERT_TRUE(cache) << note;
+  std::atomic<bool> short_of_memory{true};
+  std::atomic<int> asked{0};
+  cache_internal::CacheFiller filler(
+      cache, [] { return cache_internal::CacheFiller::Progress{}; },
+      [&] {
+        ++asked;
+        return short_of_memory.load();
+      });
+  const auto offer = [&](uint64_t first) {
+    auto data = std::make_shared<Batch::Data>();
+    auto bytes = std::make_shared<std::vector<std::vector<std::byte>>>();
+    for (uint64_t i = first; i < first + 10; ++i) {
+      bytes->push_back(*vol_->Read(i));
+      data->indices.push_back(i);
+    }
+    for (const auto& b : *bytes) data->samples.emplace_back(b);
+    data->owner = bytes;
+    filler.Offer(data);
+  };
+  const auto settle = [&](auto done) {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!done() && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  };
+  offer(0);
+  settle([&] { return asked.load() > 0; });
+  ASSERT_GT(asked.load(), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(cache->stats().samples, 0u);  // skipped: memory is short
+  short_of_memory = false;
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // past the 100 ms re-check
+  for (uint64_t first = 10; first < 600 && cache->stats().samples == 0; first += 10) {
+    offer(first);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  settle([&] { return cache->stats().samples > 0; });
+  EXPECT_GT(cache->stats().samples, 0u);
+  EXPECT_GE(asked.load(), 2);
 }
 
 TEST_F(NodeCacheTest, NoBudgetNoCache) {
