@@ -805,7 +805,9 @@ io_uring (or a pread pool where io_uring is unavailable).
 - rank, world_size: this process's shard. Samples are dealt round-robin;
   without drop_last the order is padded by wrapping (as
   torch DistributedSampler) so all ranks get the same number of batches.
-- prefetch_batches: batches read ahead while you work on the current one.
+- prefetch_batches: batches read ahead while you work on the current one;
+  fewer (with a RuntimeWarning) when their buffers would take more than an
+  eighth of the memory this process may use (its cgroup's limit included).
 - queue_depth, io_threads, engine ("auto", "uring", "pread"), direct_io:
   the I/O engine; engine_description says what runs.
 - verify_checksums: check each sample's CRC32C; a mismatch raises

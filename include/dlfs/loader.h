@@ -32,7 +32,9 @@
 // is set. Nothing is read before the first SetEpoch() or Next().
 //
 // Memory: the batch buffers (a pool per I/O thread, sized from the volume's
-// mean sample size, ~prefetch_batches + 2 batches in all) are allocated,
+// mean sample size, ~prefetch_batches + 2 batches in all; at most an eighth
+// of what the process may use, fewer batches read ahead where that is
+// short, see cache_note()) are allocated,
 // touched and registered with the engines when the loader is created, so
 // reads and checksums never pay page faults. A sample is a span into its
 // batch's buffer; the buffer returns to the pool when the last Batch copy
@@ -143,7 +145,7 @@ struct LoaderOptions {
   SamplerOptions sampler;  // order, sharding, batch size (dlfs/sampler.h)
   EngineOptions engine;    // the I/O engine each I/O thread owns (dlfs/io_engine.h)
   ReadPlanOptions plan;
-  uint32_t prefetch_batches = 4;  // batches read ahead of the caller
+  uint32_t prefetch_batches = 4;  // batches read ahead of the caller (fewer if memory is short)
   uint32_t io_threads = 1;        // each owns one engine (one ring)
   bool verify_checksums = true;   // CRC32C of every sample before hand-out
   // Node cache budget in bytes (see above and dlfs/memory.h):
@@ -196,9 +198,10 @@ class Loader final : public BatchSource {
   const std::string& description() const override;
   // Time, I/O and memory since the loader was created (any thread).
   SourceStats source_stats() const override;
-  // Why the node cache is not as asked (a budget reduced to fit the
-  // memory limit, a region refused or unavailable), or empty: for the
-  // front end to show as a warning.
+  // Why the loader's memory is not as asked (a cache budget reduced to fit
+  // the memory limit, a cache region refused or unavailable, the read-ahead
+  // shortened so that its buffers fit), or empty: for the front end to show
+  // as a warning.
   const std::string& cache_note() const;
   // Resuming (see above and dlfs/batch_source.h).
   Result<SourceState> SaveState() const override;
