@@ -436,8 +436,10 @@ def drop_caches():
     return True
 
 
-def run(cfg, dataset_bytes, unlimited=False):
-    """One run of cfg["accelerators"] accelerators in a fresh cgroup."""
+def run(cfg, dataset_bytes):
+    """One run of cfg["accelerators"] accelerators in a fresh cgroup (none
+    with cfg["unlimited"])."""
+    unlimited = cfg.get("unlimited", False)
     if not cfg["timeout"]:
         # A run 10x slower than its compute time cannot be near the threshold.
         w = WORKLOADS[cfg["workload"]]
@@ -484,30 +486,42 @@ def run(cfg, dataset_bytes, unlimited=False):
     return result
 
 
-def search(cfg, dataset_bytes, largest, report):
-    """The largest N that passes: doubling, then bisection."""
-    runs, good, bad = [], 0, None
-    n = 1
-    while n <= largest:
-        r = run(dict(cfg, accelerators=n), dataset_bytes)
-        report(r)
-        runs.append(r)
-        if not r["passed"]:
-            bad = n
-            break
-        good, n = n, n * 2
-    if bad is not None:
-        lo, hi = good, bad
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            r = run(dict(cfg, accelerators=mid), dataset_bytes)
+def search(cfgs, dataset_bytes, largest, report):
+    """The largest N that passes, for each contender: doubling, then
+    bisection. The contenders take turns at every step (the order rotating),
+    so each comparison is made minutes apart, not a search apart: this
+    disk's speed drifts from minute to minute."""
+    names = list(cfgs)
+    good = {c: 0 for c in names}
+    bad = {c: None for c in names}
+    runs = {c: [] for c in names}
+
+    def turn(k, step):
+        order = names[k % len(names):] + names[:k % len(names)]
+        for c in order:
+            n = step(c)
+            if n is None:
+                continue
+            r = run(dict(cfgs[c], accelerators=n), dataset_bytes)
             report(r)
-            runs.append(r)
-            lo, hi = (mid, hi) if r["passed"] else (lo, mid)
-        good = lo
-    # The passing run at the largest N; if none passes, the 1-accelerator run
-    # (what one accelerator gets, for comparison).
-    best = next((r for r in runs if r["accelerators"] == max(good, 1)), None)
+            runs[c].append(r)
+            if r["passed"]:
+                good[c] = max(good[c], n)
+            else:
+                bad[c] = n if bad[c] is None else min(bad[c], n)
+
+    n, k = 1, 0
+    while n <= largest and any(bad[c] is None for c in names):
+        turn(k, lambda c: n if bad[c] is None else None)
+        n, k = n * 2, k + 1
+    while any(bad[c] is not None and bad[c] - good[c] > 1 for c in names):
+        turn(k, lambda c: (good[c] + bad[c]) // 2
+             if bad[c] is not None and bad[c] - good[c] > 1 else None)
+        k += 1
+    # Per contender: the passing run at its largest N; if none passes, the
+    # 1-accelerator run (what one accelerator gets, for comparison).
+    best = {c: next((r for r in runs[c] if r["accelerators"] == max(good[c], 1)), None)
+            for c in names}
     return good, best, runs
 
 
@@ -539,8 +553,8 @@ def main():
         epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("--workload", choices=sorted(WORKLOADS), default="resnet50")
     p.add_argument("--accelerator", choices=("a100", "h100"), default="h100")
-    p.add_argument("--contender", choices=CONTENDERS, action="append",
-                   help="dlfs or dlio-pytorch (repeatable; default: both)")
+    p.add_argument("--contender", choices=(*CONTENDERS, "none"), action="append",
+                   help="dlfs or dlio-pytorch (repeatable; default: both; none: only --fio)")
     p.add_argument("--accelerators", type=int, default=1, help="simulated accelerators (1)")
     p.add_argument("--search", action="store_true", help="find the largest passing number")
     p.add_argument("--max-accelerators", type=int, default=64)
@@ -579,7 +593,9 @@ def main():
     if most < (1 if args.search else args.accelerators):
         p.error(f"{len(sizes)} samples make fewer than 3 batches of {w['batch']} per "
                 "accelerator: a larger --dataset-gib or a smaller --sample-scale")
-    contenders = args.contender or list(CONTENDERS)
+    contenders = [c for c in args.contender or CONTENDERS if c != "none"]
+    if args.fio and not shutil.which("fio"):
+        p.error("--fio: fio is not installed (apt-get install fio)")
 
     def report(r):
         if args.json:
@@ -599,26 +615,30 @@ def main():
               f"{sum(sizes) / 2**30:.2f} GiB, batch {w['batch']}, compute "
               f"{w['compute'][args.accelerator]} s, AU >= {w['au'] * 100:.0f} %, "
               f"memory limit {limit / 2**20:.0f} MiB, {args.epochs} epochs")
-    summary = {}
+    summary, cfgs = {}, {}
     for contender in contenders:
         root = generate(contender, data, args.workload, sizes, args.python_dir)
-        cfg = dict(workload=args.workload, accelerator=args.accelerator, contender=contender,
-                   root=str(root), sizes=sizes, epochs=args.epochs,
-                   sample_scale=args.sample_scale, python_dir=args.python_dir,
-                   accelerators=args.accelerators, timeout=args.timeout,
-                   memory_limit=int(args.memory_limit_mib * 2**20))
-        if args.search:
-            good, best, _ = search(cfg, dataset_bytes, min(most, args.max_accelerators), report)
-            summary[contender] = dict(best or {}, accelerators=good, search=True,
-                                      au_at=best["accelerators"] if best else None,
+        cfgs[contender] = dict(workload=args.workload, accelerator=args.accelerator,
+                               contender=contender, root=str(root), sizes=sizes,
+                               epochs=args.epochs, sample_scale=args.sample_scale,
+                               python_dir=args.python_dir, accelerators=args.accelerators,
+                               timeout=args.timeout, unlimited=args.unlimited,
+                               memory_limit=int(args.memory_limit_mib * 2**20))
+    if args.search:
+        good, best, _ = search(cfgs, dataset_bytes, min(most, args.max_accelerators), report)
+        for contender in contenders:
+            b = best[contender]
+            summary[contender] = dict(b or {}, accelerators=good[contender], search=True,
+                                      au_at=b["accelerators"] if b else None,
                                       contender=contender, workload=args.workload,
                                       accelerator=args.accelerator)
             if args.json:
                 print(json.dumps(summary[contender]), flush=True)
             else:
-                print(f"  {contender}: {good} accelerator(s) pass")
-        else:
-            summary[contender] = run(cfg, dataset_bytes, args.unlimited)
+                print(f"  {contender}: {good[contender]} accelerator(s) pass")
+    else:
+        for contender in contenders:
+            summary[contender] = run(cfgs[contender], dataset_bytes)
             report(summary[contender])
     if args.fio:
         root = generate("dlio-pytorch", data, args.workload, sizes, args.python_dir)

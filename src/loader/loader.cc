@@ -701,10 +701,26 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
   const IoEngine& first = *impl->workers_.front()->engine;
   std::string description = first.description();
 
-  std::string budget_note;
+  // Memory: the batch buffers first (they are needed to read at all), then
+  // the node cache's budget from what they leave.
   const MemoryLimit memory = ReadMemoryLimit();
+  const loader_internal::BufferPlan plan = loader_internal::PlanBuffers(
+      {.window = impl->window_,
+       .threads = options.io_threads,
+       .held = 2 + (options.cache_budget != 0 ? cache_internal::CacheFiller::kHeld : 0),
+       .batch_size = options.sampler.batch_size,
+       .mean_sample = volume->size() ? volume->info().data_bytes / volume->size() : 0,
+       .alignment = first.alignment(),
+       .budget = memory.usable() / 8});
+  impl->window_ = plan.window;
+  MemoryLimit after_buffers = memory;
+  const uint64_t buffers = uint64_t{plan.per_thread} * options.io_threads * plan.slab;
+  after_buffers.mem_available -= std::min(after_buffers.mem_available, buffers);
+  after_buffers.cgroup_usage += buffers;
+
+  std::string budget_note;
   cache_internal::NodeCacheOptions co;
-  co.budget = ResolveCacheBudget(options.cache_budget, memory, &budget_note);
+  co.budget = ResolveCacheBudget(options.cache_budget, after_buffers, &budget_note);
   co.shared = options.cache_shared;
   impl->cache_ = NodeCache::Open(*volume, co, &impl->cache_note_);
   if (!budget_note.empty()) {
@@ -720,15 +736,6 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
       return p;
     });
   }
-  const loader_internal::BufferPlan plan = loader_internal::PlanBuffers(
-      {.window = impl->window_,
-       .threads = options.io_threads,
-       .held = 2 + (impl->cache_ ? cache_internal::CacheFiller::kHeld : 0),
-       .batch_size = options.sampler.batch_size,
-       .mean_sample = volume->size() ? volume->info().data_bytes / volume->size() : 0,
-       .alignment = first.alignment(),
-       .budget = memory.usable() / 8});
-  impl->window_ = plan.window;
   if (!plan.note.empty()) {
     impl->cache_note_ += (impl->cache_note_.empty() ? "" : "; ") + plan.note;
   }

@@ -130,8 +130,9 @@ std::shared_ptr<Slab> SlabPool::Acquire(uint64_t bytes) {
     if (next_slot_ < slots_) slab->slot = next_slot_++;
   }
   if (slab->capacity < bytes) {
-    // Grow geometrically so a run of slightly larger batches reallocates rarely.
-    if (!Grow(slab.get(), std::max(bytes, slab->capacity * 3 / 2))) {
+    // An eighth to spare, so a run of slightly larger batches reallocates
+    // rarely (not more: for batches of large samples every byte counts).
+    if (!Grow(slab.get(), bytes + bytes / 8)) {
       std::lock_guard lock(mu_);
       free_.push_back(std::move(slab));
       return nullptr;

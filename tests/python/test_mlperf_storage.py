@@ -128,3 +128,28 @@ def test_too_small_a_data_set_is_refused(tmp_path):
     assert proc.returncode == 2
     assert "fewer than 3 batches of 400 per accelerator" in proc.stderr, proc.stderr
     assert not any(tmp_path.iterdir())  # nothing generated
+
+
+def test_search_finds_each_contenders_largest_passing_number_taking_turns():
+    m = _module()
+    capacity = {"a": 5, "b": 2}
+    calls = []
+
+    def fake_run(cfg, dataset_bytes):
+        calls.append((cfg["contender"], cfg["accelerators"]))
+        return {"contender": cfg["contender"], "accelerators": cfg["accelerators"],
+                "passed": cfg["accelerators"] <= capacity[cfg["contender"]]}
+
+    m.run = fake_run
+    cfgs = {c: {"contender": c} for c in capacity}
+    good, best, runs = m.search(cfgs, 0, largest=64, report=lambda r: None)
+    assert good == {"a": 5, "b": 2}
+    assert best["a"]["accelerators"] == 5 and best["b"]["accelerators"] == 2
+    # Doubling side by side (the first in each turn rotating), then bisection.
+    assert calls[:4] == [("a", 1), ("b", 1), ("b", 2), ("a", 2)]
+    assert sorted(n for c, n in calls if c == "a") == [1, 2, 4, 5, 6, 8]
+    assert sorted(n for c, n in calls if c == "b") == [1, 2, 3, 4]
+    # Nothing passes: 0 accelerators, and the 1-accelerator run for comparison.
+    capacity["b"] = 0
+    good, best, _ = m.search({"b": {"contender": "b"}}, 0, largest=64, report=lambda r: None)
+    assert good == {"b": 0} and best["b"]["accelerators"] == 1
