@@ -6,7 +6,7 @@
 # files. Writes one JSON line per run to $OUT (default
 # /tmp/dlfs-mlperf-storage/results.jsonl) and prints a table.
 #
-#   bench/run_mlperf_storage.sh                 (as root; ~1-2 h)
+#   bench/run_mlperf_storage.sh                 (as root, with fio installed; ~1-2 h)
 #   WORKLOADS=resnet50 EPOCHS=2 bench/run_mlperf_storage.sh   (~20 min)
 #
 # Environment: WORKLOADS (resnet50 cosmoflow unet3d), ACCELERATOR (h100),
