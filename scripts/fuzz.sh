@@ -3,6 +3,7 @@
 # each for SECONDS (default 60), then prints executions per harness.
 #   scripts/fuzz.sh [SECONDS] [HARNESS...]      e.g. scripts/fuzz.sh 20 tar idx
 #   FUZZ_RUNS=10000000 scripts/fuzz.sh 0        stop each after N executions instead
+#   FUZZ_JOBS=N ...                              harnesses run at once (default: cores)
 # Corpora grow in build-fuzz/corpus/<harness> across runs (seeds: fuzz/make_seeds.py);
 # a crash, leak, timeout or allocation over 1 GiB fails the run and leaves
 # the input in build-fuzz/artifacts/<harness>/. Exit status 0 only if every
@@ -59,8 +60,24 @@ run_one() {  # harness
 }
 
 echo "== fuzzing: ${harnesses[*]} ($(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(date -u +%FT%TZ))"
+# Each harness is one single-threaded process: run as many at once as there
+# are cores (the smoke stage of scripts/test.sh then takes a fraction of the
+# harnesses' total time). Each prints its line when it ends.
+jobs=${FUZZ_JOBS:-$(nproc)}
 status=0
-for h in "${harnesses[@]}"; do run_one "$h" || status=1; done
+running=0
+for h in "${harnesses[@]}"; do
+  if ((running >= jobs)); then
+    wait -n || status=1
+    running=$((running - 1))
+  fi
+  run_one "$h" &
+  running=$((running + 1))
+done
+while ((running > 0)); do
+  wait -n || status=1
+  running=$((running - 1))
+done
 if ((status != 0)); then
   echo "fuzz: failures; inputs in $dir/artifacts/, logs in $dir/logs/" >&2
   for h in "${harnesses[@]}"; do

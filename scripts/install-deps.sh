@@ -5,7 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   # build
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config git ccache
   # libraries
   libisal-dev libarchive-dev zlib1g-dev libcli11-dev nlohmann-json3-dev liburing-dev liblmdb-dev
   # image decoding (src/decode): libjpeg-turbo (TurboJPEG and libjpeg APIs), libspng
@@ -17,7 +17,7 @@ PACKAGES=(
   # Python bindings (built for Debian's /usr/bin/python3) and the FUSE view
   pybind11-dev python3-dev python3-numpy python3-torch libfuse3-dev fuse3
   # tests and benchmarks
-  libgtest-dev libbenchmark-dev python3 python3-pytest python3-torchvision python3-lmdb
+  libgtest-dev libgmock-dev libbenchmark-dev python3 python3-pytest python3-torchvision python3-lmdb
   # the benchmark plots (bench/run_io_bench.sh, bench/run_lmdbio_bench.sh)
   python3-matplotlib
   # fuzzing (scripts/fuzz.sh): clang and libFuzzer

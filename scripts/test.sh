@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Runs every test: installs dependencies, then
-#   1. builds (RelWithDebInfo) and runs CTest: GoogleTest, pytest, MPI programs;
+#   1. builds with gcc (RelWithDebInfo, in build-gcc) and runs CTest there:
+#      pytest (CLI, Python module, dlfs.torch, FUSE), the MPI programs, packaging;
 #   2. builds once with clang + AddressSanitizer + UBSan and coverage
-#      instrumentation, runs CTest there, then each libFuzzer harness of the
-#      same build for 10 s as a smoke check (scripts/fuzz.sh);
-#   3. the tests of concurrent code (engines, loader, volume reads, stress)
-#      under ThreadSanitizer, building only them.
+#      instrumentation, runs CTest there (the GoogleTest suite, pytest of the
+#      CLI, the MPI programs), then each libFuzzer harness of the same build for
+#      10 s, two at a time, as a smoke check (scripts/fuzz.sh);
+#   3. the tests of concurrent code (engines, loader, node cache, volume reads,
+#      stress) under ThreadSanitizer, building only them.
 # Prints how long each stage took.
 #   scripts/test.sh            everything
-#   DLFS_NO_SANITIZE=1 ...     skip stages 2-3 (faster local runs)
+#   DLFS_NO_SANITIZE=1 ...     skip stages 2-3, run the GoogleTest suite in stage 1
 #   DLFS_FUZZ_SECONDS=N ...    fuzz each harness N s in stage 2 (default 10)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,26 +26,41 @@ stage() {  # name, command...
   "$@"
   times+=("$(printf '%-40s %5d s' "$name" $((SECONDS - start)))")
 }
+# ccache (installed by install-deps.sh) makes a second run of this script
+# rebuild only what changed; a fresh machine starts with an empty cache.
+launcher=()
+if command -v ccache >/dev/null; then
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
 run_suite() {  # build dir, extra cmake args...
   local dir=$1
   shift
-  cmake -S . -B "$dir" -G Ninja "$@" >/dev/null
+  cmake -S . -B "$dir" -G Ninja "${launcher[@]}" "$@" >/dev/null
   cmake --build "$dir" -j "$jobs"
   ctest --test-dir "$dir" -j "$jobs" --output-on-failure
 }
-# Sanitizer reports need file and line only; full debug info would just
-# make these builds slower.
+# A failing test or a sanitizer report needs file, line and function names
+# only; full debug info (-g) made every build about 30 % slower.
 lines_only=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -gline-tables-only -DNDEBUG"
   -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -gline-tables-only -DNDEBUG")
+gcc_g1=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG"
+  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG")
 run_tsan() {
-  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLFS_SANITIZE=thread \
+  cmake -S . -B build-tsan -G Ninja "${launcher[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLFS_SANITIZE=thread \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
     -DDLFS_BUILD_BENCHMARKS=OFF -DDLFS_BUILD_PYTHON=OFF >/dev/null
   cmake --build build-tsan -j "$jobs" --target dlfs_tsan_tests
   ctest --test-dir build-tsan -L tsan -j "$jobs" --output-on-failure
 }
 
-stage "build and test (RelWithDebInfo)" run_suite build
+# The gcc build (the compiler users build with) runs the Python, CLI, MPI and
+# packaging tests; the GoogleTest suite runs in the sanitized builds below,
+# not a third time here (unless they are skipped). Its own directory leaves a
+# developer's build/ alone.
+unit_tests=OFF
+[[ -n "${DLFS_NO_SANITIZE:-}" ]] && unit_tests=ON
+stage "build and test (gcc, RelWithDebInfo)" run_suite build-gcc "${gcc_g1[@]}" \
+  -DDLFS_UNIT_TESTS=$unit_tests
 
 if [[ -z "${DLFS_NO_SANITIZE:-}" ]]; then
   export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp"
