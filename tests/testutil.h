@@ -1,6 +1,7 @@
 // Helpers shared by the C++ tests.
 #pragma once
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -8,10 +9,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <ostream>
 #include <random>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "dlfs/status.h"
@@ -23,7 +26,55 @@ template <typename T>
 Status StatusOf(const Result<T>& r) {
   return r.status();
 }
+
+// The matcher behind StatusIs (below); use StatusIs, not this class.
+class StatusIsMatcher {
+ public:
+  StatusIsMatcher(StatusCode code, std::string substring)
+      : code_(code), substring_(std::move(substring)) {}
+
+  template <typename T>
+  bool MatchAndExplain(const T& value, ::testing::MatchResultListener* listener) const {
+    const Status st = StatusOf(value);
+    *listener << "whose status is " << st.ToString();
+    return st.code() == code_ && st.message().find(substring_) != std::string::npos;
+  }
+  void DescribeTo(std::ostream* os) const {
+    *os << "has status code " << StatusCodeName(code_);
+    if (!substring_.empty()) *os << " and a message containing \"" << substring_ << '"';
+  }
+  void DescribeNegationTo(std::ostream* os) const {
+    *os << "does not have status code " << StatusCodeName(code_);
+    if (!substring_.empty()) *os << " or has no \"" << substring_ << "\" in its message";
+  }
+
+ private:
+  StatusCode code_;
+  std::string substring_;
+};
+
+// EXPECT_THAT(x, StatusIs(StatusCode::kCorruption, "checksum")): x (a Status
+// or a Result<T>) has that code and a message containing the substring (any
+// message when it is empty). A failure prints the actual code and message.
+inline ::testing::PolymorphicMatcher<StatusIsMatcher> StatusIs(StatusCode code,
+                                                               std::string substring = "") {
+  return ::testing::MakePolymorphicMatcher(StatusIsMatcher(code, std::move(substring)));
+}
 }  // namespace dlfs::testing
+
+namespace dlfs {
+// GoogleTest prints a Status or a Result (e.g. "Actual:" of EXPECT_THAT) as
+// its ToString(), not as raw bytes.
+inline void PrintTo(const Status& st, std::ostream* os) { *os << st.ToString(); }
+template <typename T>
+void PrintTo(const Result<T>& r, std::ostream* os) {
+  if (r.ok()) {
+    *os << "OK: " << ::testing::PrintToString(r.value());
+  } else {
+    *os << r.status().ToString();
+  }
+}
+}  // namespace dlfs
 
 // ASSERT_OK(expr) / EXPECT_OK(expr): expr is a Status or a Result; on failure
 // the message shows the expression and the status (code and message), and

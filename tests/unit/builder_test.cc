@@ -11,6 +11,7 @@ namespace dlfs {
 namespace {
 
 using testing::Bytes;
+using testing::StatusIs;
 using testing::TempDir;
 
 // Names in `dir` other than `keep` (to spot leftover temporary files).
@@ -27,9 +28,7 @@ TEST(BuilderTest, RefusesToOverwriteUnlessAsked) {
   const std::string vol = tmp / "v.dlfs";
   testing::WriteFile(vol, Bytes("user data"));
   auto b = VolumeBuilder::Create(vol);
-  ASSERT_FALSE(b.ok());
-  EXPECT_EQ(b.status().code(), StatusCode::kAlreadyExists);
-  EXPECT_NE(b.status().message().find(vol), std::string::npos);
+  ASSERT_THAT(b, StatusIs(StatusCode::kAlreadyExists, vol + ": already exists"));
   EXPECT_EQ(testing::ReadFile(vol), Bytes("user data"));
 
   auto f = VolumeBuilder::Create(vol, {.overwrite = true});
@@ -62,7 +61,8 @@ TEST(BuilderTest, UnfinishedBuilderLeavesNothing) {
     ASSERT_OK((*b)->Add("x", testing::RandomBytes(100000, 1)));
     EXPECT_TRUE(std::filesystem::exists((*b)->temp_path()));
     // The temporary file is not a volume while packing goes on.
-    EXPECT_FALSE(Volume::Open((*b)->temp_path()).ok());
+    EXPECT_THAT(Volume::Open((*b)->temp_path()),
+                StatusIs(StatusCode::kCorruption, "not a dlfs volume"));
   }
   EXPECT_EQ(Leftovers(tmp.path()), std::vector<std::string>{});
 }

@@ -18,6 +18,8 @@
 namespace dlfs::format {
 namespace {
 
+using testing::StatusIs;
+
 // A writer's tree, built like VolumeBuilder builds one: directories are
 // created on first use, in insertion order.
 class TestTree {
@@ -247,8 +249,7 @@ TEST(DirectoryCodecTest, OrderRefusesTwoSamplesWithOnePath) {
   t.Add("x/b.jpg", 4097, 1, 0, 0);
   t.Add("x/a.jpg", 4098, 1, 0, 0);
   const auto order = OrderDirectory(t.view());
-  ASSERT_FALSE(order.ok());
-  EXPECT_EQ(order.status().code(), StatusCode::kInvalidArgument);
+  ASSERT_THAT(order, StatusIs(StatusCode::kInvalidArgument));
   EXPECT_EQ(order.status().message(), "two samples have the path 'x/a.jpg'");
 }
 
@@ -258,8 +259,7 @@ TEST(DirectoryCodecTest, OrderRefusesANameThatIsSampleAndDirectory) {
   t.Add("x/a/b.jpg", 4097, 1, 0, 0);
   t.Add("x/a", 4098, 1, 0, 0);
   const auto order = OrderDirectory(t.view());
-  ASSERT_FALSE(order.ok());
-  EXPECT_EQ(order.status().code(), StatusCode::kInvalidArgument);
+  ASSERT_THAT(order, StatusIs(StatusCode::kInvalidArgument));
   EXPECT_EQ(order.status().message(), "'x/a' is both a sample and a directory");
 }
 
@@ -481,8 +481,7 @@ TEST(DirectoryCodecTest, EveryMutationIsRefusedByItsCheck) {
     Damaged d;
     m.apply(d);
     const auto r = DecodeDirectory(d.bytes.data(), d.size, d.x, "v.dlfs");
-    ASSERT_FALSE(r.ok()) << "accepted";
-    EXPECT_EQ(r.status().code(), StatusCode::kCorruption);
+    ASSERT_THAT(r, StatusIs(StatusCode::kCorruption)) << "accepted";
     EXPECT_EQ(r.status().message(), std::string("v.dlfs: directory region: ") + m.message);
 
     // Bytes that already passed in this job skip the per-entry checks

@@ -10,6 +10,7 @@
 namespace dlfs {
 namespace {
 
+using testing::StatusIs;
 using testing::TempDir;
 
 constexpr size_t kFileSize = 4 << 20;
@@ -136,8 +137,7 @@ TEST_P(EngineTest, ReadingPastTheEndIsAnError) {
   ReadRequest r{0, kFileSize - 4096, 8192, buf.data()};
   std::vector<Status> results(1);
   ASSERT_OK(e->Read({&r, 1}, results));
-  ASSERT_FALSE(results[0].ok());
-  EXPECT_NE(results[0].message().find("unexpected end of file"), std::string::npos);
+  ASSERT_THAT(results[0], StatusIs(StatusCode::kIOError, "unexpected end of file"));
 }
 
 // tmpfs may refuse O_DIRECT; either way the engine must work and say what it does.
@@ -246,10 +246,10 @@ INSTANTIATE_TEST_SUITE_P(Engines, EngineTest,
 
 TEST(EngineFactoryTest, MissingFileAndNames) {
   auto e = CreateEngine({"/nonexistent/x.dlfs"}, {});
-  ASSERT_FALSE(e.ok());
-  EXPECT_EQ(e.status().code(), StatusCode::kNotFound);
+  ASSERT_THAT(e, StatusIs(StatusCode::kNotFound, "/nonexistent/x.dlfs"));
   EXPECT_EQ(*ParseEngineKind("uring"), EngineKind::kUring);
-  EXPECT_FALSE(ParseEngineKind("spdk").ok());
+  EXPECT_THAT(ParseEngineKind("spdk"),
+              StatusIs(StatusCode::kInvalidArgument, "unknown engine 'spdk'"));
 }
 
 }  // namespace

@@ -23,6 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::Bytes;
+using testing::StatusIs;
 using testing::TempDir;
 
 constexpr uint32_t kTargets = 3;
@@ -72,8 +73,7 @@ class MultiTargetTest : public ::testing::Test {
   void ExpectRefused(StatusCode code, std::initializer_list<std::string> pieces,
                      const VolumeOpenOptions& o = {}) {
     auto v = Volume::Open(path_, o);
-    ASSERT_FALSE(v.ok()) << "accepted";
-    EXPECT_EQ(v.status().code(), code) << v.status().ToString();
+    ASSERT_THAT(v, StatusIs(code)) << "accepted";
     for (const std::string& p : pieces) {
       EXPECT_NE(v.status().message().find(p), std::string::npos)
           << "'" << p << "' not in: " << v.status().message();
@@ -203,10 +203,7 @@ TEST_F(MultiTargetTest, MissingTargetIsNamed) {
 
 TEST_F(MultiTargetTest, OpeningAnotherTargetSaysWhichItIs) {
   auto v = Volume::Open(Target(1));
-  ASSERT_FALSE(v.ok());
-  EXPECT_EQ(v.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(v.status().message().find("is target 1 of 3"), std::string::npos)
-      << v.status().message();
+  ASSERT_THAT(v, StatusIs(StatusCode::kInvalidArgument, "is target 1 of 3"));
   EXPECT_NE(v.status().message().find("target 0"), std::string::npos);
 }
 
@@ -255,10 +252,8 @@ TEST_F(MultiTargetTest, EveryFlippedSuperblockByteOfATargetIsRefused) {
     Poke(Target(1), off, originals_[1][off] ^ std::byte{0x5a});
     auto v = Volume::Open(path_);
     Poke(Target(1), off, originals_[1][off]);
-    ASSERT_FALSE(v.ok()) << "byte " << off;
-    EXPECT_EQ(v.status().code(), StatusCode::kCorruption) << v.status().ToString();
-    EXPECT_NE(v.status().message().find("target 1 (" + Target(1) + ")"), std::string::npos)
-        << v.status().message();
+    ASSERT_THAT(v, StatusIs(StatusCode::kCorruption, "target 1 (" + Target(1) + ")"))
+        << "byte " << off;
   }
   // A damaged primary whose magic survives says the copy is intact.
   Poke(Target(1), 50, originals_[1][50] ^ std::byte{1});
@@ -292,8 +287,7 @@ TEST_F(MultiTargetTest, DamageOnATargetIsFoundByReadAndVerify) {
   auto v = Volume::Open(path_);
   ASSERT_OK(v);
   auto bytes = (*v)->Read(victim);
-  ASSERT_FALSE(bytes.ok());
-  EXPECT_EQ(bytes.status().code(), StatusCode::kCorruption);
+  ASSERT_THAT(bytes, StatusIs(StatusCode::kCorruption, "checksum mismatch"));
   std::vector<uint64_t> bad;
   VerifyOptions o;
   o.on_bad_sample = [&](uint64_t i, const Status&) { bad.push_back(i); };
@@ -301,10 +295,8 @@ TEST_F(MultiTargetTest, DamageOnATargetIsFoundByReadAndVerify) {
   ASSERT_OK(VerifyVolume(**v, o, &report));
   EXPECT_EQ(report.samples_checked, kN);
   EXPECT_EQ(bad, std::vector<uint64_t>{victim});
-  ASSERT_FALSE(report.backup_superblock.ok());
-  EXPECT_NE(report.backup_superblock.message().find("target 1 (" + Target(1) + ")"),
-            std::string::npos)
-      << report.backup_superblock.message();
+  ASSERT_THAT(report.backup_superblock,
+              StatusIs(StatusCode::kCorruption, "target 1 (" + Target(1) + ")"));
 }
 
 TEST_F(MultiTargetTest, TargetMapFindsMovedTargets) {
@@ -407,9 +399,7 @@ TEST(MultiTargetAtomicityTest, ExistingTargetIsNotReplacedAndNothingIsLeft) {
   const std::string vol = tmp / "v.dlfs";
   testing::WriteFile(vol + ".t2", Bytes("precious"));
   auto b = VolumeBuilder::Create(vol, {.targets = 3});
-  ASSERT_FALSE(b.ok());
-  EXPECT_EQ(b.status().code(), StatusCode::kAlreadyExists);
-  EXPECT_NE(b.status().message().find(vol + ".t2"), std::string::npos);
+  ASSERT_THAT(b, StatusIs(StatusCode::kAlreadyExists, vol + ".t2: already exists"));
   EXPECT_EQ(DirEntries(tmp.path()), std::vector<std::string>{"v.dlfs.t2"});
   EXPECT_EQ(testing::ReadFile(vol + ".t2"), Bytes("precious"));
 
@@ -447,7 +437,7 @@ TEST(MultiTargetAtomicityTest, UnfinishedBuilderLeavesNothingAndTempsAreNotVolum
     ASSERT_EQ(temps.size(), 4u);
     for (const std::string& t : temps) {
       EXPECT_TRUE(fs::exists(t));
-      EXPECT_FALSE(Volume::Open(t).ok()) << t;
+      EXPECT_THAT(Volume::Open(t), StatusIs(StatusCode::kCorruption, t + ": not a dlfs volume"));
     }
   }
   EXPECT_EQ(DirEntries(tmp.path()), std::vector<std::string>{});

@@ -9,6 +9,8 @@
 namespace dlfs {
 namespace {
 
+using testing::StatusIs;
+
 Sampler Make(uint64_t n, SamplerOptions o) {
   auto s = Sampler::Create(n, o);
   EXPECT_OK(s);
@@ -87,9 +89,12 @@ TEST(SamplerTest, ShardsCoverEveryRankEqually) {
 }
 
 TEST(SamplerTest, RejectsBadOptions) {
-  EXPECT_FALSE(Sampler::Create(10, {.rank = 2, .world_size = 2}).ok());
-  EXPECT_FALSE(Sampler::Create(10, {.world_size = 0}).ok());
-  EXPECT_FALSE(Sampler::Create(10, {.batch_size = 0}).ok());
+  EXPECT_THAT(Sampler::Create(10, {.rank = 2, .world_size = 2}),
+              StatusIs(StatusCode::kInvalidArgument, "rank 2 is not below world_size 2"));
+  EXPECT_THAT(Sampler::Create(10, {.world_size = 0}),
+              StatusIs(StatusCode::kInvalidArgument, "world_size must be at least 1"));
+  EXPECT_THAT(Sampler::Create(10, {.batch_size = 0}),
+              StatusIs(StatusCode::kInvalidArgument, "batch_size must be at least 1"));
   const Sampler empty = Make(0, {});
   EXPECT_TRUE(empty.RankIndices(0).empty());
   EXPECT_EQ(empty.batches_per_epoch(), 0u);
