@@ -57,6 +57,26 @@ inline constexpr EnumName<EngineKind> kEngineKindNames[] = {{EngineKind::kAuto, 
 std::string_view EngineKindName(EngineKind kind);  // "auto", "uring", "pread", "nbd"
 Result<EngineKind> ParseEngineKind(std::string_view name);
 
+// Faults injected below the completion loop, so that its recovery paths
+// (retries, splitting failed reads, errors naming samples) can be driven
+// through the real code: by tests, and by anyone rehearsing how a job copes
+// with a failing device. All zero (the default): none. Counting is over the
+// completions one engine sees, starting at 1; each engine counts its own.
+struct FaultInjection {
+  uint32_t eio_every = 0;     // every Nth completion fails with EIO
+  uint32_t short_every = 0;   // every Nth completion transfers only half its bytes
+  uint32_t eagain_every = 0;  // every Nth completion fails with EAGAIN (retried)
+  uint32_t delay_us = 0;      // sleep before reaping each completion
+  // A damaged range of a device: every read overlapping bytes
+  // [eio_offset, eio_offset + eio_length) of target eio_target fails with
+  // EIO, however often it is retried (eio_length 0: none).
+  uint32_t eio_target = 0;
+  uint64_t eio_offset = 0;
+  uint64_t eio_length = 0;
+
+  bool any() const { return eio_every || short_every || eagain_every || delay_us || eio_length; }
+};
+
 struct EngineOptions {
   EngineKind kind = EngineKind::kAuto;
   uint32_t queue_depth = 64;   // reads in flight (ring size; pread threads)
@@ -71,6 +91,8 @@ struct EngineOptions {
   bool single_thread = false;
   // NBD targets: connections per target, per-read timeout, reconnects.
   NbdOptions nbd;
+  // Not for production reads: see FaultInjection.
+  FaultInjection faults;
 };
 
 // One read: `length` bytes at `offset` of target `target` into `buffer`.

@@ -426,9 +426,9 @@ Result<std::unique_ptr<IoEngine>> CreateEngine(const std::vector<std::string>& t
   if (!backend) {
     DLFS_ASSIGN_OR_RETURN(backend, io_internal::CreatePreadBackend(*targets, options));
   }
-  if (const testing::FaultInjection* faults = testing::ActiveFaultInjection()) {
-    backend =
-        io_internal::CreateFaultInjectingBackend(std::move(backend), *faults, targets->alignment);
+  if (options.faults.any()) {
+    backend = io_internal::CreateFaultInjectingBackend(std::move(backend), options.faults,
+                                                       targets->alignment);
   }
   return std::unique_ptr<IoEngine>(
       new Engine(std::move(targets), std::move(backend), kind, std::move(why)));

@@ -1,4 +1,4 @@
-// Test-only backend decorator: rewrites completions to look like EIO, EAGAIN
+// Backend decorator (EngineOptions::faults): rewrites completions to look like EIO, EAGAIN
 // or short reads, so the completion loop's recovery paths run for real.
 #include <unistd.h>
 
@@ -14,8 +14,7 @@ namespace {
 
 class FaultInjectingBackend final : public Backend {
  public:
-  FaultInjectingBackend(std::unique_ptr<Backend> inner, const testing::FaultInjection& f,
-                        uint32_t align)
+  FaultInjectingBackend(std::unique_ptr<Backend> inner, const FaultInjection& f, uint32_t align)
       : inner_(std::move(inner)), faults_(f), align_(align) {}
 
   uint32_t capacity() const override { return inner_->capacity(); }
@@ -76,7 +75,7 @@ class FaultInjectingBackend final : public Backend {
   }
 
   std::unique_ptr<Backend> inner_;
-  testing::FaultInjection faults_;
+  FaultInjection faults_;
   uint32_t align_;
   uint64_t count_ = 0;
   std::unordered_map<uint64_t, Op> ops_;  // in flight, by tag (only for eio_length)
@@ -85,27 +84,10 @@ class FaultInjectingBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> CreateFaultInjectingBackend(std::unique_ptr<Backend> inner,
-                                                     const testing::FaultInjection& faults,
+                                                     const FaultInjection& faults,
                                                      uint32_t alignment) {
   return std::make_unique<FaultInjectingBackend>(std::move(inner), faults,
                                                  alignment ? alignment : 1);
 }
 
 }  // namespace dlfs::io_internal
-
-namespace dlfs::testing {
-
-namespace {
-// Engines read it when created; scopes are set up by tests outside engine
-// creation, so an atomic pointer is enough.
-std::atomic<const FaultInjection*> g_active{nullptr};
-}  // namespace
-
-ScopedFaultInjection::ScopedFaultInjection(const FaultInjection& faults)
-    : faults_(faults), previous_(g_active.exchange(&faults_)) {}
-
-ScopedFaultInjection::~ScopedFaultInjection() { g_active.store(previous_); }
-
-const FaultInjection* ActiveFaultInjection() { return g_active.load(); }
-
-}  // namespace dlfs::testing

@@ -12,7 +12,6 @@
 
 #include "dlfs/io_engine.h"
 #include "dlfs/status.h"
-#include "dlfs/testing.h"
 
 namespace dlfs::io_internal {
 
@@ -89,7 +88,7 @@ Result<std::unique_ptr<Backend>> CreateNbdBackend(const Targets& targets,
                                                   std::unique_ptr<Backend> local);
 // Wraps `inner`, altering completions as `faults` says.
 std::unique_ptr<Backend> CreateFaultInjectingBackend(std::unique_ptr<Backend> inner,
-                                                     const testing::FaultInjection& faults,
+                                                     const FaultInjection& faults,
                                                      uint32_t alignment);
 
 }  // namespace dlfs::io_internal

@@ -19,7 +19,6 @@
 #include "dlfs/distributed.h"
 #include "dlfs/loader.h"
 #include "dlfs/mpi.h"
-#include "dlfs/testing.h"
 #include "dlfs/volume.h"
 #include "mpi/mpi_testutil.h"
 #include "synthetic_volume.h"
@@ -311,7 +310,9 @@ TEST_F(DistributedTest, ShardLocalReadsFields) {
       EXPECT_OK((*b)->AddField("json", testing::Bytes(caption + "\"}")));
       EXPECT_OK((*b)->EndSample());
     }
-    if (b.ok()) EXPECT_OK((*b)->Finish());
+    if (b.ok()) {
+      EXPECT_OK((*b)->Finish());
+    }
   }
   MPI_Barrier(MPI_COMM_WORLD);
   auto volume = OpenVolume("fields.dlfs");
@@ -414,7 +415,9 @@ TEST_F(DistributedTest, ShardLocalDecodesCompressedSamples) {
     for (uint64_t i = 0; b.ok() && i < 50; ++i) {
       EXPECT_OK((*b)->Add("s/" + std::to_string(1000 + i), packed(i)));
     }
-    if (b.ok()) EXPECT_OK((*b)->Finish());
+    if (b.ok()) {
+      EXPECT_OK((*b)->Finish());
+    }
   }
   MPI_Barrier(MPI_COMM_WORLD);
   auto volume = OpenVolume("zstd.dlfs");
@@ -497,10 +500,10 @@ TEST_F(DistributedTest, OwnerReadFailureReachesTheRequester) {
   TwoFakeNodes nodes;
   auto volume = OpenVolume("one.dlfs");
   ASSERT_TRUE(volume);
-  testing::ScopedFaultInjection faults({.eio_every = 97});
   ShardLoaderOptions so;
   so.loader.sampler.batch_size = 24;
   so.loader.engine.kind = EngineKind::kPread;
+  so.loader.engine.faults = {.eio_every = 97};
   so.window_batches = 4;
   auto shard = ShardLoader::Create(MPI_COMM_WORLD, volume, so);
   ASSERT_OK(shard);

@@ -22,7 +22,6 @@
 #include "dlfs/decode.h"
 #include "dlfs/decode_stage.h"
 #include "dlfs/loader.h"
-#include "dlfs/testing.h"
 #include "testutil.h"
 
 namespace dlfs {
@@ -703,8 +702,10 @@ std::shared_ptr<Volume> MakeImageVolume(const std::string& path, uint64_t n,
 }
 
 std::unique_ptr<DecodeStage> MakeStage(std::shared_ptr<Volume> vol, DecodeStageOptions o,
-                                       uint32_t batch = 16, uint64_t seed = 3) {
+                                       uint32_t batch = 16, uint64_t seed = 3,
+                                       FaultInjection faults = {}) {
   LoaderOptions lo;
+  lo.engine.faults = faults;
   lo.sampler.batch_size = batch;
   lo.sampler.seed = seed;
   lo.engine.kind = EngineKind::kPread;  // runs everywhere; the engine is not under test
@@ -864,8 +865,7 @@ TEST(DecodeStageTest, InputErrorsPassThroughAndTheEpochGoesOn) {
   auto vol = MakeImageVolume(tmp / "v.dlfs", 64);
   DecodeStageOptions o;
   o.image = Options(8);
-  testing::ScopedFaultInjection faults({.eio_every = 3});
-  auto stage = MakeStage(vol, o, 8);
+  auto stage = MakeStage(vol, o, 8, /*seed=*/3, {.eio_every = 3});
   stage->SetEpoch(0);
   Batch b;
   int ok = 0, failed = 0;

@@ -4,7 +4,6 @@
 #include <filesystem>
 #include <random>
 
-#include "dlfs/testing.h"
 #include "testutil.h"
 
 namespace dlfs {
@@ -97,15 +96,13 @@ TEST_P(EngineTest, RegisteredBuffersReadTheSameBytes) {
 }
 
 TEST_P(EngineTest, ShortReadsAndEagainAreRetriedToCompletion) {
-  testing::ScopedFaultInjection faults({.short_every = 2, .eagain_every = 3});
-  auto e = Make({.queue_depth = 8});
+  auto e = Make({.queue_depth = 8, .faults = {.short_every = 2, .eagain_every = 3}});
   if (!e) GTEST_SKIP() << skipped_;
   ReadAndCheck(*e, 10);
 }
 
 TEST_P(EngineTest, EioFailsOnlyTheAffectedRequestsNamingTheFile) {
-  testing::ScopedFaultInjection faults({.eio_every = 5});
-  auto e = Make({.queue_depth = 4});
+  auto e = Make({.queue_depth = 4, .faults = {.eio_every = 5}});
   if (!e) GTEST_SKIP() << skipped_;
   ReadAndCheck(*e, 5, /*expect_all_ok=*/false);
   // Exactly which requests fail depends on completion order; some must.
@@ -168,8 +165,7 @@ TEST_P(EngineTest, TmpfsFallsBackOrWorks) {
 // The streaming interface: requests queued well beyond the queue depth,
 // reaped in pieces, tags matched, bytes exact; Read() refuses to mix in.
 TEST_P(EngineTest, StreamedReadsKeepTheQueueFullAndMatchTags) {
-  testing::ScopedFaultInjection faults({.short_every = 5, .eagain_every = 7});
-  auto e = Make({.queue_depth = 8});
+  auto e = Make({.queue_depth = 8, .faults = {.short_every = 5, .eagain_every = 7}});
   if (!e) GTEST_SKIP() << skipped_;
   const uint64_t a = std::max<uint32_t>(e->alignment(), 1);
   constexpr size_t kN = 300;

@@ -15,7 +15,6 @@
 
 #include "dlfs/builder.h"
 #include "dlfs/sample_reader.h"
-#include "dlfs/testing.h"
 #include "synthetic_volume.h"
 #include "testutil.h"
 
@@ -239,18 +238,17 @@ TEST_P(LoaderTest, ChecksumMismatchNamesTheSampleAndLoadingGoesOn) {
 
 TEST_P(LoaderTest, InjectedFaults) {
   // Short reads and EAGAIN: retried, data exact.
-  std::optional<testing::ScopedFaultInjection> faults;
-  faults.emplace(testing::FaultInjection{.short_every = 3, .eagain_every = 4, .delay_us = 10});
-  auto ok = Make({.sampler = {.batch_size = 40}, .engine = {.queue_depth = 8}});
+  auto ok = Make({.sampler = {.batch_size = 40},
+                  .engine = {.queue_depth = 8,
+                             .faults = {.short_every = 3, .eagain_every = 4, .delay_us = 10}}});
   if (!ok) GTEST_SKIP() << "engine unavailable";
   const EpochResult r = ReadEpoch(*ok, *vol_, 0);
   ASSERT_OK(r.error);
   EXPECT_EQ(r.order.size(), 1000u);
 
   // EIO: an error naming the file and a sample; never data.
-  faults.reset();
-  faults.emplace(testing::FaultInjection{.eio_every = 7});
-  auto bad = Make({.sampler = {.batch_size = 40}, .engine = {.queue_depth = 8}});
+  auto bad = Make(
+      {.sampler = {.batch_size = 40}, .engine = {.queue_depth = 8, .faults = {.eio_every = 7}}});
   bad->SetEpoch(0);
   Batch b;
   int errors = 0, batches = 0;
@@ -308,9 +306,11 @@ TEST_P(LoaderTest, DamagedRangeNamesExactlyTheSamplesInside) {
   auto v = MakeSmallVolume(tmp_ / "s.dlfs", 64, 1000);
   const uint64_t victim = 21;
   const SampleInfo s = v->directory().sample(victim);
-  testing::ScopedFaultInjection faults(
-      {.eio_target = 0, .eio_offset = s.offset + s.length / 2, .eio_length = 1});
-  auto loader = Make({.sampler = {.shuffle = false, .batch_size = 16}}, v);
+  auto loader = Make({.sampler = {.shuffle = false, .batch_size = 16},
+                      .engine = {.faults = {.eio_target = 0,
+                                            .eio_offset = s.offset + s.length / 2,
+                                            .eio_length = 1}}},
+                     v);
   if (!loader) GTEST_SKIP() << "engine unavailable";
   // The samples sharing the damaged 4 KiB block (only the victim may be
   // named when reads are not aligned), and the batches holding them.
@@ -391,9 +391,10 @@ TEST_P(LoaderTest, ReadsPastAnEpochsEndNeverSurfaceEarly) {
 // Loaders destroyed with reads queued and in flight (a slow device), at
 // every stage: nothing may write into freed buffers (run under ASan too).
 TEST_P(LoaderTest, DestroyedWithReadsInFlight) {
-  testing::ScopedFaultInjection slow({.delay_us = 300});
   for (int stage = 0; stage < 4; ++stage) {
-    auto loader = Make({.sampler = {.batch_size = 50}, .prefetch_batches = 8});
+    auto loader = Make({.sampler = {.batch_size = 50},
+                        .engine = {.faults = {.delay_us = 300}},
+                        .prefetch_batches = 8});
     if (!loader) GTEST_SKIP() << "engine unavailable";
     if (stage >= 1) loader->SetEpoch(0);
     Batch kept;
@@ -544,8 +545,8 @@ TEST(SampleReaderTest, DamageIsNamedNeverReturned) {
 
   // A damaged device range: exactly the samples in it are named.
   const SampleInfo t = v->directory().sample(30);
-  testing::ScopedFaultInjection eio({.eio_offset = t.offset, .eio_length = 1});
-  auto r2 = SampleReader::Create(v, {.cache_budget = 0});  // the device path
+  auto r2 = SampleReader::Create(  // the device path
+      v, {.engine = {.faults = {.eio_offset = t.offset, .eio_length = 1}}, .cache_budget = 0});
   ASSERT_OK(r2);
   const std::vector<uint64_t> near = {26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36};
   auto failed = (*r2)->Read(near, false);

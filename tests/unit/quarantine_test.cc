@@ -4,7 +4,6 @@
 #include <set>
 
 #include "dlfs/loader.h"
-#include "dlfs/testing.h"
 #include "synthetic_volume.h"
 #include "testutil.h"
 
@@ -75,8 +74,9 @@ TEST_P(QuarantineTest, BadSamplesAreLeftOutRecordedAndCarriedInTheState) {
   }
   SourceState saved;
   {
-    testing::ScopedFaultInjection eio({.eio_offset = bad_read_.offset, .eio_length = 1});
-    auto l = Make({.skip_bad_samples = true});
+    LoaderOptions o{.skip_bad_samples = true};
+    o.engine.faults = {.eio_offset = bad_read_.offset, .eio_length = 1};
+    auto l = Make(o);
     std::vector<size_t> sizes;
     EXPECT_EQ(Epoch(*l, 0, &sizes), good);
     // Batches keep their place: the one holding 17 is one shorter.

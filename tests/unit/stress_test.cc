@@ -13,7 +13,6 @@
 
 #include "dlfs/builder.h"
 #include "dlfs/loader.h"
-#include "dlfs/testing.h"
 #include "dlfs/volume.h"
 #include "testutil.h"
 
@@ -156,9 +155,8 @@ TEST_F(StressTest, LoadersDestroyedWithReadsInFlight) {
 // an error naming a sample, the loader goes on, and no batch is wrong.
 TEST_F(StressTest, ConcurrentLoadersWithInjectedFaults) {
   for (const bool eio : {false, true}) {
-    testing::FaultInjection f{.short_every = 5, .eagain_every = 3, .delay_us = 20};
+    FaultInjection f{.short_every = 5, .eagain_every = 3, .delay_us = 20};
     if (eio) f.eio_every = 101;
-    testing::ScopedFaultInjection faults(f);
     const auto until = Clock::now() + StressTime() / 2;
     std::atomic<uint64_t> batches{0}, errors{0}, wrong{0}, unnamed{0};
     std::vector<std::thread> threads;
@@ -167,6 +165,7 @@ TEST_F(StressTest, ConcurrentLoadersWithInjectedFaults) {
         LoaderOptions o;
         o.engine.kind = t == 0 ? EngineKind::kUring : EngineKind::kPread;
         o.engine.queue_depth = 8;
+        o.engine.faults = f;
         o.sampler.batch_size = 8;
         o.sampler.seed = t;
         o.io_threads = 2;
