@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The LMDBIO benchmark, paper-style: time per iteration of Caffe's LMDB
 # access pattern for the stock pattern (baseline) and every LMDBIO mode, on
-# a local disk and under an emulated parallel file system (bench/pfs-emu),
+# a local disk and under an emulated parallel file system (tools/pfs-emu),
 # with 1, 2 and 4 fake nodes of 2 ranks each, on two Caffe-style databases
 # made here by bench/make_caffe_lmdb.py (keys %08d_name, 1000 puts per commit):
 #   cifar     60,000 raw 3x32x32 Datums (3,072-byte images), batch 256
@@ -86,7 +86,7 @@ if [[ ! -f $build/build.ninja && ! -f $build/Makefile ]]; then
 fi
 cmake --build "$build" --target dlfs_cli pfs-emu >/dev/null
 dlfs=$build/dlfs
-pfs_emu=$build/bench/pfs-emu/pfs-emu
+pfs_emu=$build/tools/pfs-emu/pfs-emu
 
 make_db() {
   local path=$backing/$1

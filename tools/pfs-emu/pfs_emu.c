@@ -8,7 +8,7 @@
 // exposed once per fake node, as MOUNT/n0 ... MOUNT/nK: the same file seen
 // through two views is two FUSE inodes, so each view has its own kernel page
 // cache, as each node of a real cluster has its own. `pfs-emu --help` lists the
-// options; bench/pfs-emu/README.md says how to use it.
+// options; tools/pfs-emu/README.md says how to use it.
 //
 // Kernel caching (the point is to behave like a PFS client's page cache):
 //  - direct_io is off (unless --direct-io): reads go through the kernel page
