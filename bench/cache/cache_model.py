@@ -4,7 +4,7 @@
 that fit, never evict). Sizes are per item (bytes); hits are counted in items
 and in bytes.
 
-    bench/cache_model.py --samples 16000 --epochs 4 --budget 0.25 0.5 0.75
+    bench/cache/cache_model.py --samples 16000 --epochs 4 --budget 0.25 0.5 0.75
 
 prints, per budget, the hit rate of each policy over epochs 2.. of shuffled
 epochs (a fresh permutation per epoch, as dlfs's sampler makes): MIN and

@@ -3,10 +3,10 @@
 costs and gives against --cache-budget 0, side by side in one run, cold
 (page cache dropped before every run), repetitions alternating, medians.
 
-    bench/run_cache_bench.py                   (as root; ~15 min)
-    bench/run_cache_bench.py --samples 4000 --reps 2     (development: ~3 min)
+    bench/cache/run_cache_bench.py                   (as root; ~15 min)
+    bench/cache/run_cache_bench.py --samples 4000 --reps 2     (development: ~3 min)
 
-Rows, on a volume of SAMPLES x ~100 KB (bench/make_imagenet_like.py):
+Rows, on a volume of SAMPLES x ~100 KB (bench/data/make_imagenet_like.py):
   default / off      dlfs bench, 3 epochs: epoch 1, epochs 2-3 (samples/s,
                      CPU s/GB, cache hit rate, bytes from the device)
   mpirun -np 4       the same under mpirun (one job, 4 ranks on this node):
@@ -20,7 +20,7 @@ Rows, on a volume of SAMPLES x ~100 KB (bench/make_imagenet_like.py):
                      bench attached to it, EPOCHS epochs: the last epoch's hit
                      rate, device bytes and time against the cache off, with
                      the hit rate MIN and LRU get on the same shuffled trace
-                     (bench/cache_model.py)
+                     (bench/cache/cache_model.py)
 Prints a table and writes JSON (--json PATH).
 """
 import argparse
@@ -34,7 +34,7 @@ import threading
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
-REPO = HERE.parent
+REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 import cache_model  # noqa: E402
 
@@ -163,8 +163,9 @@ def main():
     tree = work / f"cache-bench-{a.samples}"
     volume = str(tree) + ".dlfs"
     if not tree.exists():
-        subprocess.run([sys.executable, str(HERE / "make_imagenet_like.py"), "--files",
-                        str(a.samples), "--mean-kb", "100", "-q", str(tree)], check=True)
+        make_tree = REPO / "bench" / "data" / "make_imagenet_like.py"
+        subprocess.run([sys.executable, str(make_tree), "--files", str(a.samples), "--mean-kb",
+                        "100", "-q", str(tree)], check=True)
     if not os.path.exists(volume):
         subprocess.run([dlfs, "pack", str(tree), "-o", volume, "-q"], check=True)
     info = json.loads(subprocess.run([dlfs, "info", volume, "--json"], capture_output=True,

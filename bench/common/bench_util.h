@@ -1,4 +1,5 @@
-// Helpers shared by the standalone peer benchmarks (file_reader, lmdb_bench),
+// Helpers shared by the standalone peer benchmarks (io/file_reader.cc,
+// io/lmdb_bench.cc; bench/CMakeLists.txt puts this folder on their include path),
 // which deliberately do not link the dlfs library.
 #pragma once
 

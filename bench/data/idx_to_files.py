@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Write every image of an MNIST-style IDX data set as its own file.
 
-    /usr/bin/python3 bench/idx_to_files.py IDX_DIR OUT_DIR
-    /usr/bin/python3 bench/idx_to_files.py --png [--class-names a,b,...] IDX_DIR OUT_DIR
+    /usr/bin/python3 bench/data/idx_to_files.py IDX_DIR OUT_DIR
+    /usr/bin/python3 bench/data/idx_to_files.py --png [--class-names a,b,...] IDX_DIR OUT_DIR
 
 For each split (train-images-idx3-ubyte[.gz], t10k-... becomes "test") it
 writes OUT_DIR/<split>/<index>.bin holding the image's raw bytes (784 for

@@ -16,7 +16,7 @@ The tree is written to OUT_DIR.tmp-<pid> and renamed to OUT_DIR when complete,
 so an interrupted run never leaves a tree that looks finished. OUT_DIR must
 not exist. Stdlib only; run with /usr/bin/python3.
 
-  bench/make_imagenet_like.py --files 20000 --classes 100 --mean-kb 110 OUT_DIR
+  bench/data/make_imagenet_like.py --files 20000 --classes 100 --mean-kb 110 OUT_DIR
 """
 
 import argparse

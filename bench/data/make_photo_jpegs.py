@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Generate an ImageNet-like ImageFolder tree of real JPEG files for the decode
-benchmark (bench/decode_bench.py).
+benchmark (bench/decode/decode_bench.py).
 
 OUT_DIR gets --classes directories ("n00000042") holding --files JPEG files in
 total ("n00000042_000123.JPEG"). Each image is photograph-like, not noise:
@@ -15,7 +15,7 @@ give byte-identical trees in any order and with any --jobs. The tree is
 written to OUT_DIR.tmp-<pid> and renamed into place when complete. Needs
 python3-numpy and python3-pil; run with /usr/bin/python3.
 
-  bench/make_photo_jpegs.py --files 20000 --classes 100 OUT_DIR
+  bench/data/make_photo_jpegs.py --files 20000 --classes 100 OUT_DIR
 """
 import argparse
 import io

@@ -3,11 +3,11 @@
 augmented image tensors, measured side by side in one run, cold cache.
 
 Data (generated once, kept in --dir):
-  jpeg:   --jpegs photograph-like JPEG files (bench/make_photo_jpegs.py:
+  jpeg:   --jpegs photograph-like JPEG files (bench/data/make_photo_jpegs.py:
           350-500 px, quality 90, ~110 KB), 100 classes, as an ImageFolder tree
           and packed into a volume;
   fmnist: Fashion-MNIST's training images as PNG files
-          (bench/idx_to_files.py --png), tree and volume.
+          (bench/data/idx_to_files.py --png), tree and volume.
 
 Contenders, same output per data set (jpeg: RandomResizedCrop(224) +
 RandomHorizontalFlip + ToTensor + Normalize(ImageNet mean/std), float32
@@ -19,7 +19,7 @@ batch --batch:
   imageloader     dlfs.torch.ImageLoader (decode_threads=--threads)
   imageloader-warm  the same with the page cache warm: its decode rate
   library limit   the library's own decode of the same files from memory
-                  (bench/decode_limit.cc: tjDecompress2 / spng_decode_image),
+                  (bench/decode/decode_limit.cc: tjDecompress2 / spng_decode_image),
                   one thread, times --threads; and measured on --threads
   pipeline (C++)  dlfs' ImagePipeline on the same files from memory, no I/O
                   (what the decode threads do per image), on --threads
@@ -29,9 +29,9 @@ Every timed run is a fresh process; the page cache is dropped before it
 alternate between contenders, --reps times; the table gives the median.
 CPU is user+sys of the process and its DataLoader workers over the epoch.
 
-  /usr/bin/python3 bench/decode_bench.py      # as root; full size
-  /usr/bin/python3 bench/decode_bench.py --jpegs 2000 --fmnist 10000 --reps 1
-  /usr/bin/python3 bench/decode_bench.py --dir /tmp/dlfs-bench/decode-tiny \
+  /usr/bin/python3 bench/decode/decode_bench.py      # as root; full size
+  /usr/bin/python3 bench/decode/decode_bench.py --jpegs 2000 --fmnist 10000 --reps 1
+  /usr/bin/python3 bench/decode/decode_bench.py --dir /tmp/dlfs-bench/decode-tiny \
       --jpegs 200 --fmnist 1000 --reps 1 --batch 32          # smoke run, ~1.5 min
 
 Prints a Markdown table (paste into docs/benchmarks.md) and writes the raw
@@ -48,10 +48,11 @@ import subprocess
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("DLFS_BUILD", os.path.join(REPO, "build"))
 DLFS = os.path.join(BUILD, "dlfs")
 LIMIT = os.path.join(BUILD, "bench", "dlfs_decode_limit")
+GENERATORS = os.path.join(REPO, "bench", "data")  # make_photo_jpegs.py, idx_to_files.py
 PY = "/usr/bin/python3"
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 FMNIST_SRC = "/usr/share/datasets/fashion-mnist"
@@ -148,12 +149,12 @@ def prepare(args):
     data = {}
     jtree = os.path.join(args.dir, f"jpeg-{args.jpegs}")
     if not os.path.exists(jtree):
-        sh([PY, os.path.join(REPO, "bench", "make_photo_jpegs.py"), "--files", args.jpegs,
+        sh([PY, os.path.join(GENERATORS, "make_photo_jpegs.py"), "--files", args.jpegs,
             "--classes", min(100, args.jpegs), jtree])
     data["jpeg"] = (jtree, jtree + ".dlfs")
     ftree_root = os.path.join(args.dir, f"fmnist-png-{args.fmnist}")
     if not os.path.exists(ftree_root):
-        sh([PY, os.path.join(REPO, "bench", "idx_to_files.py"), "--png", "--limit", args.fmnist,
+        sh([PY, os.path.join(GENERATORS, "idx_to_files.py"), "--png", "--limit", args.fmnist,
             "--class-names", FMNIST_CLASSES, FMNIST_SRC, ftree_root])
     ftree = os.path.join(ftree_root, "train")
     data["fmnist"] = (ftree, ftree_root + ".dlfs")

@@ -2,10 +2,10 @@
 """Multi-target volumes (issue 6): one cold-cache epoch of the same data set
 read through `dlfs bench` from a volume of 1, 2 and 4 targets.
 
-    sudo bench/multi_target_bench.py            (root: it drops the page cache)
+    sudo bench/distributed/multi_target_bench.py    (root: it drops the page cache)
 
-The ImageNet-like data set (20,000 files, mean ~110 KB, bench/
-make_imagenet_like.py; made if missing) is packed once into
+The ImageNet-like data set (20,000 files, mean ~110 KB,
+bench/data/make_imagenet_like.py; made if missing) is packed once into
 $DLFS_BENCH_DIR/multi-target/t{1,2,4}.dlfs (targets 1.. as t<N>.dlfs.t1, ...)
 and reused. Each repetition reads every volume once with O_DIRECT first (so a
 host that caches the VM's virtual disk treats all volumes alike), then runs
@@ -36,8 +36,7 @@ import subprocess
 import sys
 import time
 
-HERE = pathlib.Path(__file__).resolve().parent
-REPO = HERE.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]  # this file is in bench/<benchmark>/
 BENCH_DIR = pathlib.Path(os.environ.get("DLFS_BENCH_DIR", "/tmp/dlfs-bench"))
 BUILD = pathlib.Path(os.environ.get("DLFS_BUILD_DIR", REPO / "build"))
 DLFS = BUILD / "dlfs"
@@ -82,7 +81,7 @@ def prepare():
     if not DLFS.exists():
         die(f"{DLFS} not found; build first (ninja -C {BUILD})")
     if not SOURCE.is_dir():
-        run(sys.executable, HERE / "make_imagenet_like.py", SOURCE)
+        run(sys.executable, REPO / "bench" / "data" / "make_imagenet_like.py", SOURCE)
     WORK.mkdir(parents=True, exist_ok=True)
     for n in TARGETS:
         if all(p.exists() for p in target_files(n)):

@@ -11,17 +11,16 @@
 #    on the ImageNet-like set packed over 2 targets (one per fake node),
 #    cold cache: samples/s and bytes moved over MPI.
 #
-#   bench/run_distributed_bench.sh        (as root: B drops the page cache)
-#   PARTS=B bench/run_distributed_bench.sh   (only part B)
+#   bench/distributed/run_distributed_bench.sh        (as root: B drops the page cache)
+#   PARTS=B bench/distributed/run_distributed_bench.sh   (only part B)
 #
 # Environment: DLFS_BENCH_DIR (/tmp/dlfs-bench), DLFS_BUILD_DIR (<repo>/build),
 # REPS (3). Needs the 10M volume (made here with dlfs_directory_bench) and
-# the 2-target volume made by bench/multi_target_bench.py
+# the 2-target volume made by bench/distributed/multi_target_bench.py
 # ($DLFS_BENCH_DIR/multi-target/t2.dlfs), or TWO_TARGETS=path.
 set -euo pipefail
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(dirname "$here")
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bench_dir=${DLFS_BENCH_DIR:-/tmp/dlfs-bench}
 build=${DLFS_BUILD_DIR:-$repo/build}
 reps=${REPS:-3}
@@ -38,7 +37,10 @@ if [[ ! -f $big ]]; then
   "$build/bench/dlfs_directory_bench" --samples 10000000 --path "$big" --keep --runs 1 \
     --lookups 1000 >/dev/null
 fi
-[[ -f $two ]] || { echo "missing $two: run bench/multi_target_bench.py first" >&2; exit 2; }
+[[ -f $two ]] || {
+  echo "missing $two: run bench/distributed/multi_target_bench.py first" >&2
+  exit 2
+}
 : >"$out"
 
 record() {  # label json...

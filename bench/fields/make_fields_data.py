@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Generate the WebDataset-style tar shards of the fields benchmark
-(bench/run_fields_bench.sh). Every set is shards of SHARD_SAMPLES keys, one
+(bench/fields/run_fields_bench.sh). Every set is shards of SHARD_SAMPLES keys, one
 member per field ("<dir>/<key>.<field>"), so `dlfs pack` makes one sample per
 key with named fields (format v2) and `dlfs bench --fields NAME` reads one.
 
@@ -15,7 +15,7 @@ key with named fields (format v2) and `dlfs bench --fields NAME` reads one.
       permutation (real tokenisers do not number tokens by frequency); field
       "tok", little-endian.
   jpeg-tar TREE OUT_DIR
-      An ImageFolder tree of JPEGs (bench/make_photo_jpegs.py) as shards:
+      An ImageFolder tree of JPEGs (bench/data/make_photo_jpegs.py) as shards:
       each file's bytes as field "jpg", its class index as "cls".
 
 Deterministic for given options. Stdlib plus numpy (tokens only); run with

@@ -7,12 +7,12 @@
 #   B  a tokenised-text-like set (200-2000 uint16 Zipf-drawn token ids per
 #      "tok" field),
 #      each packed raw, with --compress zstd and with --compress zstd --dict;
-#   C  real JPEGs (bench/make_photo_jpegs.py), packed as a v1 volume from the
+#   C  real JPEGs (bench/data/make_photo_jpegs.py), packed as a v1 volume from the
 #      ImageFolder tree and as a v2 volume from WebDataset shards (fields jpg
 #      and cls, stored raw): what v2's metadata costs a JPEG set (target:
 #      < 2 % samples/s).
 # Every set is generated under a temporary directory and packed from
-# WebDataset tar shards (bench/make_fields_data.py), so every field has a
+# WebDataset tar shards (bench/fields/make_fields_data.py), so every field has a
 # name and `dlfs bench VOL --fields NAME` reads it through the loader,
 # decompressing zstd fields in Next() (on the caller's thread, off the I/O threads).
 #
@@ -25,8 +25,8 @@
 #         budget holds these volumes); the second epoch's samples/s: data in
 #         memory, the cost left is the loader and decompression.
 #
-#   bench/run_fields_bench.sh           (as root; ~10-20 min)
-#   SMALL=1 bench/run_fields_bench.sh   (12,000 images, 3,000 token arrays,
+#   bench/fields/run_fields_bench.sh           (as root; ~10-20 min)
+#   SMALL=1 bench/fields/run_fields_bench.sh   (12,000 images, 3,000 token arrays,
 #                                        300 JPEGs: ~2 min)
 #
 # Environment:
@@ -42,7 +42,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(dirname "$here")
+repo=$(cd "$here/../.." && pwd)
 bench_dir=${DLFS_BENCH_DIR:-/tmp/dlfs-bench}
 small=${SMALL:-0}
 build=${DLFS_BUILD_DIR:-$repo/build}
@@ -87,14 +87,15 @@ cleanup() { [[ ${KEEP:-0} == 1 ]] || rm -rf "$work"; }
 trap cleanup EXIT
 
 echo "run_fields_bench: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, kernel $(uname -r), commit $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-echo "  reproduce: $( ((small)) && echo "SMALL=1 ")FM_SAMPLES=$fm_n TOK_SAMPLES=$tok_n JPEG_FILES=$jpeg_n LEVEL=$level REPS=$reps bench/run_fields_bench.sh"
+echo "  reproduce: $( ((small)) && echo "SMALL=1 ")FM_SAMPLES=$fm_n TOK_SAMPLES=$tok_n JPEG_FILES=$jpeg_n LEVEL=$level REPS=$reps bench/fields/run_fields_bench.sh"
 echo "  work dir  $work"
 
 # --- Data and volumes -----------------------------------------------------------
 log "generating the sets"
 "$python" "$here/make_fields_data.py" fashion-mnist "$work/fm" --limit "$fm_n"
 "$python" "$here/make_fields_data.py" tokens "$work/tok" --samples "$tok_n"
-"$python" "$here/make_photo_jpegs.py" --files "$jpeg_n" --classes 10 "$work/jpeg-tree" >/dev/null
+"$python" "$repo/bench/data/make_photo_jpegs.py" --files "$jpeg_n" --classes 10 "$work/jpeg-tree" \
+  >/dev/null
 "$python" "$here/make_fields_data.py" jpeg-tar "$work/jpeg-tree" "$work/jpeg-tar"
 
 # name|shards or tree|pack options|field to read

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
-"""Reads the raw outputs of bench/run_io_bench.sh; prints one run or the summary.
+"""Reads the raw outputs of bench/io/run_io_bench.sh; prints one run or the summary.
 
-    io_bench_report.py line FILE KIND
-    io_bench_report.py summary RUNS_DIR SPEC REPS OUT_JSON [OUT_PNG]
+    bench/io/io_bench_report.py line FILE KIND
+    bench/io/io_bench_report.py summary RUNS_DIR SPEC REPS OUT_JSON [OUT_PNG]
 
 KIND says how FILE is read:
   fio          fio --output-format=json: IOPS are samples/s, bw_bytes the MB/s

@@ -1,12 +1,12 @@
 #!/usr/bin/python3
-"""Python-side contenders of bench/run_io_bench.sh; each prints one JSON object.
+"""Python-side contenders of bench/io/run_io_bench.sh; each prints one JSON object.
 
-    python_contenders.py volume-dataset VOL --mode per-sample|batched --workers N
-    python_contenders.py dataset-folder TREE --workers N
-    python_contenders.py dataset-folder VOL --mount --workers N
-    python_contenders.py loader-dataset VOL --epochs N
-    python_contenders.py ipc-ceiling --size BYTES --count N --workers N
-    python_contenders.py file-reader VOL --mount --threads N
+    bench/io/python_contenders.py volume-dataset VOL --mode per-sample|batched --workers N
+    bench/io/python_contenders.py dataset-folder TREE --workers N
+    bench/io/python_contenders.py dataset-folder VOL --mount --workers N
+    bench/io/python_contenders.py loader-dataset VOL --epochs N
+    bench/io/python_contenders.py ipc-ceiling --size BYTES --count N --workers N
+    bench/io/python_contenders.py file-reader VOL --mount --threads N
 
 volume-dataset  dlfs.torch.VolumeDataset through a DataLoader: per-sample
                 (ds[i], batch_size=256, shuffle) or batched (ds[[i, ...]] from a
@@ -22,7 +22,7 @@ loader-dataset  dlfs.torch.LoaderDataset via DataLoader(batch_size=None), N
 ipc-ceiling     a DataLoader whose dataset returns a ready-made bytes object of
                 SIZE per item: what moving samples from worker processes costs
                 by itself (no storage at all).
-file-reader     bench/file_reader.cc (dlfs_file_reader) over `dlfs mount VOL`
+file-reader     bench/io/file_reader.cc (dlfs_file_reader) over `dlfs mount VOL`
                 (mounted before, unmounted after; its own JSON is passed on).
 
 Every contender returns raw bytes (no decoding) and uses a seeded shuffle.
@@ -39,8 +39,7 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("DLFS_BUILD_DIR", os.path.join(REPO, "build"))
 sys.path.insert(0, os.path.join(BUILD, "python"))
 

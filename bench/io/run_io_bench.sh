@@ -5,13 +5,13 @@
 # limit (fio) and the peers (one file per sample, PyTorch, LMDB) — then a
 # table of medians with the ratios and targets, a JSON file and a plot.
 #
-#   bench/run_io_bench.sh            (as root; from anywhere; ~15 min)
-#   SMALL=1 bench/run_io_bench.sh    (small data sets, 2 repetitions: ~3 min, for development)
-#   SMALL=1 REPS=1 DIAG=0 FIO_RUNTIME=1 bench/run_io_bench.sh   (the tiniest end-to-end check: ~2 min)
+#   bench/io/run_io_bench.sh            (as root; from anywhere; ~15 min)
+#   SMALL=1 bench/io/run_io_bench.sh    (small data sets, 2 repetitions: ~3 min, for development)
+#   SMALL=1 REPS=1 DIAG=0 FIO_RUNTIME=1 bench/io/run_io_bench.sh   (the tiniest end-to-end check: ~2 min)
 #
 # Data sets (generated and packed once into $DLFS_BENCH_DIR, reused):
 # A  ImageNet-like: 20,000 files, log-normal sizes, mean ~110 KB (2.2 GB), 100
-#    classes (bench/make_imagenet_like.py), packed into <tree>.dlfs and
+#    classes (bench/data/make_imagenet_like.py), packed into <tree>.dlfs and
 #    built into <tree>.lmdb (<tree> = imagenet-like-20000f-100c-110kb-seed0).
 #      fio 108 KiB     fio --rw=randread --direct=1 --ioengine=io_uring, QD 64,
 #                      block size = mean sample size rounded to 4 KiB: the limit
@@ -19,9 +19,9 @@
 #                      (one epoch; and epochs 2-3 of a 3-epoch run)
 #      dlfs, default   dlfs bench with the node cache (default budget): epochs read
 #                      the device and fill the cache; later ones are served from it
-#      files 2/8 thr   bench/file_reader.cc: open/read/close per file
-#      lmdb 2 thr      bench/lmdb_bench.cc: mdb_get in random order
-# B  Fashion-MNIST: 70,000 samples of 784 B, one file each (bench/idx_to_files.py)
+#      files 2/8 thr   bench/io/file_reader.cc: open/read/close per file
+#      lmdb 2 thr      bench/io/lmdb_bench.cc: mdb_get in random order
+# B  Fashion-MNIST: 70,000 samples of 784 B, one file each (bench/data/idx_to_files.py)
 #    and packed: fio 4 KiB (batched submission) against dlfs from the device,
 #    the node cache through the C++ loader and through LoaderDataset
 #    (epochs 2-3 of a 3-epoch run), and the file reader.
@@ -55,7 +55,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(dirname "$here")
+repo=$(cd "$here/../.." && pwd)
 bench_dir=${DLFS_BENCH_DIR:-/tmp/dlfs-bench}
 small=${SMALL:-0}
 if [[ $small == 1 ]]; then
@@ -134,13 +134,13 @@ results_json=${RESULTS_JSON:-$bench_dir/io_bench.json}
 if [[ $small == 1 ]]; then plot=${PLOT:-$bench_dir/io_bench.png}; else plot=${PLOT:-$repo/docs/io_bench.png}; fi
 
 # --- Data (generated once, reused) --------------------------------------------
-# A tree of make_imagenet_like.py, its sorted file list, and its volume.
+# A tree of bench/data/make_imagenet_like.py, its sorted file list, and its volume.
 make_tree() {  # name files classes mean_kb
   local name=$1 files=$2 classes=$3 kb=$4
   if [[ ! -d $bench_dir/$name ]]; then
     log "generating $bench_dir/$name (once)"
-    "$python" "$here/make_imagenet_like.py" --files "$files" --classes "$classes" --mean-kb "$kb" \
-      --seed 0 "$bench_dir/$name" >/dev/null
+    "$python" "$repo/bench/data/make_imagenet_like.py" --files "$files" --classes "$classes" \
+      --mean-kb "$kb" --seed 0 "$bench_dir/$name" >/dev/null
   fi
   if [[ ! -s $bench_dir/$name.txt ]]; then
     (cd "$bench_dir" && find "$name" -type f | LC_ALL=C sort) >"$bench_dir/$name.txt.tmp"
@@ -151,7 +151,7 @@ make_tree() {  # name files classes mean_kb
     "$dlfs" pack "$bench_dir/$name" -o "$bench_dir/$name.dlfs" -q
   fi
 }
-tree_name=imagenet-like-${inet_files_n}f-100c-110kb-seed0  # the tree bench/pack_vs_tar.sh uses too
+tree_name=imagenet-like-${inet_files_n}f-100c-110kb-seed0  # the tree bench/pack/pack_vs_tar.sh uses too
 make_tree "$tree_name" "$inet_files_n" 100 110
 c_name=imagenet-like-${c_files_n}f-20c-100kb-seed0
 make_tree "$c_name" "$c_files_n" 20 100
@@ -174,7 +174,7 @@ fi
 fm_tree=$bench_dir/fmnist-files
 if [[ ! -d $fm_tree ]]; then
   log "writing Fashion-MNIST as one file per image under $fm_tree (once)"
-  "$python" "$here/idx_to_files.py" "$fmnist_src" "$fm_tree" >/dev/null
+  "$python" "$repo/bench/data/idx_to_files.py" "$fmnist_src" "$fm_tree" >/dev/null
 fi
 fm_list=$bench_dir/fmnist-files.txt
 if [[ ! -s $fm_list ]]; then

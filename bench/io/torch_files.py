@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PyTorch DataLoader over one file per sample: ImageFolder's storage path.
 
-    /usr/bin/python3 bench/torch_files.py LIST_OR_DIR [--workers 2] [--batch 256] [--seed 0]
+    /usr/bin/python3 bench/io/torch_files.py LIST_OR_DIR [--workers 2] [--batch 256] [--seed 0]
 
 A map-style Dataset returns the raw bytes of file i as a uint8 tensor (no
 decoding), a RandomSampler with a seeded generator shuffles, and the

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""Tables (and a plot) from bench/run_lmdbio_bench.sh's JSON lines.
+"""Tables (and a plot) from bench/lmdbio/run_lmdbio_bench.sh's JSON lines.
 
-  lmdbio_bench_report.py RESULTS.jsonl [--plot OUT.png]
+  bench/lmdbio/lmdbio_bench_report.py RESULTS.jsonl [--plot OUT.png]
 
 Prints, per database: the median milliseconds per iteration of every mode at
 every latency and node count with the speed-up over the baseline of the same

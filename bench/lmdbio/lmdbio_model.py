@@ -2,9 +2,9 @@
 """The LMDBIO scaling model of docs/lmdbio.md: time per iteration of each mode
 as a function of ranks per node R, nodes N, request latency L, shared
 bandwidth W, record size s and batch B, calibrated on the pfs-emu runs of
-bench/run_lmdbio_bench.sh, then used to predict the paper's setting.
+bench/lmdbio/run_lmdbio_bench.sh, then used to predict the paper's setting.
 
-  lmdbio_model.py [RESULTS.jsonl]
+  bench/lmdbio/lmdbio_model.py [RESULTS.jsonl]
 
 For each mode the model counts, from how the mode reads (docs/lmdbio.md),
   Q  requests on the critical path of one iteration (each waits L),

@@ -3,8 +3,8 @@
 commit (as caffe's convert_imageset does), so the page layout is the one
 LMDBIO meets in practice.
 
-  make_caffe_lmdb.py OUT --records N --shape C H W [--encoded-bytes B]
-                     [--rewrite FRACTION] [--seed S]
+  bench/lmdbio/make_caffe_lmdb.py OUT --records N --shape C H W [--encoded-bytes B]
+                                  [--rewrite FRACTION] [--seed S]
 
 --shape gives raw pixel Datums (C*H*W bytes of data), e.g. 3 32 32 for
 CIFAR-like records. --encoded-bytes B writes encoded Datums of about B bytes

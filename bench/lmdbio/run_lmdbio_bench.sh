@@ -3,11 +3,11 @@
 # access pattern for the stock pattern (baseline) and every LMDBIO mode, on
 # a local disk and under an emulated parallel file system (tools/pfs-emu),
 # with 1, 2 and 4 fake nodes of 2 ranks each, on two Caffe-style databases
-# made here by bench/make_caffe_lmdb.py (keys %08d_name, 1000 puts per commit):
+# made here by bench/lmdbio/make_caffe_lmdb.py (keys %08d_name, 1000 puts per commit):
 #   cifar     60,000 raw 3x32x32 Datums (3,072-byte images), batch 256
 #   imagenet  3,000 encoded Datums of ~100 KB, batch 64
 #
-#   bench/run_lmdbio_bench.sh          (as root: FUSE mounts, dropping caches)
+#   bench/lmdbio/run_lmdbio_bench.sh          (as root: FUSE mounts, dropping caches)
 #
 # Latency 0 is the local disk, read directly: the fake nodes share one page
 # cache. Latency L > 0 mounts pfs-emu with --latency-us L*1000 and a shared
@@ -30,8 +30,8 @@
 # report fails if not). Each configuration runs REPS times, the modes in an
 # order that rotates between repetitions; the report prints medians, speed-ups
 # over the baseline at the same latency and node count, and the counts, and
-# draws the speed-ups (bench/lmdbio_bench_report.py). Then
-# bench/lmdbio_model.py fits the scaling model of docs/lmdbio.md to the same
+# draws the speed-ups (bench/lmdbio/lmdbio_bench_report.py). Then
+# bench/lmdbio/lmdbio_model.py fits the scaling model of docs/lmdbio.md to the same
 # results and prints its fit error and the paper-scale predictions.
 #
 # Duration: about 30 minutes on a 2-core VM with the defaults (378 runs of
@@ -56,7 +56,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(dirname "$here")
+repo=$(cd "$here/../.." && pwd)
 bench_dir=${DLFS_BENCH_DIR:-/tmp/dlfs-lmdbio-bench}
 build=${DLFS_BUILD_DIR:-$repo/build}
 reps=${REPS:-3}
@@ -208,7 +208,7 @@ $python "$here/lmdbio_bench_report.py" "$results" ${plot:+--plot "$plot"}
 for lat in $latencies; do
   if ((lat > 0)); then
     echo
-    echo "### Scaling model (bench/lmdbio_model.py)"
+    echo "### Scaling model (bench/lmdbio/lmdbio_model.py)"
     echo
     $python "$here/lmdbio_model.py" "$results"
     break

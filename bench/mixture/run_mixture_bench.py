@@ -8,7 +8,7 @@ I/O threads, as a mixture of two has) and prints the median samples/s and
 the ratios: what reading a mixture costs over reading one volume (issue 21's
 target: >= 0.95x).
 
-  bench/run_mixture_bench.py [--dir /tmp/mixbench] [--reps 5]
+  bench/mixture/run_mixture_bench.py [--dir /tmp/mixbench] [--reps 5]
 """
 import argparse
 import json
@@ -17,7 +17,7 @@ import statistics
 import subprocess
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main():

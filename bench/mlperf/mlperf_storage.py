@@ -3,9 +3,9 @@
 reader keeps busy, by the benchmark's rules, dlfs next to DLIO's PyTorch
 reading pattern on the same data under the same memory limit.
 
-    bench/mlperf_storage.py --workload resnet50 --accelerator h100 \\
+    bench/mlperf/mlperf_storage.py --workload resnet50 --accelerator h100 \\
         --contender dlfs --accelerators 4 --data /tmp/mlps --dataset-gib 8
-    bench/mlperf_storage.py --workload unet3d --contender dlio-pytorch --search --json
+    bench/mlperf/mlperf_storage.py --workload unet3d --contender dlio-pytorch --search --json
 
 The rules (mlcommons/storage v1.0/v2.0 workloads, DLIO's statscounter.py):
 each simulated accelerator is one process that takes a batch from its reader
@@ -49,8 +49,7 @@ import sys
 import tempfile
 import time
 
-HERE = pathlib.Path(__file__).resolve().parent
-REPO = HERE.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]  # this file is in bench/<benchmark>/
 
 # Sample size (mean, stdev in bytes), batch, compute seconds per batch,
 # the AU threshold, DLIO's reader threads, samples per reference file, the

@@ -6,14 +6,14 @@
 # files. Writes one JSON line per run to $OUT (default
 # /tmp/dlfs-mlperf-storage/results.jsonl) and prints a table.
 #
-#   bench/run_mlperf_storage.sh                 (as root, with fio installed; ~1-2 h)
-#   WORKLOADS=resnet50 EPOCHS=2 bench/run_mlperf_storage.sh   (~20 min)
+#   bench/mlperf/run_mlperf_storage.sh                 (as root, with fio installed; ~1-2 h)
+#   WORKLOADS=resnet50 EPOCHS=2 bench/mlperf/run_mlperf_storage.sh   (~20 min)
 #
 # Environment: WORKLOADS (resnet50 cosmoflow unet3d), ACCELERATOR (h100),
 # EPOCHS (5), DATA (/tmp/dlfs-mlperf-storage), GIB_resnet50 / GIB_cosmoflow /
 # GIB_unet3d (data set sizes: 4, 4, 16), FIO_SECONDS (20).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 [[ $(id -u) == 0 ]] || { echo "run_mlperf_storage: needs root (cgroups, drop_caches)" >&2; exit 1; }
 DATA=${DATA:-/tmp/dlfs-mlperf-storage}
 OUT=${OUT:-$DATA/results.jsonl}
@@ -25,7 +25,7 @@ mkdir -p "$DATA"
 : > "$OUT"
 for w in ${WORKLOADS:-resnet50 cosmoflow unet3d}; do
   echo "== $w (${GIB[$w]} GiB, $EPOCHS epochs, $ACCELERATOR)" >&2
-  /usr/bin/python3 bench/mlperf_storage.py --workload "$w" --accelerator "$ACCELERATOR" \
+  /usr/bin/python3 bench/mlperf/mlperf_storage.py --workload "$w" --accelerator "$ACCELERATOR" \
     --dataset-gib "${GIB[$w]}" --epochs "$EPOCHS" --data "$DATA" --search \
     --fio "$FIO_SECONDS" --json | tee -a "$OUT" >&2
 done

@@ -8,8 +8,8 @@
 # without, NBD vs local) and the client's CPU seconds per GB next to the
 # local path's, all measured in this run.
 #
-#   bench/run_nbd_bench.sh            (as root; ~15-30 min on the 2.2 GB volume)
-#   SMALL=1 bench/run_nbd_bench.sh    (a 300-file volume, a reduced sweep: ~1 min)
+#   bench/nbd/run_nbd_bench.sh            (as root; ~15-30 min on the 2.2 GB volume)
+#   SMALL=1 bench/nbd/run_nbd_bench.sh    (a 300-file volume, a reduced sweep: ~1 min)
 #
 # Every run: one shuffled epoch, cache budget 0 (every sample read from the
 # target, none from the node cache), checksums verified, page cache dropped
@@ -23,7 +23,7 @@
 # Environment:
 #   DLFS_BENCH_DIR   work directory on a real disk (/tmp/dlfs-bench)
 #   VOLUME           the volume to read (default: the ImageNet-like volume of
-#                    bench/run_io_bench.sh, 20,000 files of ~110 KB, 2.2 GB,
+#                    bench/io/run_io_bench.sh, 20,000 files of ~110 KB, 2.2 GB,
 #                    generated and packed once)
 #   FILES            files of the generated volume (20000; SMALL: 300)
 #   QDS              queue depths ("1 4 16 64 128"; SMALL: "1 16 64")
@@ -36,7 +36,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(dirname "$here")
+repo=$(cd "$here/../.." && pwd)
 bench_dir=${DLFS_BENCH_DIR:-/tmp/dlfs-bench}
 small=${SMALL:-0}
 build=${DLFS_BUILD_DIR:-$repo/build}
@@ -77,15 +77,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
-cc -O2 -fPIC -shared -o "$work/usdelay.so" "$here/nbd/usdelay.c"
+cc -O2 -fPIC -shared -o "$work/usdelay.so" "$here/usdelay.c"
 
 # --- The volume (generated and packed once) -----------------------------------
 if [[ -z ${VOLUME:-} ]]; then
   name=imagenet-like-${files_n}f-100c-110kb-seed0
   if [[ ! -d $bench_dir/$name ]]; then
     log "generating $bench_dir/$name (once)"
-    "$python" "$here/make_imagenet_like.py" --files "$files_n" --classes 100 --mean-kb 110 \
-      --seed 0 "$bench_dir/$name" >/dev/null
+    "$python" "$repo/bench/data/make_imagenet_like.py" --files "$files_n" --classes 100 \
+      --mean-kb 110 --seed 0 "$bench_dir/$name" >/dev/null
   fi
   if [[ ! -f $bench_dir/$name.dlfs ]]; then
     log "packing $bench_dir/$name.dlfs (once)"

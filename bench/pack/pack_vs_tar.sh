@@ -2,7 +2,7 @@
 # Pack vs tar: how fast `dlfs pack` turns an ImageNet-like tree into a volume,
 # against `tar cf` archiving the same tree, side by side in one run.
 #
-#   bench/pack_vs_tar.sh [REPS]        (default 3; run from anywhere, as root)
+#   bench/pack/pack_vs_tar.sh [REPS]        (default 3; run from anywhere, as root)
 #
 # Each repetition times both commands from a cold page cache (sync, then
 # drop_caches), alternating which goes first. Both are timed two ways from the
@@ -15,12 +15,11 @@
 #   DLFS_BENCH_DIR  work directory, on a real disk, not tmpfs (/tmp/dlfs-bench)
 #   DLFS_BIN        dlfs binary (build/dlfs of this repository)
 #   FILES CLASSES MEAN_KB SEED   tree shape (20000, 100, 110, 0); the tree is
-#                   generated once by bench/make_imagenet_like.py and reused
+#                   generated once by bench/data/make_imagenet_like.py and reused
 #   KEEP=1          keep the archive and the volume of the last repetition
 set -euo pipefail
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(dirname "$here")
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 reps=${1:-3}
 bench_dir=${DLFS_BENCH_DIR:-/tmp/dlfs-bench}
 dlfs=${DLFS_BIN:-$repo/build/dlfs}
@@ -45,7 +44,7 @@ fs=$(findmnt -n -o FSTYPE --target "$bench_dir" 2>/dev/null || stat -f -c %T "$b
 tree=$bench_dir/imagenet-like-${files}f-${classes}c-${mean_kb}kb-seed${seed}
 if [[ ! -d $tree ]]; then
   echo "generating $tree (once; later runs reuse it)"
-  "$python" "$here/make_imagenet_like.py" --files "$files" --classes "$classes" \
+  "$python" "$repo/bench/data/make_imagenet_like.py" --files "$files" --classes "$classes" \
     --mean-kb "$mean_kb" --seed "$seed" "$tree"
 fi
 read -r nfiles nbytes < <(find "$tree" -type f -printf '%s\n' |

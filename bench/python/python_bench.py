@@ -7,9 +7,9 @@ ratios measured side by side in one run, cold cache before every timed run:
   2. dlfs.torch.VolumeDataset vs torchvision ImageFolder over the original
      files, both with DataLoader(num_workers=2), raw bytes (no decoding);
   3. reading every file through `dlfs mount` vs reading the original files
-     (random order, 2 threads, bench/file_reader).
+     (random order, 2 threads, dlfs_file_reader: bench/io/file_reader.cc).
 
-    sudo /usr/bin/python3 bench/python_bench.py --tree DIR --volume VOL [--reps 3]
+    sudo /usr/bin/python3 bench/python/python_bench.py --tree DIR --volume VOL [--reps 3]
 
 Needs root for dropping the page cache; run from the repository root after
 building (build/dlfs, build/python, build/bench/dlfs_file_reader).
@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "build", "python"))
 
 import torch  # noqa: E402

@@ -3,9 +3,9 @@
 through the FUSE mount, records resident memory and open file descriptors after every epoch, and
 checks both stay flat after a warm-up.
 
-  bench/soak.sh [--epochs N] [--minutes M] [--volume V] [--csv OUT] [--tolerance-mb T] ...
+  bench/soak/soak.sh [--epochs N] [--minutes M] [--volume V] [--csv OUT] [--tolerance-mb T] ...
 
-Run by bench/soak.sh, which finds the build. Each part runs for --epochs epochs or until its
+Run by bench/soak/soak.sh, which finds the build. Each part runs for --epochs epochs or until its
 share of --minutes is used, whichever comes first (at least --min-epochs). Per epoch:
   loader  one shuffled epoch of dlfs.Loader (set_epoch), 200 random vol[i] reads, and every
           10th epoch a fresh Loader (the old one destroyed mid-epoch); run and measured in a child
