@@ -258,7 +258,9 @@ def summary(runs, spec, reps, out_path, out_png=None):
 
 
 def main():
-    if len(sys.argv) == 4 and sys.argv[1] == "line":
+    if sys.argv[1:] in (["-h"], ["--help"]):
+        print(__doc__)
+    elif len(sys.argv) == 4 and sys.argv[1] == "line":
         print(line(sys.argv[2], sys.argv[3]))
     elif len(sys.argv) in (6, 7) and sys.argv[1] == "summary":
         summary(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5],

@@ -235,4 +235,7 @@ def main(path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/dlfs-lmdbio-bench/lmdbio_pfs.jsonl")
+    if sys.argv[1:] in (["-h"], ["--help"]):
+        print(__doc__)
+    else:
+        main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/dlfs-lmdbio-bench/lmdbio_pfs.jsonl")
