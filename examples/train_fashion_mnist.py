@@ -9,7 +9,7 @@ PNGs packed in a volume (io_uring, read ahead) and decodes them in C++ on its
 own threads into one float32 [B, 1, 28, 28] tensor per batch — the same
 values as ImageFolder's ToTensor().
 
-    bench/idx_to_files.py --png /usr/share/datasets/fashion-mnist out/fashion-mnist-png
+    bench/data/idx_to_files.py --png /usr/share/datasets/fashion-mnist out/fashion-mnist-png
     dlfs pack out/fashion-mnist-png/train -o out/fashion-mnist-train.dlfs
     dlfs pack out/fashion-mnist-png/test -o out/fashion-mnist-test.dlfs
     /usr/bin/python3 examples/train_fashion_mnist.py --train out/fashion-mnist-train.dlfs \

@@ -23,7 +23,8 @@ classes="T-shirt/top,Trouser,Pullover,Dress,Coat,Sandal,Shirt,Sneaker,Bag,Ankle 
 
 set -x
 # 70,000 PNG files in an ImageFolder tree: <split>/<label>-<class>/<index>.png (once).
-[[ -e $png ]] || /usr/bin/python3 bench/idx_to_files.py --png --class-names "$classes" "$src" "$png"
+[[ -e $png ]] ||
+  /usr/bin/python3 bench/data/idx_to_files.py --png --class-names "$classes" "$src" "$png"
 build/dlfs pack "$png/train" -o "$train" --force
 build/dlfs pack "$png/test" -o "$test" --force
 build/dlfs info "$train"

@@ -18,7 +18,7 @@ PACKAGES=(
   pybind11-dev python3-dev python3-numpy python3-torch libfuse3-dev fuse3
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev python3 python3-pytest python3-torchvision python3-lmdb
-  # the benchmark plots (bench/run_io_bench.sh, bench/run_lmdbio_bench.sh)
+  # the benchmark plots (bench/io/run_io_bench.sh, bench/lmdbio/run_lmdbio_bench.sh)
   python3-matplotlib
   # fuzzing (scripts/fuzz.sh): clang and libFuzzer
   clang-14 libfuzzer-14-dev

@@ -4,7 +4,7 @@
  * The delay is a sleep in the serving thread, so reads in flight overlap
  * their delays, as requests on a real fabric do (with nbdkit -t THREADS).
  *
- * Built by bench/run_nbd_bench.sh:
+ * Built by bench/nbd/run_nbd_bench.sh:
  *   cc -O2 -fPIC -shared -o usdelay.so usdelay.c   (needs nbdkit-plugin-dev)
  *   nbdkit --filter=./usdelay.so file VOLUME rdelay-us=200
  */

@@ -1,4 +1,4 @@
-"""Runs bench/pfs-emu (the emulated parallel file system) from tests.
+"""Runs tools/pfs-emu (the emulated parallel file system) from tests.
 
     with PfsEmu(backing, mnt, "--nodes", 2, "--eio", "v.dlfs:4096:10") as emu:
         data = (emu.view(1) / "v.dlfs").read_bytes()
@@ -23,13 +23,13 @@ STATS_NAME = ".pfs-emu-stats"
 
 
 def binary():
-    """Path of pfs-emu: $PFS_EMU_BIN (set by CTest) or build/bench/pfs-emu/pfs-emu; None if unbuilt."""
+    """Path of pfs-emu: $PFS_EMU_BIN (set by CTest) or build/tools/pfs-emu/pfs-emu; None if unbuilt."""
     path = os.environ.get("PFS_EMU_BIN")
     if path:
         if not os.access(path, os.X_OK):
             pytest.fail(f"PFS_EMU_BIN={path} is not an executable")
         return path
-    path = REPO / "build" / "bench" / "pfs-emu" / "pfs-emu"
+    path = REPO / "build" / "tools" / "pfs-emu" / "pfs-emu"
     return str(path) if os.access(path, os.X_OK) else None
 
 

@@ -1,5 +1,5 @@
 """Faults at the file-system level (issue 13, docs/reliability.md): volumes and sources served by
-bench/pfs-emu with byte ranges that fail with EIO. `verify`, `cat`, the Python loader and every
+tools/pfs-emu with byte ranges that fail with EIO. `verify`, `cat`, the Python loader and every
 pack source name exactly what could not be read and go on where they can; nothing healthy is
 reported bad and no wrong byte is handed out."""
 import gc

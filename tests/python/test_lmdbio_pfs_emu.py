@@ -1,5 +1,5 @@
-"""`dlfs lmdb read` under the emulated parallel file system (bench/pfs-emu), as
-bench/run_lmdbio_bench.sh runs it: 2 fake nodes of 2 ranks, each node reading
+"""`dlfs lmdb read` under the emulated parallel file system (tools/pfs-emu), as
+bench/lmdbio/run_lmdbio_bench.sh runs it: 2 fake nodes of 2 ranks, each node reading
 the database through its own view of the mount (mpirun's A : B form, the
 variable passed to every app context). Every mode must return the baseline's
 bytes, and --counters must report what the file system served. Skipped

@@ -1,4 +1,4 @@
-"""bench/mlperf_storage.py (MLPerf Storage, emulated): AU and throughput by DLIO's rules on
+"""bench/mlperf/mlperf_storage.py (MLPerf Storage, emulated): AU and throughput by DLIO's rules on
 made-up step times, a small run of every workload with both contenders, and the memory cgroup
 the contenders run in. The figures are in docs/benchmarks.md."""
 import importlib.util
@@ -10,7 +10,7 @@ import sys
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "bench" / "mlperf_storage.py"
+SCRIPT = REPO / "bench" / "mlperf" / "mlperf_storage.py"
 
 
 def _module():

@@ -3,7 +3,7 @@ second reads nothing from the device; a filler killed with SIGKILL leaves the
 other process correct and the cache directory clean once both are gone; no
 shared memory means a warning and an uncached loader; a real memory cgroup
 sizes the default budget; LoaderDataset hands torch writable arrays. And the
-cache model (bench/cache_model.py): MIN on hand-made traces, and dlfs's
+cache model (bench/cache/cache_model.py): MIN on hand-made traces, and dlfs's
 keep-what-fits policy equal to MIN on shuffled epochs."""
 import importlib.util
 import os
@@ -22,7 +22,8 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _load_model():
-    spec = importlib.util.spec_from_file_location("cache_model", REPO / "bench" / "cache_model.py")
+    path = REPO / "bench" / "cache" / "cache_model.py"
+    spec = importlib.util.spec_from_file_location("cache_model", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

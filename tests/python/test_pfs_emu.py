@@ -1,4 +1,4 @@
-"""bench/pfs-emu: the emulated parallel file system used by benchmarks and fault tests."""
+"""tools/pfs-emu: the emulated parallel file system used by benchmarks and fault tests."""
 import errno
 import mmap
 import os

@@ -1,4 +1,4 @@
-"""The short soak run (bench/soak.sh): memory and open fds stay flat over epochs of the Python
+"""The short soak run (bench/soak/soak.sh): memory and open fds stay flat over epochs of the Python
 loader and of the FUSE mount. The long run's figures are in docs/reliability.md."""
 import importlib.util
 import os
@@ -12,7 +12,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _soak_module():
-    spec = importlib.util.spec_from_file_location("soak", REPO / "bench" / "soak.py")
+    spec = importlib.util.spec_from_file_location("soak", REPO / "bench" / "soak" / "soak.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -26,7 +26,7 @@ def test_short_soak_is_flat(dlfs_bin, tmp_path):
     if not fuse:
         args.append("--skip-fuse")
     env = dict(os.environ, DLFS_BIN=dlfs_bin)
-    proc = subprocess.run([str(REPO / "bench" / "soak.sh"), *args], capture_output=True,
+    proc = subprocess.run([str(REPO / "bench" / "soak" / "soak.sh"), *args], capture_output=True,
                           timeout=600, env=env)
     out = proc.stdout.decode()
     assert proc.returncode == 0, out + proc.stderr.decode()
