@@ -34,8 +34,8 @@
 
 namespace dlfs {
 
-namespace nbd {
-class Connection;
+namespace io_internal {
+class Target;
 }
 
 // What holds a target, as opened here.
@@ -237,13 +237,13 @@ class Volume {
   void Close();
   bool closed() const { return closed_.load(std::memory_order_acquire); }
 
-  uint32_t target_count() const { return static_cast<uint32_t>(fds_.size()); }
+  uint32_t target_count() const { return static_cast<uint32_t>(targets_.size()); }
 
   // The file descriptor of target `t` (read-only, close-on-exec), for I/O
   // engines that read the data region themselves; -1 if not opened here
   // (open_only) or not a file (an NBD export). REQUIRES: t < target count.
-  int target_fd(uint32_t t) const { return fds_[t]; }
-  bool target_open(uint32_t t) const { return fds_[t] >= 0 || remote_[t] != nullptr; }
+  int target_fd(uint32_t t) const;
+  bool target_open(uint32_t t) const;
   // Reads exactly n bytes at `offset` of target t, file or NBD export;
   // errors name `what`. Unavailable for a target not opened here. Any
   // thread. REQUIRES: t < target count.
@@ -258,8 +258,8 @@ class Volume {
 
   std::string path_;
   VolumeInfo info_;
-  std::vector<int> fds_;
-  std::vector<std::unique_ptr<nbd::Connection>> remote_;  // by target; null for files
+  // By target (file, device or NBD export); null when not opened here.
+  std::vector<std::unique_ptr<io_internal::Target>> targets_;
   std::atomic<bool> closed_{false};
   SampleDirectory directory_;
   VolumeMetadata metadata_;

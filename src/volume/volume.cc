@@ -1,26 +1,23 @@
 #include "dlfs/volume.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
-#include <filesystem>
 
 #include "common/crc32c.h"
 #include "common/file_util.h"
 #include "format/format.h"
 #include "format/superblock.h"
 #include "format/zstd_field.h"
-#include "nbd/nbd_client.h"
+#include "io/target.h"
 #include "volume/field_decode.h"
 
 namespace dlfs {
 
 namespace {
+
+using io_internal::Target;
 
 std::string Hex32(uint32_t v) {
   char buf[16];
@@ -30,40 +27,29 @@ std::string Hex32(uint32_t v) {
 
 }  // namespace
 
-Volume::~Volume() {
-  for (int fd : fds_) {
-    if (fd >= 0) ::close(fd);
-  }
-}
+Volume::~Volume() = default;
+
+int Volume::target_fd(uint32_t t) const { return targets_[t] ? targets_[t]->fd() : -1; }
+
+bool Volume::target_open(uint32_t t) const { return targets_[t] != nullptr; }
 
 Status Volume::ReadTarget(uint32_t t, void* buf, size_t n, uint64_t offset,
                           const std::string& what) const {
   if (closed()) return Status::InvalidArgument(path_ + ": volume is closed");
-  if (remote_[t] != nullptr) return remote_[t]->Read(buf, n, offset, what);
-  if (fds_[t] < 0) {
+  if (!targets_[t]) {
     return Status::Unavailable(what + ": target " + std::to_string(t) + " (" + info_.targets[t] +
                                ") is not open on this node");
   }
-  return PreadFull(fds_[t], buf, n, offset, what);
+  return targets_[t]->Read(buf, n, offset, what);
 }
 
 void Volume::Close() {
   if (closed_.exchange(true, std::memory_order_acq_rel)) return;
-  // An NBD connection is closed once no read runs on it (each is bounded by
-  // the read timeout); later reads are refused by closed().
-  for (const auto& r : remote_) {
-    if (r) r->Close();
+  // Safe while other threads read (Target::Close); later reads are refused
+  // by closed().
+  for (const auto& target : targets_) {
+    if (target) target->Close();
   }
-  // Not close(): another thread may be inside pread on the descriptor, and a
-  // number freed now could be reused for an unrelated file before that
-  // thread (or a caller of target_fd) uses it. Pointing it at /dev/null
-  // drops the reference to the target at once and keeps the number.
-  const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (null_fd < 0) return;  // reads are refused anyway; the files close with the Volume
-  for (int fd : fds_) {
-    if (fd >= 0) ::dup3(null_fd, fd, O_CLOEXEC);
-  }
-  ::close(null_fd);
 }
 
 Result<std::map<uint32_t, std::string>> ParseTargetMap(std::string_view spec) {
@@ -90,67 +76,44 @@ Result<std::map<uint32_t, std::string>> ParseTargetMap(std::string_view spec) {
 
 namespace {
 
-// One opened target: a file (fd) or an NBD export (remote).
-struct Source {
-  ScopedFd fd;
-  std::unique_ptr<nbd::Connection> remote;
-  uint64_t size = 0;
-  Status Read(void* buf, size_t n, uint64_t offset, const std::string& name) const {
-    return remote ? remote->Read(buf, n, offset, name) : PreadFull(fd.get(), buf, n, offset, name);
-  }
-};
-
 // Opens `path` (a file, device or NBD URI) read-only; errors name `name`.
-Result<Source> OpenSource(const std::string& path, const std::string& name,
-                          const NbdOptions& nbd_options) {
-  Source src;
-  if (IsNbdUri(path)) {
-    auto c = nbd::Connection::Open(path, nbd_options.timeout_seconds);
-    if (!c.ok()) {
-      // The URI is already in the message; add the target's name if it differs.
-      return name == path ? c.status() : c.status().WithContext(name);
-    }
-    src.remote = std::move(c).value();
-    src.size = src.remote->size();
-    return src;
-  }
-  src.fd = ScopedFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (src.fd.get() < 0) return Status::FromErrno(errno, name);
-  DLFS_ASSIGN_OR_RETURN(src.size, FileSize(src.fd.get(), name));
-  return src;
+Result<std::unique_ptr<Target>> OpenForReading(const std::string& path, const std::string& name,
+                                               const NbdOptions& nbd) {
+  return io_internal::OpenTarget(path, io_internal::TargetMode::kRead,
+                                 {.timeout_seconds = nbd.timeout_seconds, .what = name});
 }
 
-// Reads the primary superblock of target `name` (open as `fd`, `file_size`
-// bytes) and runs docs/format.md §5 checks 1-16 on it. When the primary is
-// damaged but has the magic, says whether the copy at the end is intact —
-// but never uses it: a damaged primary means the file was changed behind us.
-// An NBD export (a whole device, typically) may be larger than the target
-// written to it: the target is the first volume_size bytes, as the
-// superblock says (docs/format.md §6.1). A file is exactly its target.
-void FitExport(Source& src, const format::Superblock& sb) {
-  if (src.remote && sb.volume_size >= 2 * uint64_t{format::kSuperblockSize} &&
-      sb.volume_size < src.size && std::memcmp(sb.magic, format::kSuperblockMagic, 8) == 0) {
-    src.size = sb.volume_size;
+// A target may be a container larger than the target written to it (an
+// NBD export, typically a whole device): the target is the first
+// volume_size bytes, as the superblock says (docs/format.md §6.1), when the
+// superblock looks like one.
+void FitToSuperblock(Target& target, const format::Superblock& sb) {
+  if (sb.volume_size >= 2 * uint64_t{format::kSuperblockSize} &&
+      std::memcmp(sb.magic, format::kSuperblockMagic, 8) == 0) {
+    target.FitTo(sb.volume_size);
   }
 }
 
-Status ReadSuperblock(Source& fd, uint64_t file_size, const std::string& name,
-                      format::Superblock* sb) {
-  if (file_size < 2 * uint64_t{format::kSuperblockSize}) {
-    return Status::Corruption(name + ": not a dlfs volume (" + std::to_string(file_size) +
+// Reads the primary superblock of target `name` and runs docs/format.md §5
+// checks 1-16 on it. When the primary is damaged but has the magic, says
+// whether the copy at the end is intact — but never uses it: a damaged
+// primary means the file was changed behind us.
+Status ReadSuperblock(Target& target, const std::string& name, format::Superblock* sb) {
+  if (target.size() < 2 * uint64_t{format::kSuperblockSize}) {
+    return Status::Corruption(name + ": not a dlfs volume (" + std::to_string(target.size()) +
                               " bytes is too small to hold one)");
   }
-  DLFS_RETURN_IF_ERROR(fd.Read(sb, sizeof *sb, 0, name));
-  FitExport(fd, *sb);
-  file_size = fd.size;
-  Status st = format::CheckSuperblock(*sb, file_size, name);
+  DLFS_RETURN_IF_ERROR(target.Read(sb, sizeof *sb, 0, name));
+  FitToSuperblock(target, *sb);
+  const uint64_t size = target.size();
+  Status st = format::CheckSuperblock(*sb, size, name);
   if (st.ok() || st.code() != StatusCode::kCorruption ||
       std::memcmp(sb->magic, format::kSuperblockMagic, 8) != 0) {
     return st;
   }
   format::Superblock copy;
-  if (fd.Read(&copy, sizeof copy, file_size - sizeof copy, name).ok() &&
-      format::CheckSuperblock(copy, file_size, name).ok()) {
+  if (target.Read(&copy, sizeof copy, size - sizeof copy, name).ok() &&
+      format::CheckSuperblock(copy, size, name).ok()) {
     return Status::Corruption(st.message() +
                               " (the superblock copy at the end of the file is intact)");
   }
@@ -159,7 +122,7 @@ Status ReadSuperblock(Source& fd, uint64_t file_size, const std::string& name,
 
 // Takes target `name`'s superblock from `stored` (bytes handed over with the
 // metadata of a collective open) and runs the same checks as ReadSuperblock.
-Status LoadSuperblock(const std::vector<std::byte>& stored, Source& src, const std::string& name,
+Status LoadSuperblock(const std::vector<std::byte>& stored, Target& target, const std::string& name,
                       format::Superblock* sb) {
   if (stored.size() != sizeof *sb) {
     return Status::InvalidArgument(name + ": the superblock handed over has " +
@@ -167,26 +130,23 @@ Status LoadSuperblock(const std::vector<std::byte>& stored, Source& src, const s
                                    std::to_string(sizeof *sb));
   }
   std::memcpy(sb, stored.data(), sizeof *sb);
-  FitExport(src, *sb);
-  return format::CheckSuperblock(*sb, src.size, name);
+  FitToSuperblock(target, *sb);
+  return format::CheckSuperblock(*sb, target.size(), name);
+}
+
+// Target t's superblock: from the metadata handed over when it has one,
+// else read from the target.
+Status GetSuperblock(const VolumeMetadata* md, uint32_t t, Target& target, const std::string& name,
+                     format::Superblock* sb) {
+  return md != nullptr && !md->superblocks[t].empty()
+             ? LoadSuperblock(md->superblocks[t], target, name, sb)
+             : ReadSuperblock(target, name, sb);
 }
 
 std::vector<std::byte> SuperblockBytes(const format::Superblock& sb) {
   std::vector<std::byte> out(sizeof sb);
   std::memcpy(out.data(), &sb, sizeof sb);
   return out;
-}
-
-// Where target `t` is, per target 0's table: absolute paths as they are,
-// relative ones from the directory holding target 0 as it was named, so a
-// volume's files can be moved together.
-std::string ResolveTargetPath(const std::string& target0, std::string_view stored) {
-  if (!stored.empty() && (stored.front() == '/' || IsNbdUri(stored))) return std::string(stored);
-  // Relative to a URI there is no directory to resolve against: the path
-  // stays relative and fails to open, naming it (give it with target_map).
-  if (IsNbdUri(target0)) return std::string(stored);
-  const std::filesystem::path dir = std::filesystem::path(target0).parent_path();
-  return dir.empty() ? std::string(stored) : (dir / std::string(stored)).string();
 }
 
 // docs/format.md §5 checks 18-23: target `t`, opened as `name`, belongs to
@@ -218,27 +178,31 @@ Status CheckMemberTarget(const format::Superblock& sb0, const format::Superblock
   return Status::Ok();
 }
 
-}  // namespace
+// What Volume::Open gathers, step by step, before the Volume exists.
+struct OpenState {
+  format::Superblock sb;  // target 0's
+  std::vector<TargetInfo> infos;
+  std::vector<std::unique_ptr<Target>> targets;  // null: not opened here (open_only)
+  VolumeMetadata kept;                           // what metadata() returns
+};
 
-Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path,
-                                             const VolumeOpenOptions& options) {
-  DLFS_ASSIGN_OR_RETURN(Source fd, OpenSource(path, path, options.nbd));
-  uint64_t file_size = fd.size;
+// Opens target 0 (`path`), takes its superblock and checks that it is
+// target 0 and that the metadata handed over and the target map fit it.
+Status OpenTargetZero(const std::string& path, const VolumeOpenOptions& options, OpenState* s) {
+  DLFS_ASSIGN_OR_RETURN(std::unique_ptr<Target> target, OpenForReading(path, path, options.nbd));
   const VolumeMetadata* md = options.metadata;
-  format::Superblock sb;
+  format::Superblock& sb = s->sb;
   if (md != nullptr && md->superblocks.empty()) {
     return Status::InvalidArgument(path + ": metadata handed over without superblocks");
   }
-  DLFS_RETURN_IF_ERROR(md ? LoadSuperblock(md->superblocks[0], fd, path, &sb)
-                          : ReadSuperblock(fd, file_size, path, &sb));
-  file_size = fd.size;  // an export's target may end before the export does
+  DLFS_RETURN_IF_ERROR(md ? LoadSuperblock(md->superblocks[0], *target, path, &sb)
+                          : ReadSuperblock(*target, path, &sb));
   if (md != nullptr && md->superblocks.size() != sb.target_count) {
     return Status::InvalidArgument(path + ": metadata handed over for " +
                                    std::to_string(md->superblocks.size()) +
                                    " targets, volume has " + std::to_string(sb.target_count));
   }
-  VolumeMetadata kept;
-  kept.superblocks.push_back(SuperblockBytes(sb));
+  s->kept.superblocks.push_back(SuperblockBytes(sb));
   if (sb.target_index != 0) {
     return Status::InvalidArgument(
         path + ": is target " + std::to_string(sb.target_index) + " of " +
@@ -258,106 +222,99 @@ Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path,
                                      " an empty path");
     }
   }
+  s->infos.resize(sb.target_count);
+  s->infos[0].path = path;
+  s->infos[0].size = target->size();  // an export's target may end before the export does
+  s->targets.push_back(std::move(target));
+  return Status::Ok();
+}
 
-  std::vector<TargetInfo> targets(sb.target_count);
-  std::vector<Source> fds;
-  fds.push_back(std::move(fd));
-  targets[0].path = path;
-  targets[0].size = file_size;
-  // The other targets first: a missing or wrong one is found before the
-  // directory, the largest read, is done.
-  for (uint32_t t = 1; t < sb.target_count; ++t) {
-    TargetInfo& ti = targets[t];
-    ti.stored_path = std::string(format::TargetPath(sb.targets[t]));
-    const auto mapped = options.target_map.find(t);
-    ti.path = mapped != options.target_map.end() ? mapped->second
-                                                 : ResolveTargetPath(path, ti.stored_path);
-    // Messages name the volume, then the target: "v.dlfs: target 1 (v.dlfs.t1): ...".
-    const std::string name = "target " + std::to_string(t) + " (" + ti.path + ")";
-    if (!options.open_only.empty() && std::find(options.open_only.begin(), options.open_only.end(),
-                                                t) == options.open_only.end()) {
-      // Not needed here: described from target 0's table, not opened.
-      ti.size = sb.targets[t].size;
-      fds.emplace_back();
-      kept.superblocks.emplace_back();
-      continue;
-    }
-    auto opened = OpenSource(ti.path, name, options.nbd);
-    Status st = opened.status();
-    Source tfd;
-    if (st.ok()) {
-      tfd = std::move(opened).value();
-      ti.size = tfd.size;
-    }
-    format::Superblock tsb;
-    if (st.ok()) {
-      st = md && !md->superblocks[t].empty() ? LoadSuperblock(md->superblocks[t], tfd, name, &tsb)
-                                             : ReadSuperblock(tfd, ti.size, name, &tsb);
-      ti.size = tfd.size;
-    }
-    if (st.ok()) st = CheckMemberTarget(sb, tsb, t, name);
-    if (!st.ok()) return st.WithContext(path);
-    kept.superblocks.push_back(SuperblockBytes(tsb));
-    fds.push_back(std::move(tfd));
+// Opens target t > 0 where the target map or target 0's table says and
+// checks that it belongs to the volume; or, when open_only leaves it out,
+// only describes it from target 0's table.
+Status OpenMemberTarget(const std::string& path, uint32_t t, const VolumeOpenOptions& options,
+                        OpenState* s) {
+  TargetInfo& ti = s->infos[t];
+  ti.stored_path = std::string(format::TargetPath(s->sb.targets[t]));
+  const auto mapped = options.target_map.find(t);
+  ti.path = mapped != options.target_map.end()
+                ? mapped->second
+                : io_internal::ResolveTargetPath(path, ti.stored_path);
+  if (!options.open_only.empty() &&
+      std::find(options.open_only.begin(), options.open_only.end(), t) == options.open_only.end()) {
+    ti.size = s->sb.targets[t].size;
+    s->targets.emplace_back();
+    s->kept.superblocks.emplace_back();
+    return Status::Ok();
   }
-  for (uint32_t t = 0; t < sb.target_count; ++t) {
-    const format::RegionEntry* data = format::FindDataRegion(sb, t);
-    targets[t].data_offset = data->offset;
-    targets[t].data_length = data->length;
-  }
+  // Messages name the volume, then the target: "v.dlfs: target 1 (v.dlfs.t1): ...".
+  const std::string name = "target " + std::to_string(t) + " (" + ti.path + ")";
+  auto opened = OpenForReading(ti.path, name, options.nbd);
+  if (!opened.ok()) return opened.status().WithContext(path);
+  std::unique_ptr<Target> target = std::move(opened).value();
+  format::Superblock tsb;
+  Status st = GetSuperblock(options.metadata, t, *target, name, &tsb);
+  ti.size = target->size();
+  if (st.ok()) st = CheckMemberTarget(s->sb, tsb, t, name);
+  if (!st.ok()) return st.WithContext(path);
+  s->kept.superblocks.push_back(SuperblockBytes(tsb));
+  s->targets.push_back(std::move(target));
+  return Status::Ok();
+}
 
-  const format::RegionEntry* dir = format::FindRegion(sb, format::RegionKind::kDirectory);
-  const format::RegionEntry* data = format::FindDataRegion(sb, 0);
-  // The region was bounds-checked against the file size, so this allocation
-  // is never larger than the file.
+// The directory region: handed over with the metadata, or read from target
+// 0 in one read; checked against its CRC unless it was validated already.
+Result<std::shared_ptr<const std::byte>> LoadDirectoryRegion(const std::string& path,
+                                                             const VolumeMetadata* md,
+                                                             const format::RegionEntry& dir,
+                                                             Target& target0) {
   std::shared_ptr<const std::byte> region;
   if (md != nullptr) {
-    if (md->directory == nullptr || md->directory_bytes != dir->length) {
+    if (md->directory == nullptr || md->directory_bytes != dir.length) {
       return Status::InvalidArgument(path + ": directory handed over has " +
                                      std::to_string(md->directory_bytes) + " bytes, volume's has " +
-                                     std::to_string(dir->length));
+                                     std::to_string(dir.length));
     }
     region = md->directory;
   } else {
-    std::shared_ptr<std::byte> fresh = AllocateLarge(dir->length);
+    // The region was bounds-checked against the file size, so this
+    // allocation is never larger than the file.
+    std::shared_ptr<std::byte> fresh = AllocateLarge(dir.length);
     if (!fresh) return Status::Unavailable(path + ": cannot allocate the directory");
-    DLFS_RETURN_IF_ERROR(fds[0].Read(fresh.get(), dir->length, dir->offset, path));
+    DLFS_RETURN_IF_ERROR(target0.Read(fresh.get(), dir.length, dir.offset, path));
     region = std::move(fresh);
   }
-  kept.directory = region;
-  kept.directory_bytes = dir->length;
   const bool validated = md != nullptr && md->directory_validated;
-  const uint32_t crc = validated ? dir->crc32c : crc32c::Value(region.get(), dir->length);
-  if (crc != dir->crc32c) {
-    return Status::Corruption(path + ": directory checksum mismatch (stored " + Hex32(dir->crc32c) +
+  const uint32_t crc = validated ? dir.crc32c : crc32c::Value(region.get(), dir.length);
+  if (crc != dir.crc32c) {
+    return Status::Corruption(path + ": directory checksum mismatch (stored " + Hex32(dir.crc32c) +
                               ", computed " + Hex32(crc) + ")");
   }
+  return region;
+}
+
+// What the directory region must agree with: target 0's superblock.
+SampleDirectory::Expected ExpectedDirectory(const OpenState& s, bool validated) {
   SampleDirectory::Expected expected;
-  expected.sample_count = sb.sample_count;
-  expected.dir_count = sb.dir_count;
-  expected.class_count = sb.class_count;
-  expected.data_bytes = sb.data_bytes;
-  expected.data_alignment = sb.data_alignment;
+  expected.sample_count = s.sb.sample_count;
+  expected.dir_count = s.sb.dir_count;
+  expected.class_count = s.sb.class_count;
+  expected.data_bytes = s.sb.data_bytes;
+  expected.data_alignment = s.sb.data_alignment;
   expected.already_validated = validated;
-  expected.incompat_flags = sb.incompat_flags;
-  for (const TargetInfo& ti : targets) {
+  expected.incompat_flags = s.sb.incompat_flags;
+  for (const TargetInfo& ti : s.infos) {
     expected.data_regions.push_back({ti.data_offset, ti.data_offset + ti.data_length});
   }
-  DLFS_ASSIGN_OR_RETURN(SampleDirectory directory,
-                        SampleDirectory::Create(std::move(region), dir->length, expected, path));
+  return expected;
+}
 
-  std::shared_ptr<Volume> v(new Volume());
-  if (!directory.dictionary().empty()) {
-    auto dict = format::ZstdDictionary::Create(directory.dictionary(), 0);
-    if (!dict.ok()) {
-      return Status::Corruption(path + ": directory region: " + dict.status().message());
-    }
-    v->dictionary_ = *dict;
-  }
-  v->path_ = path;
-  v->directory_ = std::move(directory);
-  v->metadata_ = std::move(kept);
-  VolumeInfo& info = v->info_;
+// The volume as info() describes it; takes the target descriptions.
+VolumeInfo DescribeVolume(OpenState& s) {
+  const format::Superblock& sb = s.sb;
+  const format::RegionEntry* dir = format::FindRegion(sb, format::RegionKind::kDirectory);
+  const format::RegionEntry* data = format::FindDataRegion(sb, 0);
+  VolumeInfo info;
   info.format_version = sb.format_version;
   info.uuid = format::FormatUuid(sb.uuid);
   info.created_unix_ns = sb.created_unix_ns;
@@ -372,26 +329,60 @@ Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path,
   info.directory_bytes = dir->length;
   info.data_alignment = sb.data_alignment;
   info.incompat_flags = sb.incompat_flags;
-  for (size_t t = 0; t < targets.size(); ++t) {
-    struct stat st {};
-    if (fds[t].remote) {
-      targets[t].kind = TargetKind::kNbdExport;
-    } else if (fds[t].fd.get() < 0) {
-      targets[t].kind = TargetKind::kNotOpen;
-    } else if (::fstat(fds[t].fd.get(), &st) == 0 && S_ISBLK(st.st_mode)) {
-      targets[t].kind = TargetKind::kBlockDevice;
+  for (size_t t = 0; t < s.infos.size(); ++t) {
+    s.infos[t].kind = s.targets[t] ? s.targets[t]->kind() : TargetKind::kNotOpen;
+    info.targets.push_back(s.infos[t].path);
+  }
+  info.target_details = std::move(s.infos);
+  return info;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path,
+                                             const VolumeOpenOptions& options) {
+  OpenState s;
+  DLFS_RETURN_IF_ERROR(OpenTargetZero(path, options, &s));
+  // The other targets first: a missing or wrong one is found before the
+  // directory, the largest read, is done.
+  for (uint32_t t = 1; t < s.sb.target_count; ++t) {
+    DLFS_RETURN_IF_ERROR(OpenMemberTarget(path, t, options, &s));
+  }
+  for (uint32_t t = 0; t < s.sb.target_count; ++t) {
+    const format::RegionEntry* data = format::FindDataRegion(s.sb, t);
+    s.infos[t].data_offset = data->offset;
+    s.infos[t].data_length = data->length;
+  }
+
+  const VolumeMetadata* md = options.metadata;
+  const format::RegionEntry* dir = format::FindRegion(s.sb, format::RegionKind::kDirectory);
+  DLFS_ASSIGN_OR_RETURN(std::shared_ptr<const std::byte> region,
+                        LoadDirectoryRegion(path, md, *dir, *s.targets[0]));
+  s.kept.directory = region;
+  s.kept.directory_bytes = dir->length;
+  const bool validated = md != nullptr && md->directory_validated;
+  DLFS_ASSIGN_OR_RETURN(SampleDirectory directory,
+                        SampleDirectory::Create(std::move(region), dir->length,
+                                                ExpectedDirectory(s, validated), path));
+
+  std::shared_ptr<Volume> v(new Volume());
+  if (!directory.dictionary().empty()) {
+    auto dict = format::ZstdDictionary::Create(directory.dictionary(), 0);
+    if (!dict.ok()) {
+      return Status::Corruption(path + ": directory region: " + dict.status().message());
     }
-    info.targets.push_back(targets[t].path);
+    v->dictionary_ = *dict;
   }
-  info.target_details = std::move(targets);
-  for (Source& f : fds) {
-    // Samples are read at random: kernel readahead around each would read
-    // (and evict) neighbours nobody asked for. Large sequential reads, as in
-    // verify, are unaffected.
-    if (f.fd.get() >= 0) ::posix_fadvise(f.fd.get(), 0, 0, POSIX_FADV_RANDOM);
-    v->fds_.push_back(f.fd.release());
-    v->remote_.push_back(std::move(f.remote));
+  v->path_ = path;
+  v->directory_ = std::move(directory);
+  v->metadata_ = std::move(s.kept);
+  v->info_ = DescribeVolume(s);
+  for (std::unique_ptr<Target>& target : s.targets) {
+    // Samples are read at random from here on; the directory, read above,
+    // was one large read.
+    if (target) target->ExpectRandomReads();
   }
+  v->targets_ = std::move(s.targets);
   return v;
 }
 
@@ -399,7 +390,7 @@ VolumeMetadata Volume::metadata() const { return metadata_; }
 
 std::vector<std::string> Volume::OpenTargetPaths() const {
   std::vector<std::string> paths = info_.targets;
-  for (uint32_t t = 0; t < fds_.size(); ++t) {
+  for (uint32_t t = 0; t < targets_.size(); ++t) {
     if (!target_open(t)) paths[t].clear();
   }
   return paths;
@@ -502,7 +493,7 @@ Result<std::vector<std::byte>> Volume::Read(uint64_t index, bool verify) const {
 
 Status Volume::CheckBackupSuperblock() const {
   if (closed()) return Status::InvalidArgument(path_ + ": volume is closed");
-  for (uint32_t t = 0; t < fds_.size(); ++t) {
+  for (uint32_t t = 0; t < targets_.size(); ++t) {
     if (!target_open(t)) continue;  // not opened here (open_only)
     const TargetInfo& ti = info_.target_details[t];
     const std::string name = t == 0 ? path_ : "target " + std::to_string(t) + " (" + ti.path + ")";

@@ -1,0 +1,145 @@
+// VolumeBuilder's targets: named and checked, created (docs/format.md §6
+// and §6.1, step 1), and written through one buffer each. Every target is
+// an io_internal::Target, so nothing here depends on what holds it.
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "builder/builder_impl.h"
+
+namespace dlfs {
+
+namespace {
+
+constexpr size_t kWriteBuffer = 8u << 20;
+
+// Zeroes the target's primary superblock and syncs: from then on it holds
+// no valid target, whatever the rest of it holds.
+Status Invalidate(io_internal::Target& target) {
+  static const std::byte kZeros[format::kSuperblockSize] = {};
+  DLFS_RETURN_IF_ERROR(target.Write(kZeros, sizeof kZeros, 0));
+  return target.Sync();
+}
+
+// A target created over old contents (an export is rewritten in place; a
+// new file holds nothing) may hold a dlfs target already: refused unless
+// overwriting, and in any case made invalid before any other byte changes.
+Status ClaimOldContents(io_internal::Target& target, bool overwrite) {
+  if (target.size() == 0) return Status::Ok();
+  format::Superblock old{};
+  if (target.size() >= sizeof old) {
+    DLFS_RETURN_IF_ERROR(target.Read(&old, sizeof old, 0, target.name()));
+  }
+  if (!overwrite && std::memcmp(old.magic, format::kSuperblockMagic, 8) == 0) {
+    return Status::AlreadyExists(target.name() +
+                                 ": holds a dlfs target already (use --force to replace it)");
+  }
+  return Invalidate(target);
+}
+
+}  // namespace
+
+Status VolumeBuilder::Impl::NameTargets() {
+  targets_.resize(options_.targets);
+  std::set<std::string> seen;
+  for (uint32_t t = 0; t < options_.targets; ++t) {
+    TargetFile& tf = targets_[t];
+    tf.path = t == 0                          ? path_
+              : options_.target_paths.empty() ? DefaultTargetPath(path_, t)
+                                              : options_.target_paths[t - 1];
+    if (tf.path.empty()) return Status::InvalidArgument("empty target path");
+    // Target 0 must appear complete at once: it is the way into the volume.
+    if (t == 0 && !io_internal::PublishedByRename(tf.path)) {
+      return Status::InvalidArgument(tf.path +
+                                     ": target 0 names the volume and must be a file; write "
+                                     "targets 1, 2, ... to NBD exports (--target-path)");
+    }
+    if (t > 0) {
+      DLFS_ASSIGN_OR_RETURN(tf.stored_path,
+                            io_internal::StoredTargetPath(path_, tf.path, format::kMaxTargetPath));
+    }
+    if (!seen.insert(io_internal::TargetIdentity(tf.path)).second) {
+      return Status::InvalidArgument(tf.path + ": named as two targets of the volume");
+    }
+  }
+  return Status::Ok();
+}
+
+Status VolumeBuilder::Impl::CreateTargets() {
+  // An early error only; the no-replace publish at Finish is what enforces it.
+  for (const TargetFile& tf : targets_) {
+    DLFS_RETURN_IF_ERROR(io_internal::CheckNameFree(tf.path, options_.overwrite));
+  }
+  for (const TargetFile& tf : targets_) {
+    for (std::string& r : io_internal::RemoveStaleTemporaries(tf.path)) {
+      removed_temporaries_.push_back(std::move(r));
+    }
+  }
+  // A failure leaves the targets created so far to ~Impl, which removes
+  // their temporary files.
+  for (TargetFile& tf : targets_) {
+    DLFS_ASSIGN_OR_RETURN(tf.target,
+                          io_internal::OpenTarget(tf.path, io_internal::TargetMode::kCreate,
+                                                  {.overwrite = options_.overwrite}));
+    if (tf.target->location() != tf.path) tf.temp_path = tf.target->location();
+    DLFS_RETURN_IF_ERROR(ClaimOldContents(*tf.target, options_.overwrite));
+  }
+  return Status::Ok();
+}
+
+Status VolumeBuilder::Impl::Flush(TargetFile& t) {
+  if (t.buf.empty()) return Status::Ok();
+  DLFS_RETURN_IF_ERROR(t.target->Write(t.buf.data(), t.buf.size(), t.buf_start));
+  t.buf_start += t.buf.size();
+  t.buf.clear();
+  return Status::Ok();
+}
+
+Status VolumeBuilder::Impl::Write(TargetFile& t, std::span<const std::byte> data) {
+  // Grown as data comes (up to kWriteBuffer), not reserved whole: a small
+  // volume, or a target that never receives a sample, does not pay for
+  // 8 MiB.
+  while (!data.empty()) {
+    const size_t room = kWriteBuffer - t.buf.size();
+    const size_t n = std::min(room, data.size());
+    t.buf.insert(t.buf.end(), data.begin(), data.begin() + n);
+    data = data.subspan(n);
+    if (t.buf.size() == kWriteBuffer) DLFS_RETURN_IF_ERROR(Flush(t));
+  }
+  return Status::Ok();
+}
+
+void VolumeBuilder::Impl::Rewind(TargetFile& t, uint64_t pos) {
+  if (pos >= t.buf_start) {
+    t.buf.resize(pos - t.buf_start);
+  } else {
+    t.buf.clear();
+    t.buf_start = pos;
+  }
+}
+
+Status VolumeBuilder::Impl::Pad(TargetFile& t, uint64_t align) {
+  static const std::byte kZeros[4096] = {};
+  uint64_t pad = format::AlignUp(t.Tell(), align) - t.Tell();
+  while (pad > 0) {
+    const uint64_t n = std::min<uint64_t>(pad, sizeof kZeros);
+    DLFS_RETURN_IF_ERROR(Write(t, {kZeros, n}));
+    pad -= n;
+  }
+  return Status::Ok();
+}
+
+// Greedy balance: the next sample goes to the target holding the fewest
+// bytes so far (the lowest index on ties), so the placement depends only
+// on the order and sizes of the samples — packing twice gives the same
+// volume layout. Samples stream, so the choice cannot wait for the size
+// of the sample being placed; the imbalance stays below one sample.
+uint32_t VolumeBuilder::Impl::PickTarget() const {
+  uint32_t best = 0;
+  for (uint32_t t = 1; t < targets_.size(); ++t) {
+    if (targets_[t].Tell() < targets_[best].Tell()) best = t;
+  }
+  return best;
+}
+
+}  // namespace dlfs
