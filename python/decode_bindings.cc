@@ -1,8 +1,8 @@
 // Python bindings of the decode module (dlfs/decode.h, dlfs/decode_stage.h):
 // ImagePipeline (one sample), decode_image / encode_png, and ImageLoader (the
 // C++ Loader wrapped in a DecodeStage). Registered into the `dlfs._dlfs`
-// extension by RegisterDecodeBindings, called from dlfs_module.cc, which
-// passes its Status -> exception thrower so errors map as everywhere else.
+// extension by RegisterDecodeBindings, called from dlfs_module.cc; errors
+// map to exceptions through status_bridge.h, as everywhere else.
 //
 // Zero copy: an ImageLoader batch reaches Python as a writable numpy array
 // over the batch's tensor (numpy-with-base: the array's base is a capsule
@@ -23,23 +23,15 @@
 #include "dlfs/mixture.h"
 #include "dlfs/volume.h"
 #include "state_dict.h"
+#include "status_bridge.h"
 
 namespace py = pybind11;
 
 namespace dlfs {
 namespace {
 
-using ThrowStatus = void (*)(const Status&);
-ThrowStatus g_throw = nullptr;
-
-void Check(const Status& st) {
-  if (!st.ok()) g_throw(st);
-}
-template <typename T>
-T Unwrap(Result<T> r) {
-  if (!r.ok()) g_throw(r.status());
-  return std::move(r).value();
-}
+using python::Check;
+using python::Unwrap;
 
 template <typename E, size_t N>
 E ParseName(const EnumName<E> (&table)[N], const std::string& name, const char* what) {
@@ -250,7 +242,7 @@ class PyImageLoader {
       std::lock_guard lock(mu_);
       more = stage_->Next(&batch);
     }
-    if (!more.ok()) g_throw(more.status());
+    Check(more.status());
     if (!*more) throw py::stop_iteration();
     py::array images;
     if (batch.tensor()) {
@@ -299,8 +291,7 @@ class PyImageLoader {
 
 }  // namespace
 
-void RegisterDecodeBindings(py::module_& m, ThrowStatus throw_status) {
-  g_throw = throw_status;
+void RegisterDecodeBindings(py::module_& m) {
   static const ImageOptions kImage;
   static const DecodeStageOptions kStage;
   static const LoaderOptions kLoader;

@@ -2,7 +2,7 @@
 // package `dlfs` (python/dlfs/) re-exports it and adds dlfs.torch.
 //
 // Conventions: every blocking call releases the GIL; every error Status
-// becomes a Python exception through one translator (see StatusError);
+// becomes a Python exception through one translator (status_bridge.h);
 // sample bytes handed out by the Loader are zero-copy numpy views whose
 // base object keeps the C++ batch buffer alive.
 #include <pybind11/numpy.h>
@@ -31,67 +31,15 @@
 #include "dlfs/verify.h"
 #include "dlfs/volume.h"
 #include "state_dict.h"
+#include "status_bridge.h"
 
 namespace py = pybind11;
 
 namespace dlfs {
 namespace {
 
-// Carries a Status from C++ to the exception translator.
-struct StatusError {
-  Status status;
-};
-
-PyObject* g_corrupt_error = nullptr;
-
-template <typename T>
-T Unwrap(Result<T> r) {
-  if (!r.ok()) throw StatusError{r.status()};
-  return std::move(r).value();
-}
-
-void Check(const Status& st) {
-  if (!st.ok()) throw StatusError{st};
-}
-
-void TranslateStatus(const Status& st) {
-  const std::string& msg = st.message();
-  switch (st.code()) {
-    case StatusCode::kCorruption:
-      PyErr_SetString(g_corrupt_error, msg.c_str());
-      return;
-    case StatusCode::kInvalidArgument:
-      PyErr_SetString(PyExc_ValueError, msg.c_str());
-      return;
-    case StatusCode::kNotFound:
-      if (st.sys_errno() == 0) {  // a path inside a volume: a missing key
-        PyErr_SetString(PyExc_KeyError, msg.c_str());
-        return;
-      }
-      break;
-    case StatusCode::kNotSupported:
-      PyErr_SetString(PyExc_NotImplementedError, msg.c_str());
-      return;
-    case StatusCode::kCancelled:
-      PyErr_SetString(PyExc_KeyboardInterrupt, msg.c_str());
-      return;
-    case StatusCode::kUnavailable:
-      if (st.sys_errno() == 0) {
-        PyErr_SetString(PyExc_RuntimeError, msg.c_str());
-        return;
-      }
-      break;
-    default:
-      break;
-  }
-  // OS errors: OSError(errno, message) picks the right subclass
-  // (FileNotFoundError, PermissionError, ...).
-  const int err = st.sys_errno() != 0                       ? st.sys_errno()
-                  : st.code() == StatusCode::kAlreadyExists ? EEXIST
-                                                            : EIO;
-  py::object e = py::reinterpret_borrow<py::object>(PyExc_OSError)(err, msg);
-  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(e.ptr())), e.ptr());
-}
+using python::Check;
+using python::Unwrap;
 
 py::object LabelOrNone(uint32_t label) {
   return label == kNoLabel ? py::object(py::none()) : py::object(py::int_(label));
@@ -204,7 +152,7 @@ class PyLoader {
       std::lock_guard lock(mu_);
       more = loader_->Next(batch.get());
     }
-    if (!more.ok()) throw StatusError{more.status()};
+    Check(more.status());
     if (!*more) throw py::stop_iteration();
     return batch;
   }
@@ -408,30 +356,18 @@ py::array SampleView(py::object batch_obj, size_t i) { return FieldView(batch_ob
 
 }  // namespace
 
-// The decode module's classes (python/decode_bindings.cc); errors are thrown
-// through `throw_status` so they map to exceptions as everywhere here.
-void RegisterDecodeBindings(py::module_& m, void (*throw_status)(const Status&));
+// The decode module's classes (python/decode_bindings.cc).
+void RegisterDecodeBindings(py::module_& m);
 // dlfs.Writer's engine, Volume.close/slicing/read_array, __version__
 // (python/writer_bindings.cc).
-void RegisterAdoptionBindings(py::module_& m, void (*throw_status)(const Status&));
+void RegisterAdoptionBindings(py::module_& m);
 }  // namespace dlfs
 
 PYBIND11_MODULE(_dlfs, m) {
   using namespace dlfs;
   m.doc() = "dlfs: packed sample volumes and a fast shuffled batch loader (C++ core).";
 
-  static py::exception<StatusError> corrupt(m, "CorruptVolumeError", PyExc_Exception);
-  g_corrupt_error = corrupt.ptr();
-  corrupt.doc() =
-      "A volume failed an integrity check: bad magic, checksum mismatch, truncation, or a "
-      "damaged sample. The message names the file and the problem.";
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const StatusError& e) {
-      TranslateStatus(e.status);
-    }
-  });
+  python::RegisterStatusBridge(m);
 
   py::class_<PyReader>(m, "_SampleReader");
 
@@ -645,7 +581,7 @@ indices at once (a BatchSampler); for whole epochs use dlfs.Loader.)doc")
           "indices",
           [](const Volume& v, const std::string& dir) {
             const PathEntry e = Unwrap(v.directory().Resolve(dir));
-            if (!e.is_dir) throw StatusError{Status::InvalidArgument("'" + dir + "' is a sample")};
+            if (!e.is_dir) Check(Status::InvalidArgument("'" + dir + "' is a sample"));
             const std::vector<uint64_t> idx = v.directory().SamplesUnder(e.index);
             return py::array_t<int64_t>(static_cast<py::ssize_t>(idx.size()),
                                         reinterpret_cast<const int64_t*>(idx.data()));
@@ -1096,6 +1032,6 @@ progress=True uses it. Ctrl-C stops packing and leaves no volume.)doc");
       "_subset_crc", [](const std::vector<uint64_t>& indices) { return SubsetCrc(indices); },
       py::arg("indices"), "CRC32C of a loader's sample subset, as its state_dict() has it.");
 
-  RegisterDecodeBindings(m, [](const Status& st) { throw StatusError{st}; });
-  RegisterAdoptionBindings(m, [](const Status& st) { throw StatusError{st}; });
+  RegisterDecodeBindings(m);
+  RegisterAdoptionBindings(m);
 }

@@ -1,7 +1,7 @@
 // Python bindings added for adoption (issue 14), kept apart from
 // dlfs_module.cc: the engine of dlfs.Writer (python/dlfs/writer.py), Volume
 // as a context manager with close(), Volume slicing and writable reads, and
-// the module's __version__. Errors go through `throw_status`, so they
+// the module's __version__. Errors go through status_bridge.h, so they
 // become the same exceptions as everywhere else in the module.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -16,6 +16,7 @@
 #include "dlfs/builder.h"
 #include "dlfs/version.h"
 #include "dlfs/volume.h"
+#include "status_bridge.h"
 
 namespace py = pybind11;
 
@@ -23,17 +24,8 @@ namespace dlfs {
 
 namespace {
 
-void (*g_throw_status)(const Status&) = nullptr;
-
-void Check(const Status& st) {
-  if (!st.ok()) g_throw_status(st);
-}
-
-template <typename T>
-T Unwrap(Result<T> r) {
-  Check(r.status());
-  return std::move(r).value();
-}
+using python::Check;
+using python::Unwrap;
 
 // A contiguous read-only view of any object with the buffer protocol
 // (bytes, bytearray, memoryview, a C-contiguous numpy array of any dtype),
@@ -181,8 +173,7 @@ py::list ReadSlice(const Volume& v, const py::slice& s) {
 
 }  // namespace
 
-void RegisterAdoptionBindings(py::module_& m, void (*throw_status)(const Status&)) {
-  g_throw_status = throw_status;
+void RegisterAdoptionBindings(py::module_& m) {
   m.attr("__version__") = DLFS_VERSION_STRING;
 
   py::class_<PyWriter>(m, "_VolumeWriter",
