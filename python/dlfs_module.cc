@@ -9,19 +9,13 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <optional>
-#include <thread>
 
 #include "dlfs/loader.h"
 #include "dlfs/mixture.h"
@@ -30,6 +24,7 @@
 #include "dlfs/summary.h"
 #include "dlfs/verify.h"
 #include "dlfs/volume.h"
+#include "shared_slots.h"
 #include "state_dict.h"
 #include "status_bridge.h"
 
@@ -207,134 +202,6 @@ SampleReader& ReaderOf(py::object volume_obj) {
   return r.cast<PyReader&>().reader();
 }
 
-// Shared-memory batches between DataLoader workers and the main process
-// (VolumeDataset's batched mode): a worker reads a batch straight into a
-// slot of a memfd it owns (O_DIRECT, no copy), sends only where the samples
-// are, and the main process maps the memfd (through /proc/PID/fd/FD) and
-// hands out views; the slot is free again when the last view is gone. The
-// first page holds one atomic state word per slot (0 free, 1 taken).
-constexpr uint64_t kSlotHeader = 4096;
-constexpr uint32_t kMaxSlots = 1024;
-
-std::atomic<uint32_t>* SlotStates(std::byte* base) {
-  return reinterpret_cast<std::atomic<uint32_t>*>(base);
-}
-
-class SharedSlots {
- public:
-  SharedSlots(uint32_t slots, uint64_t slot_bytes)
-      : slots_(slots), slot_bytes_((slot_bytes + 4095) / 4096 * 4096) {
-    if (slots == 0 || slots > kMaxSlots) throw py::value_error("slots must be 1..1024");
-    total_ = kSlotHeader + uint64_t{slots_} * slot_bytes_;
-    fd_ = static_cast<int>(::syscall(SYS_memfd_create, "dlfs-batches", MFD_CLOEXEC));
-    if (fd_ < 0) Check(Status::FromErrno(errno, "memfd_create"));
-    if (::ftruncate(fd_, static_cast<off_t>(total_)) != 0) {
-      const int e = errno;
-      ::close(fd_);
-      Check(Status::FromErrno(e, "ftruncate of the shared batch memory"));
-    }
-    void* p = ::mmap(nullptr, total_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
-    if (p == MAP_FAILED) {
-      const int e = errno;
-      ::close(fd_);
-      Check(Status::FromErrno(e, "mmap of the shared batch memory"));
-    }
-    base_ = static_cast<std::byte*>(p);
-    ::madvise(base_, total_, 23 /* MADV_POPULATE_WRITE: touch it once, now */);
-  }
-  ~SharedSlots() {
-    ::munmap(base_, total_);
-    ::close(fd_);
-  }
-  // A free slot, taken; -1 if none came free within `timeout` seconds.
-  int Acquire(double timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
-    while (true) {
-      for (uint32_t i = 0; i < slots_; ++i) {
-        uint32_t expected = 0;
-        if (SlotStates(base_)[i].compare_exchange_strong(expected, 1)) return static_cast<int>(i);
-      }
-      if (std::chrono::steady_clock::now() >= deadline) return -1;
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
-  }
-  void Release(uint32_t slot) { SlotStates(base_)[slot].store(0); }
-  std::span<std::byte> Slot(uint32_t slot) {
-    return {base_ + kSlotHeader + uint64_t{slot} * slot_bytes_, slot_bytes_};
-  }
-  int fd() const { return fd_; }
-  uint64_t total() const { return total_; }
-  uint64_t slot_bytes() const { return slot_bytes_; }
-
- private:
-  uint32_t slots_;
-  uint64_t slot_bytes_;
-  uint64_t total_ = 0;
-  int fd_ = -1;
-  std::byte* base_ = nullptr;
-};
-
-// The main process's mapping of a worker's slots.
-class SlotMapping {
- public:
-  SlotMapping(int pid, int fd, uint64_t total) : total_(total) {
-    const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
-    const int f = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-    if (f < 0) {
-      Check(Status::FromErrno(errno, path + " (the shared batch memory of DataLoader worker " +
-                                         std::to_string(pid) +
-                                         "; VolumeDataset(shared_memory=False) avoids it)"));
-    }
-    void* p = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
-    const int e = errno;
-    ::close(f);
-    if (p == MAP_FAILED) Check(Status::FromErrno(e, "mmap of " + path));
-    base_ = static_cast<std::byte*>(p);
-  }
-  ~SlotMapping() { ::munmap(base_, total_); }
-  std::byte* base() const { return base_; }
-
- private:
-  uint64_t total_;
-  std::byte* base_ = nullptr;
-};
-
-// One slot's bytes in the main process (buffer protocol); frees the slot
-// for its worker when the last view of it is gone.
-struct SlotLease {
-  std::shared_ptr<SlotMapping> mapping;
-  uint32_t slot = 0;
-  uint64_t slot_bytes = 0;
-  ~SlotLease() {
-    if (mapping) SlotStates(mapping->base())[slot].store(0);
-  }
-  std::byte* data() const { return mapping->base() + kSlotHeader + uint64_t{slot} * slot_bytes; }
-};
-
-std::shared_ptr<SlotLease> AttachSlot(int pid, int fd, uint64_t total, uint64_t slot_bytes,
-                                      uint32_t slot) {
-  static std::mutex mu;
-  static std::map<std::pair<int, int>, std::weak_ptr<SlotMapping>> mappings;
-  std::shared_ptr<SlotMapping> m;
-  {
-    std::lock_guard lock(mu);
-    auto& w = mappings[{pid, fd}];
-    m = w.lock();
-    if (!m) {
-      m = std::make_shared<SlotMapping>(pid, fd, total);
-      w = m;
-    }
-  }
-  if (kSlotHeader + (uint64_t{slot} + 1) * slot_bytes > total) {
-    throw py::value_error("slot out of range of the shared batch memory");
-  }
-  auto lease = std::make_shared<SlotLease>();
-  lease->mapping = std::move(m);
-  lease->slot = slot;
-  lease->slot_bytes = slot_bytes;
-  return lease;
-}
-
 // A uint8 numpy view of field f of sample i (f = 0: sample(i)) whose base is
 // the Python Batch.
 py::array FieldView(py::object batch_obj, size_t i, size_t f) {
@@ -371,9 +238,13 @@ PYBIND11_MODULE(_dlfs, m) {
 
   py::class_<PyReader>(m, "_SampleReader");
 
+  // VolumeDataset's shared batch memory (shared_slots.h).
   py::class_<SharedSlots>(
       m, "_SharedSlots", "Shared batch memory of a DataLoader worker (VolumeDataset batched mode).")
-      .def(py::init<uint32_t, uint64_t>(), py::arg("slots"), py::arg("slot_bytes"))
+      .def(py::init([](uint32_t slots, uint64_t slot_bytes) {
+             return Unwrap(SharedSlots::Create(slots, slot_bytes));
+           }),
+           py::arg("slots"), py::arg("slot_bytes"))
       .def_property_readonly("fd", &SharedSlots::fd)
       .def_property_readonly("total", &SharedSlots::total)
       .def_property_readonly("slot_bytes", &SharedSlots::slot_bytes)
@@ -413,11 +284,16 @@ PYBIND11_MODULE(_dlfs, m) {
         // Writable, like the copies DataLoader makes of samples sent the
         // ordinary way: the batch is the caller's to use as it likes.
         return py::buffer_info(l.data(), 1, py::format_descriptor<uint8_t>::format(), 1,
-                               {static_cast<py::ssize_t>(l.slot_bytes)}, {1}, /*readonly=*/false);
+                               {static_cast<py::ssize_t>(l.slot_bytes())}, {1},
+                               /*readonly=*/false);
       });
-  m.def("_attach_slot", &AttachSlot, py::arg("pid"), py::arg("fd"), py::arg("total"),
-        py::arg("slot_bytes"), py::arg("slot"),
-        "Maps slot `slot` of DataLoader worker `pid`'s shared batch memory.");
+  m.def(
+      "_attach_slot",
+      [](int pid, int fd, uint64_t total, uint64_t slot_bytes, uint32_t slot) {
+        return Unwrap(AttachSlot(pid, fd, total, slot_bytes, slot));
+      },
+      py::arg("pid"), py::arg("fd"), py::arg("total"), py::arg("slot_bytes"), py::arg("slot"),
+      "Maps slot `slot` of DataLoader worker `pid`'s shared batch memory.");
 
   py::class_<Volume, std::shared_ptr<Volume>>(m, "Volume", py::dynamic_attr(), R"doc(
 An open dlfs volume (read-only).
