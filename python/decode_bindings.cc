@@ -22,6 +22,7 @@
 #include "dlfs/loader.h"
 #include "dlfs/mixture.h"
 #include "dlfs/volume.h"
+#include "loader_keywords.h"
 #include "state_dict.h"
 #include "status_bridge.h"
 
@@ -207,20 +208,19 @@ py::array TensorArray(const Batch& batch) {
 // DecodeStage, iterated from Python.
 class PyImageLoader {
  public:
-  PyImageLoader(std::shared_ptr<Volume> vol, const LoaderOptions& lo,
-                const DecodeStageOptions& dso) {
-    auto loader = Unwrap(Loader::Create(vol, lo));
-    loaders_ = {loader.get()};
-    volumes_ = {vol};
-    stage_ = Unwrap(DecodeStage::Create(std::move(loader), vol, dso));
-  }
-  PyImageLoader(std::vector<std::shared_ptr<Volume>> vols, const MixtureOptions& m,
-                const LoaderOptions& lo, const DecodeStageOptions& dso) {
-    auto mix = Unwrap(MixtureSource::Create(vols, m, lo));
-    for (size_t v = 0; v < vols.size(); ++v) loaders_.push_back(&mix->loader(v));
+  // One Loader, or a MixtureSource of the volumes, under the stage.
+  PyImageLoader(python::LoaderSetup setup, const DecodeStageOptions& dso)
+      : volumes_(std::move(setup.volumes)) {
+    if (!setup.mixture) {
+      auto loader = Unwrap(Loader::Create(volumes_.front(), setup.options));
+      loaders_ = {loader.get()};
+      stage_ = Unwrap(DecodeStage::Create(std::move(loader), volumes_.front(), dso));
+      return;
+    }
+    auto mix = Unwrap(MixtureSource::Create(volumes_, *setup.mixture, setup.options));
+    for (size_t v = 0; v < volumes_.size(); ++v) loaders_.push_back(&mix->loader(v));
     mixture_ = mix.get();
-    volumes_ = vols;
-    std::vector<std::shared_ptr<const Volume>> named(vols.begin(), vols.end());
+    std::vector<std::shared_ptr<const Volume>> named(volumes_.begin(), volumes_.end());
     stage_ = Unwrap(DecodeStage::Create(std::move(mix), std::move(named), dso));
   }
 
@@ -489,34 +489,35 @@ sources says each image's volume (its position in a list of volumes, else 0).
                   std::optional<uint64_t> cache_budget, bool cache_shared, uint32_t max_bad_samples,
                   py::object quarantine, std::optional<std::vector<double>> weights,
                   uint64_t epoch_samples, bool cycle) {
-                 LoaderOptions lo;
-                 lo.sampler.batch_size = batch_size;
-                 lo.sampler.shuffle = shuffle;
-                 lo.sampler.seed = seed;
-                 lo.sampler.rank = rank;
-                 lo.sampler.world_size = world_size;
-                 lo.sampler.drop_last = drop_last;
-                 // A list (or tuple) of volumes is a mixture; a path or a Volume, one.
-                 LoaderVolumes vols =
-                     ResolveVolumes(volume, weights, epoch_samples, cycle, lo.sampler,
-                                    [](const std::string& p) { return Unwrap(Volume::Open(p)); });
-                 lo.prefetch_batches = prefetch_batches;
-                 lo.engine.queue_depth = queue_depth;
-                 lo.io_threads = io_threads;
-                 lo.engine.kind = ParseName(kEngineKindNames, engine, "engine");
-                 lo.engine.direct_io = direct_io;
-                 lo.verify_checksums = verify_checksums;
-                 lo.plan.coalesce = coalesce;
-                 if (indices) lo.subset = std::move(*indices);
-                 // One field: the decode stage decodes one image per sample.
-                 if (field) lo.fields = {*field};
-                 if (cache_budget) lo.cache_budget = *cache_budget;
-                 lo.cache_shared = cache_shared;
-                 // Samples that cannot be read or fail their checksum are
-                 // left out like undecodable ones.
-                 lo.skip_bad_samples = skip_bad_samples;
-                 lo.max_bad_samples = max_bad_samples;
-                 if (!quarantine.is_none()) lo.quarantine = QuarantineIndices(quarantine);
+                 python::LoaderSetup setup = python::ResolveLoaderKeywords({
+                     .volume = volume,
+                     .batch_size = batch_size,
+                     .shuffle = shuffle,
+                     .seed = seed,
+                     .rank = rank,
+                     .world_size = world_size,
+                     .drop_last = drop_last,
+                     .prefetch_batches = prefetch_batches,
+                     .queue_depth = queue_depth,
+                     .io_threads = io_threads,
+                     .engine = engine,
+                     .direct_io = direct_io,
+                     .verify_checksums = verify_checksums,
+                     .coalesce = coalesce,
+                     .indices = std::move(indices),
+                     .cache_budget = cache_budget,
+                     // One field: the decode stage decodes one image per sample.
+                     .fields = field ? std::optional(std::vector{*field}) : std::nullopt,
+                     .cache_shared = cache_shared,
+                     // Samples that cannot be read or fail their checksum are
+                     // left out like undecodable ones.
+                     .skip_bad_samples = skip_bad_samples,
+                     .max_bad_samples = max_bad_samples,
+                     .quarantine = quarantine,
+                     .weights = std::move(weights),
+                     .epoch_samples = epoch_samples,
+                     .cycle = cycle,
+                 });
                  DecodeStageOptions dso;
                  dso.image = pipeline.options();
                  dso.decode_threads = decode_threads;
@@ -525,10 +526,7 @@ sources says each image's volume (its position in a list of volumes, else 0).
                  std::unique_ptr<PyImageLoader> l;
                  {
                    py::gil_scoped_release release;
-                   l = vols.mixture
-                           ? std::make_unique<PyImageLoader>(std::move(vols.volumes), *vols.mixture,
-                                                             lo, dso)
-                           : std::make_unique<PyImageLoader>(vols.volumes.front(), lo, dso);
+                   l = std::make_unique<PyImageLoader>(std::move(setup), dso);
                  }
                  l->set_options(dso);
                  return l;

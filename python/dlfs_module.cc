@@ -24,6 +24,7 @@
 #include "dlfs/summary.h"
 #include "dlfs/verify.h"
 #include "dlfs/volume.h"
+#include "loader_keywords.h"
 #include "shared_slots.h"
 #include "state_dict.h"
 #include "status_bridge.h"
@@ -34,6 +35,7 @@ namespace dlfs {
 namespace {
 
 using python::Check;
+using python::ResolveLoaderKeywords;
 using python::Unwrap;
 
 py::object LabelOrNone(uint32_t label) {
@@ -118,15 +120,17 @@ uint64_t CheckIndex(const Volume& v, int64_t index) {
 // volumes) plus the epoch the next iter() starts.
 class PyLoader {
  public:
-  PyLoader(std::shared_ptr<Volume> vol, const LoaderOptions& o) {
-    auto loader = Unwrap(Loader::Create(std::move(vol), o));
-    loaders_ = {loader.get()};
-    loader_ = std::move(loader);
-  }
-  PyLoader(std::vector<std::shared_ptr<Volume>> vols, const MixtureOptions& m,
-           const LoaderOptions& o) {
-    auto mixture = Unwrap(MixtureSource::Create(std::move(vols), m, o));
-    for (size_t v = 0; v < m.weights.size(); ++v) {
+  // One Loader, or a MixtureSource of the volumes.
+  explicit PyLoader(python::LoaderSetup setup) {
+    if (!setup.mixture) {
+      auto loader = Unwrap(Loader::Create(setup.volumes.front(), setup.options));
+      loaders_ = {loader.get()};
+      loader_ = std::move(loader);
+      return;
+    }
+    auto mixture =
+        Unwrap(MixtureSource::Create(std::move(setup.volumes), *setup.mixture, setup.options));
+    for (size_t v = 0; v < setup.mixture->weights.size(); ++v) {
       loaders_.push_back(const_cast<Loader*>(&mixture->loader(v)));
     }
     mixture_ = mixture.get();
@@ -698,34 +702,32 @@ loop); another epoch starts afresh.
                  std::optional<std::vector<std::string>> fields, bool cache_shared,
                  bool skip_bad_samples, uint32_t max_bad_samples, py::object quarantine,
                  std::optional<std::vector<double>> weights, uint64_t epoch_samples, bool cycle) {
-                LoaderOptions o;
-                o.sampler.batch_size = batch_size;
-                o.sampler.shuffle = shuffle;
-                o.sampler.seed = seed;
-                o.sampler.rank = rank;
-                o.sampler.world_size = world_size;
-                o.sampler.drop_last = drop_last;
-                // A list (or tuple) of volumes is a mixture; a path or a Volume, one.
-                LoaderVolumes vols =
-                    ResolveVolumes(volume, weights, epoch_samples, cycle, o.sampler,
-                                   [](const std::string& p) { return Unwrap(Volume::Open(p)); });
-                o.prefetch_batches = prefetch_batches;
-                o.engine.queue_depth = queue_depth;
-                o.io_threads = io_threads;
-                o.engine.kind = Unwrap(ParseEngineKind(engine));
-                o.engine.direct_io = direct_io;
-                o.verify_checksums = verify_checksums;
-                o.plan.coalesce = coalesce;
-                if (indices) o.subset = std::move(*indices);
-                if (cache_budget) o.cache_budget = *cache_budget;
-                if (fields) o.fields = std::move(*fields);
-                o.cache_shared = cache_shared;
-                o.skip_bad_samples = skip_bad_samples;
-                o.max_bad_samples = max_bad_samples;
-                if (!quarantine.is_none()) o.quarantine = QuarantineIndices(quarantine);
-                auto loader = vols.mixture ? std::make_unique<PyLoader>(std::move(vols.volumes),
-                                                                        *vols.mixture, o)
-                                           : std::make_unique<PyLoader>(vols.volumes.front(), o);
+                auto loader = std::make_unique<PyLoader>(ResolveLoaderKeywords({
+                    .volume = volume,
+                    .batch_size = batch_size,
+                    .shuffle = shuffle,
+                    .seed = seed,
+                    .rank = rank,
+                    .world_size = world_size,
+                    .drop_last = drop_last,
+                    .prefetch_batches = prefetch_batches,
+                    .queue_depth = queue_depth,
+                    .io_threads = io_threads,
+                    .engine = engine,
+                    .direct_io = direct_io,
+                    .verify_checksums = verify_checksums,
+                    .coalesce = coalesce,
+                    .indices = std::move(indices),
+                    .cache_budget = cache_budget,
+                    .fields = std::move(fields),
+                    .cache_shared = cache_shared,
+                    .skip_bad_samples = skip_bad_samples,
+                    .max_bad_samples = max_bad_samples,
+                    .quarantine = quarantine,
+                    .weights = std::move(weights),
+                    .epoch_samples = epoch_samples,
+                    .cycle = cycle,
+                }));
                 for (const Loader* one : loader->loaders()) {
                   if (const std::string& note = one->cache_note(); !note.empty()) {
                     if (PyErr_WarnEx(PyExc_RuntimeWarning, ("dlfs: " + note).c_str(), 1) != 0) {
