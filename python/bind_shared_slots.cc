@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "bindings.h"
@@ -16,6 +17,17 @@
 namespace py = pybind11;
 
 namespace dlfs::python {
+
+namespace {
+// Slot numbers come from Python: one out of range would address memory
+// outside the mapping.
+void CheckSlot(const SharedSlots& s, uint32_t slot) {
+  if (slot >= s.slots()) {
+    throw py::index_error("slot " + std::to_string(slot) + " out of range (" +
+                          std::to_string(s.slots()) + " slots)");
+  }
+}
+}  // namespace
 
 void RegisterSharedSlots(py::module_& m) {
   py::class_<SharedSlots>(
@@ -34,11 +46,18 @@ void RegisterSharedSlots(py::module_& m) {
             return s.Acquire(timeout);
           },
           py::arg("timeout"))
-      .def("release", &SharedSlots::Release, py::arg("slot"))
+      .def(
+          "release",
+          [](SharedSlots& s, uint32_t slot) {
+            CheckSlot(s, slot);
+            s.Release(slot);
+          },
+          py::arg("slot"))
       .def(
           "read",
           [](SharedSlots& s, py::object volume, uint32_t slot, std::vector<uint64_t> indices,
              bool verify) -> py::object {
+            CheckSlot(s, slot);
             SampleReader& reader = ReaderOf(volume);
             Result<Batch> r = Status::Cancelled("not run");
             {
