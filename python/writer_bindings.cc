@@ -66,7 +66,9 @@ class PyWriter {
     o.targets = targets;
     o.align = alignment;
     o.overwrite = force;
-    Check(ParseCompression(compress, dict, &o.compress));
+    Result<VolumeBuilder::Options::Compression> compression = ParseCompression(compress, dict);
+    Check(compression.status());
+    o.compress = std::move(*compression);
     Result<std::unique_ptr<VolumeBuilder>> r = Status::Cancelled("not run");
     {
       py::gil_scoped_release release;

@@ -269,6 +269,25 @@ json EpochJson(const EpochReport& e) {
           {"cache", CacheJson(e)}};
 }
 
+// The library names the option that would change an error by its PackOptions
+// field; `dlfs pack` says which flag sets it instead.
+Status InFlagTerms(const Status& st) {
+  static constexpr std::pair<std::string_view, std::string_view> kFlags[] = {
+      {"(set overwrite to", "(use --force to"},
+      {"(set skip_unreadable to", "(use --skip-unreadable to"},
+      {"the fields option applies", "--fields applies"},
+      {"all_files packs", "--all-files packs"},
+      {"(target_paths)", "(--target-path)"},
+      {"target_paths (or none)", "--target-path options (or none)"}};
+  std::string message = st.message();
+  for (const auto& [option, flag] : kFlags) {
+    if (const size_t at = message.find(option); at != message.npos) {
+      message.replace(at, option.size(), flag);
+    }
+  }
+  return Status(st.code(), std::move(message), st.sys_errno());
+}
+
 }  // namespace
 
 int RunPack(PackArgs args) {
@@ -293,9 +312,9 @@ int RunPack(PackArgs args) {
   if (args.dict && args.compress.empty()) {
     return Fail(Status::InvalidArgument("--dict needs --compress zstd[:LEVEL]"));
   }
-  if (Status st = ParseCompression(args.compress, args.dict, &volume.compress); !st.ok()) {
-    return Fail(st.WithContext("--compress"));
-  }
+  auto compression = ParseCompression(args.compress, args.dict);
+  if (!compression.ok()) return Fail(compression.status().WithContext("--compress"));
+  volume.compress = std::move(*compression);
   options.cancel = &g_cancel;
   const bool progress = ShowProgress(args.quiet);
   if (progress) {
@@ -317,7 +336,7 @@ int RunPack(PackArgs args) {
   std::signal(SIGTERM, OnSignal);
   auto stats = Pack(args.source, args.output, options);
   if (progress) std::fprintf(stderr, "\r\033[K");
-  if (!stats.ok()) return Fail(stats.status());
+  if (!stats.ok()) return Fail(InFlagTerms(stats.status()));
   for (const std::string& r : stats->removed_temporaries) {
     std::fprintf(stderr, "dlfs: removed stale temporary file %s\n", r.c_str());
   }
