@@ -3,23 +3,18 @@
 // load_state_dict() takes (the keys of its text form, dlfs/batch_source.h;
 // flags as bools; the epoch's earlier parts of an elastic resume as the
 // "segments" string; the samples left out as bad as the "quarantine" string
-// "3,17"), the iteration's position, the volumes a loader is given (one, or
-// a list: a weighted mixture), and quarantine records.
+// "3,17"), the iteration's position, and quarantine records. (Their
+// keywords become LoaderOptions in loader_keywords.h.)
 #pragma once
 
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
-#include <functional>
-#include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "dlfs/batch_source.h"
-#include "dlfs/mixture.h"
-#include "dlfs/volume.h"
 
 namespace dlfs {
 
@@ -73,18 +68,6 @@ inline Result<SourceState> StateFromDict(const pybind11::handle& state) {
     text += k + " " + v + "\n";
   }
   return SourceState::Parse(text);
-}
-
-// A quarantine list given to a loader: sample indices, or the records of
-// `dlfs verify --json` / quarantine() (dicts with an "index").
-inline std::vector<uint64_t> QuarantineIndices(const pybind11::handle& list) {
-  namespace py = pybind11;
-  std::vector<uint64_t> out;
-  for (py::handle item : list) {
-    py::handle index = py::isinstance<py::dict>(item) ? item.cast<py::dict>()["index"] : item;
-    out.push_back(index.cast<uint64_t>());
-  }
-  return out;
 }
 
 // What a loader left out, as dicts {volume, index, path, reason}.
@@ -159,40 +142,5 @@ class SourcePosition {
   bool positioned_ = false;  // the source is at epoch_ (iterated or restored)
   bool restored_ = false;    // by load_state_dict, and not iterated since
 };
-
-// The volumes a loader's `volume` argument names: a path or Volume (one),
-// or a list or tuple of them, a weighted mixture whose options (weights,
-// default equal; epoch_samples; cycle; the loader's sampler) come back in
-// `mixture`. ValueError for mixture options given with one volume.
-struct LoaderVolumes {
-  std::vector<std::shared_ptr<Volume>> volumes;
-  std::optional<MixtureOptions> mixture;
-};
-inline LoaderVolumes ResolveVolumes(
-    const pybind11::handle& volume, const std::optional<std::vector<double>>& weights,
-    uint64_t epoch_samples, bool cycle, const SamplerOptions& sampler,
-    const std::function<std::shared_ptr<Volume>(const std::string&)>& open_path) {
-  namespace py = pybind11;
-  auto open = [&](py::handle v) {
-    if (py::isinstance<Volume>(v)) return v.cast<std::shared_ptr<Volume>>();
-    return open_path(py::str(v).cast<std::string>());
-  };
-  LoaderVolumes out;
-  if (py::isinstance<py::list>(volume) || py::isinstance<py::tuple>(volume)) {
-    for (py::handle v : volume) out.volumes.push_back(open(v));
-    MixtureOptions m;
-    m.weights = weights ? *weights : std::vector<double>(out.volumes.size(), 1.0);
-    m.epoch_samples = epoch_samples;
-    m.cycle = cycle;
-    m.sampler = sampler;
-    out.mixture = m;
-    return out;
-  }
-  if (weights || epoch_samples != 0 || cycle) {
-    throw py::value_error("weights, epoch_samples and cycle apply to a list of volumes");
-  }
-  out.volumes.push_back(open(volume));
-  return out;
-}
 
 }  // namespace dlfs

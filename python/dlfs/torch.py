@@ -16,34 +16,26 @@ with VolumeDataset(decode=...), as tensors decoded in C++. The arrays are
 writable and not copies: torch.from_numpy takes them as they are, without a
 warning.
 """
-import glob
-import json
-import os
-import shutil
-import tempfile
-import weakref
+import glob as _glob
+import json as _json
+import os as _os
+import shutil as _shutil
+import tempfile as _tempfile
+import weakref as _weakref
 
-import numpy as np
-import torch
-import torch.utils.data as tud
+import numpy as _np
+import torch as _torch
+import torch.utils.data as _tud
 
-from . import Loader, Volume
-from .torch_image import ImageLoader, make_pipeline
+from . import _dlfs
+from ._torch_common import distributed_rank_world
+from ._torch_common import make_pipeline as _make_pipeline
+from .torch_image import ImageLoader
 
 __all__ = ["VolumeDataset", "LoaderDataset", "ImageLoader", "distributed_rank_world"]
 
 
-def distributed_rank_world():
-    """(rank, world_size) from torch.distributed when initialised, else the
-    RANK / WORLD_SIZE environment variables (set by torchrun), else (0, 1)."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-
-
-class VolumeDataset(tud.Dataset):
+class VolumeDataset(_tud.Dataset):
     """Map-style dataset over a volume.
 
     dataset[i] -> (transform(sample), target_transform(label)): one sample,
@@ -96,11 +88,11 @@ class VolumeDataset(tud.Dataset):
     def __init__(self, path, transform=None, target_transform=None, root=None, verify=True,
                  batch_transform=None, shared_memory=True, shared_slots=6, decode=None,
                  fields=None):
-        self.path = os.fspath(path)
+        self.path = _os.fspath(path)
         if isinstance(fields, str):
             fields = (fields,)
         self.fields = tuple(fields) if fields is not None else None
-        self.decode = make_pipeline(decode) if decode is not None else None
+        self.decode = _make_pipeline(decode) if decode is not None else None
         self.epoch = 0
         self.transform = transform
         self.target_transform = target_transform
@@ -109,18 +101,18 @@ class VolumeDataset(tud.Dataset):
         self.shared_memory = shared_memory
         self.shared_slots = shared_slots
         self._slots, self._slots_pid = None, None
-        vol = Volume(self.path)  # fail early, in the parent, on a bad path
+        vol = _dlfs.Volume(self.path)  # fail early, in the parent, on a bad path
         if self.fields is not None:
             _check_fields(vol, self.path, self.fields)
             if target_transform is not None:
                 raise ValueError("VolumeDataset: with fields the label is a field (e.g. 'cls'); "
                                  "use transform instead of target_transform")
-        self.indices = vol.indices(root) if root else np.arange(len(vol), dtype=np.int64)
+        self.indices = vol.indices(root) if root else _np.arange(len(vol), dtype=_np.int64)
         self.classes = vol.classes
         self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
         self._labels = vol.labels[self.indices]  # int64 array, item order
         self._targets = None
-        self._vol, self._pid = vol, os.getpid()
+        self._vol, self._pid = vol, _os.getpid()
 
     @property
     def targets(self):
@@ -130,8 +122,8 @@ class VolumeDataset(tud.Dataset):
         return self._targets
 
     def _volume(self):
-        if self._pid != os.getpid():
-            self._vol, self._pid = Volume(self.path), os.getpid()
+        if self._pid != _os.getpid():
+            self._vol, self._pid = _dlfs.Volume(self.path), _os.getpid()
         return self._vol
 
     def __len__(self):
@@ -143,15 +135,15 @@ class VolumeDataset(tud.Dataset):
 
     def __getitem__(self, index):
         vol = self._volume()
-        if not isinstance(index, (int, np.integer)) and not (
-                isinstance(index, torch.Tensor) and index.dim() == 0):
+        if not isinstance(index, (int, _np.integer)) and not (
+                isinstance(index, _torch.Tensor) and index.dim() == 0):
             return self._batch(vol, index)
         i = int(self.indices[index])
         if self.fields is not None:
             item = self._fields_of(vol, i)
             return self.transform(item) if self.transform is not None else item
         if self.decode is not None:
-            sample = torch.from_numpy(self.decode(vol.read(i, self.verify), self.epoch, i))
+            sample = _torch.from_numpy(self.decode(vol.read(i, self.verify), self.epoch, i))
         else:
             sample = vol.read_array(i, self.verify)  # writable, no copy
         label = int(self._labels[index])
@@ -164,12 +156,12 @@ class VolumeDataset(tud.Dataset):
     def _fields_of(self, vol, i):
         item = tuple(vol.read_field(i, name, self.verify) for name in self.fields)
         if self.decode is not None:
-            first = np.frombuffer(item[0], dtype=np.uint8)
-            item = (torch.from_numpy(self.decode(first, self.epoch, i)),) + item[1:]
+            first = _np.frombuffer(item[0], dtype=_np.uint8)
+            item = (_torch.from_numpy(self.decode(first, self.epoch, i)),) + item[1:]
         return item
 
     def _batch(self, vol, positions):
-        positions = np.asarray(positions, dtype=np.int64)
+        positions = _np.asarray(positions, dtype=_np.int64)
         if self.fields is not None:
             items = [self._fields_of(vol, int(self.indices[p])) for p in positions]
             if self.transform is not None:
@@ -182,29 +174,28 @@ class VolumeDataset(tud.Dataset):
         if (self.shared_memory and self.decode is None and self.transform is None
                 and self.target_transform is None
                 and self.batch_transform is _default_batch_transform
-                and tud.get_worker_info() is not None):
+                and _tud.get_worker_info() is not None):
             shared = self._shared_batch(vol, positions)
             if shared is not None:
                 return shared
         batch = vol.read_many(self.indices[positions].tolist(), self.verify)
         samples = batch.samples
         if self.decode is not None:
-            samples = [torch.from_numpy(self.decode(s, self.epoch, int(i)))
+            samples = [_torch.from_numpy(self.decode(s, self.epoch, int(i)))
                        for s, i in zip(samples, self.indices[positions])]
         if self.transform is not None:
             samples = [self.transform(s) for s in samples]
         labels = self._labels[positions]
         if self.target_transform is not None:
-            labels = np.asarray([self.target_transform(int(x)) for x in labels])
+            labels = _np.asarray([self.target_transform(int(x)) for x in labels])
         return self.batch_transform(samples, labels)
 
     def _shared_batch(self, vol, positions):
         indices = self.indices[positions].tolist()
-        if self._slots_pid != os.getpid():
-            self._slots, self._slots_pid = None, os.getpid()
+        if self._slots_pid != _os.getpid():
+            self._slots, self._slots_pid = None, _os.getpid()
         if self._slots is None:
             # Slots sized from the first batch, with room for larger ones.
-            from . import _dlfs
             per = max(vol._buffer_bytes(indices), 1 << 20)
             self._slots = _dlfs._SharedSlots(self.shared_slots, per * 5 // 4)
         slot = self._slots.acquire(0.05)
@@ -219,7 +210,7 @@ class VolumeDataset(tud.Dataset):
             self._slots.release(slot)
             return None
         offsets, lengths = where
-        return _SharedBatch(os.getpid(), self._slots.fd, self._slots.total,
+        return _SharedBatch(_os.getpid(), self._slots.fd, self._slots.total,
                             self._slots.slot_bytes, slot, offsets, lengths,
                             self._labels[positions])
 
@@ -240,7 +231,7 @@ def _check_fields(vol, path, fields):
 
 
 def _default_batch_transform(samples, labels):
-    return samples, torch.from_numpy(np.ascontiguousarray(labels))
+    return samples, _torch.from_numpy(_np.ascontiguousarray(labels))
 
 
 class _SharedBatch:
@@ -256,18 +247,17 @@ class _SharedBatch:
 
 
 # Batches received through shared memory in this process (for tests).
-shared_batches_received = 0
+_shared_batches_received = 0
 
 
 def _open_shared_batch(pid, fd, total, slot_bytes, slot, offsets, lengths, labels):
-    global shared_batches_received
-    from . import _dlfs
+    global _shared_batches_received
     lease = _dlfs._attach_slot(pid, fd, total, slot_bytes, slot)
     # Tensors, as DataLoader makes of the samples of a batch sent the
     # ordinary way; each keeps the slot's lease alive.
-    samples = [torch.frombuffer(lease, dtype=torch.uint8, count=n, offset=o) if n else
-               torch.empty(0, dtype=torch.uint8) for o, n in zip(offsets, lengths)]
-    shared_batches_received += 1
+    samples = [_torch.frombuffer(lease, dtype=_torch.uint8, count=n, offset=o) if n else
+               _torch.empty(0, dtype=_torch.uint8) for o, n in zip(offsets, lengths)]
+    _shared_batches_received += 1
     return _default_batch_transform(samples, labels)
 
 
@@ -293,9 +283,10 @@ class _SharedPosition:
     MAX_SEGMENTS = 64   # parts of the restored epoch read before (elastic resume)
 
     def __init__(self):
-        self._values = torch.tensor([0, -1, 0, 0, -1, 0, 0, 1, 1],
-                                    dtype=torch.int64).share_memory_()
-        self._segments = torch.zeros(1 + 4 * self.MAX_SEGMENTS, dtype=torch.int64).share_memory_()
+        self._values = _torch.tensor([0, -1, 0, 0, -1, 0, 0, 1, 1],
+                                     dtype=_torch.int64).share_memory_()
+        self._segments = _torch.zeros(1 + 4 * self.MAX_SEGMENTS,
+                                      dtype=_torch.int64).share_memory_()
 
     def __getitem__(self, slot):
         return int(self._values[slot])
@@ -315,7 +306,7 @@ class _SharedPosition:
         if len(segments) > self.MAX_SEGMENTS:
             raise ValueError(f"an epoch resumed more than {self.MAX_SEGMENTS} times")
         flat = [x for seg in segments for x in seg]
-        self._segments[1:1 + len(flat)] = torch.tensor(flat, dtype=torch.int64)
+        self._segments[1:1 + len(flat)] = _torch.tensor(flat, dtype=_torch.int64)
         self._segments[0] = len(segments)
 
 
@@ -349,7 +340,7 @@ def _parse_segments(text, path):
     return out
 
 
-class LoaderDataset(tud.IterableDataset):
+class LoaderDataset(_tud.IterableDataset):
     """Iterable dataset yielding whole batches read by the C++ loader.
 
     Use it with DataLoader(ds, batch_size=None, num_workers=k). The epoch's
@@ -412,7 +403,7 @@ class LoaderDataset(tud.IterableDataset):
         # A list of volumes is a weighted mixture (weights=, epoch_samples=,
         # cycle= go to dlfs.Loader).
         mixture = isinstance(path, (list, tuple))
-        self.path = [os.fspath(p) for p in path] if mixture else os.fspath(path)
+        self.path = [_os.fspath(p) for p in path] if mixture else _os.fspath(path)
         if mixture and root is not None:
             raise ValueError("LoaderDataset: root selects samples of one volume, not of a "
                              "mixture")
@@ -433,19 +424,18 @@ class LoaderDataset(tud.IterableDataset):
         self.stack = stack
         self._position = _SharedPosition()
         self._loader, self._loader_key = None, None
-        vol = Volume(self.path[0] if mixture else self.path)
+        vol = _dlfs.Volume(self.path[0] if mixture else self.path)
         for p in (self.path if mixture else [self.path]):
             if self.fields is not None:
-                _check_fields(Volume(p), p, self.fields)
+                _check_fields(_dlfs.Volume(p), p, self.fields)
         self.classes = vol.classes
         self.indices = vol.indices(root) if root else None
-        from . import _dlfs
         if mixture:
             # What the mixture's order depends on, as its Loader states it.
-            probe = Loader(self.path, batch_size, shuffle=shuffle, seed=seed,
-                           drop_last=drop_last, cache_budget=0,
-                           **{k: v for k, v in loader_options.items()
-                              if k in ("weights", "epoch_samples", "cycle")}).state_dict()
+            probe = _dlfs.Loader(self.path, batch_size, shuffle=shuffle, seed=seed,
+                                 drop_last=drop_last, cache_budget=0,
+                                 **{k: v for k, v in loader_options.items()
+                                    if k in ("weights", "epoch_samples", "cycle")}).state_dict()
             self._samples = probe["samples"]
             volume_uuid, volume_samples = probe["volume_uuid"], probe["volume_samples"]
         else:
@@ -462,8 +452,8 @@ class LoaderDataset(tud.IterableDataset):
         # here, which quarantine() reads (removed with the dataset).
         self._quarantine_dir = None
         if loader_options.get("skip_bad_samples"):
-            self._quarantine_dir = tempfile.mkdtemp(prefix="dlfs-quarantine-")
-            weakref.finalize(self, shutil.rmtree, self._quarantine_dir, True)
+            self._quarantine_dir = _tempfile.mkdtemp(prefix="dlfs-quarantine-")
+            _weakref.finalize(self, _shutil.rmtree, self._quarantine_dir, True)
         self._resumed_quarantine = []  # indices from a loaded state
 
     @property
@@ -495,7 +485,7 @@ class LoaderDataset(tud.IterableDataset):
 
     def _shard(self):
         rank, world = self._rank_world()
-        info = tud.get_worker_info()
+        info = _tud.get_worker_info()
         workers, worker = (info.num_workers, info.id) if info else (1, 0)
         return rank * workers + worker, world * workers
 
@@ -510,25 +500,25 @@ class LoaderDataset(tud.IterableDataset):
         return -(-per // self.batch_size)
 
     def _get_loader(self, rank, world):
-        key = (os.getpid(), rank, world)
+        key = (_os.getpid(), rank, world)
         if self._loader_key != key:
-            if self._loader is not None and self._loader_key[0] != os.getpid():
+            if self._loader is not None and self._loader_key[0] != _os.getpid():
                 _INHERITED.append(self._loader)  # the parent's: never used or destroyed here
             options = dict(self.loader_options)
             if self._resumed_quarantine:
                 options["quarantine"] = sorted(set(self._resumed_quarantine) |
                                                set(_indices_of(options.get("quarantine") or [])))
-            self._loader = Loader(self.path, self.batch_size, shuffle=self.shuffle,
-                                  seed=self.seed, rank=rank, world_size=world,
-                                  drop_last=self.drop_last, indices=self.indices,
-                                  fields=list(self.fields) if self.fields else None,
-                                  **options)
+            self._loader = _dlfs.Loader(self.path, self.batch_size, shuffle=self.shuffle,
+                                        seed=self.seed, rank=rank, world_size=world,
+                                        drop_last=self.drop_last, indices=self.indices,
+                                        fields=list(self.fields) if self.fields else None,
+                                        **options)
             self._published = 0
             self._loader_key = key
         return self._loader
 
     def __iter__(self):
-        info = tud.get_worker_info()
+        info = _tud.get_worker_info()
         workers, worker = (info.num_workers, info.id) if info else (1, 0)
         p = self._position
         epoch = self.epoch
@@ -596,9 +586,9 @@ class LoaderDataset(tud.IterableDataset):
         process's file (one JSON object per line)."""
         bad = loader.quarantine()
         if len(bad) > self._published:
-            with open(os.path.join(self._quarantine_dir, f"{os.getpid()}.jsonl"), "a") as f:
+            with open(_os.path.join(self._quarantine_dir, f"{_os.getpid()}.jsonl"), "a") as f:
                 for record in bad[self._published:]:
-                    f.write(json.dumps(record) + "\n")
+                    f.write(_json.dumps(record) + "\n")
             self._published = len(bad)
 
     def quarantine(self):
@@ -609,15 +599,15 @@ class LoaderDataset(tud.IterableDataset):
         for index in self._resumed_quarantine:
             records[index] = {"volume": self.path, "index": index, "path": None,
                               "reason": "left out by the state resumed from"}
-        if self._loader is not None and self._loader_key[0] == os.getpid():
+        if self._loader is not None and self._loader_key[0] == _os.getpid():
             for r in self._loader.quarantine():
                 records.setdefault(r["index"], r)
         if self._quarantine_dir is not None:
-            for name in sorted(glob.glob(os.path.join(self._quarantine_dir, "*.jsonl"))):
+            for name in sorted(_glob.glob(_os.path.join(self._quarantine_dir, "*.jsonl"))):
                 with open(name) as f:
                     for line in f:
                         if line.endswith("\n"):  # (a line being written is skipped)
-                            r = json.loads(line)
+                            r = _json.loads(line)
                             records.setdefault(r["index"], r)
         return [records[i] for i in sorted(records)]
 

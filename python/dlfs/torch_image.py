@@ -12,11 +12,13 @@ tensors, decoded and augmented in C++ on the loader's own threads.
 
 Re-exported by dlfs.torch; see ImageLoader's docstring.
 """
-import os
+import os as _os
 
-import torch
+import torch as _torch
 
 from . import _dlfs
+from ._torch_common import distributed_rank_world as _distributed_rank_world
+from ._torch_common import make_pipeline  # noqa: F401 (part of this module's API)
 
 __all__ = ["ImageLoader", "make_pipeline"]
 
@@ -28,16 +30,6 @@ _LOADER_KEYS = {"drop_last", "prefetch_batches", "queue_depth", "io_threads", "e
                 "direct_io", "verify_checksums", "coalesce", "decode_prefetch",
                 "skip_bad_samples", "field", "cache_budget", "cache_shared", "max_bad_samples",
                 "quarantine", "weights", "epoch_samples", "cycle"}
-
-
-def make_pipeline(decode):
-    """An ImagePipeline from `decode`: one already, or a dict of its keywords."""
-    if isinstance(decode, _dlfs.ImagePipeline):
-        return decode
-    if isinstance(decode, dict):
-        return _dlfs.ImagePipeline(**decode)
-    raise TypeError(f"decode must be a dlfs.ImagePipeline or a dict of its keywords, "
-                    f"not {type(decode).__name__}")
 
 
 class ImageLoader:
@@ -98,8 +90,6 @@ class ImageLoader:
     def __init__(self, volume, batch_size, *, size, crop="center", flip=False, dtype="uint8",
                  layout="NHWC", mean=None, std=None, seed=0, shuffle=True, rank=None,
                  world_size=None, root=None, decode_threads=None, **loader_options):
-        from .torch import distributed_rank_world
-
         self.return_indices = bool(loader_options.pop("return_indices", False))
         self.return_sources = bool(loader_options.pop("return_sources", False))
         unknown = set(loader_options) - _PIPELINE_KEYS - _LOADER_KEYS
@@ -109,18 +99,18 @@ class ImageLoader:
         self.pipeline = _dlfs.ImagePipeline(size, crop=crop, flip=flip, dtype=dtype,
                                             layout=layout, mean=mean, std=std, seed=seed,
                                             **pipe_kw)
-        r, w = distributed_rank_world()
+        r, w = _distributed_rank_world()
         self.rank = r if rank is None else rank
         self.world_size = w if world_size is None else world_size
         mixture = isinstance(volume, (list, tuple))
         if mixture:
-            volume = [v if isinstance(v, _dlfs.Volume) else _dlfs.Volume(os.fspath(v))
+            volume = [v if isinstance(v, _dlfs.Volume) else _dlfs.Volume(_os.fspath(v))
                       for v in volume]
             if root:
                 raise ValueError("ImageLoader: root selects samples of one volume, not of a "
                                  "mixture")
         vol = volume[0] if mixture else (
-            volume if isinstance(volume, _dlfs.Volume) else _dlfs.Volume(os.fspath(volume)))
+            volume if isinstance(volume, _dlfs.Volume) else _dlfs.Volume(_os.fspath(volume)))
         self.volume = volume if mixture else vol
         self.classes = vol.classes
         indices = vol.indices(root) if root else None
@@ -144,11 +134,11 @@ class ImageLoader:
 
     def __iter__(self):
         for images, labels, indices, sources in self._loader:
-            out = (torch.from_numpy(images), torch.from_numpy(labels))
+            out = (_torch.from_numpy(images), _torch.from_numpy(labels))
             if self.return_indices:
-                out += (torch.from_numpy(indices),)
+                out += (_torch.from_numpy(indices),)
             if self.return_sources:
-                out += (torch.from_numpy(sources),)
+                out += (_torch.from_numpy(sources),)
             yield out
 
     def quarantine(self):

@@ -249,3 +249,19 @@ def test_pack_reports_removed_temporaries(tree, tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["v.dlfs"]
     stats = dlfs.pack(str(root), str(out / "v.dlfs"), force=True)
     assert stats["removed_temporaries"] == []
+
+
+def test_shared_slot_numbers_out_of_range_are_refused(volume):
+    # The DataLoader workers' shared batch memory takes slot numbers from
+    # Python: one past the end must raise, not address memory outside it.
+    from dlfs import _dlfs
+
+    vol_path, _ = volume
+    slots = _dlfs._SharedSlots(2, 4096)
+    with pytest.raises(IndexError, match="slot 2 out of range"):
+        slots.release(2)
+    with pytest.raises(IndexError, match="slot 7 out of range"):
+        slots.read(dlfs.Volume(str(vol_path)), 7, [0])
+    slot = slots.acquire(1.0)
+    assert slot in (0, 1)
+    slots.release(slot)

@@ -94,3 +94,22 @@ def test_samples_reach_transform_writable_without_warning(labelled):
         lds = dt.LoaderDataset(path, batch_size=16, transform=to_tensor)
         n = sum(len(samples) for samples, _ in lds)
     assert n == 120 and all(seen)
+
+
+def test_dlfs_torch_public_names_are_its_api():
+    """dir(dlfs.torch) shows the API, not the modules it uses (os, np, torch...)."""
+    import dlfs.torch_image
+
+    public = {name for name in dir(dt) if not name.startswith("_")}
+    assert public == set(dt.__all__)
+    assert dt.ImageLoader is dlfs.torch_image.ImageLoader
+
+
+def test_torch_image_imports_without_dlfs_torch():
+    """No import circle: dlfs.torch_image stands on its own (dlfs.torch imports it)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, dlfs.torch_image; "
+            "assert 'dlfs.torch' not in sys.modules, 'dlfs.torch_image imported dlfs.torch'")
+    subprocess.run([sys.executable, "-c", code], check=True, env=dict(os.environ))

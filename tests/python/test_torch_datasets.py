@@ -149,7 +149,7 @@ def test_volume_dataset_batches_cross_from_workers_in_shared_memory(labelled, ho
     ds = dt.VolumeDataset(path, shared_slots=2)
     sampler = tud.BatchSampler(tud.SequentialSampler(ds), batch_size=8, drop_last=False)
     vol = dlfs.Volume(path)
-    before = dt.shared_batches_received
+    before = dt._shared_batches_received
     kept, seen = [], []
     for samples, labels in tud.DataLoader(ds, sampler=sampler, batch_size=None, num_workers=2):
         assert all(isinstance(s, torch.Tensor) and s.dtype == torch.uint8 for s in samples)
@@ -161,7 +161,7 @@ def test_volume_dataset_batches_cross_from_workers_in_shared_memory(labelled, ho
         if hold:
             kept.append(samples)
     assert sorted(seen) == list(range(300))
-    shared = dt.shared_batches_received - before
+    shared = dt._shared_batches_received - before
     assert shared >= 4  # each worker's first two batches at least
     if not hold:
         assert shared > 10  # slots came free again (without reuse: 4)

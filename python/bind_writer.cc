@@ -1,39 +1,26 @@
-// Python bindings added for adoption (issue 14), kept apart from
-// dlfs_module.cc: the engine of dlfs.Writer (python/dlfs/writer.py), Volume
-// as a context manager with close(), Volume slicing and writable reads, and
-// the module's __version__. Errors go through `throw_status`, so they
-// become the same exceptions as everywhere else in the module.
-#include <pybind11/numpy.h>
+// Python bindings that write volumes: the engine of dlfs.Writer
+// (python/dlfs/writer.py), pack() (dlfs/pack.h, like `dlfs pack`), and the
+// module's __version__.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <map>
+#include <atomic>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "bindings.h"
 #include "dlfs/builder.h"
+#include "dlfs/pack.h"
 #include "dlfs/version.h"
-#include "dlfs/volume.h"
+#include "status_bridge.h"
 
 namespace py = pybind11;
 
-namespace dlfs {
-
+namespace dlfs::python {
 namespace {
-
-void (*g_throw_status)(const Status&) = nullptr;
-
-void Check(const Status& st) {
-  if (!st.ok()) g_throw_status(st);
-}
-
-template <typename T>
-T Unwrap(Result<T> r) {
-  Check(r.status());
-  return std::move(r).value();
-}
 
 // A contiguous read-only view of any object with the buffer protocol
 // (bytes, bytearray, memoryview, a C-contiguous numpy array of any dtype),
@@ -159,32 +146,79 @@ class PyWriter {
   std::unique_ptr<VolumeBuilder> builder_;
 };
 
-// The samples of `s` over `v`: a list of (bytes, label) as vol[i] gives.
-py::list ReadSlice(const Volume& v, const py::slice& s) {
-  size_t start = 0, stop = 0, step = 0, n = 0;
-  if (!s.compute(v.size(), &start, &stop, &step, &n)) throw py::error_already_set();
-  py::list out;
-  for (size_t k = 0, i = start; k < n; ++k, i += step) {
-    const uint64_t len = Unwrap(v.SampleSize(i));
-    py::bytes data(nullptr, static_cast<py::ssize_t>(len));  // filled in place
-    char* dst = PyBytes_AS_STRING(data.ptr());
-    Status st;
-    {
-      py::gil_scoped_release release;
-      st = v.ReadInto(i, {reinterpret_cast<std::byte*>(dst), len}, true);
-    }
-    Check(st);
-    const uint32_t label = v.directory().label(i);
-    out.append(py::make_tuple(
-        data, label == kNoLabel ? py::object(py::none()) : py::object(py::int_(label))));
-  }
-  return out;
+void RegisterPack(py::module_& m) {
+  m.def(
+      "pack",
+      [](const std::string& source, const std::string& output, const std::string& source_kind,
+         bool force, uint32_t align, bool skip_unreadable, std::vector<std::string> class_names,
+         bool all_files, std::optional<py::function> on_progress) {
+        PackOptions o;
+        o.from = Unwrap(ParseSourceKind(source_kind));
+        o.volume.overwrite = force;
+        o.volume.align = align;
+        o.skip_unreadable = skip_unreadable;
+        o.class_names = std::move(class_names);
+        o.all_files = all_files;
+        // Every ~100 ms: Ctrl-C (and an exception in on_progress) stops
+        // packing, leaving nothing behind, and is raised here.
+        std::atomic<bool> cancel{false};
+        std::optional<py::error_already_set> py_error;
+        o.cancel = &cancel;
+        o.on_progress = [&](const PackProgress& p) {
+          py::gil_scoped_acquire acquire;
+          if (py_error) return;
+          try {
+            if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+            if (!on_progress) return;
+            py::dict d;
+            d["samples"] = p.samples;
+            d["bytes"] = p.bytes;
+            d["skipped"] = p.skipped;
+            d["total_samples"] = p.total_samples;
+            d["source_bytes"] = p.source_bytes;
+            d["total_source_bytes"] = p.total_source_bytes;
+            d["seconds"] = p.seconds;
+            (*on_progress)(d);
+          } catch (py::error_already_set& e) {
+            py_error.emplace(std::move(e));
+            cancel = true;
+          }
+        };
+        Result<PackStats> r = Status::Cancelled("not run");
+        {
+          py::gil_scoped_release release;
+          r = Pack(source, output, o);
+        }
+        if (py_error) throw std::move(*py_error);
+        const PackStats s = Unwrap(std::move(r));
+        py::dict d;
+        d["source_kind"] = std::string(SourceKindName(s.from));
+        d["samples"] = s.samples;
+        d["bytes"] = s.bytes;
+        d["classes"] = s.classes;
+        d["skipped"] = s.skipped;
+        d["removed_temporaries"] = s.removed_temporaries;  // of killed earlier packs
+        d["ignored"] = s.ignored();
+        d["ignored_examples"] = s.ignored_examples;
+        d["seconds"] = s.seconds;
+        return d;
+      },
+      py::arg("source"), py::arg("output"), py::arg("source_kind") = "auto",
+      py::arg("force") = false, py::arg("align") = PackOptions{}.volume.align,
+      py::arg("skip_unreadable") = false, py::arg("class_names") = std::vector<std::string>{},
+      py::arg("all_files") = false, py::arg("on_progress") = py::none(),
+      R"doc(Packs a data set into a new volume (like `dlfs pack`) and returns stats.
+
+source_kind: "auto", "imagefolder", "idx" or "tar". Raises FileExistsError if
+output exists and force is False. all_files: imagefolder packs every file,
+not only what torchvision's ImageFolder loads. on_progress(dict) is called
+about every 100 ms (samples, bytes, total_samples, ...); dlfs.pack's
+progress=True uses it. Ctrl-C stops packing and leaves no volume.)doc");
 }
 
 }  // namespace
 
-void RegisterAdoptionBindings(py::module_& m, void (*throw_status)(const Status&)) {
-  g_throw_status = throw_status;
+void RegisterWriter(py::module_& m) {
   m.attr("__version__") = DLFS_VERSION_STRING;
 
   py::class_<PyWriter>(m, "_VolumeWriter",
@@ -202,71 +236,7 @@ void RegisterAdoptionBindings(py::module_& m, void (*throw_status)(const Status&
       .def_property_readonly("temp_paths", &PyWriter::temp_paths)
       .def_property_readonly("path", &PyWriter::path);
 
-  // Volume: a context manager, slicing, writable reads (the class itself is
-  // defined in dlfs_module.cc).
-  auto volume =
-      py::reinterpret_borrow<py::class_<Volume, std::shared_ptr<Volume>>>(m.attr("Volume"));
-  volume
-      .def(py::init([](const py::object& path,
-                       std::optional<std::map<uint32_t, std::string>> target_map) {
-             // Any path-like object (pathlib.Path, ...), as open() takes.
-             const std::string p =
-                 py::str(py::module_::import("os").attr("fsdecode")(path)).cast<std::string>();
-             VolumeOpenOptions options;
-             if (target_map) options.target_map = std::move(*target_map);
-             Result<std::shared_ptr<Volume>> v = Status::Cancelled("not run");
-             {
-               py::gil_scoped_release release;
-               v = Volume::Open(p, options);
-             }
-             Check(v.status());
-             return std::move(v).value();
-           }),
-           py::arg("path"), py::arg("target_map") = py::none())
-      .def(
-          "close", [](Volume& v) { v.Close(); },
-          "Closes the volume's files now (also at the end of a `with` block). Reading "
-          "samples afterwards raises ValueError; len(), path(), labels and classes still "
-          "work, and Loaders made from the volume are unaffected.")
-      .def_property_readonly("closed", &Volume::closed, "True after close().")
-      .def("__enter__", [](py::object self) { return self; })
-      .def("__exit__",
-           [](Volume& v, const py::args&) {
-             v.Close();
-             return false;
-           })
-      .def("__getitem__", &ReadSlice, py::arg("slice"),
-           "vol[a:b:c]: a list of (bytes, label), as vol[i] for each i of the slice.")
-      .def(
-          "__getitem__",
-          [](const Volume&, const py::object& key) -> py::object {
-            throw py::type_error("dlfs.Volume indices must be integers or slices, not " +
-                                 std::string(Py_TYPE(key.ptr())->tp_name) +
-                                 " (a path inside the volume: vol[vol.lookup(path)])");
-          },
-          py::arg("key"))
-      .def(
-          "read_array",
-          [](const Volume& v, int64_t index, bool verify) {
-            if (index < 0) index += static_cast<int64_t>(v.size());
-            if (index < 0 || static_cast<uint64_t>(index) >= v.size()) {
-              throw py::index_error("sample index out of range (volume has " +
-                                    std::to_string(v.size()) + " samples)");
-            }
-            const uint64_t len = Unwrap(v.SampleSize(static_cast<uint64_t>(index)));
-            py::array_t<uint8_t> out(static_cast<py::ssize_t>(len));
-            auto* dst = reinterpret_cast<std::byte*>(out.mutable_data());
-            Status st;
-            {
-              py::gil_scoped_release release;
-              st = v.ReadInto(static_cast<uint64_t>(index), {dst, len}, verify);
-            }
-            Check(st);
-            return out;
-          },
-          py::arg("index"), py::arg("verify") = true,
-          "The bytes of sample `index` as a new writable numpy uint8 array, read straight into "
-          "it (torch.from_numpy takes it without a copy or a warning).");
+  RegisterPack(m);
 }
 
-}  // namespace dlfs
+}  // namespace dlfs::python

@@ -1,0 +1,280 @@
+// Python binding of ImageLoader: the C++ Loader (or a MixtureSource of
+// several volumes) wrapped in a DecodeStage (dlfs/decode_stage.h), batches of
+// decoded images; dlfs.torch.ImageLoader wraps it.
+//
+// Zero copy: a batch reaches Python as a writable numpy array over the
+// batch's tensor (numpy-with-base: the array's base is a capsule owning a
+// copy of the C++ Batch, so the buffer lives while any view of it does);
+// torch.from_numpy() then shares the memory with the tensor. The GIL is
+// released while decoding and while waiting for batches.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "dlfs/decode.h"
+#include "dlfs/decode_stage.h"
+#include "dlfs/loader.h"
+#include "dlfs/mixture.h"
+#include "dlfs/volume.h"
+#include "loader_keywords.h"
+#include "state_dict.h"
+#include "status_bridge.h"
+
+namespace py = pybind11;
+
+namespace dlfs::python {
+namespace {
+
+constexpr const char* kImageLoaderDoc = R"doc(
+The C++ loader plus the decode stage: batches of decoded images.
+Use dlfs.torch.ImageLoader (it adds ranks from torch.distributed and torch
+tensors); this is the raw binding: iterating yields
+(images numpy array, labels int64 array, indices int64 array, sources int64
+array), where images is a writable view of the batch's buffer (no copy) and
+sources says each image's volume (its position in a list of volumes, else 0).
+)doc";
+
+py::dict StatsDict(const DecodeStats& s) {
+  py::dict d;
+  d["images"] = s.images;
+  d["skipped"] = s.skipped;
+  d["skipped_examples"] = s.skipped_examples;
+  return d;
+}
+
+// A writable numpy view of a decoded batch's tensor; its base owns a copy
+// of the Batch, which keeps the pooled buffer out of the pool.
+py::array TensorArray(const Batch& batch) {
+  const TensorView& t = batch.tensor();
+  auto* holder = new Batch(batch);
+  py::capsule base(holder, [](void* p) { delete static_cast<Batch*>(p); });
+  const py::dtype dt =
+      t.dtype == DType::kFloat32 ? py::dtype::of<float>() : py::dtype::of<uint8_t>();
+  std::vector<py::ssize_t> dims(t.shape.begin(), t.shape.end());
+  return py::array(dt, dims, t.data, base);
+}
+
+// The C++ Loader (or a MixtureSource of several volumes) wrapped in a
+// DecodeStage, iterated from Python.
+class PyImageLoader {
+ public:
+  // One Loader, or a MixtureSource of the volumes, under the stage.
+  PyImageLoader(LoaderSetup setup, const DecodeStageOptions& dso)
+      : volumes_(std::move(setup.volumes)) {
+    if (!setup.mixture) {
+      auto loader = Unwrap(Loader::Create(volumes_.front(), setup.options));
+      loaders_ = {loader.get()};
+      stage_ = Unwrap(DecodeStage::Create(std::move(loader), volumes_.front(), dso));
+      return;
+    }
+    auto mix = Unwrap(MixtureSource::Create(volumes_, *setup.mixture, setup.options));
+    for (size_t v = 0; v < volumes_.size(); ++v) loaders_.push_back(&mix->loader(v));
+    mixture_ = mix.get();
+    std::vector<std::shared_ptr<const Volume>> named(volumes_.begin(), volumes_.end());
+    stage_ = Unwrap(DecodeStage::Create(std::move(mix), std::move(named), dso));
+  }
+
+  // After load_state_dict, setting the restored epoch keeps the restored
+  // position (state_dict.h).
+  void set_epoch(uint64_t e) { position_.set_epoch(e); }
+  uint64_t epoch() const { return position_.epoch(); }
+  void Start() { position_.Start(*stage_, mu_); }
+  py::dict State() { return StateDict(Unwrap(position_.Save(*stage_, mu_))); }
+  void LoadState(const py::handle& state) {
+    Check(position_.Load(*stage_, mu_, Unwrap(StateFromDict(state))));
+  }
+
+  py::tuple Next() {
+    Batch batch;
+    Result<bool> more = false;
+    {
+      py::gil_scoped_release release;  // decoding and I/O run meanwhile
+      std::lock_guard lock(mu_);
+      more = stage_->Next(&batch);
+    }
+    Check(more.status());
+    if (!*more) throw py::stop_iteration();
+    py::array images;
+    if (batch.tensor()) {
+      images = TensorArray(batch);
+    } else {  // every sample of the batch was skipped
+      const DecodeStageOptions& o = options();
+      const int64_t s = o.image.transform.size, c = std::max<uint32_t>(stage_->channels(), 1);
+      std::vector<py::ssize_t> dims = o.image.output.layout == OutputLayout::kNCHW
+                                          ? std::vector<py::ssize_t>{0, c, s, s}
+                                          : std::vector<py::ssize_t>{0, s, s, c};
+      images = o.image.output.dtype == DType::kFloat32 ? py::array(py::dtype::of<float>(), dims)
+                                                       : py::array(py::dtype::of<uint8_t>(), dims);
+    }
+    py::array_t<int64_t> labels(static_cast<py::ssize_t>(batch.size()));
+    py::array_t<int64_t> indices(static_cast<py::ssize_t>(batch.size()));
+    py::array_t<int64_t> sources(static_cast<py::ssize_t>(batch.size()));
+    auto wl = labels.mutable_unchecked<1>();
+    auto wi = indices.mutable_unchecked<1>();
+    auto ws = sources.mutable_unchecked<1>();
+    const auto src = batch.sources();
+    for (size_t i = 0; i < batch.size(); ++i) {
+      wl(i) = batch.label(i) == kNoLabel ? -1 : static_cast<int64_t>(batch.label(i));
+      wi(i) = static_cast<int64_t>(batch.index(i));
+      ws(i) = src.empty() ? 0 : src[i];
+    }
+    return py::make_tuple(images, labels, indices, sources);
+  }
+
+  DecodeStage& stage() { return *stage_; }
+  // Each volume's Loader, and the volumes (one without a mixture).
+  const std::vector<const Loader*>& loaders() const { return loaders_; }
+  const std::vector<std::shared_ptr<Volume>>& volumes() const { return volumes_; }
+  const MixtureSource* mixture() const { return mixture_; }
+  const DecodeStageOptions& options() const { return options_; }
+  void set_options(const DecodeStageOptions& o) { options_ = o; }
+
+ private:
+  std::unique_ptr<DecodeStage> stage_;
+  std::vector<const Loader*> loaders_;  // owned by stage_
+  std::vector<std::shared_ptr<Volume>> volumes_;
+  const MixtureSource* mixture_ = nullptr;  // owned by stage_, if a mixture
+  DecodeStageOptions options_;
+  SourcePosition position_;
+  std::mutex mu_;  // the stage has one caller at a time
+};
+
+// dlfs.ImageLoader(...): the loader keywords through ResolveLoaderKeywords,
+// the decode stage's from the pipeline and its own keywords.
+std::unique_ptr<PyImageLoader> MakeImageLoader(
+    py::object volume, uint32_t batch_size, const ImagePipeline& pipeline, uint32_t decode_threads,
+    uint32_t decode_prefetch, bool skip_bad_samples, bool shuffle, uint64_t seed, uint32_t rank,
+    uint32_t world_size, bool drop_last, uint32_t prefetch_batches, uint32_t queue_depth,
+    uint32_t io_threads, const std::string& engine, bool direct_io, bool verify_checksums,
+    bool coalesce, std::optional<std::vector<uint64_t>> indices, std::optional<std::string> field,
+    std::optional<uint64_t> cache_budget, bool cache_shared, uint32_t max_bad_samples,
+    py::object quarantine, std::optional<std::vector<double>> weights, uint64_t epoch_samples,
+    bool cycle) {
+  LoaderSetup setup = ResolveLoaderKeywords({
+      .volume = volume,
+      .batch_size = batch_size,
+      .shuffle = shuffle,
+      .seed = seed,
+      .rank = rank,
+      .world_size = world_size,
+      .drop_last = drop_last,
+      .prefetch_batches = prefetch_batches,
+      .queue_depth = queue_depth,
+      .io_threads = io_threads,
+      .engine = engine,
+      .direct_io = direct_io,
+      .verify_checksums = verify_checksums,
+      .coalesce = coalesce,
+      .indices = std::move(indices),
+      .cache_budget = cache_budget,
+      // One field: the decode stage decodes one image per sample.
+      .fields = field ? std::optional(std::vector{*field}) : std::nullopt,
+      .cache_shared = cache_shared,
+      // Samples that cannot be read or fail their checksum are
+      // left out like undecodable ones.
+      .skip_bad_samples = skip_bad_samples,
+      .max_bad_samples = max_bad_samples,
+      .quarantine = quarantine,
+      .weights = std::move(weights),
+      .epoch_samples = epoch_samples,
+      .cycle = cycle,
+  });
+  DecodeStageOptions dso;
+  dso.image = pipeline.options();
+  dso.decode_threads = decode_threads;
+  dso.prefetch_batches = decode_prefetch;
+  dso.skip_bad_samples = skip_bad_samples;
+  std::unique_ptr<PyImageLoader> l;
+  {
+    py::gil_scoped_release release;
+    l = std::make_unique<PyImageLoader>(std::move(setup), dso);
+  }
+  l->set_options(dso);
+  return l;
+}
+
+}  // namespace
+
+void RegisterImageLoader(py::module_& m) {
+  static const DecodeStageOptions kStage;
+  static const LoaderOptions kLoader;
+  py::class_<PyImageLoader>(m, "ImageLoader", kImageLoaderDoc)
+      .def(py::init(&MakeImageLoader), py::arg("volume"), py::arg("batch_size"),
+           py::arg("pipeline"), py::arg("decode_threads") = kStage.decode_threads,
+           py::arg("decode_prefetch") = kStage.prefetch_batches,
+           py::arg("skip_bad_samples") = kStage.skip_bad_samples,
+           py::arg("shuffle") = kLoader.sampler.shuffle, py::arg("seed") = kLoader.sampler.seed,
+           py::arg("rank") = kLoader.sampler.rank,
+           py::arg("world_size") = kLoader.sampler.world_size,
+           py::arg("drop_last") = kLoader.sampler.drop_last,
+           py::arg("prefetch_batches") = kLoader.prefetch_batches,
+           py::arg("queue_depth") = kLoader.engine.queue_depth,
+           py::arg("io_threads") = kLoader.io_threads,
+           py::arg("engine") = std::string(EngineKindName(kLoader.engine.kind)),
+           py::arg("direct_io") = kLoader.engine.direct_io,
+           py::arg("verify_checksums") = kLoader.verify_checksums,
+           py::arg("coalesce") = kLoader.plan.coalesce, py::arg("indices") = py::none(),
+           py::arg("field") = py::none(), py::arg("cache_budget") = py::none(),
+           py::arg("cache_shared") = kLoader.cache_shared,
+           py::arg("max_bad_samples") = kLoader.max_bad_samples, py::arg("quarantine") = py::none(),
+           py::arg("weights") = py::none(), py::arg("epoch_samples") = 0, py::arg("cycle") = false)
+      .def(
+          "quarantine",
+          [](PyImageLoader& l) {
+            py::list out;
+            for (const Loader* one : l.loaders()) {
+              out += QuarantineRecords(one->volume().path(), one->quarantine());
+            }
+            // Undecodable ones (the stage names each sample's volume).
+            return out +
+                   QuarantineRecords(l.volumes().front()->path(), l.stage().skipped_samples());
+          },
+          "Samples left out as bad (unreadable, failed checksum, undecodable): "
+          "[{volume, index, path, reason}].")
+      .def("set_epoch", &PyImageLoader::set_epoch, py::arg("epoch"))
+      .def_property_readonly("epoch", &PyImageLoader::epoch)
+      .def("__len__", [](PyImageLoader& l) { return l.stage().batches_per_epoch(); })
+      .def("__iter__",
+           [](PyImageLoader& l) -> PyImageLoader& {
+             l.Start();
+             return l;
+           })
+      .def("__next__", &PyImageLoader::Next)
+      .def("state_dict", &PyImageLoader::State,
+           "Where the iteration is, as dlfs.Loader.state_dict(): batches decoded ahead "
+           "but not handed out do not count.")
+      .def("load_state_dict", &PyImageLoader::LoadState, py::arg("state"),
+           "Continues from a state_dict() (also one saved with another world size or "
+           "batch size: the rest of the epoch is split among the new ranks).")
+      .def_property_readonly("channels", [](PyImageLoader& l) { return l.stage().channels(); })
+      .def_property_readonly("decode_threads",
+                             [](PyImageLoader& l) { return l.stage().decode_threads(); })
+      .def_property_readonly("description",
+                             [](PyImageLoader& l) { return l.stage().description(); })
+      .def_property_readonly(
+          "stats", [](PyImageLoader& l) { return StatsDict(l.stage().stats()); },
+          "{'images', 'skipped', 'skipped_examples'} over the loader's life.")
+      .def_property_readonly(
+          "indices",
+          [](PyImageLoader& l) {
+            std::vector<uint64_t> idx;
+            if (l.mixture()) {
+              for (const auto& [v, i] : l.mixture()->RankSamples(l.epoch())) idx.push_back(i);
+            } else {
+              idx = l.loaders().front()->RankIndices(l.epoch());
+            }
+            return py::array_t<int64_t>(static_cast<py::ssize_t>(idx.size()),
+                                        reinterpret_cast<const int64_t*>(idx.data()));
+          },
+          "This rank's sample indices for the current epoch, in reading order.");
+}
+
+}  // namespace dlfs::python

@@ -1,0 +1,473 @@
+// Python binding of the loader: dlfs.Loader (dlfs/loader.h, or a
+// MixtureSource of several volumes) and the Batch it hands out, whose
+// samples are zero-copy numpy views (their base object keeps the C++ batch
+// buffer alive).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "dlfs/loader.h"
+#include "dlfs/mixture.h"
+#include "loader_keywords.h"
+#include "state_dict.h"
+#include "status_bridge.h"
+
+namespace py = pybind11;
+
+namespace dlfs::python {
+namespace {
+
+constexpr const char* kBatchDoc = R"doc(
+One batch from a Loader: len(batch) samples.
+
+batch[i] / batch.samples are numpy uint8 views straight into the batch's
+I/O buffer (no copy); the buffer stays alive as long as any view or the
+Batch itself is referenced. They are writable when the buffer is this
+batch's alone (a Loader's), so torch.from_numpy takes them without a warning;
+read-only when the bytes are shared.
+
+Fields (Loader(fields=[...])): batch.fields is a tuple with one list per
+requested field, in the requested order, of uint8 views (batch.fields[f][i]
+is field f of sample i; batch.field(i, f) the same); batch[i] and
+batch.samples are then field 0. Raw fields are views into the I/O buffer,
+zstd fields views into the batch's decoded buffer.
+)doc";
+
+constexpr const char* kLoaderDoc = R"doc(
+Loader(volume, batch_size, shuffle=True, seed=0, rank=0, world_size=1,
+       drop_last=False, prefetch_batches=4, queue_depth=64, io_threads=1,
+       engine="auto", direct_io=True, verify_checksums=True, coalesce=True,
+       indices=None, cache_budget=None, fields=None, cache_shared=True,
+       skip_bad_samples=False, max_bad_samples=16, quarantine=None,
+       weights=None, epoch_samples=0, cycle=False)
+
+Iterates over this rank's batches of one epoch, reading ahead through
+io_uring (or a pread pool where io_uring is unavailable).
+
+- volume: a dlfs.Volume or a path.
+- batch_size: samples per batch; the last batch may be shorter unless drop_last.
+- shuffle, seed: the epoch order is a pure function of (seed, epoch), the
+  same on every rank; shuffle=False reads in volume order.
+- rank, world_size: this process's shard. Samples are dealt round-robin;
+  without drop_last the order is padded by wrapping (as
+  torch DistributedSampler) so all ranks get the same number of batches.
+- prefetch_batches: batches read ahead while you work on the current one;
+  fewer (with a RuntimeWarning) when their buffers would take more than an
+  eighth of the memory this process may use (its cgroup's limit included).
+- queue_depth, io_threads, engine ("auto", "uring", "pread"), direct_io:
+  the I/O engine; engine_description says what runs.
+- verify_checksums: check each sample's CRC32C; a mismatch raises
+  CorruptVolumeError naming the sample and file.
+- indices: read only these sample indices (e.g. vol.indices("train")); the
+  shuffle permutes within them.
+- cache_budget: the node cache (bytes). Samples read are kept in one
+  shared-memory region per node and volume that every process reading the
+  volume there uses (ranks, DataLoader workers, other jobs); cached samples
+  are served from memory (same order, same checks, read-only views). It
+  fills from the epochs' own reads on a lowest-priority thread, so it never
+  slows an epoch; when the samples exceed the budget the first that fit
+  stay. None: a quarter of what this job may use (MemAvailable and its
+  memory cgroup's limit; $DLFS_CACHE_BUDGET sets it); 0: off. A budget
+  reduced to fit the limit, or a region that cannot be used, is said in a
+  RuntimeWarning.
+- cache_shared: False keeps the cache to this loader (no /dev/shm region).
+- fields: a list of field names (format v2, e.g. ["jpg", "cls"]): each
+  batch holds those fields of every sample, in that order (batch.fields,
+  batch.field(i, f); batch[i] is field 0). Raw fields stay zero-copy, zstd
+  ones are decompressed on the iterating thread (GIL released). Unknown
+  names raise ValueError listing the volume's fields; a sample lacking a
+  field raises (naming the sample and the field) for its batch. Needed for
+  volumes whose samples have several fields; a volume of one compressed
+  field (a --compress pack of images) hands its samples out decompressed
+  without it.
+
+- skip_bad_samples: a sample whose read, checksum or field decoding fails
+  is left out of its batch (which is one shorter; nothing else moves) and
+  listed by quarantine() as {volume, index, path, reason}, instead of the
+  batch raising. The list goes into state_dict(), so a resumed run leaves
+  the same samples out, and later epochs leave them out unread. Past
+  max_bad_samples of them every batch raises CorruptVolumeError naming them.
+- quarantine: samples to leave out from the start: indices, or the records
+  of `dlfs verify --json` or quarantine() (not counted in max_bad_samples).
+
+- A list of volumes (paths or Volume objects) is a weighted mixture:
+  weights (default equal) say each volume's share of an epoch of
+  epoch_samples samples (default: the most the weights allow before a
+  volume runs out); cycle=True lets a smaller volume start over instead of
+  refusing. Which volume each position comes from is a shuffle of the
+  shares, a pure function of (seed, epoch), split across ranks like one
+  volume's epoch; resuming (also elastically) works the same.
+  batch.sources says each sample's volume (its position in the list),
+  batch.indices its index there. Not with indices= or quarantine=.
+
+stats() says where the time went: rings empty, reads in flight,
+submit/wait/verify seconds, buffer memory, io_uring flags, and the node
+cache (bytes, hits, misses, bytes filled and the time that took, processes
+sharing it).
+
+Call set_epoch(e) before iterating epoch e; each iter() restarts that epoch.
+The GIL is released while waiting for I/O.
+
+Resuming: state_dict() is where the iteration is (epoch, batches handed out)
+and what decides the order (volume uuid, sample set, seed, shuffle,
+batch_size, drop_last, rank, world_size), as a dict of ints, bools and
+strings (torch.save / json can store it). load_state_dict(state) on a Loader
+made with the same volume and options, in any process, continues with the
+next batch, in the same order, without reading the batches before it; a
+state from another volume, seed, shuffle or drop_last raises ValueError
+naming what differs. Elastic resume: a Loader of another rank count or
+batch size may load rank 0's state (every rank of a data-parallel job stops
+at the same step); it reads its share of the samples of the epoch not yet
+handed out, each once, and "segments" in its state lists the parts read
+before (see "Long runs" in the README). After it, set_epoch(state["epoch"]) keeps the position (the usual
+loop); another epoch starts afresh.
+)doc";
+
+// Iteration state for Python: a Loader (or a MixtureSource of several
+// volumes) plus the epoch the next iter() starts.
+class PyLoader {
+ public:
+  // One Loader, or a MixtureSource of the volumes.
+  explicit PyLoader(LoaderSetup setup) {
+    if (!setup.mixture) {
+      auto loader = Unwrap(Loader::Create(setup.volumes.front(), setup.options));
+      loaders_ = {loader.get()};
+      loader_ = std::move(loader);
+      return;
+    }
+    auto mixture =
+        Unwrap(MixtureSource::Create(std::move(setup.volumes), *setup.mixture, setup.options));
+    for (size_t v = 0; v < setup.mixture->weights.size(); ++v) {
+      loaders_.push_back(const_cast<Loader*>(&mixture->loader(v)));
+    }
+    mixture_ = mixture.get();
+    loader_ = std::move(mixture);
+  }
+
+  // After load_state_dict, setting the restored epoch keeps the restored
+  // position (the usual loop sets the epoch before iterating it).
+  void set_epoch(uint64_t e) { position_.set_epoch(e); }
+  uint64_t epoch() const { return position_.epoch(); }
+  void Start() { position_.Start(*loader_, mu_); }
+
+  std::shared_ptr<Batch> Next() {
+    auto batch = std::make_shared<Batch>();
+    Result<bool> more = false;
+    {
+      py::gil_scoped_release release;  // waiting for I/O
+      std::lock_guard lock(mu_);
+      more = loader_->Next(batch.get());
+    }
+    Check(more.status());
+    if (!*more) throw py::stop_iteration();
+    return batch;
+  }
+
+  // Where the iteration is: the epoch set, and the batches of it handed out
+  // (0 until it is iterated).
+  py::dict State() { return StateDict(Unwrap(position_.Save(*loader_, mu_))); }
+  void LoadState(const py::handle& state) {
+    Check(position_.Load(*loader_, mu_, Unwrap(StateFromDict(state))));
+  }
+
+  BatchSource& source() { return *loader_; }
+  // The Loader of each volume (one without a mixture).
+  const std::vector<Loader*>& loaders() const { return loaders_; }
+  MixtureSource* mixture() { return mixture_; }
+
+ private:
+  std::unique_ptr<BatchSource> loader_;
+  std::vector<Loader*> loaders_;
+  MixtureSource* mixture_ = nullptr;
+  SourcePosition position_;
+  std::mutex mu_;  // the source has one caller at a time
+};
+
+// A uint8 numpy view of field f of sample i (f = 0: sample(i)) whose base is
+// the Python Batch.
+py::array FieldView(py::object batch_obj, size_t i, size_t f) {
+  const Batch& b = batch_obj.cast<const Batch&>();
+  if (i >= b.size()) throw py::index_error("sample index out of range in batch");
+  if (f >= b.field_count()) throw py::index_error("field index out of range in batch");
+  const auto s = b.field(i, f);
+  py::array a(py::dtype::of<uint8_t>(), {static_cast<py::ssize_t>(s.size())}, {1},
+              reinterpret_cast<const uint8_t*>(s.data()), batch_obj);
+  // Writable when the bytes are this batch's alone (torch.from_numpy then
+  // takes them without a copy or a warning); read-only when they are shared.
+  if (!b.owns_bytes()) {
+    py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  }
+  return a;
+}
+
+py::array SampleView(py::object batch_obj, size_t i) { return FieldView(batch_obj, i, 0); }
+
+// dlfs.Loader(...): the keywords through ResolveLoaderKeywords; a loader
+// whose memory budget cut its read-ahead or its cache says so in a
+// RuntimeWarning.
+std::unique_ptr<PyLoader> MakeLoader(
+    py::object volume, uint32_t batch_size, bool shuffle, uint64_t seed, uint32_t rank,
+    uint32_t world_size, bool drop_last, uint32_t prefetch_batches, uint32_t queue_depth,
+    uint32_t io_threads, const std::string& engine, bool direct_io, bool verify_checksums,
+    bool coalesce, std::optional<std::vector<uint64_t>> indices,
+    std::optional<uint64_t> cache_budget, std::optional<std::vector<std::string>> fields,
+    bool cache_shared, bool skip_bad_samples, uint32_t max_bad_samples, py::object quarantine,
+    std::optional<std::vector<double>> weights, uint64_t epoch_samples, bool cycle) {
+  auto loader = std::make_unique<PyLoader>(ResolveLoaderKeywords({
+      .volume = volume,
+      .batch_size = batch_size,
+      .shuffle = shuffle,
+      .seed = seed,
+      .rank = rank,
+      .world_size = world_size,
+      .drop_last = drop_last,
+      .prefetch_batches = prefetch_batches,
+      .queue_depth = queue_depth,
+      .io_threads = io_threads,
+      .engine = engine,
+      .direct_io = direct_io,
+      .verify_checksums = verify_checksums,
+      .coalesce = coalesce,
+      .indices = std::move(indices),
+      .cache_budget = cache_budget,
+      .fields = std::move(fields),
+      .cache_shared = cache_shared,
+      .skip_bad_samples = skip_bad_samples,
+      .max_bad_samples = max_bad_samples,
+      .quarantine = quarantine,
+      .weights = std::move(weights),
+      .epoch_samples = epoch_samples,
+      .cycle = cycle,
+  }));
+  for (const Loader* one : loader->loaders()) {
+    if (const std::string& note = one->cache_note(); !note.empty()) {
+      if (PyErr_WarnEx(PyExc_RuntimeWarning, ("dlfs: " + note).c_str(), 1) != 0) {
+        throw py::error_already_set();
+      }
+    }
+  }
+  return loader;
+}
+
+// Loader.stats(): where the time went.
+py::dict StatsDict(const SourceStats& s) {
+  py::dict d;
+  d["ring_empty_seconds"] = s.ring_empty_seconds();
+  d["reads_in_flight_seconds"] = s.io.in_flight_seconds;
+  d["mean_reads_in_flight"] = s.io.mean_in_flight();
+  d["submit_seconds"] = s.io.submit_seconds;
+  d["reap_wait_seconds"] = s.io.wait_seconds;
+  d["verify_seconds"] = s.verify_seconds;
+  d["next_wait_seconds"] = s.next_wait_seconds;
+  d["io_bytes"] = s.io.bytes;
+  d["device_reads"] = s.io.ops;
+  d["buffer_pool_bytes"] = s.buffer_bytes;
+  d["cache_bytes"] = s.cache_bytes;
+  d["cache_used_bytes"] = s.cache_used_bytes;
+  d["cache_hits"] = s.cache_hits;
+  d["cache_misses"] = s.cache_misses;
+  d["cache_fill_bytes"] = s.cache_fill_bytes;
+  d["cache_fill_seconds"] = s.cache_fill_seconds;
+  d["cache_sharers"] = s.cache_sharers;
+  d["cache_shared"] = s.cache_shared;
+  d["setup_seconds"] = s.setup_seconds;
+  d["io_uring_flags"] = s.uring_flags;
+  return d;
+}
+
+void RegisterBatch(py::module_& m) {
+  py::class_<Batch, std::shared_ptr<Batch>>(m, "Batch", kBatchDoc)
+      .def("__len__", &Batch::size)
+      .def(
+          "__getitem__",
+          [](py::object self, int64_t i) {
+            const int64_t n = static_cast<int64_t>(self.cast<const Batch&>().size());
+            if (i < 0) i += n;
+            if (i < 0 || i >= n) throw py::index_error("sample index out of range in batch");
+            return SampleView(self, static_cast<size_t>(i));
+          },
+          py::arg("i"), "Zero-copy uint8 view of the i-th sample.")
+      .def_property_readonly(
+          "samples",
+          [](py::object self) {
+            py::list out;
+            const size_t n = self.cast<const Batch&>().size();
+            for (size_t i = 0; i < n; ++i) out.append(SampleView(self, i));
+            return out;
+          },
+          "List of zero-copy uint8 views, one per sample.")
+      .def_property_readonly("field_count", &Batch::field_count,
+                             "Fields per sample (the Loader's fields; 1 without).")
+      .def(
+          "field", [](py::object self, size_t i, size_t f) { return FieldView(self, i, f); },
+          py::arg("i"), py::arg("f"), "Zero-copy uint8 view of field f of sample i.")
+      .def_property_readonly(
+          "fields",
+          [](py::object self) {
+            const Batch& b = self.cast<const Batch&>();
+            py::tuple out(b.field_count());
+            for (size_t f = 0; f < b.field_count(); ++f) {
+              py::list views;
+              for (size_t i = 0; i < b.size(); ++i) views.append(FieldView(self, i, f));
+              out[f] = views;
+            }
+            return out;
+          },
+          "One list of zero-copy uint8 views per field, in the Loader's fields order.")
+      .def_property_readonly(
+          "indices",
+          [](const Batch& b) {
+            return py::array_t<int64_t>(static_cast<py::ssize_t>(b.size()),
+                                        reinterpret_cast<const int64_t*>(b.indices().data()));
+          },
+          "Sample indices (int64 numpy array, a copy); of a mixture, within each sample's "
+          "volume.")
+      .def_property_readonly(
+          "sources",
+          [](const Batch& b) {
+            py::array_t<int64_t> out(static_cast<py::ssize_t>(b.size()));
+            auto w = out.mutable_unchecked<1>();
+            const auto src = b.sources();
+            for (size_t i = 0; i < b.size(); ++i) w(i) = src.empty() ? 0 : src[i];
+            return out;
+          },
+          "Each sample's volume: its position in the list a mixture Loader was given "
+          "(0 for a Loader of one volume).")
+      .def_property_readonly(
+          "labels",
+          [](const Batch& b) {
+            py::array_t<int64_t> out(static_cast<py::ssize_t>(b.size()));
+            auto w = out.mutable_unchecked<1>();
+            for (size_t i = 0; i < b.size(); ++i) {
+              w(i) = b.label(i) == kNoLabel ? -1 : static_cast<int64_t>(b.label(i));
+            }
+            return out;
+          },
+          "Labels (int64 numpy array; -1 where a sample has none).")
+      .def(
+          "stack",
+          [](const Batch& b) {
+            const size_t n = b.size();
+            const size_t len = n ? b.sample(0).size() : 0;
+            for (size_t i = 1; i < n; ++i) {
+              if (b.sample(i).size() != len) {
+                throw py::value_error("samples differ in size (" + std::to_string(len) + " and " +
+                                      std::to_string(b.sample(i).size()) +
+                                      " bytes): use batch.samples");
+              }
+            }
+            py::array_t<uint8_t> out({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(len)});
+            uint8_t* dst = out.mutable_data();
+            {
+              py::gil_scoped_release release;
+              for (size_t i = 0; i < n; ++i) std::memcpy(dst + i * len, b.sample(i).data(), len);
+            }
+            return out;
+          },
+          "All samples copied into one (len(batch), size) uint8 array; ValueError when they "
+          "differ in size. One array instead of a list of views: cheaper to hand to torch when "
+          "samples are fixed-size (raw pixels).")
+      .def_property_readonly("epoch", &Batch::epoch)
+      .def_property_readonly("sequence", &Batch::sequence, "Batch number within the epoch.")
+      .def_property_readonly("payload_bytes", &Batch::payload_bytes);
+}
+
+}  // namespace
+
+void RegisterLoader(py::module_& m) {
+  RegisterBatch(m);
+
+  // Every keyword default comes from LoaderOptions (written once, in C++).
+  static const LoaderOptions kDefaults;
+  py::class_<PyLoader>(m, "Loader", kLoaderDoc)
+      .def(py::init(&MakeLoader), py::arg("volume"), py::arg("batch_size"),
+           py::arg("shuffle") = kDefaults.sampler.shuffle, py::arg("seed") = kDefaults.sampler.seed,
+           py::arg("rank") = kDefaults.sampler.rank,
+           py::arg("world_size") = kDefaults.sampler.world_size,
+           py::arg("drop_last") = kDefaults.sampler.drop_last,
+           py::arg("prefetch_batches") = kDefaults.prefetch_batches,
+           py::arg("queue_depth") = kDefaults.engine.queue_depth,
+           py::arg("io_threads") = kDefaults.io_threads,
+           py::arg("engine") = std::string(EngineKindName(kDefaults.engine.kind)),
+           py::arg("direct_io") = kDefaults.engine.direct_io,
+           py::arg("verify_checksums") = kDefaults.verify_checksums,
+           py::arg("coalesce") = kDefaults.plan.coalesce, py::arg("indices") = py::none(),
+           py::arg("cache_budget") = py::none(), py::arg("fields") = py::none(),
+           py::arg("cache_shared") = kDefaults.cache_shared,
+           py::arg("skip_bad_samples") = kDefaults.skip_bad_samples,
+           py::arg("max_bad_samples") = kDefaults.max_bad_samples,
+           py::arg("quarantine") = py::none(), py::arg("weights") = py::none(),
+           py::arg("epoch_samples") = 0, py::arg("cycle") = false)
+      .def(
+          "quarantine",
+          [](PyLoader& l) {
+            py::list out;
+            for (const Loader* one : l.loaders()) {
+              out += QuarantineRecords(one->volume().path(), one->quarantine());
+            }
+            return out;
+          },
+          "Samples left out as bad: [{volume, index, path, reason}] (see skip_bad_samples).")
+      .def("set_epoch", &PyLoader::set_epoch, py::arg("epoch"),
+           "Sets the epoch the next iteration reads (its order depends on it).")
+      .def_property_readonly("epoch", &PyLoader::epoch)
+      .def(
+          "__len__", [](PyLoader& l) { return l.source().batches_per_epoch(); },
+          "Batches per epoch for this rank.")
+      .def("__iter__",
+           [](PyLoader& l) -> PyLoader& {
+             l.Start();
+             return l;
+           })
+      .def("__next__", &PyLoader::Next)
+      .def("state_dict", &PyLoader::State,
+           "Where the iteration is and what decides the order, as a dict (see Loader).")
+      .def("load_state_dict", &PyLoader::LoadState, py::arg("state"),
+           "Continues from a state_dict(): the next batch is the one after those it counts.")
+      .def_property_readonly(
+          "indices",
+          [](PyLoader& l) {
+            std::vector<uint64_t> idx;
+            if (l.mixture()) {
+              for (const auto& [v, i] : l.mixture()->RankSamples(l.epoch())) idx.push_back(i);
+            } else {
+              idx = l.loaders().front()->RankIndices(l.epoch());
+            }
+            return py::array_t<int64_t>(static_cast<py::ssize_t>(idx.size()),
+                                        reinterpret_cast<const int64_t*>(idx.data()));
+          },
+          "This rank's sample indices for the current epoch, in reading order (of a "
+          "mixture: within each sample's volume, see sources).")
+      .def_property_readonly(
+          "sources",
+          [](PyLoader& l) {
+            std::vector<int64_t> src;
+            if (l.mixture()) {
+              for (const auto& [v, i] : l.mixture()->RankSamples(l.epoch())) src.push_back(v);
+            } else {
+              src.assign(l.loaders().front()->RankIndices(l.epoch()).size(), 0);
+            }
+            return py::array_t<int64_t>(static_cast<py::ssize_t>(src.size()), src.data());
+          },
+          "For each of indices, the position of its volume in the list given (0 for one).")
+      .def(
+          "stats", [](PyLoader& l) { return StatsDict(l.source().source_stats()); },
+          "Where the time went since the loader was created (see docs/benchmarks.md).")
+      .def_property_readonly(
+          "engine_description", [](PyLoader& l) { return l.source().description(); },
+          "What the I/O engine is, e.g. 'io_uring, O_DIRECT, ... queue depth 64'.");
+
+  m.def(
+      "_subset_crc", [](const std::vector<uint64_t>& indices) { return SubsetCrc(indices); },
+      py::arg("indices"), "CRC32C of a loader's sample subset, as its state_dict() has it.");
+}
+
+}  // namespace dlfs::python

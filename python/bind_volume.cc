@@ -1,0 +1,420 @@
+// Python binding of dlfs.Volume (dlfs/volume.h): opening and closing a
+// volume, reading its samples (one, a slice, a batch through this process's
+// SampleReader), and its directory (paths, labels, classes, fields).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <unistd.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "dlfs/sample_reader.h"
+#include "dlfs/summary.h"
+#include "dlfs/verify.h"
+#include "dlfs/volume.h"
+#include "status_bridge.h"
+
+namespace py = pybind11;
+
+namespace dlfs::python {
+namespace {
+
+using VolumeClass = py::class_<Volume, std::shared_ptr<Volume>>;
+
+constexpr const char* kVolumeDoc = R"doc(
+An open dlfs volume (read-only).
+
+Volume(path) reads the superblock and the whole sample directory, verifying
+their checksums; a damaged or foreign file raises CorruptVolumeError, a
+missing one FileNotFoundError. A volume of several targets is opened from
+its target 0, which names the others; target_map={1: "/dev/nvme1n1"} looks
+for target 1 there instead.
+
+    vol = dlfs.Volume("fashion-mnist.dlfs")
+    data, label = vol[42]          # bytes, int (None when unlabelled)
+    vol.path(42), vol.lookup("train/00042"), vol.classes
+)doc";
+
+py::object LabelOrNone(uint32_t label) {
+  return label == kNoLabel ? py::object(py::none()) : py::object(py::int_(label));
+}
+
+// The same document as `dlfs info --json` (both come from SummarizeVolume).
+py::dict InfoDict(const Volume& v) {
+  const VolumeSummary s = SummarizeVolume(v);
+  const VolumeInfo& i = s.info;
+  py::list targets;
+  for (size_t t = 0; t < i.target_details.size(); ++t) {
+    const TargetInfo& ti = i.target_details[t];
+    py::dict td;
+    td["index"] = t;
+    td["path"] = ti.path;
+    td["stored_path"] = ti.stored_path;
+    td["kind"] = std::string(NameOf(kTargetKindNames, ti.kind));
+    td["size"] = ti.size;
+    td["samples"] = s.usage[t].samples;
+    td["bytes"] = s.usage[t].bytes;
+    targets.append(td);
+  }
+  py::list fields;
+  for (const FieldUsage& f : s.fields) {
+    py::dict fd;
+    fd["name"] = f.name;
+    fd["samples"] = f.samples;
+    fd["compressed"] = f.compressed;
+    fd["stored_bytes"] = f.stored_bytes;
+    fd["bytes"] = f.decoded_bytes;
+    fields.append(fd);
+  }
+  py::dict d;
+  d["path"] = s.path;
+  d["format_version"] = i.format_version;
+  d["uuid"] = i.uuid;
+  d["samples"] = i.sample_count;
+  d["directories"] = i.dir_count;
+  d["bytes"] = i.data_bytes;
+  d["volume_bytes"] = i.volume_size;
+  d["directory_bytes"] = i.directory_bytes;
+  d["alignment"] = i.data_alignment;
+  d["classes"] = i.class_count;
+  d["class_names"] = s.class_names;
+  d["targets"] = i.targets;
+  d["target_details"] = targets;
+  d["created_unix_ns"] = i.created_unix_ns;
+  d["incompat_flags"] = s.incompat_flags;
+  d["fields"] = fields;
+  d["dictionary_bytes"] = s.dictionary_bytes;
+  return d;
+}
+
+uint64_t CheckIndex(const Volume& v, int64_t index) {
+  if (index < 0) index += static_cast<int64_t>(v.size());
+  if (index < 0 || static_cast<uint64_t>(index) >= v.size()) {
+    throw py::index_error("sample index out of range");
+  }
+  return static_cast<uint64_t>(index);
+}
+
+// Index `index` of `v` (negative: from the end); IndexError naming the
+// volume's size.
+uint64_t ReadIndex(const Volume& v, int64_t index) {
+  if (index < 0) index += static_cast<int64_t>(v.size());
+  if (index < 0 || static_cast<uint64_t>(index) >= v.size()) {
+    throw py::index_error("sample index out of range (volume has " + std::to_string(v.size()) +
+                          " samples)");
+  }
+  return static_cast<uint64_t>(index);
+}
+
+// Sample `index` into `dst` (its SampleSize), without the GIL.
+void ReadSampleInto(const Volume& v, uint64_t index, std::span<std::byte> dst, bool verify) {
+  Status st;
+  {
+    py::gil_scoped_release release;
+    st = v.ReadInto(index, dst, verify);
+  }
+  Check(st);
+}
+
+py::bytes ReadSample(const Volume& v, int64_t i, bool verify) {
+  const uint64_t index = ReadIndex(v, i);
+  const uint64_t len = Unwrap(v.SampleSize(index));
+  py::bytes out(nullptr, static_cast<py::ssize_t>(len));  // filled in place
+  ReadSampleInto(v, index, {reinterpret_cast<std::byte*>(PyBytes_AS_STRING(out.ptr())), len},
+                 verify);
+  return out;
+}
+
+// A new writable numpy uint8 array (torch.from_numpy takes it as it is).
+py::array_t<uint8_t> ReadArray(const Volume& v, int64_t i, bool verify) {
+  const uint64_t index = ReadIndex(v, i);
+  const uint64_t len = Unwrap(v.SampleSize(index));
+  py::array_t<uint8_t> out(static_cast<py::ssize_t>(len));
+  ReadSampleInto(v, index, {reinterpret_cast<std::byte*>(out.mutable_data()), len}, verify);
+  return out;
+}
+
+// The samples of `s` over `v`: a list of (bytes, label) as vol[i] gives.
+py::list ReadSlice(const Volume& v, const py::slice& s) {
+  size_t start = 0, stop = 0, step = 0, n = 0;
+  if (!s.compute(v.size(), &start, &stop, &step, &n)) throw py::error_already_set();
+  py::list out;
+  for (size_t k = 0, i = start; k < n; ++k, i += step) {
+    const uint64_t len = Unwrap(v.SampleSize(i));
+    py::bytes data(nullptr, static_cast<py::ssize_t>(len));  // filled in place
+    ReadSampleInto(v, i, {reinterpret_cast<std::byte*>(PyBytes_AS_STRING(data.ptr())), len}, true);
+    out.append(py::make_tuple(data, LabelOrNone(v.directory().label(i))));
+  }
+  return out;
+}
+
+// The per-process SampleReader of a Python Volume object, kept in its
+// __dict__ (a reader does not survive fork: a child makes its own).
+class PyReader {
+ public:
+  explicit PyReader(std::shared_ptr<Volume> vol)
+      : pid_(::getpid()), reader_(Unwrap(SampleReader::Create(std::move(vol), {}))) {}
+  pid_t pid() const { return pid_; }
+  SampleReader& reader() { return *reader_; }
+
+ private:
+  pid_t pid_;
+  std::unique_ptr<SampleReader> reader_;
+};
+
+// Opening and closing, the whole volume's summary and check.
+void DefVolumeFile(VolumeClass& c) {
+  c.def(py::init(
+            [](const py::object& path, std::optional<std::map<uint32_t, std::string>> target_map) {
+              // Any path-like object (str, bytes, pathlib.Path, ...), as open() takes.
+              const std::string p =
+                  py::module_::import("os").attr("fsencode")(path).cast<std::string>();
+              VolumeOpenOptions options;
+              if (target_map) options.target_map = std::move(*target_map);
+              Result<std::shared_ptr<Volume>> v = Status::Cancelled("not run");
+              {
+                py::gil_scoped_release release;
+                v = Volume::Open(p, options);
+              }
+              return Unwrap(std::move(v));
+            }),
+        py::arg("path"), py::arg("target_map") = py::none())
+      .def(
+          "close", [](Volume& v) { v.Close(); },
+          "Closes the volume's files now (also at the end of a `with` block). Reading "
+          "samples afterwards raises ValueError; len(), path(), labels and classes still "
+          "work, and Loaders made from the volume are unaffected.")
+      .def_property_readonly("closed", &Volume::closed, "True after close().")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__",
+           [](Volume& v, const py::args&) {
+             v.Close();
+             return false;
+           })
+      .def("__len__", &Volume::size, "Number of samples.")
+      .def_property_readonly("filename", &Volume::path, "The volume file.")
+      .def("info", &InfoDict,
+           "Summary: samples, bytes, classes, format_version, targets, incompat_flags, "
+           "fields (name, samples, compressed, stored_bytes, bytes), ...")
+      .def(
+          "verify",
+          [](const Volume& v) {
+            std::vector<std::string> bad;
+            VerifyReport report;
+            VerifyOptions o;
+            o.on_bad_sample = [&](uint64_t, const Status& s) { bad.push_back(s.message()); };
+            Status st;
+            {
+              py::gil_scoped_release release;
+              st = VerifyVolume(v, o, &report);
+            }
+            Check(st);
+            return bad;
+          },
+          "Checks every sample's checksum; returns the list of problems (empty when intact).")
+      .def("__repr__", [](const Volume& v) {
+        return "<dlfs.Volume '" + v.path() + "' with " + std::to_string(v.size()) + " samples>";
+      });
+}
+
+// Reading samples. __getitem__'s overloads are tried in this order: an
+// index, a slice, anything else (a TypeError saying what vol[...] takes).
+void DefVolumeReads(VolumeClass& c) {
+  c.def(
+       "__getitem__",
+       [](const Volume& v, int64_t i) {
+         py::bytes data = ReadSample(v, i, true);
+         return py::make_tuple(data, LabelOrNone(v.directory().label(CheckIndex(v, i))));
+       },
+       py::arg("index"),
+       "(bytes, label) of sample `index`; the checksum is verified. label is None when the "
+       "sample has none.")
+      .def("__getitem__", &ReadSlice, py::arg("slice"),
+           "vol[a:b:c]: a list of (bytes, label), as vol[i] for each i of the slice.")
+      .def(
+          "__getitem__",
+          [](const Volume&, const py::object& key) -> py::object {
+            throw py::type_error("dlfs.Volume indices must be integers or slices, not " +
+                                 std::string(Py_TYPE(key.ptr())->tp_name) +
+                                 " (a path inside the volume: vol[vol.lookup(path)])");
+          },
+          py::arg("key"))
+      .def("read", &ReadSample, py::arg("index"), py::arg("verify") = true,
+           "The bytes of sample `index` as packed (checksum verified unless verify=False; "
+           "decompressed when stored compressed). A volume whose samples have several fields "
+           "refuses, listing them: use read_field / read_fields.")
+      .def("read_array", &ReadArray, py::arg("index"), py::arg("verify") = true,
+           "The bytes of sample `index` as a new writable numpy uint8 array, read straight into "
+           "it (torch.from_numpy takes it without a copy or a warning).")
+      .def(
+          "read_field",
+          [](const Volume& v, int64_t i, const std::string& field, bool verify) {
+            const uint64_t index = CheckIndex(v, i);
+            Result<std::vector<std::byte>> r = Status::Cancelled("not run");
+            {
+              py::gil_scoped_release release;
+              r = v.Read(index, std::string_view(field), verify);
+            }
+            const std::vector<std::byte> b = Unwrap(std::move(r));
+            return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+          },
+          py::arg("index"), py::arg("field"), py::arg("verify") = true,
+          "Field `field` (e.g. 'json') of sample `index`, decompressed and checked; an error "
+          "naming the sample when it lacks the field.")
+      .def(
+          "read_fields",
+          [](const Volume& v, int64_t i, bool verify) {
+            const uint64_t index = CheckIndex(v, i);
+            Result<std::vector<std::pair<std::string, std::vector<std::byte>>>> r =
+                Status::Cancelled("not run");
+            {
+              py::gil_scoped_release release;
+              r = v.ReadFields(index, verify);
+            }
+            py::dict out;
+            for (const auto& [name, b] : Unwrap(std::move(r))) {
+              out[py::str(name)] = py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+            }
+            return out;
+          },
+          py::arg("index"), py::arg("verify") = true,
+          "{field name: bytes} of sample `index`, decompressed, in storage order (a volume "
+          "without fields gives {'': bytes}).")
+      .def(
+          "read_many",
+          [](py::object self, std::vector<int64_t> indices, bool verify) {
+            const Volume& v = self.cast<const Volume&>();
+            std::vector<uint64_t> idx;
+            idx.reserve(indices.size());
+            for (int64_t i : indices) idx.push_back(CheckIndex(v, i));
+            SampleReader& reader = ReaderOf(self);
+            Result<Batch> r = Status::Cancelled("not run");
+            {
+              py::gil_scoped_release release;
+              r = reader.Read(idx, verify);
+            }
+            return std::make_shared<Batch>(Unwrap(std::move(r)));
+          },
+          py::arg("indices"), py::arg("verify") = true, R"doc(
+The samples `indices` (any order, duplicates allowed) in one submission,
+as a Batch: batch[i] is a zero-copy uint8 view of sample indices[i],
+batch.labels their labels. Reads go through this process's own io_uring
+ring with O_DIRECT (no page cache copy) and are coalesced where samples are
+neighbours; checksums are verified. Use it when you have a batch of
+indices at once (a BatchSampler); for whole epochs use dlfs.Loader.)doc")
+      .def(
+          "_buffer_bytes",
+          [](py::object self, std::vector<uint64_t> indices) {
+            return Unwrap(ReaderOf(self).BufferBytes(indices));
+          },
+          py::arg("indices"), "Bytes read_many(indices) needs in shared memory (internal).")
+      .def(
+          "size", [](const Volume& v, int64_t i) { return Unwrap(v.SampleSize(CheckIndex(v, i))); },
+          py::arg("index"), "Size in bytes of sample `index` as read (decompressed).")
+      .def(
+          "extent",
+          [](const Volume& v, int64_t i) {
+            const SampleInfo s = v.directory().sample(CheckIndex(v, i));
+            return py::make_tuple(s.target, s.offset, s.length);
+          },
+          py::arg("index"),
+          "(target, offset, length): where sample `index`'s stored bytes are in its target file "
+          "(compressed ones as stored).");
+}
+
+// The sample directory: paths, labels, classes, fields.
+void DefVolumeDirectory(VolumeClass& c) {
+  c.def(
+       "path", [](const Volume& v, int64_t i) { return v.directory().Path(CheckIndex(v, i)); },
+       py::arg("index"), "Path of sample `index` inside the volume, e.g. 'train/00042'.")
+      .def(
+          "lookup",
+          [](const Volume& v, const std::string& path) {
+            return Unwrap(v.directory().Lookup(path));
+          },
+          py::arg("path"), "Index of the sample at `path`; KeyError if there is none.")
+      .def(
+          "indices",
+          [](const Volume& v, const std::string& dir) {
+            const PathEntry e = Unwrap(v.directory().Resolve(dir));
+            if (!e.is_dir) Check(Status::InvalidArgument("'" + dir + "' is a sample"));
+            const std::vector<uint64_t> idx = v.directory().SamplesUnder(e.index);
+            return py::array_t<int64_t>(static_cast<py::ssize_t>(idx.size()),
+                                        reinterpret_cast<const int64_t*>(idx.data()));
+          },
+          py::arg("dir") = "",
+          "Indices of every sample under directory `dir` (recursively), ascending.")
+      .def(
+          "label",
+          [](const Volume& v, int64_t i) {
+            return LabelOrNone(v.directory().label(CheckIndex(v, i)));
+          },
+          py::arg("index"), "Label (class id) of sample `index`, or None.")
+      .def_property_readonly(
+          "labels",
+          [](const Volume& v) {
+            py::array_t<int64_t> out(static_cast<py::ssize_t>(v.size()));
+            auto w = out.mutable_unchecked<1>();
+            for (uint64_t i = 0; i < v.size(); ++i) {
+              const uint32_t l = v.directory().label(i);
+              w(i) = l == kNoLabel ? -1 : static_cast<int64_t>(l);
+            }
+            return out;
+          },
+          "All labels as an int64 numpy array (-1 where a sample has none).")
+      .def_property_readonly(
+          "classes",
+          [](const Volume& v) {
+            std::vector<std::string> names;
+            for (uint64_t c = 0; c < v.directory().class_count(); ++c) {
+              names.emplace_back(v.directory().class_name(c));
+            }
+            return names;
+          },
+          "Class names, indexed by label.")
+      .def_property_readonly(
+          "fields",
+          [](const Volume& v) {
+            std::vector<std::string> names;
+            const SampleDirectory& d = v.directory();
+            if (!d.has_fields()) return names;
+            for (uint32_t f = 0; f < d.field_count(); ++f) names.emplace_back(d.field_name(f));
+            return names;
+          },
+          "The volume's field names, sorted ([] for a volume without fields).");
+}
+
+}  // namespace
+
+SampleReader& ReaderOf(const py::object& volume_obj) {
+  py::dict d = volume_obj.attr("__dict__");
+  if (d.contains("_reader")) {
+    PyReader& r = d["_reader"].cast<PyReader&>();
+    if (r.pid() == ::getpid()) return r.reader();
+    // Inherited from the parent: keep it alive but unused (destroying it
+    // here would touch the parent's I/O state).
+    static py::list* inherited = new py::list();
+    inherited->append(d["_reader"]);
+  }
+  auto vol = volume_obj.cast<std::shared_ptr<Volume>>();
+  py::object r = py::cast(std::make_unique<PyReader>(std::move(vol)));
+  d["_reader"] = r;
+  return r.cast<PyReader&>().reader();
+}
+
+void RegisterVolume(py::module_& m) {
+  py::class_<PyReader>(m, "_SampleReader");
+  VolumeClass volume(m, "Volume", py::dynamic_attr(), kVolumeDoc);
+  DefVolumeFile(volume);
+  DefVolumeReads(volume);
+  DefVolumeDirectory(volume);
+}
+
+}  // namespace dlfs::python

@@ -1,0 +1,68 @@
+#include "loader_keywords.h"
+
+#include <utility>
+
+#include "status_bridge.h"
+
+namespace py = pybind11;
+
+namespace dlfs::python {
+namespace {
+
+std::shared_ptr<Volume> OpenVolume(py::handle v) {
+  if (py::isinstance<Volume>(v)) return v.cast<std::shared_ptr<Volume>>();
+  return Unwrap(Volume::Open(py::str(v).cast<std::string>()));
+}
+
+std::vector<uint64_t> QuarantineIndices(const py::handle& list) {
+  std::vector<uint64_t> out;
+  for (py::handle item : list) {
+    py::handle index = py::isinstance<py::dict>(item) ? item.cast<py::dict>()["index"] : item;
+    out.push_back(index.cast<uint64_t>());
+  }
+  return out;
+}
+
+}  // namespace
+
+LoaderSetup ResolveLoaderKeywords(LoaderKeywords k) {
+  LoaderSetup out;
+  LoaderOptions& o = out.options;
+  o.sampler.batch_size = k.batch_size;
+  o.sampler.shuffle = k.shuffle;
+  o.sampler.seed = k.seed;
+  o.sampler.rank = k.rank;
+  o.sampler.world_size = k.world_size;
+  o.sampler.drop_last = k.drop_last;
+  if (py::isinstance<py::list>(k.volume) || py::isinstance<py::tuple>(k.volume)) {
+    for (py::handle v : k.volume) out.volumes.push_back(OpenVolume(v));
+    MixtureOptions m;
+    m.weights = k.weights ? *k.weights : std::vector<double>(out.volumes.size(), 1.0);
+    m.epoch_samples = k.epoch_samples;
+    m.cycle = k.cycle;
+    m.sampler = o.sampler;
+    out.mixture = std::move(m);
+  } else {
+    if (k.weights || k.epoch_samples != 0 || k.cycle) {
+      throw py::value_error("weights, epoch_samples and cycle apply to a list of volumes");
+    }
+    out.volumes.push_back(OpenVolume(k.volume));
+  }
+  o.prefetch_batches = k.prefetch_batches;
+  o.engine.queue_depth = k.queue_depth;
+  o.io_threads = k.io_threads;
+  o.engine.kind = Unwrap(ParseEngineKind(k.engine));
+  o.engine.direct_io = k.direct_io;
+  o.verify_checksums = k.verify_checksums;
+  o.plan.coalesce = k.coalesce;
+  if (k.indices) o.subset = std::move(*k.indices);
+  if (k.cache_budget) o.cache_budget = *k.cache_budget;
+  if (k.fields) o.fields = std::move(*k.fields);
+  o.cache_shared = k.cache_shared;
+  o.skip_bad_samples = k.skip_bad_samples;
+  o.max_bad_samples = k.max_bad_samples;
+  if (!k.quarantine.is_none()) o.quarantine = QuarantineIndices(k.quarantine);
+  return out;
+}
+
+}  // namespace dlfs::python

@@ -1,0 +1,235 @@
+// Loader::Impl's I/O threads: each streams the reads of the batches within
+// the window through its own engine and publishes finished batches
+// (loader_impl.h says how batches are numbered).
+#include <system_error>
+#include <unordered_map>
+
+#include "common/clock.h"
+#include "loader/loader_impl.h"
+
+namespace dlfs {
+
+namespace {
+
+// Reads per batch are numbered in the low half of a tag, batches in the
+// high half.
+constexpr uint64_t kReadBits = 32;
+
+}  // namespace
+
+void Loader::Impl::StartThreadsLocked() {
+  if (started_.load(std::memory_order_relaxed)) return;
+  started_.store(true, std::memory_order_release);
+  for (size_t k = 0; k < workers_.size(); ++k) {
+    try {
+      Worker* w = workers_[k].get();
+      w->thread = std::thread([this, w] { Run(*w); });
+    } catch (const std::system_error& e) {
+      // Out of threads: fail every batch rather than wait for a reader
+      // that does not exist.
+      start_error_ =
+          Status(StatusCode::kUnavailable, std::string("cannot start an I/O thread: ") + e.what());
+      break;
+    }
+  }
+}
+
+void Loader::Impl::Run(Worker& w) {
+  const uint64_t n = workers_.size();
+  uint64_t my_gen = ~uint64_t{0};
+  uint64_t next = w.index;  // next ticket this thread starts
+  uint64_t next_id = 0;
+  std::unordered_map<uint64_t, std::unique_ptr<InFlight>> flying;  // by batch id
+  std::vector<ReadCompletion> done;
+  std::vector<ReadRequest> requests;
+  while (true) {
+    bool start = false;
+    uint64_t ticket = 0, gen = 0, epoch = 0;
+    std::shared_ptr<const EpochOrder> part;
+    {
+      std::unique_lock lock(mu_);
+      while (true) {
+        if (stop_) break;
+        if (gen_ != my_gen) {
+          my_gen = gen_;
+          next = w.index;
+          for (auto& [id, b] : flying) b->abandoned = true;
+          // Their reads not yet started need not be done at all.
+          w.engine->Cancel([&](uint64_t tag) { return flying.count(tag >> kReadBits) > 0; });
+        }
+        if (next < consumer_) next += (consumer_ - next + n - 1) / n * n;  // skipped ahead
+        start = batches_ > 0 && next < consumer_ + window_;
+        if (start || w.engine->pending() > 0) break;
+        work_cv_.wait(lock);
+      }
+      if (stop_) break;
+      ticket = next;
+      gen = my_gen;
+      if (start) epoch = base_epoch_ + ticket / batches_;
+      part = part_;
+    }
+    Status st;
+    if (start) {
+      next += n;
+      auto b = std::make_unique<InFlight>();
+      b->gen = gen;
+      b->ticket = ticket;
+      b->epoch = epoch;
+      b->seq = ticket % batches_;
+      b->order = orders_.Get(epoch, std::move(part));
+      if (!b->order->error.ok()) {
+        Publish(*b, b->order->error);
+        continue;
+      }
+      const uint64_t bs = options_.sampler.batch_size;
+      const uint64_t first =
+          b->order->starts.empty() ? (b->seq - b->order->first_seq) * bs : b->order->starts[b->seq];
+      const uint64_t count = b->order->starts.empty()
+                                 ? std::min<uint64_t>(bs, b->order->indices.size() - first)
+                                 : b->order->starts[b->seq + 1] - first;
+      b->indices = std::span<const uint64_t>(b->order->indices.data() + first, count);
+      std::span<const uint64_t> to_read = b->indices;
+      if (cache_) {
+        // Samples the node cache holds are not read.
+        b->cached.resize(count);
+        for (uint64_t k = 0; k < count; ++k) {
+          b->cached[k] = cache_->Find(b->indices[k]);
+          if (!b->cached[k]) b->misses.push_back(b->indices[k]);
+        }
+        to_read = b->misses;
+      }
+      loader_internal::PlanOptions po = po_;
+      po.alignment = w.engine->alignment();
+      b->read = std::make_unique<BatchRead>(*volume_, to_read, po);
+      b->slab = to_read.empty() ? nullptr : w.pool->Acquire(b->read->buffer_bytes());
+      if (to_read.empty()) {
+        // Wholly cached: nothing to read.
+        b->started = Now();
+        Finish(w, ~uint64_t{0}, *b, &requests);
+      } else if (!b->slab) {
+        Publish(*b, Status::Unavailable(volume_->path() + ": out of memory for a batch of " +
+                                        std::to_string(b->read->buffer_bytes()) + " bytes"));
+      } else {
+        b->started = Now();
+        b->read->Start(b->slab->data, b->slab->slot, &requests);
+        const uint64_t id = next_id++;
+        Enqueue(w, id, requests);
+        if (b->read->outstanding() == 0) {
+          Finish(w, id, *b, &requests);
+        } else {
+          flying.emplace(id, std::move(b));
+        }
+        st = w.engine->Submit();
+      }
+      // Collect what has finished without waiting: more batches may be
+      // started before the thread has to block.
+      done.clear();
+      if (st.ok()) st = w.engine->Reap(&done, 0);
+    } else {
+      done.clear();
+      st = w.engine->Reap(&done, 1);
+    }
+    for (const ReadCompletion& c : done) {
+      const uint64_t id = c.tag >> kReadBits;
+      auto it = flying.find(id);
+      if (it == flying.end()) continue;
+      InFlight& b = *it->second;
+      b.read->Complete(c.tag & ((uint64_t{1} << kReadBits) - 1), c.status);
+      if (b.read->outstanding() == 0 && Finish(w, id, b, &requests)) flying.erase(it);
+    }
+    if (!st.ok()) {
+      // The engine failed; every pending read completed with the error
+      // (handled above), or the engine is broken and its reads may still
+      // land: keep their buffers forever rather than reuse them.
+      for (auto& [id, b] : flying) {
+        Publish(*b, st);
+        std::lock_guard lock(mu_);
+        quarantine_.push_back(b->slab);
+      }
+      flying.clear();
+    }
+  }
+  // Stopping: drop what has not started, wait for every read in flight
+  // before the buffers go.
+  w.engine->Cancel([](uint64_t) { return true; });
+  while (w.engine->pending() > 0) {
+    done.clear();
+    if (!w.engine->Reap(&done, w.engine->pending()).ok()) {
+      std::lock_guard lock(mu_);
+      for (auto& [id, b] : flying) quarantine_.push_back(b->slab);
+      break;
+    }
+  }
+}
+
+void Loader::Impl::Enqueue(Worker& w, uint64_t id, const std::vector<ReadRequest>& requests) {
+  for (size_t r = 0; r < requests.size(); ++r) {
+    w.engine->Enqueue(requests[r], (id << kReadBits) | r);
+  }
+}
+
+bool Loader::Impl::Finish(Worker& w, uint64_t id, InFlight& b, std::vector<ReadRequest>* requests) {
+  if (!b.abandoned && b.read->NextRound(requests)) {
+    Enqueue(w, id, *requests);
+    return false;
+  }
+  if (b.abandoned) return true;
+  std::shared_ptr<const void> owner = b.slab;
+  Result<std::shared_ptr<Batch::Data>> data = b.read->FinishData(
+      std::move(owner), b.epoch, b.seq, Now() - b.started, options_.skip_bad_samples);
+  if (data.ok() && cache_) data = WithCached(b, std::move(data).value());
+  Publish(b, std::move(data));
+  return true;
+}
+
+std::shared_ptr<Batch::Data> Loader::Impl::WithCached(const InFlight& b,
+                                                      std::shared_ptr<Batch::Data> read) {
+  if (!b.misses.empty() && filler_) filler_->Offer(read);
+  if (b.misses.size() == b.indices.size()) return read;
+  auto data = std::make_shared<Batch::Data>();
+  // Cached bytes are shared: the batch keeps the region mapped and is
+  // read-only (owns_bytes false).
+  struct Owners {
+    std::shared_ptr<const void> slab;
+    std::shared_ptr<NodeCache> cache;
+  };
+  data->owner = std::make_shared<Owners>(Owners{read->owner, cache_});
+  data->epoch = b.epoch;
+  data->sequence = b.seq;
+  data->io_seconds = read->io_seconds;
+  data->device_bytes = read->device_bytes;
+  data->left_out = read->left_out;
+  const SampleDirectory& dir = volume_->directory();
+  data->indices.reserve(b.indices.size());
+  data->samples.reserve(b.indices.size());
+  data->labels.reserve(b.indices.size());
+  // The samples read are b.misses in order, less those left out unread.
+  for (size_t k = 0, r = 0; k < b.indices.size(); ++k) {
+    std::span<const std::byte> bytes;
+    if (b.cached[k]) {
+      bytes = *b.cached[k];
+    } else if (r < read->indices.size() && read->indices[r] == b.indices[k]) {
+      bytes = read->samples[r++];
+    } else {
+      continue;
+    }
+    data->indices.push_back(b.indices[k]);
+    data->samples.push_back(bytes);
+    data->labels.push_back(dir.label(b.indices[k]));
+    data->payload_bytes += bytes.size();
+  }
+  return data;
+}
+
+void Loader::Impl::Publish(const InFlight& b, Result<std::shared_ptr<Batch::Data>> result) {
+  {
+    std::lock_guard lock(mu_);
+    if (b.gen == gen_ && b.ticket >= consumer_) {
+      ready_.emplace(b.ticket, std::move(result));
+    }
+  }
+  ready_cv_.notify_all();
+  // A batch not kept is destroyed here, its slab returning to the pool.
+}
+
+}  // namespace dlfs
