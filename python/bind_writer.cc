@@ -189,15 +189,7 @@ void RegisterPack(py::module_& m) {
         o.class_names = NameList(
             class_names, [](const std::string& spec) { return Unwrap(ParseClassNames(spec)); });
         o.all_files = all_files;
-        o.fields = NameList(fields, [](const std::string& spec) {
-          std::vector<std::string> names;
-          for (std::string_view rest = spec; !rest.empty();) {
-            const size_t comma = rest.find(',');
-            if (comma != 0) names.emplace_back(rest.substr(0, comma));
-            rest = comma == rest.npos ? std::string_view() : rest.substr(comma + 1);
-          }
-          return names;
-        });
+        o.fields = NameList(fields, [](const std::string& spec) { return ParseFieldNames(spec); });
         o.volume.compress = Unwrap(ParseCompression(compress, dict));
         // target_paths alone implies the count; the builder checks both agree.
         o.volume.targets = targets.value_or(1 + static_cast<uint32_t>(target_paths.size()));

@@ -42,11 +42,7 @@ int RunPack(PackArgs& args) {
   auto names = ParseClassNames(args.class_names);
   if (!names.ok()) return Fail(names.status());
   options.class_names = std::move(*names);
-  for (std::string_view rest = args.fields; !rest.empty();) {
-    const size_t comma = rest.find(',');
-    if (comma != 0) options.fields.emplace_back(rest.substr(0, comma));
-    rest = comma == rest.npos ? std::string_view() : rest.substr(comma + 1);
-  }
+  options.fields = ParseFieldNames(args.fields);
   if (args.dict && args.compress.empty()) {
     return Fail(Status::InvalidArgument("--dict needs --compress zstd[:LEVEL]"));
   }

@@ -198,6 +198,16 @@ Result<std::vector<std::string>> ParseClassNames(const std::string& spec) {
   }
 }
 
+std::vector<std::string> ParseFieldNames(std::string_view spec) {
+  std::vector<std::string> names;
+  while (!spec.empty()) {
+    const size_t comma = spec.find(',');
+    if (comma != 0) names.emplace_back(spec.substr(0, comma));
+    spec = comma == spec.npos ? std::string_view() : spec.substr(comma + 1);
+  }
+  return names;
+}
+
 Result<PackStats> Pack(const std::string& source, const std::string& volume_path,
                        const PackOptions& options) {
   const double start = Now();
