@@ -65,8 +65,6 @@ struct BenchArgs {
   DecodeStageOptions decode_stage;
 };
 
-void Print(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
-
 // BenchVolumes names its options; say which flags set them.
 constexpr FlagName kBenchFlags[] = {
     {"weights, epoch_samples and cycle", "--weights, --epoch-samples and --cycle"},

@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "dlfs/decode.h"
 #include "dlfs/enum_names.h"
 #include "dlfs/report.h"
 #include "dlfs/status.h"
@@ -64,6 +65,13 @@ struct FlagName {
 };
 // `text` with each table entry's first occurrence of `option` replaced.
 std::string InFlagTerms(std::string text, std::span<const FlagName> table);
+
+// Decoding options shared by `cat --decode` and `bench --decode`
+// (bench_verb.cc).
+void AddDecodeOptions(CLI::App* verb, ImageOptions* o);
+
+// Writes `text` (a report) to stdout as is.
+void Print(const std::string& text);
 
 inline ReportFormat FormatOf(bool json) { return json ? ReportFormat::kJson : ReportFormat::kText; }
 // Progress lines go to stderr and only to a terminal, overwritten in place.

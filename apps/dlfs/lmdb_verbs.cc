@@ -13,8 +13,6 @@
 namespace dlfs::cli {
 namespace {
 
-void Print(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
-
 struct LmdbReadArgs {
   std::string db;
   LmdbReadOptions options;

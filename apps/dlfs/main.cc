@@ -47,6 +47,8 @@ std::string InFlagTerms(std::string text, std::span<const FlagName> table) {
   return text;
 }
 
+void Print(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
+
 bool ShowProgress(bool quiet) { return !quiet && ::isatty(STDERR_FILENO); }
 
 int WriteOutput(const std::string& path, std::span<const std::byte> data) {

@@ -18,12 +18,7 @@
 
 namespace dlfs::cli {
 
-// Decoding options shared by `cat --decode` and `bench --decode` (bench_verb.cc).
-void AddDecodeOptions(CLI::App* verb, ImageOptions* o);
-
 namespace {
-
-void Print(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
 
 // Lists every sample below directory `k`, depth first in name order.
 void ListRecursive(const SampleDirectory& d, uint64_t k, ReportFormat format) {
