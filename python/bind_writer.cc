@@ -9,6 +9,8 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "bindings.h"
@@ -21,6 +23,31 @@ namespace py = pybind11;
 
 namespace dlfs::python {
 namespace {
+
+// The library names the option that would change an error by its field
+// (PackOptions, VolumeBuilder::Options); say which keyword sets it here.
+Status InKeywordTerms(const Status& st) {
+  static constexpr std::pair<std::string_view, std::string_view> kKeywords[] = {
+      {"(set overwrite to", "(pass force=True to"},
+      {"(set skip_unreadable to", "(pass skip_unreadable=True to"},
+      {"the fields option applies", "fields= applies"},
+      {"all_files packs", "all_files=True packs"}};
+  std::string message = st.message();
+  for (const auto& [option, keyword] : kKeywords) {
+    if (const size_t at = message.find(option); at != message.npos) {
+      message.replace(at, option.size(), keyword);
+    }
+  }
+  return Status(st.code(), std::move(message), st.sys_errno());
+}
+
+// "a,b" or a list of names (fields=, class_names=); `spec_parser` parses
+// the string form.
+template <typename Parse>
+std::vector<std::string> NameList(const py::object& value, Parse spec_parser) {
+  if (py::isinstance<py::str>(value)) return spec_parser(value.cast<std::string>());
+  return value.cast<std::vector<std::string>>();
+}
 
 // A contiguous read-only view of any object with the buffer protocol
 // (bytes, bytearray, memoryview, a C-contiguous numpy array of any dtype),
@@ -53,13 +80,15 @@ class PyWriter {
     o.targets = targets;
     o.align = alignment;
     o.overwrite = force;
-    Check(ParseCompression(compress, dict, &o.compress));
+    Result<VolumeBuilder::Options::Compression> compression = ParseCompression(compress, dict);
+    Check(compression.status());
+    o.compress = std::move(*compression);
     Result<std::unique_ptr<VolumeBuilder>> r = Status::Cancelled("not run");
     {
       py::gil_scoped_release release;
       r = VolumeBuilder::Create(path, o);
     }
-    Check(r.status());
+    Check(InKeywordTerms(r.status()));
     builder_ = std::move(r).value();
     if (!class_names.empty()) builder_->SetClassNames(std::move(class_names));
   }
@@ -148,15 +177,24 @@ void RegisterPack(py::module_& m) {
   m.def(
       "pack",
       [](const std::string& source, const std::string& output, const std::string& source_kind,
-         bool force, uint32_t align, bool skip_unreadable, std::vector<std::string> class_names,
-         bool all_files, std::optional<py::function> on_progress) {
+         bool force, uint32_t align, bool skip_unreadable, const py::object& class_names,
+         bool all_files, std::optional<py::function> on_progress, const py::object& fields,
+         const std::string& compress, bool dict, std::optional<uint32_t> targets,
+         std::vector<std::string> target_paths, bool datum_payload) {
         PackOptions o;
         o.from = Unwrap(ParseSourceKind(source_kind));
         o.volume.overwrite = force;
         o.volume.align = align;
         o.skip_unreadable = skip_unreadable;
-        o.class_names = std::move(class_names);
+        o.class_names = NameList(
+            class_names, [](const std::string& spec) { return Unwrap(ParseClassNames(spec)); });
         o.all_files = all_files;
+        o.fields = NameList(fields, [](const std::string& spec) { return ParseFieldNames(spec); });
+        o.volume.compress = Unwrap(ParseCompression(compress, dict));
+        // target_paths alone implies the count; the builder checks both agree.
+        o.volume.targets = targets.value_or(1 + static_cast<uint32_t>(target_paths.size()));
+        o.volume.target_paths = std::move(target_paths);
+        o.lmdb_payload_only = datum_payload;
         // Every ~100 ms: Ctrl-C (and an exception in on_progress) stops
         // packing, leaving nothing behind, and is raised here.
         std::atomic<bool> cancel{false};
@@ -188,7 +226,8 @@ void RegisterPack(py::module_& m) {
           r = Pack(source, output, o);
         }
         if (py_error) throw std::move(*py_error);
-        const PackStats s = Unwrap(std::move(r));
+        if (!r.ok()) Check(InKeywordTerms(r.status()));
+        const PackStats s = std::move(r).value();
         py::dict d;
         d["source_kind"] = std::string(SourceKindName(s.from));
         d["samples"] = s.samples;
@@ -198,20 +237,30 @@ void RegisterPack(py::module_& m) {
         d["removed_temporaries"] = s.removed_temporaries;  // of killed earlier packs
         d["ignored"] = s.ignored();
         d["ignored_examples"] = s.ignored_examples;
+        d["dictionary_bytes"] = s.dictionary_bytes;
         d["seconds"] = s.seconds;
         return d;
       },
       py::arg("source"), py::arg("output"), py::arg("source_kind") = "auto",
       py::arg("force") = false, py::arg("align") = PackOptions{}.volume.align,
-      py::arg("skip_unreadable") = false, py::arg("class_names") = std::vector<std::string>{},
-      py::arg("all_files") = false, py::arg("on_progress") = py::none(),
+      py::arg("skip_unreadable") = false, py::arg("class_names") = py::list(),
+      py::arg("all_files") = false, py::arg("on_progress") = py::none(), py::kw_only(),
+      py::arg("fields") = py::list(), py::arg("compress") = "none", py::arg("dict") = false,
+      py::arg("targets") = py::none(), py::arg("target_paths") = std::vector<std::string>{},
+      py::arg("datum_payload") = false,
       R"doc(Packs a data set into a new volume (like `dlfs pack`) and returns stats.
 
-source_kind: "auto", "imagefolder", "idx" or "tar". Raises FileExistsError if
-output exists and force is False. all_files: imagefolder packs every file,
-not only what torchvision's ImageFolder loads. on_progress(dict) is called
-about every 100 ms (samples, bytes, total_samples, ...); dlfs.pack's
-progress=True uses it. Ctrl-C stops packing and leaves no volume.)doc");
+source_kind: "auto", "imagefolder", "idx", "tar" or "lmdb". Raises
+FileExistsError if output exists and force is False. all_files: imagefolder
+packs every file, not only what torchvision's ImageFolder loads.
+class_names: a list, or "a,b,c" / "@FILE" as --class-names takes it.
+Keyword-only, as dlfs pack's flags: fields (tar: a list or "jpg,cls"),
+compress ("none", "zstd", "zstd:LEVEL"), dict (train a zstd dictionary;
+needs zstd), targets and target_paths (spread over several files),
+datum_payload (lmdb: only each Caffe Datum's data). ValueError for a bad
+option. on_progress(dict) is called about every 100 ms (samples, bytes,
+total_samples, ...); dlfs.pack's progress=True uses it. Ctrl-C stops
+packing and leaves no volume.)doc");
 }
 
 }  // namespace

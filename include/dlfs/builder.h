@@ -189,8 +189,10 @@ class VolumeBuilder {
 // Parses a compression spec as `dlfs pack --compress`, dlfs.pack and
 // dlfs.Writer take it: "zstd" or "zstd:LEVEL" (LEVEL 1..22), or "" / "none"
 // for raw fields; `train_dictionary` (needs zstd) trains a dictionary on the
-// first fields. InvalidArgument naming the spec; `out` is set only on OK.
-Status ParseCompression(std::string_view spec, bool train_dictionary,
-                        VolumeBuilder::Options::Compression* out);
+// first fields. The other members keep their defaults. InvalidArgument
+// naming the spec and what is accepted. (Its sibling for reading,
+// ParseTargetMap, is in dlfs/volume.h beside VolumeOpenOptions.)
+Result<VolumeBuilder::Options::Compression> ParseCompression(std::string_view spec,
+                                                             bool train_dictionary = false);
 
 }  // namespace dlfs

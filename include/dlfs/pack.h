@@ -140,6 +140,15 @@ struct PackStats {
   double seconds = 0;
 };
 
+// Class names as `dlfs pack --class-names` and dlfs.pack take them: "a,b,c"
+// (empty names allowed), or "@FILE" with one name per line (a trailing '\r'
+// dropped); "" is none. NotFound or IOError naming FILE.
+Result<std::vector<std::string>> ParseClassNames(const std::string& spec);
+
+// Field names as `dlfs pack --fields` and dlfs.pack(fields=) take them:
+// "jpg,cls" (empty items are skipped; "" is none) for PackOptions::fields.
+std::vector<std::string> ParseFieldNames(std::string_view spec);
+
 // Packs `source` into a new volume at `volume_path` (its target 0). Errors
 // name the source file at fault; on any error no volume is left at
 // `volume_path` nor at any other target path. InvalidArgument when a target

@@ -34,18 +34,28 @@ def pack(source, output, *args, progress=False, **options):
 
     pack(source, output, source_kind="auto", force=False, align=1,
          skip_unreadable=False, class_names=[], all_files=False,
-         progress=False)
+         progress=False, *, fields=[], compress="none", dict=False,
+         targets=None, target_paths=[], datum_payload=False)
 
     source_kind: "auto", "imagefolder", "idx", "tar" or "lmdb". imagefolder
     packs what torchvision's ImageFolder loads (image files below class
     directories); all_files=True packs every file. Raises FileExistsError if
-    `output` exists and force is False. progress=True shows samples done
-    out of the total, rate and ETA (tqdm when installed, else a line on
-    stderr). Ctrl-C stops packing and leaves no volume. The stats dict has
-    samples, bytes, classes, skipped, ignored (files ImageFolder would not
-    load) and seconds.
+    `output` exists and force is False. class_names: a list, or "a,b,c" /
+    "@FILE" (one name per line). The keywords are `dlfs pack`'s flags:
+    fields (tar: keep these, a list or "jpg,cls"), compress ("none", "zstd"
+    or "zstd:LEVEL", LEVEL 1..22; a field stays raw when that saves under
+    3 %), dict (train a zstd dictionary on the first fields; needs zstd),
+    targets (spread over 1..8 files; target_paths names targets 1, 2, ...,
+    else OUTPUT.t1, ...), datum_payload (lmdb: only each Caffe Datum's
+    data). A bad option raises ValueError naming it. progress=True shows
+    samples done out of the total, rate and ETA (tqdm when installed, else
+    a line on stderr). Ctrl-C stops packing and leaves no volume. The stats
+    dict has samples, bytes, classes, skipped, ignored (files ImageFolder
+    would not load), dictionary_bytes and seconds.
     """
     source, output = os.fspath(source), os.fspath(output)
+    if "target_paths" in options:
+        options["target_paths"] = [os.fspath(p) for p in options["target_paths"]]
     if not progress:
         return _pack(source, output, *args, **options)
     bar = None

@@ -32,7 +32,7 @@ Status ClaimOldContents(io_internal::Target& target, bool overwrite) {
   }
   if (!overwrite && std::memcmp(old.magic, format::kSuperblockMagic, 8) == 0) {
     return Status::AlreadyExists(target.name() +
-                                 ": holds a dlfs target already (use --force to replace it)");
+                                 ": holds a dlfs target already (set overwrite to replace it)");
   }
   return Invalidate(target);
 }
@@ -52,7 +52,7 @@ Status VolumeBuilder::Impl::NameTargets() {
     if (t == 0 && !io_internal::PublishedByRename(tf.path)) {
       return Status::InvalidArgument(tf.path +
                                      ": target 0 names the volume and must be a file; write "
-                                     "targets 1, 2, ... to NBD exports (--target-path)");
+                                     "targets 1, 2, ... to NBD exports (target_paths)");
     }
     if (t > 0) {
       DLFS_ASSIGN_OR_RETURN(tf.stored_path,

@@ -46,9 +46,9 @@ Status CheckOptions(const std::string& path, const VolumeBuilder::Options& optio
                                    " targets, not " + std::to_string(options.targets));
   }
   if (!options.target_paths.empty() && options.target_paths.size() != options.targets - 1) {
-    return Status::InvalidArgument(std::to_string(options.targets) + " targets need " +
-                                   std::to_string(options.targets - 1) + " target paths, not " +
-                                   std::to_string(options.target_paths.size()));
+    return Status::InvalidArgument(
+        std::to_string(options.targets) + " targets need " + std::to_string(options.targets - 1) +
+        " target_paths (or none), not " + std::to_string(options.target_paths.size()));
   }
   return Status::Ok();
 }
@@ -364,9 +364,9 @@ Status VolumeBuilder::AddField(std::string_view name, std::span<const std::byte>
   return EndField();
 }
 
-Status ParseCompression(std::string_view spec, bool train_dictionary,
-                        VolumeBuilder::Options::Compression* out) {
-  VolumeBuilder::Options::Compression c = *out;
+Result<VolumeBuilder::Options::Compression> ParseCompression(std::string_view spec,
+                                                             bool train_dictionary) {
+  VolumeBuilder::Options::Compression c;
   const size_t colon = spec.find(':');
   if (spec.empty() || spec == "none") {
     c.zstd = false;
@@ -390,8 +390,7 @@ Status ParseCompression(std::string_view spec, bool train_dictionary,
     return Status::InvalidArgument("a trained dictionary needs zstd compression");
   }
   c.train_dictionary = train_dictionary;
-  *out = std::move(c);
-  return Status::Ok();
+  return c;
 }
 
 Result<std::vector<std::byte>> VolumeBuilder::TrainDictionary(

@@ -105,7 +105,7 @@ class FileTarget final : public Target {
   Status Publish() override {
     if (temp_.empty()) return Status::InvalidArgument(name() + ": not created here");
     const auto exists = [&] {
-      return Status::AlreadyExists(name() + ": already exists (use --force to replace it)");
+      return Status::AlreadyExists(name() + ": already exists (set overwrite to replace it)");
     };
     const std::string what = "rename " + temp_ + " to " + name();
     if (overwrite_) {

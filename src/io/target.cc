@@ -63,7 +63,7 @@ bool PublishedByRename(const std::string& path) { return !IsNbdUri(path); }
 
 Status CheckNameFree(const std::string& path, bool overwrite) {
   if (overwrite || IsNbdUri(path) || !PathExists(path)) return Status::Ok();
-  return Status::AlreadyExists(path + ": already exists (use --force to replace it)");
+  return Status::AlreadyExists(path + ": already exists (set overwrite to replace it)");
 }
 
 std::vector<std::string> RemoveStaleTemporaries(const std::string& path) {

@@ -166,7 +166,7 @@ std::string TargetIdentity(const std::string& path);
 bool PublishedByRename(const std::string& path);
 
 // The early check before creating a target at `path` (Publish enforces
-// it): AlreadyExists "<path>: already exists (use --force to replace it)"
+// it): AlreadyExists "<path>: already exists (set overwrite to replace it)"
 // when something exists there, unless `overwrite`. An export, whose old
 // contents are seen once connected, passes.
 Status CheckNameFree(const std::string& path, bool overwrite);

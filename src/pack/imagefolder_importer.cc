@@ -195,7 +195,7 @@ Status ImportImageFolder(const std::string& root_in, PackContext& ctx) {
   if (classes.empty() && !all_files) {
     return Status::InvalidArgument(
         root + ": no class directories (ImageFolder reads ROOT/CLASS/IMAGE; files directly in " +
-        root + " have no class); --all-files packs every file as an unlabelled sample");
+        root + " have no class); all_files packs every file as an unlabelled sample");
   }
   ctx.builder().SetClassNames(classes);
   // Walks the tree: adds (or, counting, counts) every sample.
@@ -228,7 +228,7 @@ Status ImportImageFolder(const std::string& root_in, PackContext& ctx) {
                                    std::to_string(ctx.stats().ignored()) +
                                    " other files or hidden entries ignored); ImageFolder loads " +
                                    "ROOT/CLASS/.../NAME.{jpg,jpeg,png,ppm,bmp,pgm,tif,tiff,webp}; "
-                                   "--all-files packs every file");
+                                   "all_files packs every file");
   }
   return Status::Ok();
 }

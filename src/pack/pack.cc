@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 
 #include "common/clock.h"
 #include "dlfs/pack.h"
@@ -22,7 +23,7 @@ PackContext::PackContext(VolumeBuilder& builder, const PackOptions& options, Pac
 Status PackContext::Unreadable(const std::string& path, const Status& error) {
   if (!options_.skip_unreadable) {
     return Status(error.code(),
-                  error.message() + " (use --skip-unreadable to skip sources that fail)",
+                  error.message() + " (set skip_unreadable to skip sources that fail)",
                   error.sys_errno());
   }
   ++stats_.skipped;
@@ -112,6 +113,8 @@ Status CheckOutsideSource(const std::string& source, const std::string& volume_p
   if (ec) return Status::Ok();  // the importer reports an unreadable source
   const bool is_dir = fs::is_directory(src, ec);
   for (uint32_t t = 0; t < std::max<uint32_t>(volume.targets, 1); ++t) {
+    // Too few target paths for the count: the builder refuses that.
+    if (t > 0 && !volume.target_paths.empty() && t > volume.target_paths.size()) break;
     const std::string target = t == 0 ? volume_path
                                : volume.target_paths.empty()
                                    ? VolumeBuilder::DefaultTargetPath(volume_path, t)
@@ -174,6 +177,37 @@ Result<SourceKind> DetectSourceKind(const std::string& source) {
   return SourceKind::kImageFolder;
 }
 
+Result<std::vector<std::string>> ParseClassNames(const std::string& spec) {
+  std::vector<std::string> names;
+  if (spec.empty()) return names;
+  if (spec[0] == '@') {
+    std::ifstream in(spec.substr(1));
+    if (!in) return Status::FromErrno(errno, spec.substr(1));
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      names.push_back(line);
+    }
+    if (in.bad()) return Status::FromErrno(errno, spec.substr(1));
+    return names;
+  }
+  for (size_t pos = 0;;) {
+    const size_t comma = spec.find(',', pos);
+    names.push_back(spec.substr(pos, comma == spec.npos ? spec.npos : comma - pos));
+    if (comma == spec.npos) return names;
+    pos = comma + 1;
+  }
+}
+
+std::vector<std::string> ParseFieldNames(std::string_view spec) {
+  std::vector<std::string> names;
+  while (!spec.empty()) {
+    const size_t comma = spec.find(',');
+    if (comma != 0) names.emplace_back(spec.substr(0, comma));
+    spec = comma == spec.npos ? std::string_view() : spec.substr(comma + 1);
+  }
+  return names;
+}
+
 Result<PackStats> Pack(const std::string& source, const std::string& volume_path,
                        const PackOptions& options) {
   const double start = Now();
@@ -183,7 +217,8 @@ Result<PackStats> Pack(const std::string& source, const std::string& volume_path
     DLFS_ASSIGN_OR_RETURN(stats.from, DetectSourceKind(source));
   }
   if (!options.fields.empty() && stats.from != SourceKind::kTar) {
-    return Status::InvalidArgument(source + ": --fields applies to tar shards only (this is a " +
+    return Status::InvalidArgument(source +
+                                   ": the fields option applies to tar shards only (this is a " +
                                    std::string(SourceKindName(stats.from)) + " source)");
   }
   DLFS_RETURN_IF_ERROR(CheckOutsideSource(source, volume_path, options.volume));

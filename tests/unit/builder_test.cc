@@ -40,6 +40,32 @@ TEST(BuilderTest, RefusesToOverwriteUnlessAsked) {
   EXPECT_EQ(*(*v)->Read(0), Bytes("new"));
 }
 
+// The compression specs of `dlfs pack --compress` and dlfs.pack(compress=).
+TEST(BuilderTest, ParseCompressionTakesZstdLevelOrNone) {
+  auto none = ParseCompression("none");
+  ASSERT_OK(none);
+  EXPECT_FALSE(none->zstd);
+  ASSERT_OK(ParseCompression(""));
+  EXPECT_FALSE(ParseCompression("")->zstd);
+  auto zstd = ParseCompression("zstd");
+  ASSERT_OK(zstd);
+  EXPECT_TRUE(zstd->zstd);
+  EXPECT_EQ(zstd->level, VolumeBuilder::Options::Compression{}.level);
+  auto level = ParseCompression("zstd:19", /*train_dictionary=*/true);
+  ASSERT_OK(level);
+  EXPECT_EQ(level->level, 19);
+  EXPECT_TRUE(level->train_dictionary);
+  for (const char* bad : {"zstd:0", "zstd:23", "zstd:", "zstd:3x", "zstd:-1"}) {
+    EXPECT_THAT(ParseCompression(bad),
+                StatusIs(StatusCode::kInvalidArgument,
+                         "compression '" + std::string(bad) + "': the zstd level is 1..22"));
+  }
+  EXPECT_THAT(ParseCompression("gzip"),
+              StatusIs(StatusCode::kInvalidArgument, "'gzip': only zstd[:LEVEL] (or none)"));
+  EXPECT_THAT(ParseCompression("none", true),
+              StatusIs(StatusCode::kInvalidArgument, "a trained dictionary needs zstd"));
+}
+
 TEST(BuilderTest, DestinationCreatedDuringPackIsNotReplaced) {
   TempDir tmp;
   const std::string vol = tmp / "v.dlfs";

@@ -172,7 +172,7 @@ TEST(TargetNameTest, CheckNameFreeRefusesAnExistingFileUnlessOverwriting) {
   WriteFile(path, Bytes("x"));
   const Status st = CheckNameFree(path, false);
   EXPECT_EQ(st.code(), StatusCode::kAlreadyExists);
-  EXPECT_EQ(st.message(), path + ": already exists (use --force to replace it)");
+  EXPECT_EQ(st.message(), path + ": already exists (set overwrite to replace it)");
   ASSERT_OK(CheckNameFree(path, true));
   ASSERT_OK(CheckNameFree("nbd://host/x", false));
 }

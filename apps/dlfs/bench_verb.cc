@@ -1,0 +1,265 @@
+// `dlfs bench`: RunEpochs (dlfs/bench.h) over a loader, a mixture, a decode
+// stage, or under mpirun RunBenchJob (dlfs/distributed.h); the reports are
+// dlfs/report.h's.
+#include <cstdio>
+
+#include "cli.h"
+#include "dlfs/bench_volumes.h"
+#include "dlfs/decode_stage.h"
+#include "dlfs/memory.h"
+#include "dlfs/shard_options.h"
+#ifdef DLFS_HAVE_MPI
+#include "dlfs/mpi_report.h"
+#endif
+
+namespace dlfs::cli {
+
+// --raw-shape HxW or HxWxC.
+void AddRawShapeOption(CLI::App* verb, RawShape* raw) {
+  verb->add_option_function<std::string>(
+      "--raw-shape",
+      [raw](const std::string& text) {
+        unsigned h = 0, w = 0, c = 1;
+        char tail = 0;
+        const int n = std::sscanf(text.c_str(), "%ux%ux%u%c", &h, &w, &c, &tail);
+        if ((n != 2 && n != 3) || h == 0 || w == 0) {
+          throw CLI::ValidationError("--raw-shape takes HxW or HxWxC, e.g. 28x28, not " + text);
+        }
+        *raw = {h, w, c};
+      },
+      "Samples that are neither JPEG nor PNG are raw pixels of this shape (HxW or HxWxC)");
+}
+
+// Decoding options shared by `cat --decode` and `bench --decode`.
+void AddDecodeOptions(CLI::App* verb, ImageOptions* o) {
+  AddEnumOption(verb, "--crop", &o->transform.crop, kCropModeNames,
+                "With --size: Resize+CenterCrop, or RandomResizedCrop");
+  verb->add_option("--resize", o->transform.resize,
+                   "--crop center: resize the shorter side to this first (default: --size)");
+  verb->add_flag("--flip", o->transform.flip, "Random horizontal flip (p = 0.5)");
+  AddEnumOption(verb, "--color", &o->decode.color, kColorModeNames,
+                "Channels: the image's own, or forced");
+  AddRawShapeOption(verb, &o->decode.raw);
+  verb->add_option("--max-pixels", o->decode.max_pixels,
+                   "Refuse images of more pixels (from their header)")
+      ->capture_default_str();
+  AddOffFlag(verb, "--no-dct-scaling", &o->decode.dct_scaling,
+             "Always decode JPEGs at full scale (no 1/2, 1/4, 1/8 DCT scaling)");
+}
+
+namespace {
+
+struct BenchArgs {
+  VolumeArgs volume;
+  // Further volumes: with them, a weighted mixture (dlfs/mixture.h).
+  std::vector<std::string> mixture;
+  std::vector<double> weights;
+  uint64_t epoch_samples = 0;
+  bool cycle = false;
+  ShardLoaderOptions source;  // .loader: the loader; the rest: --shard-local exchanges
+  BenchOptions bench;
+  bool json = false;
+  bool shard_local = false;   // mpirun: read own node's target, fetch the rest over MPI
+  bool private_open = false;  // mpirun: every rank reads the directory (no shared window)
+  bool decode = false;        // batches go through a DecodeStage
+  DecodeStageOptions decode_stage;
+};
+
+// BenchVolumes names its options; say which flags set them.
+constexpr FlagName kBenchFlags[] = {
+    {"weights, epoch_samples and cycle", "--weights, --epoch-samples and --cycle"},
+    {"decode reads one volume, not a mixture", "bench --decode reads one volume"}};
+
+// The options of the batch loader that `dlfs bench` exposes.
+void AddLoaderOptions(CLI::App* verb, LoaderOptions* o) {
+  AddEnumOption(verb, "--engine", &o->engine.kind, kEngineKindNames, "I/O engine");
+  verb->add_option("--queue-depth", o->engine.queue_depth, "Reads in flight per I/O thread")
+      ->capture_default_str();
+  verb->add_option("--batch", o->sampler.batch_size, "Samples per batch")->capture_default_str();
+  verb->add_option("--io-threads", o->io_threads, "I/O threads (one ring each)")
+      ->capture_default_str();
+  verb->add_option("--prefetch", o->prefetch_batches, "Batches read ahead")->capture_default_str();
+  verb->add_option("--seed", o->sampler.seed, "Shuffle seed")->capture_default_str();
+  verb->add_option("--coalesce-gap", o->plan.coalesce_gap, "Merge reads whose gap is at most this")
+      ->capture_default_str();
+  AddOffFlag(verb, "--no-coalesce", &o->plan.coalesce, "One read per sample");
+  AddOffFlag(verb, "--no-verify", &o->verify_checksums, "Skip CRC32C checks of samples");
+  AddOffFlag(verb, "--buffered", &o->engine.direct_io, "Read through the page cache (no O_DIRECT)");
+  verb->add_flag("--sqpoll", o->engine.sqpoll,
+                 "io_uring SQPOLL (a kernel thread polls; uses a core)");
+  verb->add_option("--nbd-connections", o->engine.nbd.connections,
+                   "Connections per NBD target and I/O thread (if the server allows multi-conn)")
+      ->capture_default_str();
+  verb->add_option("--nbd-timeout", o->engine.nbd.timeout_seconds,
+                   "Seconds before an unanswered NBD read fails (its connection is reopened)")
+      ->capture_default_str();
+  verb->add_option("--nbd-reconnects", o->engine.nbd.reconnects,
+                   "Attempts to reconnect a lost NBD connection before its reads fail")
+      ->capture_default_str();
+  verb->add_option_function<std::string>(
+          "--cache-budget",
+          [o](const std::string& text) {
+            const Result<uint64_t> budget = ParseByteBudget(text);
+            if (!budget.ok())
+              throw CLI::ValidationError("--cache-budget: " + budget.status().message());
+            o->cache_budget = *budget;
+          },
+          "Node cache: keep samples read in memory shared by the node's processes, up to\n"
+          "this many bytes (auto: $DLFS_CACHE_BUDGET, else a quarter of what the job may\n"
+          "use: MemAvailable and its memory cgroup's limit; 0: off; suffixes K, M, G, T)")
+      ->default_str("auto");
+  verb->add_option("--fields", o->fields,
+                   "Read these fields of each sample, e.g. jpg,cls (format v2; needed when\n"
+                   "samples have several fields): raw fields are handed out\n"
+                   "zero-copy, zstd ones are decompressed by the loader, so samples/s and the\n"
+                   "payload MB/s (decoded bytes) include decompression. With --decode: the\n"
+                   "image field only")
+      ->delimiter(',');
+}
+
+int RunBenchMpi(const BenchArgs& args) {
+#ifdef DLFS_HAVE_MPI
+  return RunWithMpi([&](int rank, int world) {
+    // Errors are collective (the same on every rank); rank 0 prints them.
+    const auto fail = [rank](const Status& st) { return rank == 0 ? Fail(st) : kExitError; };
+    auto map = ParseTargetMap(args.volume.target_map);
+    if (!map.ok()) return fail(map.status());
+    BenchJobOptions job;
+    job.open.target_map = std::move(*map);
+    job.private_open = args.private_open;
+    job.shard_local = args.shard_local;
+    job.source = args.source;
+    job.bench = args.bench;
+    if (!args.json && rank == 0) {
+      job.bench.on_epoch = [world](const EpochReport& e) { Print(FormatJobEpochLine(e, world)); };
+    }
+    auto report = RunBenchJob(MPI_COMM_WORLD, args.volume.path, job);
+    if (!report.ok()) return fail(report.status());
+    if (rank == 0) {
+      const BenchJobSetup setup = {args.volume.path, args.source.loader.sampler.batch_size,
+                                   args.shard_local, args.private_open};
+      Print(FormatBenchJobReport(*report, setup, FormatOf(args.json)));
+    }
+    return kExitOk;
+  });
+#else
+  (void)args;
+  return kExitError;
+#endif
+}
+
+int RunBench(const BenchArgs& args) {
+  if (LaunchedByMpirun()) {
+    if (args.decode) {
+      return Fail(
+          Status::NotSupported("bench --decode does not run under mpirun yet; run it "
+                               "without mpirun (one process)"));
+    }
+    return RunBenchMpi(args);
+  }
+  if (args.shard_local || args.private_open) {
+    return Fail(Status::InvalidArgument("--shard-local and --private-open need mpirun"));
+  }
+  VolumeBenchOptions o;
+  auto map = ParseTargetMap(args.volume.target_map);
+  if (!map.ok()) return Fail(map.status());
+  o.open.target_map = std::move(*map);
+  o.loader = args.source.loader;
+  o.bench = args.bench;
+  o.weights = args.weights;
+  o.epoch_samples = args.epoch_samples;
+  o.cycle = args.cycle;
+  if (args.decode) o.decode = args.decode_stage;
+  o.on_cache_note = [](const std::string& note) {
+    std::fprintf(stderr, "dlfs: warning: %s\n", note.c_str());
+  };
+  if (!args.json) {
+    o.bench.on_epoch = [decode = args.decode](const EpochReport& e) {
+      Print(decode ? FormatDecodeEpochLine(e) : FormatEpochLine(e));
+    };
+  }
+  std::vector<std::string> paths = {args.volume.path};
+  paths.insert(paths.end(), args.mixture.begin(), args.mixture.end());
+  auto run = BenchVolumes(paths, o);
+  if (!run.ok()) {
+    const Status& st = run.status();
+    return Fail(Status(st.code(), InFlagTerms(st.message(), kBenchFlags), st.sys_errno()));
+  }
+  if (args.decode) {
+    const DecodeBenchSetup setup = {
+        args.volume.path,        o.loader.sampler.batch_size, run->decode_threads, run->channels,
+        args.decode_stage.image, o.bench.drop_cache,          run->decode_stats};
+    Print(FormatDecodeBenchReport(run->report, setup, FormatOf(args.json)));
+  } else {
+    const BenchSetup setup = {paths, run->targets, o.loader, run->cache_note, o.bench.drop_cache};
+    Print(FormatBenchReport(run->report, setup, FormatOf(args.json)));
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddBench(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<BenchArgs>();
+  auto* b = app.add_subcommand(
+      "bench",
+      "Read full shuffled epochs through the batch loader and report throughput.\n"
+      "Under mpirun: one job; the volume is opened collectively (one directory copy per\n"
+      "node) and rank 0 reports samples/s of all ranks together.");
+  AddVolumeArgs(b, &args->volume);
+  b->add_option("more", args->mixture,
+                "Further volumes: read a weighted mixture of all of them (see --weights)");
+  b->add_option("--weights", args->weights,
+                "With several volumes: each one's share of an epoch, e.g. 0.7,0.3 (default "
+                "equal)")
+      ->delimiter(',');
+  b->add_option("--epoch-samples", args->epoch_samples,
+                "With several volumes: samples per epoch (default: the most the weights allow "
+                "before a volume runs out)");
+  b->add_flag("--cycle", args->cycle,
+              "With several volumes: a volume smaller than its share starts over");
+  AddLoaderOptions(b, &args->source.loader);
+  b->add_option("--epochs", args->bench.epochs, "Epochs to read")->capture_default_str();
+  b->add_flag("--drop-cache", args->bench.drop_cache,
+              "Drop the page cache before each epoch (root), else fadvise(DONTNEED) the volume");
+  b->add_flag("--json", args->json, "One JSON object instead of text");
+  b->add_flag("--shard-local", args->shard_local,
+              "mpirun: each node reads only target (node index mod targets); other samples "
+              "come from their node over MPI");
+  b->add_option("--window", args->source.window_batches,
+                "mpirun --shard-local: batches per exchange")
+      ->capture_default_str();
+  b->add_flag("--read-ahead", args->source.read_ahead,
+              "mpirun --shard-local: read the next window on a thread while this one is used");
+  b->add_flag("--private-open", args->private_open,
+              "mpirun: every rank reads the directory itself (to compare with the collective "
+              "open)");
+  ImageOptions& image = args->decode_stage.image;
+  b->add_flag("--decode", args->decode,
+              "Decode and transform every sample on --decode-threads (needs --size); reports\n"
+              "images/s and CPU per image");
+  auto* size =
+      b->add_option("--size", image.transform.size, "--decode: output images are SIZE x SIZE");
+  AddDecodeOptions(b, &image);
+  AddEnumOption(b, "--dtype", &image.output.dtype, kDTypeNames, "--decode: output element type");
+  AddEnumOption(b, "--layout", &image.output.layout, kOutputLayoutNames, "--decode: output layout");
+  b->add_option("--mean", image.output.mean, "--decode, float32: per-channel mean (0..1 units)")
+      ->delimiter(',');
+  b->add_option("--std", image.output.std, "--decode, float32: per-channel std (0..1 units)")
+      ->delimiter(',');
+  b->add_option("--decode-threads", args->decode_stage.decode_threads,
+                "--decode: decode threads (0: one per core)")
+      ->capture_default_str();
+  b->add_option("--decode-prefetch", args->decode_stage.prefetch_batches,
+                "--decode: batches queued for decoding")
+      ->capture_default_str();
+  b->add_flag("--skip-bad", args->decode_stage.skip_bad_samples,
+              "--decode: skip and count undecodable samples instead of failing");
+  b->callback([args, size, exit_code] {
+    if (args->decode && size->count() == 0) throw CLI::ValidationError("--decode needs --size N");
+    if (!args->decode && size->count() > 0) throw CLI::ValidationError("--size needs --decode");
+    *exit_code = RunBench(*args);
+  });
+}
+
+}  // namespace dlfs::cli

@@ -1,0 +1,100 @@
+// What the `dlfs` verbs share. Each verb is one Add<Verb>(CLI::App&, int*
+// exit_code) that declares its options and, when run, does its work through
+// the library and stores its exit code: 0 success, 1 the volume was read but
+// is damaged (verify), 2 bad input or an error (message on stderr naming the
+// file and the problem).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "dlfs/decode.h"
+#include "dlfs/enum_names.h"
+#include "dlfs/report.h"
+#include "dlfs/status.h"
+#include "dlfs/volume.h"
+
+namespace dlfs::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitDamaged = 1;
+inline constexpr int kExitError = 2;
+
+// Prints "dlfs: MESSAGE" to stderr; returns kExitError.
+int Fail(const Status& st);
+
+// The volume a verb opens, and where its targets are on this node.
+struct VolumeArgs {
+  std::string path;
+  std::string target_map;  // --target-map "1=PATH,2=PATH"
+};
+// The volume argument and --target-map.
+void AddVolumeArgs(CLI::App* verb, VolumeArgs* args);
+Result<std::shared_ptr<Volume>> OpenVolume(const VolumeArgs& args);
+
+// A flag that sets *value to false (e.g. --no-verify for a default-on check).
+void AddOffFlag(CLI::App* verb, const std::string& name, bool* value, const std::string& help);
+
+// An option taking one of an enum's names (see dlfs/enum_names.h).
+template <typename E, size_t N>
+CLI::Option* AddEnumOption(CLI::App* verb, const std::string& name, E* value,
+                           const EnumName<E> (&table)[N], const std::string& help) {
+  return verb
+      ->add_option_function<std::string>(
+          name,
+          [value, &table](const std::string& text) {
+            Result<E> parsed = ParseEnum(table, text, "value");
+            if (!parsed.ok()) throw CLI::ValidationError(parsed.status().message());
+            *value = *parsed;
+          },
+          help)
+      ->default_str(std::string(NameOf(table, *value)))
+      ->check(CLI::IsMember(NamesOf(table)));
+}
+
+// Library messages name an option by its struct field ("set overwrite to
+// replace it"); a verb says which of its flags sets it instead.
+struct FlagName {
+  std::string_view option;  // as the library's message has it
+  std::string_view flag;    // what the verb's message says instead
+};
+// `text` with each table entry's first occurrence of `option` replaced.
+std::string InFlagTerms(std::string text, std::span<const FlagName> table);
+
+// Decoding options shared by `cat --decode` and `bench --decode`
+// (bench_verb.cc).
+void AddDecodeOptions(CLI::App* verb, ImageOptions* o);
+
+// Writes `text` (a report) to stdout as is.
+void Print(const std::string& text);
+
+inline ReportFormat FormatOf(bool json) { return json ? ReportFormat::kJson : ReportFormat::kText; }
+// Progress lines go to stderr and only to a terminal, overwritten in place.
+bool ShowProgress(bool quiet);
+// Writes `data` to `path` ("" or "-": stdout); returns the exit code.
+int WriteOutput(const std::string& path, std::span<const std::byte> data);
+
+// Launched by mpirun (OpenMPI, MPICH or PMIx variables are set)? Then
+// `dlfs epoch` and `dlfs bench` run as one MPI job.
+bool LaunchedByMpirun();
+// Runs body(rank, world) between MPI_Init and MPI_Finalize (MPI builds
+// only); every rank exits with the worst exit code of the job.
+int RunWithMpi(const std::function<int(int rank, int world)>& body);
+
+// The verbs (pack_verb.cc, read_verbs.cc, bench_verb.cc, lmdb_verbs.cc).
+void AddPack(CLI::App& app, int* exit_code);
+void AddInfo(CLI::App& app, int* exit_code);
+void AddLs(CLI::App& app, int* exit_code);
+void AddCat(CLI::App& app, int* exit_code);
+void AddVerify(CLI::App& app, int* exit_code);
+void AddEpoch(CLI::App& app, int* exit_code);
+void AddMount(CLI::App& app, int* exit_code);
+void AddBench(CLI::App& app, int* exit_code);
+void AddLmdb(CLI::App& app, int* exit_code);  // lmdb info, lmdb read
+
+}  // namespace dlfs::cli

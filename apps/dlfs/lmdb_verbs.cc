@@ -1,0 +1,125 @@
+// `dlfs lmdb info` (SummarizeLmdb, dlfs/lmdb.h) and `dlfs lmdb read`
+// (RunLmdbRead under mpirun, dlfs/lmdb_read.h).
+#include <cstdio>
+
+#include "cli.h"
+#include "dlfs/bench.h"
+#include "dlfs/lmdb.h"
+#include "dlfs/lmdbio_options.h"
+#ifdef DLFS_HAVE_MPI
+#include "dlfs/mpi_report.h"
+#endif
+
+namespace dlfs::cli {
+namespace {
+
+struct LmdbReadArgs {
+  std::string db;
+  LmdbReadOptions options;
+  bool drop_cache = false;
+  bool json = false;
+};
+
+#ifdef DLFS_HAVE_MPI
+// Everything between MPI_Init and MPI_Finalize (the reader is destroyed
+// before MPI_Finalize); returns the exit code.
+int LmdbRead(const LmdbReadArgs& args, int rank) {
+  if (args.drop_cache) {
+    if (rank == 0 && !DropPageCache()) {
+      std::fprintf(stderr, "dlfs: warning: could not drop the page cache (needs root)\n");
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  auto report = dlfs::RunLmdbRead(MPI_COMM_WORLD, args.db, args.options);
+  // Errors are collective (the same on every rank); rank 0 prints them.
+  if (!report.ok()) return rank == 0 ? Fail(report.status()) : kExitError;
+  // Say where the first mismatch was, wherever it happened.
+  if (rank != 0) {
+    if (report->first_mismatch.empty()) return kExitOk;
+    std::fprintf(stderr, "dlfs: mismatch at %s\n", report->first_mismatch.c_str());
+    return kExitDamaged;
+  }
+  Print(FormatLmdbReadReport(args.db, args.options, *report, FormatOf(args.json)));
+  if (report->mismatches == 0) return kExitOk;
+  std::fprintf(stderr, "dlfs: %llu records differ from the database (first: %s)\n",
+               static_cast<unsigned long long>(report->mismatches),
+               report->first_mismatch.empty() ? "on another rank" : report->first_mismatch.c_str());
+  return kExitDamaged;
+}
+#endif
+
+int ReadLmdb(const LmdbReadArgs& args) {
+#ifdef DLFS_HAVE_MPI
+  return RunWithMpi([&](int rank, int) { return LmdbRead(args, rank); });
+#else
+  (void)args;
+  return Fail(Status::NotSupported(
+      "lmdb read needs MPI, and this dlfs was built without it (install libopenmpi-dev and "
+      "rebuild)"));
+#endif
+}
+
+}  // namespace
+
+void AddLmdb(CLI::App& app, int* exit_code) {
+  auto* lmdb = app.add_subcommand("lmdb", "Inspect existing LMDB databases (e.g. Caffe's)");
+  lmdb->require_subcommand(1);
+
+  struct InfoArgs {
+    std::string db;
+    bool json = false;
+  };
+  auto info = std::make_shared<InfoArgs>();
+  auto* li = lmdb->add_subcommand(
+      "info", "Parse data.mdb directly: entries, tree depth, pages, record sizes, Datum shape");
+  li->add_option("db", info->db, "LMDB directory or its data.mdb")->required();
+  li->add_flag("--json", info->json, "One JSON object instead of text");
+  li->callback([info, exit_code] {
+    auto summary = SummarizeLmdb(info->db);
+    if (!summary.ok()) return void(*exit_code = Fail(summary.status()));
+    Print(FormatLmdbSummary(*summary, FormatOf(info->json)));
+  });
+
+  auto read = std::make_shared<LmdbReadArgs>();
+  auto* lr = lmdb->add_subcommand(
+      "read",
+      "Read an LMDB the way Caffe does, from every MPI rank, with the chosen LMDBIO mode.\n"
+      "Run under mpirun, e.g. `mpirun -np 4 dlfs lmdb read DB --mode lmm-dio-prov`.\n"
+      "Prints per-rank record counts, a digest of the bytes read (equal across modes),\n"
+      "and where the time went. See docs/lmdbio.md.");
+  lr->add_option("db", read->db, "LMDB directory or its data.mdb")->required();
+  LmdbioOptions& reader = read->options.reader;
+  AddEnumOption(lr, "--mode", &reader.mode, kLmdbioModeNames, "Mode");
+  lr->add_option("-b,--batch", reader.batch_size, "Global batch size (a multiple of the ranks)")
+      ->capture_default_str();
+  lr->add_option("-n,--iters", read->options.iterations, "Iterations to read")
+      ->capture_default_str();
+  lr->add_option("--readers-per-node", reader.readers_per_node,
+                 "Readers per node (lmm-dm and later; lmm always has one)")
+      ->capture_default_str();
+  AddEnumOption(lr, "--engine", &reader.engine, kEngineKindNames,
+                "Explicit reads (dio modes); auto picks uring where available");
+  AddOffFlag(lr, "--buffered", &reader.direct_io,
+             "Explicit reads (dio modes) through the page cache (no O_DIRECT)");
+  AddOffFlag(lr, "--no-prefetch", &reader.prefetch, "lmm-dm: no speculative prefetch");
+  lr->add_option("--coalesce-bytes", reader.coalesce_bytes,
+                 "coal: bytes each reader reads per step (sets iterations per read)")
+      ->capture_default_str();
+  lr->add_option("--max-coalesce-iters", reader.max_coalesce_iters,
+                 "coal: at most this many iterations per read")
+      ->capture_default_str();
+  lr->add_option("--stagger", reader.stagger_group, "stag: readers that read at the same time")
+      ->capture_default_str();
+  lr->add_flag("--check", read->options.check,
+               "Compare every record with the value the parser finds at its index, and count "
+               "how often each record was read");
+  lr->add_option("--counters", read->options.counters_file,
+                 "A file of \"name value\" counters (e.g. pfs-emu's MOUNT/.pfs-emu-stats) read "
+                 "before and after the iterations; reports how much each grew");
+  lr->add_flag("--drop-cache", read->drop_cache,
+               "Drop the page cache before reading (root; for benchmarks)");
+  lr->add_flag("--json", read->json, "One JSON object (from rank 0) instead of text");
+  lr->callback([read, exit_code] { *exit_code = ReadLmdb(*read); });
+}
+
+}  // namespace dlfs::cli

@@ -1,0 +1,123 @@
+// `dlfs pack`: Pack (dlfs/pack.h) with a progress line and a summary.
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <optional>
+
+#include "cli.h"
+#include "dlfs/pack.h"
+
+namespace dlfs::cli {
+namespace {
+
+struct PackArgs {
+  std::string source;
+  std::string output;
+  PackOptions options;
+  std::string class_names;          // "a,b,c" or "@file" (one name per line)
+  std::optional<uint32_t> targets;  // --targets N (else implied by --target-path)
+  std::string fields;               // --fields jpg,cls
+  std::string compress;             // --compress zstd[:LEVEL]
+  bool dict = false;                // --dict: train a zstd dictionary
+  bool quiet = false;
+};
+
+std::atomic<bool> g_cancel{false};
+extern "C" void OnSignal(int) { g_cancel.store(true); }
+
+// Pack names the PackOptions field that would change an error or the
+// report; say which flag sets it.
+constexpr FlagName kPackFlags[] = {{"(set overwrite to", "(use --force to"},
+                                   {"(set skip_unreadable to", "(use --skip-unreadable to"},
+                                   {"the fields option applies", "--fields applies"},
+                                   {"all_files packs", "--all-files packs"},
+                                   {"(target_paths)", "(--target-path)"},
+                                   {"target_paths (or none)", "--target-path options (or none)"}};
+
+int RunPack(PackArgs& args) {
+  PackOptions& options = args.options;
+  VolumeBuilder::Options& volume = options.volume;
+  // --target-path alone implies the count; the builder checks that both agree.
+  volume.targets = args.targets.value_or(1 + static_cast<uint32_t>(volume.target_paths.size()));
+  auto names = ParseClassNames(args.class_names);
+  if (!names.ok()) return Fail(names.status());
+  options.class_names = std::move(*names);
+  options.fields = ParseFieldNames(args.fields);
+  if (args.dict && args.compress.empty()) {
+    return Fail(Status::InvalidArgument("--dict needs --compress zstd[:LEVEL]"));
+  }
+  auto compression = ParseCompression(args.compress, args.dict);
+  if (!compression.ok()) return Fail(compression.status().WithContext("--compress"));
+  volume.compress = std::move(*compression);
+  options.cancel = &g_cancel;
+  const bool progress = ShowProgress(args.quiet);
+  if (progress) {
+    options.on_progress = [](const PackProgress& p) {
+      std::fputs(FormatPackProgress(p).c_str(), stderr);
+    };
+  }
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  auto stats = Pack(args.source, args.output, options);
+  if (progress) std::fprintf(stderr, "\r\033[K");
+  if (!stats.ok()) {
+    const Status& st = stats.status();
+    return Fail(Status(st.code(), InFlagTerms(st.message(), kPackFlags), st.sys_errno()));
+  }
+  for (const std::string& r : stats->removed_temporaries) {
+    std::fprintf(stderr, "dlfs: removed stale temporary file %s\n", r.c_str());
+  }
+  const std::string report = FormatPackReport(*stats, args.source, args.output, volume);
+  std::fputs(InFlagTerms(report, kPackFlags).c_str(), stdout);
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddPack(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<PackArgs>();
+  auto* p = app.add_subcommand(
+      "pack", "Pack a data set (ImageFolder tree, IDX files, tar shards) into a volume");
+  p->add_option("source", args->source, "Data set to pack: a directory or a tar shard")->required();
+  p->add_option("-o,--output", args->output, "Volume file to create")->required();
+  AddEnumOption(p, "--from", &args->options.from, kSourceKindNames, "Importer");
+  p->add_option("--align", args->options.volume.align,
+                "Start every sample at a multiple of this many bytes (power of two, <= 1 MiB)")
+      ->capture_default_str();
+  p->add_flag("-f,--force", args->options.volume.overwrite, "Replace the output if it exists");
+  p->add_flag("--skip-unreadable", args->options.skip_unreadable,
+              "Skip (and count) source files that cannot be read instead of stopping");
+  p->add_option("--class-names", args->class_names,
+                "Names of labels 0, 1, ...: \"a,b,c\" or @FILE with one name per line");
+  p->add_flag("--all-files", args->options.all_files,
+              "imagefolder: pack every regular file (hidden ones and files at the root too),\n"
+              "not only the images torchvision's ImageFolder would load");
+  p->add_flag("--datum-payload", args->options.lmdb_payload_only,
+              "lmdb: store only each Caffe Datum's data (e.g. the JPEG), not the whole record");
+  p->add_option("--targets", args->targets,
+                "Spread the samples over N target files (1..8), e.g. on N devices. Target 0 is\n"
+                "the -o file and holds the directory; targets 1..N-1 are OUT.t1 .. OUT.t<N-1>\n"
+                "unless named with --target-path. Each sample goes to the target holding the\n"
+                "fewest bytes so far")
+      ->check(CLI::Range(1, 8));
+  p->add_option("--target-path", args->options.volume.target_paths,
+                "Path of the next target (repeat: target 1, target 2, ...); implies --targets.\n"
+                "Stored relative to OUT's directory when inside it, else absolute")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  p->add_option("--fields", args->fields,
+                "tar: keep only these fields of each key, e.g. jpg,cls (labels still come from\n"
+                "the .cls members)");
+  p->add_option("--compress", args->compress,
+                "zstd[:LEVEL]: compress each field with zstd (default level 3), keeping it raw\n"
+                "when that saves less than 3 %");
+  p->add_flag("--dict", args->dict,
+              "With --compress: train a zstd dictionary (up to 110 KiB) on the first 8 MiB\n"
+              "or 10000 fields, store it in the volume and compress every field with it.\n"
+              "For many small, similar fields (records, token arrays, raw pixels). Fails on\n"
+              "too little data to train on");
+  p->add_flag("-q,--quiet", args->quiet, "No progress output");
+  p->callback([args, exit_code] { *exit_code = RunPack(*args); });
+}
+
+}  // namespace dlfs::cli

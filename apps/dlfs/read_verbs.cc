@@ -1,0 +1,345 @@
+// The verbs that read one volume: info, ls, cat, verify, epoch, mount.
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <optional>
+
+#include "cli.h"
+#include "dlfs/decode.h"
+#include "dlfs/mount.h"
+#include "dlfs/sample_image.h"
+#include "dlfs/sampler.h"
+#include "dlfs/summary.h"
+#include "dlfs/verify.h"
+#ifdef DLFS_HAVE_MPI
+#include "dlfs/distributed.h"
+#endif
+
+namespace dlfs::cli {
+
+namespace {
+
+// Lists every sample below directory `k`, depth first in name order.
+void ListRecursive(const SampleDirectory& d, uint64_t k, ReportFormat format) {
+  const DirInfo info = d.dir(k);
+  for (uint64_t i = info.first_sample; i < uint64_t{info.first_sample} + info.sample_count; ++i) {
+    Print(FormatSampleLine(d, i, format));
+  }
+  for (uint64_t c = info.first_child; c < uint64_t{info.first_child} + info.child_count; ++c) {
+    ListRecursive(d, c, format);
+  }
+}
+
+struct CatArgs {
+  VolumeArgs volume;
+  std::string path;
+  std::optional<uint64_t> index;
+  std::optional<std::string> field;  // --field json: one field, decoded
+  bool verify = true;
+  std::string output;  // -o FILE instead of stdout
+  // --decode: what the decode pipeline makes of the sample (a PNG when the
+  // output ends in .png, else raw HWC bytes). With --size (`transform`), the
+  // transforms of the sample in `epoch`, as 8-bit HWC pixels.
+  bool decode = false;
+  bool transform = false;
+  uint64_t epoch = 0;
+  ImageOptions image;
+};
+
+int CatDecoded(const CatArgs& args, const Volume& volume, uint64_t index) {
+  const std::optional<uint64_t> epoch =
+      args.transform ? std::optional<uint64_t>(args.epoch) : std::nullopt;
+  auto image = DecodeSample(volume, index, args.image, epoch, args.verify);
+  if (!image.ok()) return Fail(image.status());
+  if (!args.output.ends_with(".png")) {
+    return WriteOutput(args.output, std::as_bytes(std::span(image->pixels)));
+  }
+  auto png = EncodePng(*image);
+  return png.ok() ? WriteOutput(args.output, *png) : Fail(png.status());
+}
+
+int RunCat(const CatArgs& args) {
+  auto vol = OpenVolume(args.volume);
+  if (!vol.ok()) return Fail(vol.status());
+  uint64_t index = 0;
+  if (args.index) {
+    index = *args.index;
+  } else {
+    auto found = (*vol)->directory().Lookup(args.path);
+    if (!found.ok()) return Fail(found.status().WithContext(args.volume.path));
+    index = *found;
+  }
+  if (args.decode) return CatDecoded(args, **vol, index);
+  if (args.field) {
+    auto field = (*vol)->Read(index, std::string_view(*args.field), args.verify);
+    return field.ok() ? WriteOutput(args.output, *field) : Fail(field.status());
+  }
+  const SampleDirectory& d = (*vol)->directory();
+  if (d.has_fields() &&
+      (d.Fields(index).size() != 1 || d.field_name(d.Fields(index)[0].field) != "")) {
+    // A multi-field (or named-field) sample has no single byte string.
+    std::string names;
+    for (const FieldInfo& f : d.Fields(index)) names += " " + std::string(d.field_name(f.field));
+    return Fail(Status::InvalidArgument(
+        args.volume.path + ": sample " + std::to_string(index) + " '" + d.Path(index) +
+        "' has fields (" + (names.empty() ? " none" : names) + " ); pick one with --field"));
+  }
+  auto bytes = d.has_fields() ? (*vol)->Read(index, std::string_view(""), args.verify)
+                              : (*vol)->Read(index, args.verify);
+  return bytes.ok() ? WriteOutput(args.output, *bytes) : Fail(bytes.status());
+}
+
+struct VerifyArgs {
+  VolumeArgs volume;
+  bool quiet = false;
+  bool json = false;
+};
+
+int RunVerify(const VerifyArgs& args) {
+  auto vol = OpenVolume(args.volume);
+  if (!vol.ok()) return Fail(vol.status());
+  VerifyOptions options;
+  std::vector<BadSample> bad;
+  options.on_bad_sample = [&](uint64_t index, const Status& problem) {
+    std::fprintf(stderr, "%sdlfs: %s\n", ::isatty(STDERR_FILENO) ? "\r\033[K" : "",
+                 problem.message().c_str());
+    bad.push_back({index, (*vol)->directory().Path(index), args.volume.path, problem.message()});
+  };
+  const uint64_t total = (*vol)->size();
+  const uint64_t total_bytes = (*vol)->info().data_bytes;
+  const bool progress = ShowProgress(args.quiet);
+  if (progress) {
+    options.on_progress = [total, total_bytes](const VerifyReport& r) {
+      // By bytes: verify reads sequentially, so time follows bytes.
+      const double fraction =
+          total_bytes > 0 ? static_cast<double>(r.bytes_checked) / total_bytes
+                          : static_cast<double>(r.samples_checked) / std::max<uint64_t>(total, 1);
+      std::fputs(
+          ProgressLine("verified", r.samples_checked, total, r.bytes_checked, r.seconds, fraction)
+              .c_str(),
+          stderr);
+    };
+  }
+  VerifyReport report;
+  Status st = VerifyVolume(**vol, options, &report);
+  if (progress) std::fprintf(stderr, "\r\033[K");
+  if (!st.ok()) return Fail(st);
+  if (!report.backup_superblock.ok()) {
+    std::fprintf(stderr, "dlfs: %s\n", report.backup_superblock.message().c_str());
+  }
+  Print(FormatVerifyReport(args.volume.path, report, bad, FormatOf(args.json)));
+  return report.bad_samples == 0 && report.backup_superblock.ok() ? kExitOk : kExitDamaged;
+}
+
+struct EpochArgs {
+  VolumeArgs volume;
+  SamplerOptions sampler;
+  uint64_t epoch = 0;
+};
+
+// Under mpirun: rank 0 prints "rank<TAB>index" lines, rank by rank.
+int RunEpochMpi(const EpochArgs& args) {
+#ifdef DLFS_HAVE_MPI
+  return RunWithMpi([&](int rank, int world) {
+    // Every rank parses the same text and fails alike; rank 0 says why.
+    const auto fail = [rank](const Status& st) { return rank == 0 ? Fail(st) : kExitError; };
+    auto map = ParseTargetMap(args.volume.target_map);
+    if (!map.ok()) return fail(map.status());
+    VolumeOpenOptions open;
+    open.target_map = std::move(*map);
+    auto vol = OpenShared(MPI_COMM_WORLD, args.volume.path, open);
+    if (!vol.ok()) return fail(vol.status());
+    LoaderOptions o;
+    o.sampler = args.sampler;  // rank and world come from the communicator
+    auto loader = CreateLoader(MPI_COMM_WORLD, *vol, o);
+    if (!loader.ok()) return fail(loader.status());
+    const std::vector<uint64_t> all = GatherRankIndices(MPI_COMM_WORLD, **loader, args.epoch);
+    if (rank != 0) return kExitOk;
+    const size_t n = all.size() / world;
+    std::string out;
+    for (int r = 0; r < world; ++r) {
+      for (size_t i = 0; i < n; ++i)
+        out += std::to_string(r) + '\t' + std::to_string(all[r * n + i]) + '\n';
+    }
+    Print(out);
+    return kExitOk;
+  });
+#else
+  (void)args;
+  return kExitError;
+#endif
+}
+
+int RunEpoch(const EpochArgs& args) {
+  if (LaunchedByMpirun()) return RunEpochMpi(args);
+  auto vol = OpenVolume(args.volume);
+  if (!vol.ok()) return Fail(vol.status());
+  auto sampler = Sampler::Create((*vol)->size(), args.sampler);
+  if (!sampler.ok()) return Fail(sampler.status());
+  std::string out;
+  for (uint64_t i : sampler->RankIndices(args.epoch)) {
+    out += std::to_string(i) + '\n';
+    if (out.size() > (1 << 16)) {
+      Print(out);
+      out.clear();
+    }
+  }
+  Print(out);
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddInfo(CLI::App& app, int* exit_code) {
+  struct Args {
+    VolumeArgs volume;
+    bool json = false;
+  };
+  auto args = std::make_shared<Args>();
+  auto* i = app.add_subcommand("info", "Show a volume's summary: samples, bytes, classes, format");
+  AddVolumeArgs(i, &args->volume);
+  i->add_flag("--json", args->json, "One JSON object instead of text");
+  i->callback([args, exit_code] {
+    auto vol = OpenVolume(args->volume);
+    if (!vol.ok()) {
+      *exit_code = Fail(vol.status());
+      return;
+    }
+    Print(FormatVolumeSummary(SummarizeVolume(**vol), FormatOf(args->json)));
+  });
+}
+
+void AddLs(CLI::App& app, int* exit_code) {
+  struct Args {
+    VolumeArgs volume;
+    std::string dir;
+    bool json = false;
+    bool recursive = false;
+  };
+  auto args = std::make_shared<Args>();
+  auto* l = app.add_subcommand("ls", "List a directory of a volume");
+  AddVolumeArgs(l, &args->volume);
+  l->add_option("dir", args->dir, "Directory inside the volume (default: the root)");
+  l->add_flag("-r,--recursive", args->recursive, "List every sample below DIR instead");
+  l->add_flag("--json", args->json,
+              "JSON lines: samples as {path,index,size,label,class}, directories as {path,type}");
+  l->callback([args, exit_code] {
+    auto vol = OpenVolume(args->volume);
+    if (!vol.ok()) return void(*exit_code = Fail(vol.status()));
+    const SampleDirectory& d = (*vol)->directory();
+    const ReportFormat format = FormatOf(args->json);
+    auto entry = d.Resolve(args->dir);
+    if (!entry.ok()) return void(*exit_code = Fail(entry.status().WithContext(args->volume.path)));
+    if (!entry->is_dir) return Print(FormatSampleLine(d, entry->index, format));
+    if (args->recursive) return ListRecursive(d, entry->index, format);
+    const DirInfo info = d.dir(entry->index);
+    for (uint64_t c = info.first_child; c < uint64_t{info.first_child} + info.child_count; ++c) {
+      Print(FormatDirectoryLine(d, c, format));
+    }
+    for (uint64_t i = info.first_sample; i < uint64_t{info.first_sample} + info.sample_count; ++i) {
+      Print(FormatSampleLine(d, i, format));
+    }
+  });
+}
+
+void AddCat(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<CatArgs>();
+  auto* c = app.add_subcommand(
+      "cat", "Write one sample's exact bytes to stdout (or -o FILE), or with --decode its pixels");
+  AddVolumeArgs(c, &args->volume);
+  auto* path_opt = c->add_option("path", args->path, "Sample path inside the volume");
+  auto* index_opt = c->add_option("--index", args->index, "Sample index instead of a path");
+  path_opt->excludes(index_opt);
+  AddOffFlag(c, "--no-verify", &args->verify, "Do not check the sample's checksum");
+  c->add_option("--field", args->field,
+                "Write this field of the sample (e.g. json), decompressed; a sample with\n"
+                "several fields needs it");
+  c->add_option("-o,--output", args->output, "Write to this file instead of stdout");
+  c->add_flag("--decode", args->decode,
+              "Decode the sample (JPEG, PNG or --raw-shape pixels) and write its pixels: a PNG\n"
+              "when -o ends in .png, else raw HWC bytes");
+  auto* size = c->add_option("--size", args->image.transform.size,
+                             "--decode: apply the training transforms (output SIZE x SIZE) as the\n"
+                             "pipeline does for this sample in --epoch with --seed");
+  c->add_option("--epoch", args->epoch, "--decode --size: the epoch whose random choices apply")
+      ->capture_default_str();
+  c->add_option("--seed", args->image.transform.seed, "--decode --size: the seed")
+      ->capture_default_str();
+  AddDecodeOptions(c, &args->image);
+  c->callback([args, size, exit_code] {
+    if (args->path.empty() && !args->index) throw CLI::ValidationError("give a PATH or --index N");
+    args->transform = size->count() > 0;
+    if (args->transform && !args->decode) throw CLI::ValidationError("--size needs --decode");
+    *exit_code = RunCat(*args);
+  });
+}
+
+void AddVerify(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<VerifyArgs>();
+  auto* v = app.add_subcommand(
+      "verify", "Read every sample and check every checksum; exit 1 naming each bad sample");
+  AddVolumeArgs(v, &args->volume);
+  v->add_flag("-q,--quiet", args->quiet, "No progress output");
+  v->add_flag("--json", args->json,
+              "One JSON object: counts and bad_samples, the records [{volume, index, path, "
+              "reason}] a loader's quarantine= takes (Python: dlfs.Loader(..., quarantine=...))");
+  v->callback([args, exit_code] { *exit_code = RunVerify(*args); });
+}
+
+void AddEpoch(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<EpochArgs>();
+  // A batch only matters here with --drop-last; by default every sample is printed.
+  args->sampler.batch_size = 1;
+  auto* e = app.add_subcommand(
+      "epoch",
+      "Print the sample indices one rank reads in one epoch, one per line, in order.\n"
+      "Under mpirun: rank and world come from MPI, and rank 0 prints RANK<TAB>INDEX lines\n"
+      "for every rank.");
+  AddVolumeArgs(e, &args->volume);
+  SamplerOptions& s = args->sampler;
+  e->add_option("--seed", s.seed, "Shuffle seed")->capture_default_str();
+  e->add_option("--epoch", args->epoch, "Epoch number")->capture_default_str();
+  e->add_option("--rank", s.rank, "This rank")->capture_default_str();
+  e->add_option("--world", s.world_size, "Number of ranks")->capture_default_str();
+  e->add_option("--batch", s.batch_size, "Batch size (matters with --drop-last)")
+      ->capture_default_str();
+  e->add_flag("--drop-last", s.drop_last,
+              "Drop the tail instead of padding by wrapping around (as DistributedSampler)");
+  AddOffFlag(e, "--no-shuffle", &s.shuffle, "Volume order instead of a permutation");
+  e->callback([args, exit_code] { *exit_code = RunEpoch(*args); });
+}
+
+void AddMount(CLI::App& app, int* exit_code) {
+  struct Args {
+    VolumeArgs volume;
+    std::string mountpoint;
+    MountOptions options;
+  };
+  auto args = std::make_shared<Args>();
+  auto* m =
+      app.add_subcommand("mount",
+                         "Mount a volume read-only with FUSE: its tree as directories and files,\n"
+                         "a sample's fields as KEY.FIELD files (as in the tar it was packed\n"
+                         "from), compressed fields decompressed.\n"
+                         "Unmount with `fusermount3 -u MOUNTPOINT` (or Ctrl-C / SIGTERM with -f).");
+  AddVolumeArgs(m, &args->volume);
+  m->add_option("mountpoint", args->mountpoint, "An existing empty directory")->required();
+  m->add_flag("-f,--foreground", args->options.foreground,
+              "Stay in the foreground until unmounted");
+  m->add_flag("--debug", args->options.debug, "libfuse debug output (implies -f)");
+  m->add_flag("--allow-other", args->options.allow_other,
+              "Let other users read the mount (needs user_allow_other in /etc/fuse.conf)");
+  m->callback([args, exit_code] {
+    if (!kMountSupported) return void(*exit_code = Fail(MountVolume(nullptr, "", {})));
+    auto vol = OpenVolume(args->volume);
+    if (!vol.ok()) return void(*exit_code = Fail(vol.status()));
+    // libfuse handles SIGINT/SIGTERM itself (unmount and return).
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+    const Status st = MountVolume(*vol, args->mountpoint, args->options);
+    *exit_code = st.ok() ? kExitOk : Fail(st);
+  });
+}
+
+}  // namespace dlfs::cli

@@ -1,0 +1,108 @@
+// Reports: the text and JSON documents `dlfs` prints about a volume, a
+// verify run, a benchmark or an LMDB database, for any tool that wants to
+// print the same (the CLI only chooses which and where).
+//
+// Library dlfs_report (CMake target dlfs::report), built when nlohmann_json
+// is available, as it is for the CLI; the MPI runs' reports are in
+// dlfs/mpi_report.h.
+//
+// Every function only formats its arguments and returns the text. Text
+// reports end in '\n'. JSON documents are one object, indented by 2 spaces
+// unless a function says one line, with the keys the CLI's --json output has
+// always had (scripts parse them; add keys, never rename them); strings
+// holding invalid UTF-8 (paths are bytes) get U+FFFD in its place.
+// Thread safety: none needed (no shared state).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dlfs/batch_source.h"
+#include "dlfs/bench.h"
+#include "dlfs/decode.h"
+#include "dlfs/decode_stage.h"
+#include "dlfs/directory.h"
+#include "dlfs/lmdb.h"
+#include "dlfs/loader.h"
+#include "dlfs/pack.h"
+#include "dlfs/summary.h"
+#include "dlfs/verify.h"
+
+namespace dlfs {
+
+enum class ReportFormat { kText, kJson };
+
+// "54.9 MB", "512 B": decimal units, one decimal above bytes.
+std::string HumanBytes(double bytes);
+
+// One progress line: "\r  VERB N[ of TOTAL] samples[ (P%)], BYTES[, R
+// samples/s, B/s]EXTRA[, ETA m:ss]" and the terminal's erase-to-end-of-line,
+// so that writing it again overwrites it. `total` 0: unknown. `fraction` is
+// how much of the work is done; negative when unknown (no percentage and no
+// ETA).
+std::string ProgressLine(std::string_view verb, uint64_t samples, uint64_t total, uint64_t bytes,
+                         double seconds, double fraction, std::string_view extra = "");
+
+// `dlfs pack`'s ProgressLine: how far by samples, or (tar) by source bytes.
+std::string FormatPackProgress(const PackProgress& progress);
+// What a finished Pack wrote (text): samples, bytes, classes and time, the
+// trained dictionary, the targets, and the sources left out (what
+// ImageFolder would not load, naming the all_files option; the skipped
+// unreadable ones). `volume` is the PackOptions::volume given to Pack.
+std::string FormatPackReport(const PackStats& stats, const std::string& source,
+                             const std::string& output, const VolumeBuilder::Options& volume);
+
+// `dlfs info`: the summary as a table, or one JSON object.
+std::string FormatVolumeSummary(const VolumeSummary& summary, ReportFormat format);
+
+// `dlfs ls`: one line for sample `index`: "INDEX\tSIZE\tLABEL\tPATH" (and
+// "\tFIELDS" in a volume with fields; LABEL "-" for none), or a one-line JSON
+// object {path, index, size, label, class[, fields]}.
+std::string FormatSampleLine(const SampleDirectory& directory, uint64_t index, ReportFormat format);
+// One line for directory `dir`: "PATH/", or {path, type: "dir", samples,
+// subdirs}.
+std::string FormatDirectoryLine(const SampleDirectory& directory, uint64_t dir,
+                                ReportFormat format);
+
+// `dlfs verify` of the volume at `path`: one line, or a JSON object with
+// the counts, `bad_samples` (records as a loader's quarantine takes them)
+// and the superblock copy's verdict.
+std::string FormatVerifyReport(const std::string& path, const VerifyReport& report,
+                               const std::vector<BadSample>& bad, ReportFormat format);
+
+// What a `dlfs bench` run read, beside what RunEpochs measured.
+struct BenchSetup {
+  std::vector<std::string> volumes;  // one, or a mixture's
+  uint32_t targets = 1;              // of the first volume
+  LoaderOptions loader;              // the first volume's loader's options
+  std::string cache_note;            // Loader::cache_note(); empty: none
+  bool drop_cache = false;           // BenchOptions::drop_cache
+};
+// The line printed after each epoch (text).
+std::string FormatEpochLine(const EpochReport& epoch);
+// The run: totals, where the time went, memory and cache; JSON adds each
+// epoch.
+std::string FormatBenchReport(const BenchReport& report, const BenchSetup& setup,
+                              ReportFormat format);
+
+// What a `dlfs bench --decode` run read and decoded.
+struct DecodeBenchSetup {
+  std::string volume;
+  uint32_t batch = 0;
+  uint32_t decode_threads = 0;  // DecodeStage::decode_threads()
+  uint32_t channels = 0;        // DecodeStage::channels()
+  ImageOptions image;           // the stage's
+  bool drop_cache = false;
+  DecodeStats stats;  // DecodeStage::stats() after the run
+};
+// The line printed after each epoch: images/s and CPU per image (text).
+std::string FormatDecodeEpochLine(const EpochReport& epoch);
+std::string FormatDecodeBenchReport(const BenchReport& report, const DecodeBenchSetup& setup,
+                                    ReportFormat format);
+
+// `dlfs lmdb info`: the database's tree, pages, values and first Datum.
+std::string FormatLmdbSummary(const LmdbSummary& summary, ReportFormat format);
+
+}  // namespace dlfs

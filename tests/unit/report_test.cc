@@ -1,0 +1,70 @@
+// The front ends' shared parsing (dlfs/pack.h) and the reports they print
+// (dlfs/report.h).
+#include "dlfs/report.h"
+
+#include <nlohmann/json.hpp>
+
+#include "dlfs/builder.h"
+#include "dlfs/pack.h"
+#include "dlfs/summary.h"
+#include "dlfs/volume.h"
+#include "testutil.h"
+
+namespace dlfs {
+namespace {
+
+using testing::Bytes;
+using testing::StatusIs;
+using testing::TempDir;
+
+TEST(PackSpecTest, ClassNamesFromTextOrFile) {
+  EXPECT_EQ(*ParseClassNames(""), std::vector<std::string>{});
+  EXPECT_EQ(*ParseClassNames("a,,c"), (std::vector<std::string>{"a", "", "c"}));
+  TempDir tmp;
+  testing::WriteFile(tmp / "names.txt", Bytes("cat\r\ndog\n"));
+  EXPECT_EQ(*ParseClassNames("@" + (tmp / "names.txt")), (std::vector<std::string>{"cat", "dog"}));
+  EXPECT_THAT(ParseClassNames("@" + (tmp / "missing.txt")),
+              StatusIs(StatusCode::kNotFound, "missing.txt"));
+}
+
+TEST(PackSpecTest, FieldNamesSkipEmptyItems) {
+  EXPECT_EQ(ParseFieldNames(""), std::vector<std::string>{});
+  EXPECT_EQ(ParseFieldNames("jpg,,cls,"), (std::vector<std::string>{"jpg", "cls"}));
+}
+
+TEST(ReportTest, HumanBytesAndProgressLine) {
+  EXPECT_EQ(HumanBytes(512), "512 B");
+  EXPECT_EQ(HumanBytes(54.9e6), "54.9 MB");
+  const std::string line = ProgressLine("packed", 50, 100, 1000, 2, 0.5, ", extra");
+  EXPECT_EQ(line,
+            "\r  packed 50 of 100 samples (50.0%), 1.0 KB, 25 samples/s, 500 B/s, extra, ETA "
+            "0:02\033[K");
+}
+
+TEST(ReportTest, VolumeSummaryAndSampleLines) {
+  TempDir tmp;
+  const std::string path = tmp / "v.dlfs";
+  auto b = VolumeBuilder::Create(path);
+  ASSERT_OK(b);
+  ASSERT_OK((*b)->Add("cat/1.jpg", Bytes("abc"), 0));
+  ASSERT_OK((*b)->Add("dog/2.jpg", Bytes("defg"), 1));
+  (*b)->SetClassNames({"cat", "dog"});
+  ASSERT_OK((*b)->Finish());
+  auto v = Volume::Open(path);
+  ASSERT_OK(v);
+  const VolumeSummary s = SummarizeVolume(**v);
+  const auto j = nlohmann::json::parse(FormatVolumeSummary(s, ReportFormat::kJson));
+  EXPECT_EQ(j["samples"], 2);
+  EXPECT_EQ(j["class_names"], (std::vector<std::string>{"cat", "dog"}));
+  const std::string text = FormatVolumeSummary(s, ReportFormat::kText);
+  EXPECT_NE(text.find("samples      2 in 3 directories\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("classes      2: 0=cat, 1=dog\n"), std::string::npos) << text;
+  const SampleDirectory& d = (*v)->directory();
+  EXPECT_EQ(FormatSampleLine(d, 1, ReportFormat::kText), "1\t4\t1\tdog/2.jpg\n");
+  const auto line = nlohmann::json::parse(FormatSampleLine(d, 0, ReportFormat::kJson));
+  EXPECT_EQ(line["path"], "cat/1.jpg");
+  EXPECT_EQ(line["class"], "cat");
+}
+
+}  // namespace
+}  // namespace dlfs
