@@ -136,8 +136,11 @@ function(dlfs_strip_static_on_install target)
   endif()")
 endfunction()
 dlfs_strip_static_on_install(dlfs)
+# report.h and mpi_report.h belong to dlfs_report, the CLI's text and JSON
+# reports, which is built with the CLI and not installed: without it they
+# would be headers with nothing to link.
 install(DIRECTORY include/dlfs DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
-  FILES_MATCHING PATTERN "*.h")
+  FILES_MATCHING PATTERN "*.h" PATTERN "report.h" EXCLUDE PATTERN "mpi_report.h" EXCLUDE)
 install(FILES ${PROJECT_BINARY_DIR}/include/dlfs/version.h
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/dlfs)
 install(EXPORT dlfsTargets NAMESPACE dlfs:: DESTINATION ${DLFS_INSTALL_CMAKEDIR})

@@ -63,6 +63,9 @@ def test_install_lays_out_library_headers_config_cli_and_python(prefix, tmp_path
     for header in ["volume.h", "builder.h", "loader.h", "version.h", "status.h"]:
         assert (prefix / "include/dlfs" / header).is_file(), header
     assert not list(prefix.glob("include/dlfs/*.in"))
+    # The CLI's reports (library dlfs_report) are not installed: no header
+    # without its library.
+    assert not (prefix / "include/dlfs/report.h").exists()
     assert _run([prefix / "bin/dlfs", "--version"]).strip() == f"dlfs {_version()}"
     # The installed Python package, imported from elsewhere.
     env = dict(os.environ, PYTHONPATH=str(_python_dir(prefix)))
