@@ -137,7 +137,7 @@ int RunBenchMpi(const BenchArgs& args) {
     if (!report.ok()) return fail(report.status());
     if (rank == 0) {
       const BenchJobSetup setup = {args.volume.path, args.source.loader.sampler.batch_size,
-                                   args.shard_local, args.private_open};
+                                   args.shard_local, args.private_open, args.source.cluster_cache};
       Print(FormatBenchJobReport(*report, setup, FormatOf(args.json)));
     }
     return kExitOk;
@@ -157,8 +157,9 @@ int RunBench(const BenchArgs& args) {
     }
     return RunBenchMpi(args);
   }
-  if (args.shard_local || args.private_open) {
-    return Fail(Status::InvalidArgument("--shard-local and --private-open need mpirun"));
+  if (args.shard_local || args.private_open || args.source.cluster_cache) {
+    return Fail(
+        Status::InvalidArgument("--shard-local, --cluster-cache and --private-open need mpirun"));
   }
   VolumeBenchOptions o;
   auto map = ParseTargetMap(args.volume.target_map);
@@ -226,11 +227,17 @@ void AddBench(CLI::App& app, int* exit_code) {
   b->add_flag("--shard-local", args->shard_local,
               "mpirun: each node reads only target (node index mod targets); other samples "
               "come from their node over MPI");
+  b->add_flag("--cluster-cache", args->source.cluster_cache,
+              "mpirun: the nodes' caches (--cache-budget each) form one cache; a sample\n"
+              "another node keeps comes from it over MPI, storage serves only what no\n"
+              "node keeps (every rank must be able to read the volume)")
+      ->excludes("--shard-local");
   b->add_option("--window", args->source.window_batches,
-                "mpirun --shard-local: batches per exchange")
+                "mpirun --shard-local or --cluster-cache: batches per exchange")
       ->capture_default_str();
   b->add_flag("--read-ahead", args->source.read_ahead,
-              "mpirun --shard-local: read the next window on a thread while this one is used");
+              "mpirun --shard-local or --cluster-cache: plan and read the next window on a\n"
+              "thread while this one is used");
   b->add_flag("--private-open", args->private_open,
               "mpirun: every rank reads the directory itself (to compare with the collective "
               "open)");

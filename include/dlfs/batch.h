@@ -77,7 +77,10 @@ class Batch {
   std::span<const uint32_t> labels() const;
   uint64_t payload_bytes() const;  // sum of sample sizes (of the fields' decoded sizes)
   uint64_t device_bytes() const;   // bytes read from storage (alignment, gaps)
-  double io_seconds() const;       // from submitting the batch's reads to the last completion
+  // Bytes received from other nodes' caches (an MPI ShardLoader with
+  // cluster_cache; 0 for other sources).
+  uint64_t peer_bytes() const;
+  double io_seconds() const;  // from submitting the batch's reads to the last completion
   // The batch's images as one tensor (decode stages); empty TensorView
   // otherwise. Valid as long as this Batch (or a copy) lives.
   const TensorView& tensor() const;

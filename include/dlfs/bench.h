@@ -25,6 +25,7 @@ struct EpochReport {
   uint64_t samples = 0;
   uint64_t payload_bytes = 0;  // sample bytes delivered
   uint64_t device_bytes = 0;   // bytes read from storage (alignment, gaps)
+  uint64_t peer_bytes = 0;     // received from other nodes' caches (cluster cache)
   double seconds = 0;          // wall clock
   double cpu_seconds = 0;      // user + system, this process (all its threads)
   // Where the time went (BatchSource::source_stats over the epoch; zeros

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "dlfs/batch_source.h"
@@ -62,12 +63,24 @@ Result<std::unique_ptr<Loader>> CreateLoader(MPI_Comm comm, std::shared_ptr<Volu
 
 // Counters of a ShardLoader, summed over its life.
 struct ShardLoaderStats {
-  uint64_t local_samples = 0;   // read from this node's own target
-  uint64_t remote_samples = 0;  // fetched from the node that holds them
-  uint64_t served_samples = 0;  // read here for other nodes
-  uint64_t bytes_received = 0;  // sample bytes received over MPI
+  uint64_t local_samples = 0;   // read from storage here for this rank's own batches
+  uint64_t remote_samples = 0;  // asked of the node that holds (or caches) them
+  uint64_t served_samples = 0;  // asked of this rank by other nodes
+  uint64_t bytes_received = 0;  // sample bytes received over MPI (gifts included)
   uint64_t bytes_sent = 0;
   uint64_t exchanges = 0;
+  uint64_t storage_bytes = 0;  // read from the volume's targets (aligned, all reads)
+  uint64_t peer_bytes = 0;     // samples received from other nodes for this rank's batches
+  // Cluster cache: samples found in this node's cache; asked of an owner
+  // that did not hold them yet (then read from storage); read here and
+  // handed to their owner, and handed here and kept.
+  uint64_t cached_samples = 0;
+  uint64_t absent_samples = 0;
+  uint64_t gifts_sent = 0;
+  uint64_t gifts_kept = 0;
+  // Levels: this node's cache, its capacity and the bytes in it now.
+  uint64_t cache_capacity = 0;
+  uint64_t cache_used = 0;
   double io_seconds = 0;        // reading from storage (own and served samples)
   double exchange_seconds = 0;  // in MPI exchanges, waiting included
 };
@@ -99,6 +112,24 @@ struct ShardLoaderStats {
 // world size or batch size resumes elastically (every rank loads rank 0's):
 // node-local placement depends on the sample, not on the ranks' shares, so
 // the rest of the epoch is exchanged like a whole one.
+//
+// The cluster cache (ShardLoaderOptions::cluster_cache): the job's node
+// caches form one cache of a volume that every rank can read (a parallel
+// file system, NBD servers). Each sample has one owner node, computed the
+// same on every rank with no communication (cache/placement.h: balanced by
+// bytes, a sample's owner is where the epoch-0 order first reads it when
+// that node has room; what the nodes' budgets cannot hold has no owner).
+// In each exchange a rank takes the samples its own node caches from the
+// node cache, asks the owners for the others, and reads from storage only
+// the samples no node keeps and those an owner does not hold yet — which it
+// then hands to the owner with its next requests (the owner reading them
+// itself would read them once more). Owners therefore fill in the order the
+// job reads, and from the second epoch on storage serves only what does not
+// fit. Every sample is checked against the directory (verify_checksums) by
+// the rank that hands it out, whoever sent it; caches keep only samples that
+// pass. Node caches are NodeCache regions (LoaderOptions::cache_budget, per
+// node; cache_shared), one per fake node under DLFS_RANKS_PER_NODE.
+// Memory per rank: one owner entry (4 bytes) per sample of the volume.
 class ShardLoader final : public BatchSource {
  public:
   // Collective over `comm`. The ranks agree, as CreateLoader's do, and also
@@ -123,6 +154,10 @@ class ShardLoader final : public BatchSource {
   std::vector<BadSample> quarantine() const;
 
   const ShardLoaderStats& stats() const;
+
+  // cluster_cache: each sample's owner node (-1: no node's cache keeps it);
+  // the same on every rank. Empty otherwise.
+  std::span<const int32_t> cluster_owners() const;
 
  private:
   class Impl;
@@ -157,6 +192,10 @@ struct BenchJobReport {
   ShardLoaderStats shard;        // summed over ranks (shard_local)
   double shard_io_seconds_max = 0;
   double shard_exchange_seconds_max = 0;
+  // Cluster cache: each node's cache capacity and the bytes it holds at the
+  // end (by node index); empty otherwise.
+  std::vector<uint64_t> node_cache_capacity;
+  std::vector<uint64_t> node_cache_bytes;
 };
 
 // Opens `path` (collectively unless private_open; each node only its own

@@ -14,9 +14,10 @@ namespace dlfs {
 // How a `dlfs bench` job under mpirun read, beside what RunBenchJob measured.
 struct BenchJobSetup {
   std::string volume;
-  uint32_t batch = 0;         // per rank
-  bool shard_local = false;   // BenchJobOptions::shard_local
-  bool private_open = false;  // BenchJobOptions::private_open
+  uint32_t batch = 0;          // per rank
+  bool shard_local = false;    // BenchJobOptions::shard_local
+  bool private_open = false;   // BenchJobOptions::private_open
+  bool cluster_cache = false;  // ShardLoaderOptions::cluster_cache
 };
 // The line rank 0 prints after each epoch of a job of `ranks` ranks (text).
 std::string FormatJobEpochLine(const EpochReport& epoch, int ranks);

@@ -20,6 +20,11 @@ struct ShardLoaderOptions {
   // exchange and checksums for cores (measured in docs/benchmarks.md); worth
   // trying where cores are spare and storage latency is high.
   bool read_ahead = false;
+  // Instead of node-local targets: the job's node caches as one cache of a
+  // volume every rank can read (ShardLoader in dlfs/distributed.h).
+  // loader.cache_budget is each node's budget (auto: a quarter of what the
+  // node's first rank may use).
+  bool cluster_cache = false;
 };
 
 }  // namespace dlfs

@@ -175,7 +175,8 @@ std::shared_ptr<NodeCache> NodeCache::Open(const Volume& volume, const NodeCache
     const char* env = std::getenv("DLFS_CACHE_DIR");
     dir = env != nullptr && *env != '\0' ? env : "/dev/shm";
   }
-  const std::string name = "dlfs-" + std::to_string(uid) + "-" + UuidOf(volume);
+  const std::string name =
+      "dlfs-" + std::to_string(uid) + "-" + UuidOf(volume) + options.name_suffix;
   const std::string path = dir + "/" + name;
   SweepStale(dir, uid);
 

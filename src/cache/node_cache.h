@@ -63,6 +63,9 @@ struct NodeCacheOptions {
   bool shared = true;
   // Where shared regions live; empty: $DLFS_CACHE_DIR, else /dev/shm.
   std::string dir;
+  // Appended to the region's name: fake nodes of one host (DLFS_RANKS_PER_NODE)
+  // each keep their own region, as real nodes would.
+  std::string name_suffix;
 };
 
 struct NodeCacheStats {

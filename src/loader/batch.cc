@@ -31,6 +31,7 @@ std::span<const uint32_t> Batch::labels() const {
 }
 uint64_t Batch::payload_bytes() const { return data_ ? data_->payload_bytes : 0; }
 uint64_t Batch::device_bytes() const { return data_ ? data_->device_bytes : 0; }
+uint64_t Batch::peer_bytes() const { return data_ ? data_->peer_bytes : 0; }
 double Batch::io_seconds() const { return data_ ? data_->io_seconds : 0; }
 const TensorView& Batch::tensor() const {
   static const TensorView kNone;

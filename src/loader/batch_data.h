@@ -35,6 +35,7 @@ struct Batch::Data {
   std::shared_ptr<const void> decoded;
   uint64_t payload_bytes = 0;
   uint64_t device_bytes = 0;
+  uint64_t peer_bytes = 0;  // Batch::peer_bytes()
   double io_seconds = 0;
   // Stages that make one tensor of the batch (dlfs/decode_stage.h) set it;
   // its memory is kept alive by `owner`.

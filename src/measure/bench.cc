@@ -14,6 +14,7 @@ void EpochReport::Add(const EpochReport& other) {
   samples += other.samples;
   payload_bytes += other.payload_bytes;
   device_bytes += other.device_bytes;
+  peer_bytes += other.peer_bytes;
   seconds += other.seconds;
   cpu_seconds += other.cpu_seconds;
   stats += other.stats;
@@ -40,6 +41,7 @@ Result<EpochReport> RunEpoch(BatchSource& source, uint64_t epoch, bool read_thro
     r.samples += batch.size();
     r.payload_bytes += batch.payload_bytes();
     r.device_bytes += batch.device_bytes();
+    r.peer_bytes += batch.peer_bytes();
     if (batch_io_seconds != nullptr) batch_io_seconds->push_back(batch.io_seconds());
   }
   r.seconds = Now() - t0;

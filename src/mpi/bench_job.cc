@@ -24,13 +24,14 @@ T AllReduceFields(MPI_Comm comm, const T& mine, MPI_Op op) {
 
 // What each rank measured of one epoch.
 struct EpochFields {
-  double samples, payload_bytes, device_bytes, seconds, cpu_seconds;
+  double samples, payload_bytes, device_bytes, peer_bytes, seconds, cpu_seconds;
 };
 
 // What each rank measured of the open and of the shard exchanges.
 struct JobFields {
   double open_seconds, metadata_bytes_read, window_bytes, pss_bytes;
   double remote_samples, local_samples, served_samples, bytes_received, bytes_sent, exchanges;
+  double storage_bytes, peer_bytes, cached_samples, absent_samples, gifts_sent, gifts_kept;
   double io_seconds, exchange_seconds;
 };
 
@@ -80,7 +81,7 @@ Result<BenchJobReport> RunBenchJob(MPI_Comm comm, const std::string& path,
 
   std::unique_ptr<BatchSource> source;
   ShardLoader* shard = nullptr;
-  if (options.shard_local) {
+  if (options.shard_local || options.source.cluster_cache) {
     DLFS_ASSIGN_OR_RETURN(std::unique_ptr<ShardLoader> s,
                           ShardLoader::Create(comm, volume, options.source));
     shard = s.get();
@@ -102,8 +103,12 @@ Result<BenchJobReport> RunBenchJob(MPI_Comm comm, const std::string& path,
     // Collective reading goes on to the epoch's end whatever fails.
     Result<EpochReport> r = RunEpoch(*source, e, /*read_through_errors=*/true);
     DLFS_RETURN_IF_ERROR(AgreeOnStatus(comm, r.ok() ? Status::Ok() : r.status()));
-    const EpochFields mine{static_cast<double>(r->samples), static_cast<double>(r->payload_bytes),
-                           static_cast<double>(r->device_bytes), r->seconds, r->cpu_seconds};
+    const EpochFields mine{static_cast<double>(r->samples),
+                           static_cast<double>(r->payload_bytes),
+                           static_cast<double>(r->device_bytes),
+                           static_cast<double>(r->peer_bytes),
+                           r->seconds,
+                           r->cpu_seconds};
     const EpochFields sum = AllReduceFields(comm, mine, MPI_SUM);
     const EpochFields max = AllReduceFields(comm, mine, MPI_MAX);
     EpochReport job;
@@ -111,6 +116,7 @@ Result<BenchJobReport> RunBenchJob(MPI_Comm comm, const std::string& path,
     job.samples = static_cast<uint64_t>(sum.samples);
     job.payload_bytes = static_cast<uint64_t>(sum.payload_bytes);
     job.device_bytes = static_cast<uint64_t>(sum.device_bytes);
+    job.peer_bytes = static_cast<uint64_t>(sum.peer_bytes);
     job.seconds = max.seconds;
     job.cpu_seconds = sum.cpu_seconds;
     if (options.bench.on_epoch) options.bench.on_epoch(job);
@@ -129,6 +135,12 @@ Result<BenchJobReport> RunBenchJob(MPI_Comm comm, const std::string& path,
                        static_cast<double>(ss.bytes_received),
                        static_cast<double>(ss.bytes_sent),
                        static_cast<double>(ss.exchanges),
+                       static_cast<double>(ss.storage_bytes),
+                       static_cast<double>(ss.peer_bytes),
+                       static_cast<double>(ss.cached_samples),
+                       static_cast<double>(ss.absent_samples),
+                       static_cast<double>(ss.gifts_sent),
+                       static_cast<double>(ss.gifts_kept),
                        ss.io_seconds,
                        ss.exchange_seconds};
   const JobFields sum = AllReduceFields(comm, mine, MPI_SUM);
@@ -144,9 +156,30 @@ Result<BenchJobReport> RunBenchJob(MPI_Comm comm, const std::string& path,
   report.shard.bytes_received = static_cast<uint64_t>(sum.bytes_received);
   report.shard.bytes_sent = static_cast<uint64_t>(sum.bytes_sent);
   report.shard.exchanges = static_cast<uint64_t>(sum.exchanges);
+  report.shard.storage_bytes = static_cast<uint64_t>(sum.storage_bytes);
+  report.shard.peer_bytes = static_cast<uint64_t>(sum.peer_bytes);
+  report.shard.cached_samples = static_cast<uint64_t>(sum.cached_samples);
+  report.shard.absent_samples = static_cast<uint64_t>(sum.absent_samples);
+  report.shard.gifts_sent = static_cast<uint64_t>(sum.gifts_sent);
+  report.shard.gifts_kept = static_cast<uint64_t>(sum.gifts_kept);
   report.shard.io_seconds = sum.io_seconds;
   report.shard.exchange_seconds = sum.exchange_seconds;
   report.shard_io_seconds_max = max.io_seconds;
+  if (options.source.cluster_cache) {
+    // Each node's cache as its first rank sees it.
+    DLFS_ASSIGN_OR_RETURN(NodeTopology topo, NodeTopology::Create(comm));
+    const uint64_t node_mine[3] = {static_cast<uint64_t>(topo.node_index()),
+                                   topo.local_rank() == 0 ? ss.cache_capacity : 0,
+                                   topo.local_rank() == 0 ? ss.cache_used : 0};
+    std::vector<uint64_t> all(3 * static_cast<size_t>(report.ranks));
+    MPI_Allgather(node_mine, 3, MPI_UINT64_T, all.data(), 3, MPI_UINT64_T, comm);
+    report.node_cache_capacity.assign(topo.node_count(), 0);
+    report.node_cache_bytes.assign(topo.node_count(), 0);
+    for (int r = 0; r < report.ranks; ++r) {
+      report.node_cache_capacity[all[3 * r]] += all[3 * r + 1];
+      report.node_cache_bytes[all[3 * r]] += all[3 * r + 2];
+    }
+  }
   report.shard_exchange_seconds_max = max.exchange_seconds;
   return report;
 }

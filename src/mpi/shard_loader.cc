@@ -6,9 +6,12 @@
 #include <optional>
 #include <thread>
 
+#include "cache/node_cache.h"
+#include "cache/placement.h"
 #include "common/clock.h"
 #include "common/file_util.h"
 #include "dlfs/distributed.h"
+#include "dlfs/memory.h"
 #include "dlfs/sampler.h"
 #include "loader/batch_data.h"
 #include "loader/fields.h"
@@ -75,6 +78,7 @@ struct Buffer {
 struct WindowBytes {
   Buffer local;
   Buffer received;
+  Buffer absent;  // cluster cache: asked of an owner that did not have them
 };
 
 class ShardLoader::Impl {
@@ -100,6 +104,7 @@ class ShardLoader::Impl {
     // Exchanges must line up.
     key.push_back({"window_batches", std::to_string(options_.window_batches)});
     key.push_back({"read_ahead", options_.read_ahead ? "on" : "off"});
+    key.push_back({"cluster_cache", options_.cluster_cache ? "on" : "off"});
     DLFS_RETURN_IF_ERROR(AgreeOnValues(comm_, key));
     // Checked after agreeing, so every rank returns the same error.
     if (options_.window_batches == 0 || o.sampler.batch_size == 0) {
@@ -107,7 +112,7 @@ class ShardLoader::Impl {
     }
     if (!topo_->contiguous()) {
       return Status::InvalidArgument(
-          "shard-local reading needs each node's ranks to be consecutive world ranks "
+          "the shard loader needs each node's ranks to be consecutive world ranks "
           "(mpirun --map-by slot)");
     }
 
@@ -152,8 +157,58 @@ class ShardLoader::Impl {
     MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, comm_);
     if (!st.ok()) return st;
     if (!all_ok) return Status::Unavailable("another rank could not create its shard loader");
+    if (options_.cluster_cache) OpenClusterCache(all);
     SetEpoch(0);
     return Status::Ok();
+  }
+
+  // Collective. This node's cache (made by its first rank, then attached by
+  // the others, so all agree on its size), every node's capacity, and the
+  // placement: a pure function of those, the same on every rank. `layout`
+  // holds (node, first rank, ranks) per rank. A node without a cache owns
+  // nothing; the job then reads from storage what no cache keeps.
+  void OpenClusterCache(const std::vector<int>& layout) {
+    const LoaderOptions& o = options_.loader;
+    const int ranks = topo_->size();
+    uint64_t budget = 0;
+    std::string budget_note;
+    if (topo_->local_rank() == 0) {
+      budget = ResolveCacheBudget(o.cache_budget, ReadMemoryLimit(), &budget_note);
+    }
+    MPI_Bcast(&budget, 1, MPI_UINT64_T, 0, topo_->node());
+    cache_internal::NodeCacheOptions co;
+    co.budget = budget;
+    co.shared = o.cache_shared;
+    if (topo_->node_count() > 1) co.name_suffix = "-node" + std::to_string(topo_->node_index());
+    std::string note;
+    if (topo_->local_rank() == 0) cache_ = cache_internal::NodeCache::Open(*volume_, co, &note);
+    BarrierPolitely(topo_->node());
+    if (topo_->local_rank() != 0) cache_ = cache_internal::NodeCache::Open(*volume_, co, &note);
+    if (!budget_note.empty()) note = budget_note + (note.empty() ? "" : "; " + note);
+
+    // A node's capacity: the least of its ranks' (a rank that could not
+    // attach the node's region keeps a private one).
+    const uint64_t mine = cache_ ? cache_->stats().capacity : 0;
+    std::vector<uint64_t> each(ranks);
+    MPI_Allgather(&mine, 1, MPI_UINT64_T, each.data(), 1, MPI_UINT64_T, comm_);
+    std::vector<uint64_t> capacity(topo_->node_count(), UINT64_MAX);
+    std::vector<int> rank_node(ranks);
+    for (int r = 0; r < ranks; ++r) {
+      rank_node[r] = layout[3 * r];
+      capacity[rank_node[r]] = std::min(capacity[rank_node[r]], each[r]);
+    }
+    node_capacity_ = capacity;
+    std::vector<uint64_t> order = sampler_->Permutation(0);
+    if (!o.subset.empty()) {
+      for (uint64_t& i : order) i = o.subset[i];
+    }
+    owner_ = cache_internal::PlaceSamples(volume_->directory(), order, rank_node, capacity);
+    if (cache_) {
+      engine_description_ += "; cluster cache: node " + std::to_string(topo_->node_index()) +
+                             " of " + std::to_string(topo_->node_count()) + ", " +
+                             cache_->Describe();
+    }
+    if (!note.empty()) engine_description_ += "; " + note;
   }
 
   void SetEpoch(uint64_t epoch) {
@@ -267,6 +322,8 @@ class ShardLoader::Impl {
         continue;
       }
       const auto bytes = samples_[at];
+      data->device_bytes += storage_bytes_[at];
+      data->peer_bytes += peer_bytes_[at];
       data->indices.push_back(index);
       data->labels.push_back(dir.sample(index).label);
       data->samples.push_back(bytes);
@@ -294,12 +351,43 @@ class ShardLoader::Impl {
 
   uint64_t batches_per_epoch() const { return sampler_->batches_per_epoch(); }
   const ShardLoaderStats& stats() const { return stats_; }
+  std::span<const int32_t> owners() const { return owner_; }
   const std::string& engine_description() const { return engine_description_; }
 
  private:
+  // The node that keeps (cluster cache) or stores (shard-local) `index`; -1
+  // for a sample no node's cache keeps.
   int OwnerNode(uint64_t index) const {
+    if (options_.cluster_cache) return owner_[index];
     return static_cast<int>(volume_->directory().sample(index).target % node_first_.size());
   }
+
+  // The rank of `node` this rank asks for its samples (spread by local rank,
+  // so a node's ranks share the serving).
+  int ServerOf(int node) const {
+    return node_first_[node] + topo_->local_rank() % node_size_[node];
+  }
+
+  // Bytes a storage read of `index` moves (aligned to the engine).
+  uint64_t DeviceBytes(uint64_t index) const {
+    const SampleInfo s = volume_->directory().sample(index);
+    const uint64_t a = std::max<uint32_t>(engine_->alignment(), 1);
+    return (s.offset + s.length + a - 1) / a * a - s.offset / a * a;
+  }
+
+  // A position's source in Pending::where: a server rank, or one of these.
+  static constexpr int kOwn = -1;     // read here from storage: own[slot]
+  static constexpr int kCached = -2;  // in this node's cache: cached[slot]
+  // The code a server sends for a sample its node's cache does not hold
+  // (yet): the requester reads it from storage and hands it to the owner.
+  static constexpr uint8_t kAbsent = 0xff;
+
+  // A sample read by a rank that does not own it, for its owner's cache.
+  struct Gift {
+    int to;  // the owner node's rank this rank talks to
+    uint64_t index;
+    std::vector<std::byte> bytes;
+  };
 
   // One window in flight: its plan (agreed with the other ranks) and the
   // read of its own and served samples, which runs on a thread while the
@@ -308,19 +396,29 @@ class ShardLoader::Impl {
     uint64_t first_batch = 0, end_batch = 0;
     uint64_t first_position = 0, count = 0;
     std::vector<std::vector<uint64_t>> ask;       // per server: samples asked of it
-    std::vector<std::pair<int, uint64_t>> where;  // per position: (server or -1, slot)
-    std::vector<uint64_t> own, served;            // read here
-    std::vector<int> send_counts, recv_counts, sdispl, rdispl;
+    std::vector<std::pair<int, uint64_t>> where;  // per position: (server, kOwn or kCached; slot)
+    std::vector<uint64_t> own, served;            // read here; asked of this rank
+    std::vector<std::span<const std::byte>> cached;             // found in this node's cache
+    std::vector<int> send_counts, recv_counts, sdispl, rdispl;  // of `ask` and `served`
+    // Cluster cache: gifts to owners (by destination rank), and the samples
+    // other ranks give this one (by source rank, gift_recv[r] from rank r).
+    std::vector<Gift> gifts;
+    std::vector<int> gift_send, gift_recv;
+    std::vector<uint64_t> gifted;
+    // Cluster cache: the served samples' bytes in this node's cache (empty:
+    // not there).
+    std::vector<std::span<const std::byte>> serve;
     std::shared_ptr<WindowBytes> bytes;
-    std::vector<std::span<const std::byte>> got;  // own, then served
+    std::vector<std::span<const std::byte>> got;  // own, then served (shard-local)
     std::vector<Status> got_status;
     double io_seconds = 0;
+    uint64_t io_bytes = 0;
     std::thread reader;
   };
 
   // Plans batches [first, first + window): which samples come from where,
-  // agreed with the other ranks (collective), then starts reading this
-  // node's part on a thread.
+  // agreed with the other ranks (collective), and starts reading this
+  // rank's storage part on a thread.
   std::unique_ptr<Pending> Plan(uint64_t first) {
     auto p = std::make_unique<Pending>();
     const uint64_t b = options_.loader.sampler.batch_size;
@@ -330,72 +428,126 @@ class ShardLoader::Impl {
     p->count = std::min<uint64_t>(p->end_batch * b, indices_.size()) - p->first_position;
     const int ranks = topo_->size();
     const int my_node = topo_->node_index();
+    const bool cluster = options_.cluster_cache;
 
-    // Remote samples go to a rank of their node (spread by local rank, so a
-    // node's ranks share the serving).
     p->ask.resize(ranks);
     p->where.resize(p->count);
     for (uint64_t i = 0; i < p->count; ++i) {
       const uint64_t index = indices_[p->first_position + i];
       const int node = OwnerNode(index);
-      if (node == my_node) {
-        p->where[i] = {-1, p->own.size()};
+      if (cluster && node == my_node && cache_) {
+        if (auto hit = cache_->Find(index)) {
+          p->where[i] = {kCached, p->cached.size()};
+          p->cached.push_back(*hit);
+          continue;
+        }
+      }
+      if (node == my_node || node < 0) {
+        p->where[i] = {kOwn, p->own.size()};
         p->own.push_back(index);
       } else {
-        const int server = node_first_[node] + topo_->local_rank() % node_size_[node];
+        const int server = ServerOf(node);
         p->where[i] = {server, p->ask[server].size()};
         p->ask[server].push_back(index);
       }
     }
-    p->send_counts.assign(ranks, 0);
-    p->recv_counts.assign(ranks, 0);
-    p->sdispl.assign(ranks, 0);
-    p->rdispl.assign(ranks, 0);
-    for (int r = 0; r < ranks; ++r) p->send_counts[r] = static_cast<int>(p->ask[r].size());
-    // Non-blocking collectives waited on politely: ranks that arrive early
-    // must not spin on the cores the late ones need (more ranks than cores).
-    MPI_Request request;
-    MPI_Ialltoall(p->send_counts.data(), 1, MPI_INT, p->recv_counts.data(), 1, MPI_INT, comm_,
-                  &request);
-    WaitPolitely(&request);
-    std::vector<uint64_t> send_ids;
-    for (int r = 0; r < ranks; ++r) {
-      p->sdispl[r] = static_cast<int>(send_ids.size());
-      send_ids.insert(send_ids.end(), p->ask[r].begin(), p->ask[r].end());
-    }
-    int total_in = 0;
-    for (int r = 0; r < ranks; ++r) {
-      p->rdispl[r] = total_in;
-      total_in += p->recv_counts[r];
-    }
-    p->served.resize(total_in);
-    MPI_Ialltoallv(send_ids.data(), p->send_counts.data(), p->sdispl.data(), MPI_UINT64_T,
-                   p->served.data(), p->recv_counts.data(), p->rdispl.data(), MPI_UINT64_T, comm_,
-                   &request);
-    WaitPolitely(&request);
-
-    // Own samples and the ones asked of us, in one engine batch, on a
-    // thread: the engine is used by that thread alone until it is joined.
     p->bytes = AcquireWindowBytes();
     Pending* raw = p.get();
-    raw->reader = std::thread([this, raw, my_node] {
+    auto read = [this, raw, my_node, cluster] {
       std::vector<uint64_t> to_read = raw->own;
-      to_read.insert(to_read.end(), raw->served.begin(), raw->served.end());
+      if (!cluster) to_read.insert(to_read.end(), raw->served.begin(), raw->served.end());
       const double start = Now();
-      const Status st =
-          ReadLocal(to_read, my_node, &raw->bytes->local, &raw->got, &raw->got_status);
+      const Status st = ReadLocal(to_read, cluster ? -1 : my_node, &raw->bytes->local, &raw->got,
+                                  &raw->got_status, &raw->io_bytes);
       if (!st.ok()) {
         raw->got_status.assign(to_read.size(), st);
         raw->got.assign(to_read.size(), {});
       }
       raw->io_seconds = Now() - start;
-    });
+    };
+    // Cluster cache: the storage part is known already; read it while the
+    // requests are exchanged. (The engine is used by that thread alone
+    // until it is joined.)
+    if (cluster) raw->reader = std::thread(read);
+
+    // Gifts read in earlier windows go with this window's requests.
+    p->gifts = std::move(pending_gifts_);
+    pending_gifts_.clear();
+    std::stable_sort(p->gifts.begin(), p->gifts.end(),
+                     [](const Gift& x, const Gift& y) { return x.to < y.to; });
+    p->gift_send.assign(ranks, 0);
+    for (const Gift& g : p->gifts) ++p->gift_send[g.to];
+
+    // Counts (requests and gifts per rank), then the sample ids. Non-blocking
+    // collectives waited on politely: ranks that arrive early must not spin
+    // on the cores the late ones need (more ranks than cores).
+    std::vector<int> counts_out(2 * ranks), counts_in(2 * ranks);
+    for (int r = 0; r < ranks; ++r) {
+      counts_out[2 * r] = static_cast<int>(p->ask[r].size());
+      counts_out[2 * r + 1] = p->gift_send[r];
+    }
+    MPI_Request request;
+    MPI_Ialltoall(counts_out.data(), 2, MPI_INT, counts_in.data(), 2, MPI_INT, comm_, &request);
+    WaitPolitely(&request);
+    p->send_counts.assign(ranks, 0);
+    p->recv_counts.assign(ranks, 0);
+    p->sdispl.assign(ranks, 0);
+    p->rdispl.assign(ranks, 0);
+    p->gift_recv.assign(ranks, 0);
+    std::vector<int> id_send(ranks), id_sdispl(ranks), id_recv(ranks), id_rdispl(ranks);
+    std::vector<uint64_t> send_ids;
+    size_t gift_at = 0;
+    int asked_of_me = 0, total_in = 0;
+    for (int r = 0; r < ranks; ++r) {
+      p->send_counts[r] = counts_out[2 * r];
+      p->recv_counts[r] = counts_in[2 * r];
+      p->gift_recv[r] = counts_in[2 * r + 1];
+      p->sdispl[r] = static_cast<int>(send_ids.size());  // (asks only: used for codes)
+      id_sdispl[r] = static_cast<int>(send_ids.size());
+      send_ids.insert(send_ids.end(), p->ask[r].begin(), p->ask[r].end());
+      for (int g = 0; g < p->gift_send[r]; ++g) send_ids.push_back(p->gifts[gift_at++].index);
+      id_send[r] = static_cast<int>(send_ids.size()) - id_sdispl[r];
+      p->rdispl[r] = asked_of_me;
+      asked_of_me += p->recv_counts[r];
+      id_rdispl[r] = total_in;
+      id_recv[r] = p->recv_counts[r] + p->gift_recv[r];
+      total_in += id_recv[r];
+    }
+    // p->sdispl counts asks only: recompute it without the gifts.
+    for (int r = 0, at = 0; r < ranks; ++r) {
+      p->sdispl[r] = at;
+      at += p->send_counts[r];
+    }
+    std::vector<uint64_t> in_ids(total_in);
+    MPI_Ialltoallv(send_ids.data(), id_send.data(), id_sdispl.data(), MPI_UINT64_T, in_ids.data(),
+                   id_recv.data(), id_rdispl.data(), MPI_UINT64_T, comm_, &request);
+    WaitPolitely(&request);
+    p->served.reserve(asked_of_me);
+    for (int r = 0; r < ranks; ++r) {
+      const uint64_t* from = in_ids.data() + id_rdispl[r];
+      p->served.insert(p->served.end(), from, from + p->recv_counts[r]);
+      p->gifted.insert(p->gifted.end(), from + p->recv_counts[r], from + id_recv[r]);
+    }
+
+    if (cluster) {
+      // Served from this node's cache, never from storage.
+      p->serve.resize(p->served.size());
+      for (size_t k = 0; k < p->served.size(); ++k) {
+        const uint64_t index = p->served[k];
+        if (index < volume_->size() && OwnerNode(index) == my_node && cache_) {
+          if (auto hit = cache_->Find(index)) p->serve[k] = *hit;
+        }
+      }
+    } else {
+      // Own samples and the ones asked of us, in one engine batch.
+      raw->reader = std::thread(read);
+    }
     return p;
   }
 
   // Makes batches [first, first + window) available: finishes (or plans and
   // reads) that window, plans and starts reading the next one, then swaps
-  // the served samples with the other ranks. Collective.
+  // the served samples (and the gifts) with the other ranks. Collective.
   Status Exchange(uint64_t first) {
     const double start = Now();
     if (!next_ || next_->first_batch != first) {
@@ -405,28 +557,57 @@ class ShardLoader::Impl {
     std::unique_ptr<Pending> p = std::move(next_);
     p->reader.join();
     stats_.io_seconds += p->io_seconds;
+    stats_.storage_bytes += p->io_bytes;
     // Read ahead: the next window's reads run while this one is consumed.
     if (options_.read_ahead && p->end_batch < epoch_batches_) {
       next_ = Plan(p->end_batch);
     }
-
+    const bool cluster = options_.cluster_cache;
     const int ranks = topo_->size();
     const SampleDirectory& dir = volume_->directory();
-    std::vector<int> byte_recv(ranks, 0), brdispl(ranks);
-    uint64_t out_bytes = 0, in_bytes = 0;
-    Status too_large;
-    for (int r = 0; r < ranks; ++r) {
-      uint64_t n = 0;
-      for (int j = 0; j < p->recv_counts[r]; ++j) {
-        n += dir.sample(p->served[p->rdispl[r] + j]).length;
+
+    // Codes first (what each server can send), so byte counts are exact.
+    uint64_t asked = 0;
+    for (const auto& a : p->ask) asked += a.size();
+    std::vector<uint8_t> out_codes(p->served.size()), in_codes(asked);
+    for (size_t k = 0; k < p->served.size(); ++k) {
+      if (cluster) {
+        out_codes[k] = p->serve[k].empty() ? kAbsent : 0;
+      } else {
+        out_codes[k] = static_cast<uint8_t>(p->got_status[p->own.size() + k].code());
       }
-      uint64_t m = 0;
-      for (uint64_t index : p->ask[r]) m += dir.sample(index).length;
+    }
+    MPI_Request request;
+    MPI_Ialltoallv(out_codes.data(), p->recv_counts.data(), p->rdispl.data(), MPI_UINT8_T,
+                   in_codes.data(), p->send_counts.data(), p->sdispl.data(), MPI_UINT8_T, comm_,
+                   &request);
+    WaitPolitely(&request);
+
+    // To rank r: its samples this rank can send, then the gifts for r. From
+    // rank r: the samples it can send, then its gifts.
+    std::vector<int> byte_send(ranks, 0), bsdispl(ranks, 0), byte_recv(ranks, 0), brdispl(ranks);
+    uint64_t out_bytes = 0, in_bytes = 0;
+    Status st;
+    for (size_t r = 0, gift = 0, gifted = 0; r < static_cast<size_t>(ranks); ++r) {
+      uint64_t n = 0, m = 0;
+      for (int j = 0; j < p->recv_counts[r]; ++j) {
+        if (out_codes[p->rdispl[r] + j] == 0) n += dir.sample(p->served[p->rdispl[r] + j]).length;
+      }
+      for (int g = 0; g < p->gift_send[r]; ++g) n += p->gifts[gift++].bytes.size();
+      for (size_t j = 0; j < p->ask[r].size(); ++j) {
+        if (in_codes[p->sdispl[r] + j] == 0) m += dir.sample(p->ask[r][j]).length;
+      }
+      for (int g = 0; g < p->gift_recv[r]; ++g) {
+        const uint64_t index = p->gifted[gifted++];
+        m += index < volume_->size() ? dir.sample(index).length : 0;
+      }
       if (n > INT_MAX || m > INT_MAX || out_bytes + n > INT_MAX || in_bytes + m > INT_MAX) {
-        too_large = Status::InvalidArgument(
+        st = Status::InvalidArgument(
             "a shard exchange would move more than 2 GiB; use fewer window_batches");
         break;
       }
+      bsdispl[r] = static_cast<int>(out_bytes);
+      byte_send[r] = static_cast<int>(n);
       brdispl[r] = static_cast<int>(in_bytes);
       byte_recv[r] = static_cast<int>(m);
       out_bytes += n;
@@ -436,66 +617,117 @@ class ShardLoader::Impl {
     // Open MPI can use its single-copy path (CMA) and keeps driving progress.
     // (Served samples sent in place through hindexed datatypes went through
     // MPI's fragment pipeline, and polite waiting starved that pipeline.)
-    uint64_t asked = 0;
-    for (const auto& a : p->ask) asked += a.size();
-    std::vector<uint8_t> out_codes(p->served.size()), in_codes(asked);
-    std::vector<int> byte_send(ranks, 0), bsdispl(ranks, 0);
-    Status st = too_large;
     if (st.ok() && (!send_buffer_.Reserve(out_bytes) || !p->bytes->received.Reserve(in_bytes))) {
       st = Status::Unavailable("out of memory for a shard window");
     }
     // All ranks skip the data phase together, or none does; the window's
     // batches then fail with the error and the next call moves on.
     st = AgreeOnStatus(comm_, st);
+    window_first_position_ = p->first_position;
+    window_end_ = p->end_batch;
+    samples_.assign(p->count, {});
+    status_.assign(p->count, Status::Ok());
+    storage_bytes_.assign(p->count, 0);
+    peer_bytes_.assign(p->count, 0);
     if (!st.ok()) {
-      window_first_position_ = p->first_position;
-      window_end_ = p->end_batch;
-      samples_.assign(p->count, {});
       status_.assign(p->count, st);
       window_bytes_.reset();
       return Status::Ok();
     }
     std::byte* out = send_buffer_.data.get();
-    uint64_t at = 0;
-    for (int r = 0; r < ranks; ++r) {
-      bsdispl[r] = static_cast<int>(at);
+    for (size_t r = 0, gift = 0, at = 0; r < static_cast<size_t>(ranks); ++r) {
       for (int j = 0; j < p->recv_counts[r]; ++j) {
-        const size_t k = p->own.size() + p->rdispl[r] + j;
-        out_codes[p->rdispl[r] + j] = static_cast<uint8_t>(p->got_status[k].code());
-        if (p->got_status[k].ok()) std::memcpy(out + at, p->got[k].data(), p->got[k].size());
-        at += dir.sample(p->served[p->rdispl[r] + j]).length;
+        const size_t k = p->rdispl[r] + j;
+        if (out_codes[k] != 0) continue;
+        const std::span<const std::byte> s = cluster ? p->serve[k] : p->got[p->own.size() + k];
+        std::memcpy(out + at, s.data(), s.size());
+        at += s.size();
       }
-      byte_send[r] = static_cast<int>(at - bsdispl[r]);
+      for (int g = 0; g < p->gift_send[r]; ++g, ++gift) {
+        std::memcpy(out + at, p->gifts[gift].bytes.data(), p->gifts[gift].bytes.size());
+        at += p->gifts[gift].bytes.size();
+      }
     }
     std::byte* received = p->bytes->received.data.get();
     MPI_Alltoallv(out, byte_send.data(), bsdispl.data(), MPI_BYTE, received, byte_recv.data(),
                   brdispl.data(), MPI_BYTE, comm_);
-    MPI_Alltoallv(out_codes.data(), p->recv_counts.data(), p->rdispl.data(), MPI_UINT8_T,
-                  in_codes.data(), p->send_counts.data(), p->sdispl.data(), MPI_UINT8_T, comm_);
 
-    // This window's samples in reading order.
+    // Where each asked sample landed; then the gifts, into this node's cache.
     std::vector<std::vector<uint64_t>> offset_in(ranks);
-    for (int r = 0; r < ranks; ++r) {
+    for (size_t r = 0, gifted = 0; r < static_cast<size_t>(ranks); ++r) {
       uint64_t off = brdispl[r];
-      for (uint64_t index : p->ask[r]) {
+      for (size_t j = 0; j < p->ask[r].size(); ++j) {
         offset_in[r].push_back(off);
-        off += dir.sample(index).length;
+        if (in_codes[p->sdispl[r] + j] == 0) off += dir.sample(p->ask[r][j]).length;
+      }
+      for (int g = 0; g < p->gift_recv[r]; ++g) {
+        const uint64_t index = p->gifted[gifted++];
+        if (index >= volume_->size()) continue;
+        const uint64_t length = dir.sample(index).length;
+        if (cache_ && OwnerNode(index) == topo_->node_index()) {
+          if (cache_->Admit(index, {received + off, length})) ++stats_.gifts_kept;
+        }
+        off += length;
       }
     }
-    window_first_position_ = p->first_position;
-    window_end_ = p->end_batch;
-    samples_.assign(p->count, {});
-    status_.assign(p->count, Status::Ok());
+
+    // Samples asked of an owner whose cache does not hold them yet: read
+    // here, and handed to the owner with the next window's requests.
+    std::vector<uint64_t> absent;
+    std::vector<size_t> absent_at(p->count, SIZE_MAX);
+    for (uint64_t i = 0; i < p->count; ++i) {
+      const auto [server, slot] = p->where[i];
+      if (server >= 0 && in_codes[p->sdispl[server] + slot] == kAbsent) {
+        absent_at[i] = absent.size();
+        absent.push_back(indices_[p->first_position + i]);
+      }
+    }
+    std::vector<std::span<const std::byte>> absent_got;
+    std::vector<Status> absent_status;
+    if (!absent.empty()) {
+      const double io_start = Now();
+      uint64_t io_bytes = 0;
+      const Status read =
+          ReadLocal(absent, -1, &p->bytes->absent, &absent_got, &absent_status, &io_bytes);
+      if (!read.ok()) absent_status.assign(absent.size(), read);
+      stats_.io_seconds += Now() - io_start;
+      stats_.storage_bytes += io_bytes;
+      stats_.absent_samples += absent.size();
+    }
+
+    // This window's samples in reading order.
+    uint64_t peer = 0;
     for (uint64_t i = 0; i < p->count; ++i) {
       const uint64_t index = indices_[p->first_position + i];
       const auto [server, slot] = p->where[i];
-      if (server < 0) {
+      if (server == kCached) {
+        samples_[i] = p->cached[slot];
+        continue;
+      }
+      if (server == kOwn) {
         samples_[i] = p->got[slot];
         status_[i] = p->got_status[slot];
+        storage_bytes_[i] = DeviceBytes(index);
+        // Owned by this node: keep it (Admit checks it against the directory).
+        if (cluster && cache_ && status_[i].ok() && OwnerNode(index) == topo_->node_index()) {
+          cache_->Admit(index, samples_[i]);
+        }
         continue;
       }
       const uint8_t code = in_codes[p->sdispl[server] + slot];
+      if (code == kAbsent) {
+        const size_t a = absent_at[i];
+        samples_[i] = absent_got[a];
+        status_[i] = absent_status[a];
+        storage_bytes_[i] = DeviceBytes(index);
+        if (status_[i].ok()) {
+          pending_gifts_.push_back({server, index, {samples_[i].begin(), samples_[i].end()}});
+        }
+        continue;
+      }
       samples_[i] = {received + offset_in[server][slot], dir.sample(index).length};
+      peer_bytes_[i] = dir.sample(index).length;
+      peer += peer_bytes_[i];
       if (code != 0) {
         status_[i] =
             Status(static_cast<StatusCode>(code),
@@ -507,18 +739,30 @@ class ShardLoader::Impl {
     }
     window_bytes_ = p->bytes;
     stats_.local_samples += p->own.size();
+    stats_.cached_samples += p->cached.size();
     stats_.remote_samples += asked;
     stats_.served_samples += p->served.size();
     stats_.bytes_received += in_bytes;
     stats_.bytes_sent += out_bytes;
+    stats_.peer_bytes += peer;
+    stats_.gifts_sent += p->gifts.size();
     ++stats_.exchanges;
     stats_.exchange_seconds += Now() - start;
+    if (cache_) {
+      const cache_internal::NodeCacheStats cs = cache_->stats();
+      stats_.cache_capacity = cs.capacity;
+      stats_.cache_used = cs.used;
+    }
     return Status::Ok();
   }
 
   // Drops a window read ahead that will not be used (a new epoch).
   void Discard() {
     if (next_ && next_->reader.joinable()) next_->reader.join();
+    // Its gifts were never sent: they go with the next window planned.
+    if (next_) {
+      for (Gift& g : next_->gifts) pending_gifts_.push_back(std::move(g));
+    }
     next_.reset();
   }
 
@@ -533,8 +777,12 @@ class ShardLoader::Impl {
     return w;
   }
 
+  // Reads `indices` from storage into `buf`; adds the bytes read to
+  // *device_bytes. With node >= 0 (shard-local), a sample node `node` does
+  // not hold fails.
   Status ReadLocal(const std::vector<uint64_t>& indices, int node, Buffer* buf,
-                   std::vector<std::span<const std::byte>>* spans, std::vector<Status>* status) {
+                   std::vector<std::span<const std::byte>>* spans, std::vector<Status>* status,
+                   uint64_t* device_bytes) {
     const SampleDirectory& dir = volume_->directory();
     const uint64_t a = std::max<uint32_t>(engine_->alignment(), 1);
     std::vector<ReadRequest> requests;
@@ -554,7 +802,7 @@ class ShardLoader::Impl {
     uint64_t cursor = 0;
     for (size_t i = 0; i < indices.size(); ++i) {
       const SampleInfo s = dir.sample(indices[i]);
-      if (OwnerNode(indices[i]) != node) {
+      if (node >= 0 && OwnerNode(indices[i]) != node) {
         // Asked for a sample this node does not hold: the requester's
         // topology differs from ours (e.g. DLFS_RANKS_PER_NODE not set alike).
         (*status)[i] = Status::InvalidArgument("sample " + std::to_string(indices[i]) +
@@ -568,6 +816,7 @@ class ShardLoader::Impl {
     }
     std::vector<Status> results(requests.size());
     DLFS_RETURN_IF_ERROR(engine_->Read(requests, results));
+    *device_bytes += total;
     for (size_t i = 0; i < results.size(); ++i) {
       if ((*status)[i].ok() && !results[i].ok()) {
         (*status)[i] =
@@ -608,6 +857,14 @@ class ShardLoader::Impl {
   std::unique_ptr<Pending> next_;  // the next window, planned and being read
   std::vector<std::span<const std::byte>> samples_;
   std::vector<Status> status_;
+  // Per window position: bytes read from storage, and received from a peer.
+  std::vector<uint64_t> storage_bytes_, peer_bytes_;
+  // Cluster cache: this node's cache, each sample's owner node (or -1),
+  // and samples read for other owners, sent with the next window.
+  std::shared_ptr<cache_internal::NodeCache> cache_;
+  std::vector<int32_t> owner_;
+  std::vector<uint64_t> node_capacity_;
+  std::vector<Gift> pending_gifts_;
   ShardLoaderStats stats_;
 };
 
@@ -626,6 +883,7 @@ void ShardLoader::SetEpoch(uint64_t epoch) { impl_->SetEpoch(epoch); }
 Result<bool> ShardLoader::Next(Batch* batch) { return impl_->Next(batch); }
 uint64_t ShardLoader::batches_per_epoch() const { return impl_->batches_per_epoch(); }
 const ShardLoaderStats& ShardLoader::stats() const { return impl_->stats(); }
+std::span<const int32_t> ShardLoader::cluster_owners() const { return impl_->owners(); }
 const std::string& ShardLoader::description() const { return impl_->engine_description(); }
 Result<SourceState> ShardLoader::SaveState() const { return impl_->SaveState(); }
 Status ShardLoader::LoadState(const SourceState& state) { return impl_->LoadState(state); }

@@ -18,6 +18,15 @@ std::string FormatJobEpochLine(const EpochReport& e, int ranks) {
                 e.mb_per_s(), ranks);
 }
 
+namespace {
+
+const char* ModeName(const BenchJobSetup& setup) {
+  if (setup.cluster_cache) return "cluster-cache";
+  return setup.shard_local ? "shard-local" : "local";
+}
+
+}  // namespace
+
 std::string FormatBenchJobReport(const BenchJobReport& r, const BenchJobSetup& setup,
                                  ReportFormat format) {
   if (format == ReportFormat::kJson) {
@@ -28,11 +37,25 @@ std::string FormatBenchJobReport(const BenchJobReport& r, const BenchJobSetup& s
                         {"seconds", e.seconds},
                         {"samples_per_s", e.samples_per_s()},
                         {"mb_per_s", e.mb_per_s()},
+                        {"storage_bytes", e.device_bytes},
+                        {"peer_bytes", e.peer_bytes},
                         {"cpu_s_per_gb", e.cpu_s_per_gb()}});
+    }
+    json cluster = nullptr;
+    if (setup.cluster_cache) {
+      cluster = {{"node_cache_capacity", r.node_cache_capacity},
+                 {"node_cache_bytes", r.node_cache_bytes},
+                 {"storage_bytes", r.shard.storage_bytes},
+                 {"peer_bytes", r.shard.peer_bytes},
+                 {"cached_samples", r.shard.cached_samples},
+                 {"remote_samples", r.shard.remote_samples},
+                 {"absent_samples", r.shard.absent_samples},
+                 {"gifts_sent", r.shard.gifts_sent},
+                 {"gifts_kept", r.shard.gifts_kept}};
     }
     return report_internal::Dump({{"volume", setup.volume},
                                   {"ranks", r.ranks},
-                                  {"mode", setup.shard_local ? "shard-local" : "local"},
+                                  {"mode", ModeName(setup)},
                                   {"open", setup.private_open ? "per rank" : "collective"},
                                   {"engine", r.bench.source},
                                   {"batch", setup.batch},
@@ -48,15 +71,17 @@ std::string FormatBenchJobReport(const BenchJobReport& r, const BenchJobSetup& s
                                   {"remote_samples", r.shard.remote_samples},
                                   {"shard_io_seconds_max", r.shard_io_seconds_max},
                                   {"shard_exchange_seconds_max", r.shard_exchange_seconds_max},
+                                  {"cluster_cache", cluster},
                                   {"epochs", epochs}},
                                  2);
   }
   // Direct: every rank reads any target itself, from local devices or
   // from storage servers (NBD URIs: the disaggregated mode).
-  std::string out =
-      Printf("job          %d ranks, %s reading, %s open\n", r.ranks,
-             setup.shard_local ? "shard-local" : "direct (every rank reads every target)",
-             setup.private_open ? "per-rank" : "collective");
+  std::string out = Printf("job          %d ranks, %s reading, %s open\n", r.ranks,
+                           setup.cluster_cache ? "cluster-cache"
+                           : setup.shard_local ? "shard-local"
+                                               : "direct (every rank reads every target)",
+                           setup.private_open ? "per-rank" : "collective");
   out += Printf("engine       %s\n", r.bench.source.c_str());
   out += Printf("samples/s    %.0f (all ranks)\n", r.bench.total.samples_per_s());
   out += Printf("open         %.3f s (slowest rank); %llu metadata bytes read from storage\n",
@@ -71,6 +96,21 @@ std::string FormatBenchJobReport(const BenchJobReport& r, const BenchJobSetup& s
         "exchanges, of which %.2f s reading\n",
         static_cast<unsigned long long>(r.shard.remote_samples), r.shard.bytes_received / 1e6,
         r.shard_exchange_seconds_max, r.shard_io_seconds_max);
+  }
+  if (setup.cluster_cache) {
+    uint64_t held = 0, capacity = 0;
+    for (uint64_t b : r.node_cache_bytes) held += b;
+    for (uint64_t b : r.node_cache_capacity) capacity += b;
+    out += Printf(
+        "cluster      %zu node caches hold %.1f of %.1f MB; read %.1f MB from storage, "
+        "%.1f MB from peers' caches\n",
+        r.node_cache_bytes.size(), held / 1e6, capacity / 1e6, r.shard.storage_bytes / 1e6,
+        r.shard.peer_bytes / 1e6);
+    for (const EpochReport& e : r.bench.epochs) {
+      out += Printf("  epoch %llu    %.1f MB from storage, %.1f MB from peers\n",
+                    static_cast<unsigned long long>(e.epoch), e.device_bytes / 1e6,
+                    e.peer_bytes / 1e6);
+    }
   }
   return out;
 }
