@@ -136,6 +136,7 @@ std::shared_ptr<NodeCache> NodeCache::Open(const Volume& volume, const NodeCache
   const uint64_t n = volume.size();
   c->checked_ = std::make_unique<std::atomic<uint64_t>[]>((n + 63) / 64);
   c->reserved_ = std::make_unique<std::atomic<uint64_t>[]>((layout.capacity / kBlock + 64) / 64);
+  c->mapped_ = std::make_unique<std::atomic<uint64_t>[]>((layout.capacity / kBlock + 64) / 64);
   const uid_t uid = ::geteuid();
 
   auto init_header = [&](Header* h) {
@@ -340,6 +341,7 @@ std::optional<std::span<const std::byte>> NodeCache::Find(uint64_t index) {
   const uint64_t bit = uint64_t{1} << (index % 64);
   std::atomic<uint64_t>& word = checked_[index / 64];
   if ((word.load(std::memory_order_relaxed) & bit) == 0) {
+    MapForReading(offset, s.length);
     if (crc32c::Value(bytes.data(), bytes.size()) != s.crc32c) {
       misses_.fetch_add(1, std::memory_order_relaxed);
       return std::nullopt;
@@ -349,6 +351,26 @@ std::optional<std::span<const std::byte>> NodeCache::Find(uint64_t index) {
   hits_.fetch_add(1, std::memory_order_relaxed);
   hit_bytes_.fetch_add(bytes.size(), std::memory_order_relaxed);
   return bytes;
+}
+
+void NodeCache::MapForReading(uint64_t offset, uint64_t length) {
+#ifdef MADV_POPULATE_READ
+  // A sample is visible only once its blocks were reserved (whole blocks,
+  // by fallocate), so this maps pages that exist and allocates nothing.
+  if (fd_ < 0 || length == 0) return;
+  for (uint64_t b = offset / kBlock; b <= (offset + length - 1) / kBlock; ++b) {
+    std::atomic<uint64_t>& word = mapped_[b / 64];
+    const uint64_t bit = uint64_t{1} << (b % 64);
+    if (word.load(std::memory_order_relaxed) & bit) continue;
+    const uint64_t from = data_offset_ + b * kBlock;
+    const uint64_t to = std::min(data_offset_ + (b + 1) * kBlock, file_bytes_);
+    ::madvise(const_cast<std::byte*>(view_) + from, to - from, MADV_POPULATE_READ);
+    word.fetch_or(bit, std::memory_order_relaxed);
+  }
+#else
+  (void)offset;
+  (void)length;
+#endif
 }
 
 bool NodeCache::Reserve(uint64_t offset, uint64_t length) {
@@ -362,6 +384,12 @@ bool NodeCache::Reserve(uint64_t offset, uint64_t length) {
     if (::fallocate(fd_, 0, static_cast<off_t>(from), static_cast<off_t>(to - from)) != 0) {
       return false;
     }
+#ifdef MADV_POPULATE_WRITE
+    // Map the block's pages into the writable mapping in one call: faulting
+    // them in one by one as samples are copied cost more than the copies
+    // (docs/benchmarks.md, "The cluster cache"). Best effort (Linux >= 5.14).
+    ::madvise(base_ + from, to - from, MADV_POPULATE_WRITE);
+#endif
     word.fetch_or(bit, std::memory_order_relaxed);
   }
   return true;

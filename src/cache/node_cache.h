@@ -3,11 +3,11 @@
 // DataLoader workers, other jobs of the same user).
 //
 // The cache is one file in /dev/shm ($DLFS_CACHE_DIR) per user and volume,
-// "dlfs-<uid>-<volume uuid>", mapped by each user: a header, one 8-byte
-// entry per sample of the volume, and a data area of at most the budget's
-// bytes (docs/architecture.md, "The node cache"). An entry is empty, being
-// filled, or the offset of the sample's stored bytes in the data area;
-// samples are appended (a bump allocator) and never evicted.
+// "dlfs-<uid>-<volume uuid>" (plus NodeCacheOptions::name_suffix), mapped by each user: a header,
+// one 8-byte entry per sample of the volume, and a data area of at most the budget's bytes
+// (docs/architecture.md, "The node cache"). An entry is empty, being filled, or the offset of the
+// sample's stored bytes in the data area; samples are appended (a bump allocator) and never
+// evicted.
 //
 // Why never evicted: every epoch reads each sample exactly once, in an
 // order fixed in advance. Between two reads of a sample every other sample
@@ -122,6 +122,9 @@ class NodeCache {
  private:
   explicit NodeCache(const Volume& volume) : volume_(volume) {}
   bool Reserve(uint64_t offset, uint64_t length);
+  // Maps the data area's blocks holding [offset, offset + length) into the
+  // read-only mapping, once per process and block.
+  void MapForReading(uint64_t offset, uint64_t length);
   void Detach();
 
   const Volume& volume_;
@@ -136,9 +139,10 @@ class NodeCache {
   uint64_t data_offset_ = 0;
   int sharer_slot_ = -1;
   // Per process: samples whose bytes were checked here, 2 MiB blocks of the
-  // data area known to be allocated.
+  // data area known to be allocated, and those mapped for reading.
   std::unique_ptr<std::atomic<uint64_t>[]> checked_;
   std::unique_ptr<std::atomic<uint64_t>[]> reserved_;
+  std::unique_ptr<std::atomic<uint64_t>[]> mapped_;
   std::atomic<bool> stopped_{false};  // fallocate failed: fill no more
   std::atomic<uint64_t> hits_{0}, misses_{0}, hit_bytes_{0}, filled_bytes_{0}, fill_ns_{0};
 };

@@ -65,9 +65,12 @@ Result<std::unique_ptr<Loader>> CreateLoader(MPI_Comm comm, std::shared_ptr<Volu
 struct Buffer {
   std::shared_ptr<std::byte> data;
   uint64_t capacity = 0;
-  bool Reserve(uint64_t n) {
+  // Room for n bytes; when it must grow, for at least `hint` (the most an
+  // epoch's windows may need: growing window by window faulted in fresh
+  // buffers for several epochs).
+  bool Reserve(uint64_t n, uint64_t hint = 0) {
     if (n <= capacity && data) return true;
-    capacity = std::max<uint64_t>(n + n / 4, 1);
+    capacity = std::max<uint64_t>({n + n / 4, hint, 1});
     data = AllocateLarge(capacity);
     return data != nullptr;
   }
@@ -224,6 +227,23 @@ class ShardLoader::Impl {
     indices_ = sampler_->RankIndices(epoch, options_.loader.subset);
     epoch_batches_ = sampler_->batches_per_epoch();
     done_.clear();
+    window_hint_ = 0;
+  }
+
+  // The sample bytes of this epoch's largest window (of this rank).
+  uint64_t LargestWindow() const {
+    const SampleDirectory& dir = volume_->directory();
+    const uint64_t per_window =
+        uint64_t{options_.window_batches} * options_.loader.sampler.batch_size;
+    uint64_t largest = 0;
+    for (uint64_t first = 0; first < indices_.size(); first += per_window) {
+      uint64_t bytes = 0;
+      for (uint64_t i = first; i < std::min<uint64_t>(first + per_window, indices_.size()); ++i) {
+        bytes += dir.sample(indices_[i]).length;
+      }
+      largest = std::max(largest, bytes);
+    }
+    return largest;
   }
 
   // What the order depends on, with no position.
@@ -617,7 +637,9 @@ class ShardLoader::Impl {
     // Open MPI can use its single-copy path (CMA) and keeps driving progress.
     // (Served samples sent in place through hindexed datatypes went through
     // MPI's fragment pipeline, and polite waiting starved that pipeline.)
-    if (st.ok() && (!send_buffer_.Reserve(out_bytes) || !p->bytes->received.Reserve(in_bytes))) {
+    if (window_hint_ == 0) window_hint_ = LargestWindow();
+    if (st.ok() && (!send_buffer_.Reserve(out_bytes, window_hint_) ||
+                    !p->bytes->received.Reserve(in_bytes, window_hint_))) {
       st = Status::Unavailable("out of memory for a shard window");
     }
     // All ranks skip the data phase together, or none does; the window's
@@ -883,6 +905,7 @@ class ShardLoader::Impl {
   std::shared_ptr<cache_internal::NodeCache> cache_;
   std::vector<int32_t> owner_;
   std::vector<uint64_t> node_capacity_;
+  uint64_t window_hint_ = 0;  // LargestWindow() of this epoch; 0: not known yet
   std::vector<Gift> pending_gifts_;
   ShardLoaderStats stats_;
 };

@@ -21,10 +21,11 @@ def mpi(dlfs_bin):
     if b"needs MPI" in probe.stderr:
         pytest.skip("dlfs built without MPI")
 
-    def _mpi(*args, np=4, check=0):
+    def _mpi(*args, np=4, check=0, env=None):
         # Open MPI dlcloses its components in MPI_Finalize, so LeakSanitizer
         # (sanitizer builds) cannot attribute what they keep: leak checks off.
-        env = dict(os.environ, DLFS_RANKS_PER_NODE="2", ASAN_OPTIONS="detect_leaks=0")
+        env = dict(os.environ, DLFS_RANKS_PER_NODE="2", ASAN_OPTIONS="detect_leaks=0",
+                   **(env or {}))
         cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", str(np), dlfs_bin,
                *map(str, args)]
         proc = subprocess.run(cmd, capture_output=True, timeout=300, env=env)
@@ -77,8 +78,68 @@ def test_bench_under_mpirun_reads_every_sample(mpi, volumes, extra):
 
 def test_bench_flags_that_need_mpirun(run, volumes):
     one, _ = volumes
-    err = run("bench", one, "--shard-local", check=2).stderr.decode()
-    assert "mpirun" in err
+    for flag in ("--shard-local", "--cluster-cache"):
+        err = run("bench", one, flag, check=2).stderr.decode()
+        assert "mpirun" in err, err
+    err = run("bench", one, "--shard-local", "--cluster-cache", check=2).stderr.decode()
+    assert "excludes" in err, err
+
+
+def test_bench_cluster_cache_reports_storage_and_peer_bytes(mpi, volumes, tmp_path):
+    """Two fake nodes whose caches hold the volume together: the first epoch
+    reads it from storage, the third reads nothing there and gets the other
+    node's half from it; each node's cache is reported, and removed at the end."""
+    one, _ = volumes
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    j = json.loads(mpi("bench", one, "--batch", 16, "--epochs", 3, "--json", "--cluster-cache",
+                       "--cache-budget", "16M", env={"DLFS_CACHE_DIR": str(shm)}).stdout)
+    assert j["mode"] == "cluster-cache" and j["samples"] == 3 * 300
+    first, third = j["epochs"][0], j["epochs"][2]
+    data = os.path.getsize(one)
+    assert first["storage_bytes"] > 0 and first["peer_bytes"] == 0
+    assert third["storage_bytes"] == 0
+    assert 0 < third["peer_bytes"] < data
+    cluster = j["cluster_cache"]
+    assert len(cluster["node_cache_bytes"]) == 2
+    assert all(b > 0 for b in cluster["node_cache_bytes"])
+    assert sum(cluster["node_cache_bytes"]) <= data
+    assert cluster["storage_bytes"] == sum(e["storage_bytes"] for e in j["epochs"])
+    assert list(shm.iterdir()) == []
+
+
+def test_bench_cluster_cache_text_report(mpi, volumes, tmp_path):
+    one, _ = volumes
+    out = mpi("bench", one, "--batch", 16, "--epochs", 2, "--cluster-cache", "--cache-budget",
+              "16M", env={"DLFS_CACHE_DIR": str(tmp_path)}).stdout.decode()
+    assert "cluster-cache reading" in out
+    assert "2 node caches hold" in out
+    assert "MB from peers" in out
+
+
+def test_cluster_cache_job_ends_when_a_rank_is_killed(dlfs_bin, mpi, volumes, tmp_path):
+    """A rank killed mid-job: the others are waiting for it in an exchange;
+    MPI cannot survive that, but the job must end with an error naming the
+    rank, not hang."""
+    one, _ = volumes
+    env = dict(os.environ, DLFS_RANKS_PER_NODE="2", ASAN_OPTIONS="detect_leaks=0",
+               DLFS_CACHE_DIR=str(tmp_path))
+    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", 4, dlfs_bin, "bench", one,
+           "--batch", 4, "--epochs", 100000, "--cluster-cache", "--cache-budget", "16M"]
+    job = subprocess.Popen([str(c) for c in cmd],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        assert job.stdout.readline().startswith(b"epoch 0"), "the job did not start"
+        ranks = subprocess.run(["pgrep", "-P", str(job.pid), "-x", os.path.basename(dlfs_bin)],
+                               capture_output=True, text=True).stdout.split()
+        assert len(ranks) == 4, ranks
+        os.kill(int(ranks[2]), 9)
+        _, err = job.communicate(timeout=120)
+    finally:
+        job.kill()
+        job.wait()
+    assert job.returncode != 0
+    assert "rank" in err.decode() and "signal 9" in err.decode(), err.decode()
 
 
 def test_lmdb_read_modes_agree(mpi, tmp_path):
