@@ -116,7 +116,19 @@ def main():
     p.add_argument("--bandwidth", type=int, default=400, help="pfs-emu MB/s shared (400)")
     p.add_argument("--out", default=None, help="JSON lines of every run (default DIR/runs.jsonl)")
     p.add_argument("--plot", default=None, help="PNG of measured and predicted speed-ups")
+    p.add_argument("--from-runs", default=None, metavar="RUNS",
+                   help="no runs: the table and plot of an earlier run's JSON lines")
     a = p.parse_args()
+    if a.from_runs:
+        with open(a.from_runs) as f:
+            runs = [json.loads(line) for line in f if line.strip()]
+        a.nodes = sorted({r["nodes"] for r in runs})
+        a.latencies = sorted({r["latency_ms"] for r in runs})
+        a.reps = max(r["rep"] for r in runs) + 1
+        a.ranks, a.samples, a.bandwidth = runs[0]["ranks"], runs[0]["samples"], \
+            runs[0]["bandwidth_mbps"]
+        report(runs, a, runs[0]["data_bytes"], runs[0]["budget"])
+        return
     if os.geteuid() != 0:
         sys.exit("run_cluster_cache_bench: needs root (FUSE mount of pfs-emu, page cache)")
     if any(a.ranks % n for n in a.nodes):
@@ -172,6 +184,10 @@ def main():
             finally:
                 unmount(proc, mnt)
 
+    report(runs, a, data_bytes, budget)
+
+
+def report(runs, a, data_bytes, budget):
     cells = summarize(runs, data_bytes)
     model = cluster_model.Model.calibrate(runs)
     print(f"volume {data_bytes / 1e6:.0f} MB ({a.samples} samples), budget {budget / 1e6:.0f} MB "
