@@ -522,7 +522,6 @@ class ShardLoader::Impl {
       p->send_counts[r] = counts_out[2 * r];
       p->recv_counts[r] = counts_in[2 * r];
       p->gift_recv[r] = counts_in[2 * r + 1];
-      p->sdispl[r] = static_cast<int>(send_ids.size());  // (asks only: used for codes)
       id_sdispl[r] = static_cast<int>(send_ids.size());
       send_ids.insert(send_ids.end(), p->ask[r].begin(), p->ask[r].end());
       for (int g = 0; g < p->gift_send[r]; ++g) send_ids.push_back(p->gifts[gift_at++].index);
@@ -533,7 +532,7 @@ class ShardLoader::Impl {
       id_recv[r] = p->recv_counts[r] + p->gift_recv[r];
       total_in += id_recv[r];
     }
-    // p->sdispl counts asks only: recompute it without the gifts.
+    // Where each rank's asks start among all asks (the codes come back so).
     for (int r = 0, at = 0; r < ranks; ++r) {
       p->sdispl[r] = at;
       at += p->send_counts[r];
@@ -578,11 +577,14 @@ class ShardLoader::Impl {
     p->reader.join();
     stats_.io_seconds += p->io_seconds;
     stats_.storage_bytes += p->io_bytes;
-    // Read ahead: the next window's reads run while this one is consumed.
-    if (options_.read_ahead && p->end_batch < epoch_batches_) {
+    const bool cluster = options_.cluster_cache;
+    // Read ahead: the next window's reads run during this exchange and while
+    // this window is consumed. (The cluster cache plans it at the end: this
+    // window's absent samples are read with the engine the next window's
+    // reader thread uses.)
+    if (options_.read_ahead && !cluster && p->end_batch < epoch_batches_) {
       next_ = Plan(p->end_batch);
     }
-    const bool cluster = options_.cluster_cache;
     const int ranks = topo_->size();
     const SampleDirectory& dir = volume_->directory();
 
@@ -776,6 +778,9 @@ class ShardLoader::Impl {
       const cache_internal::NodeCacheStats cs = cache_->stats();
       stats_.cache_capacity = cs.capacity;
       stats_.cache_used = cs.used;
+    }
+    if (options_.read_ahead && cluster && p->end_batch < epoch_batches_) {
+      next_ = Plan(p->end_batch);
     }
     return Status::Ok();
   }
