@@ -135,8 +135,6 @@ std::shared_ptr<NodeCache> NodeCache::Open(const Volume& volume, const NodeCache
   std::shared_ptr<NodeCache> c(new NodeCache(volume));
   const uint64_t n = volume.size();
   c->checked_ = std::make_unique<std::atomic<uint64_t>[]>((n + 63) / 64);
-  c->reserved_ = std::make_unique<std::atomic<uint64_t>[]>((layout.capacity / kBlock + 64) / 64);
-  c->mapped_ = std::make_unique<std::atomic<uint64_t>[]>((layout.capacity / kBlock + 64) / 64);
   const uid_t uid = ::geteuid();
 
   auto init_header = [&](Header* h) {
@@ -167,6 +165,7 @@ std::shared_ptr<NodeCache> NodeCache::Open(const Volume& volume, const NodeCache
     attach_mapping(-1, layout.file_bytes);
     init_header(c->header_);
     std::memcpy(c->header_->magic, kMagic, sizeof kMagic);
+    c->SizeBlockMaps();
     return c;
   };
   if (!options.shared) return make_private();
@@ -284,6 +283,9 @@ std::shared_ptr<NodeCache> NodeCache::Open(const Volume& volume, const NodeCache
     return make_private();
   }
   c->path_ = path;
+  // The region's capacity, not this process's budget: a region made with a
+  // larger budget is attached as it is.
+  c->SizeBlockMaps();
   // Register in the sharers' table (a slot whose process is gone is free;
   // a process with several loaders holds several slots).
   const int pid = ::getpid();
@@ -353,12 +355,20 @@ std::optional<std::span<const std::byte>> NodeCache::Find(uint64_t index) {
   return bytes;
 }
 
+void NodeCache::SizeBlockMaps() {
+  const uint64_t words = (header_->capacity / kBlock + 64) / 64;
+  block_words_ = words;
+  reserved_ = std::make_unique<std::atomic<uint64_t>[]>(words);
+  mapped_ = std::make_unique<std::atomic<uint64_t>[]>(words);
+}
+
 void NodeCache::MapForReading(uint64_t offset, uint64_t length) {
 #ifdef MADV_POPULATE_READ
   // A sample is visible only once its blocks were reserved (whole blocks,
   // by fallocate), so this maps pages that exist and allocates nothing.
   if (fd_ < 0 || length == 0) return;
   for (uint64_t b = offset / kBlock; b <= (offset + length - 1) / kBlock; ++b) {
+    if (b / 64 >= block_words_) return;
     std::atomic<uint64_t>& word = mapped_[b / 64];
     const uint64_t bit = uint64_t{1} << (b % 64);
     if (word.load(std::memory_order_relaxed) & bit) continue;
@@ -376,6 +386,7 @@ void NodeCache::MapForReading(uint64_t offset, uint64_t length) {
 bool NodeCache::Reserve(uint64_t offset, uint64_t length) {
   if (fd_ < 0 || length == 0) return true;  // private memory is reserved on touch
   for (uint64_t b = offset / kBlock; b <= (offset + length - 1) / kBlock; ++b) {
+    if (b / 64 >= block_words_) return false;  // the header changed since we attached
     std::atomic<uint64_t>& word = reserved_[b / 64];
     const uint64_t bit = uint64_t{1} << (b % 64);
     if (word.load(std::memory_order_relaxed) & bit) continue;
@@ -403,21 +414,23 @@ bool NodeCache::Admit(uint64_t index, std::span<const std::byte> bytes) {
   }
   const double t0 = Now();
   const SampleInfo s = volume_.directory().sample(index);
+  // Only bytes that match the directory become visible to anyone. Checked
+  // before taking room: a refused sample (damaged on storage, offered every
+  // epoch) must not use up the data area, which is never reclaimed.
+  if (bytes.size() != s.length || crc32c::Value(bytes.data(), bytes.size()) != s.crc32c) {
+    entries_[index].store(kEmpty, std::memory_order_release);
+    return false;
+  }
   const uint64_t need = AlignUp(bytes.size(), kAlign);
   const uint64_t offset = header_->cursor.fetch_add(need, std::memory_order_relaxed);
-  bool ok = bytes.size() == s.length && offset + need <= header_->capacity;
-  if (!ok && bytes.size() == s.length) header_->full.store(1, std::memory_order_relaxed);
+  bool ok = offset + need <= header_->capacity;
+  if (!ok) header_->full.store(1, std::memory_order_relaxed);
   if (ok && !Reserve(offset, bytes.size())) {
     // /dev/shm (or the cgroup) has no memory left: keep what is cached.
     stopped_.store(true, std::memory_order_relaxed);
     ok = false;
   }
-  if (ok) {
-    std::byte* dst = base_ + data_offset_ + offset;
-    std::memcpy(dst, bytes.data(), bytes.size());
-    // Only bytes that match the directory become visible to anyone.
-    ok = crc32c::Value(dst, bytes.size()) == s.crc32c;
-  }
+  if (ok) std::memcpy(base_ + data_offset_ + offset, bytes.data(), bytes.size());
   if (!ok) {
     entries_[index].store(kEmpty, std::memory_order_release);
     return false;

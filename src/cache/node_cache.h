@@ -24,8 +24,8 @@
 //   expected size and layout for this volume (uuid, samples, bytes). A region
 //   that fails any check is never used: the process gets a private cache
 //   and the note says why.
-// - A sample's bytes become visible only when wholly written and checked
-//   against the directory's CRC32C (a process killed mid-fill leaves an
+// - A sample's bytes become visible only when checked against the
+//   directory's CRC32C and wholly written (a process killed mid-fill leaves an
 //   entry "being filled", never read). Each process also checks a sample's
 //   bytes against the directory the first time it uses them, so a damaged
 //   or tampered region cannot feed it a wrong sample.
@@ -103,9 +103,10 @@ class NodeCache {
   // cache's life (keep the shared_ptr) and is read-only memory.
   std::optional<std::span<const std::byte>> Find(uint64_t index);
   // Offers the stored bytes of sample `index`, just read from the device:
-  // copied in when there is room and no process has it yet, then checked
-  // against the directory's CRC32C before it becomes visible. True when
-  // the sample is now in the cache (added by this call).
+  // checked against the directory's CRC32C (refused bytes take no room),
+  // then copied in when there is room and no process has it yet. The
+  // caller must not change `bytes` during the call. True when the sample is
+  // now in the cache (added by this call).
   bool Admit(uint64_t index, std::span<const std::byte> bytes);
   // No more samples fit (or filling stopped: no memory left in /dev/shm).
   bool full() const;
@@ -125,6 +126,8 @@ class NodeCache {
   // Maps the data area's blocks holding [offset, offset + length) into the
   // read-only mapping, once per process and block.
   void MapForReading(uint64_t offset, uint64_t length);
+  // Sizes reserved_ and mapped_ for the attached region's capacity.
+  void SizeBlockMaps();
   void Detach();
 
   const Volume& volume_;
@@ -143,6 +146,7 @@ class NodeCache {
   std::unique_ptr<std::atomic<uint64_t>[]> checked_;
   std::unique_ptr<std::atomic<uint64_t>[]> reserved_;
   std::unique_ptr<std::atomic<uint64_t>[]> mapped_;
+  uint64_t block_words_ = 0;          // words of reserved_ and mapped_
   std::atomic<bool> stopped_{false};  // fallocate failed: fill no more
   std::atomic<uint64_t> hits_{0}, misses_{0}, hit_bytes_{0}, filled_bytes_{0}, fill_ns_{0};
 };

@@ -182,7 +182,9 @@ class ShardLoader::Impl {
     cache_internal::NodeCacheOptions co;
     co.budget = budget;
     co.shared = o.cache_shared;
-    if (topo_->node_count() > 1) co.name_suffix = "-node" + std::to_string(topo_->node_index());
+    // Its own region, never the plain loader's (which may hold other samples
+    // and would fill the room placement counts on); one per fake node.
+    co.name_suffix = "-node" + std::to_string(topo_->node_index());
     std::string note;
     if (topo_->local_rank() == 0) cache_ = cache_internal::NodeCache::Open(*volume_, co, &note);
     BarrierPolitely(topo_->node());
@@ -329,7 +331,17 @@ class ShardLoader::Impl {
     const uint64_t begin = k * b, end = std::min<uint64_t>(begin + b, indices_.size());
 
     auto data = std::make_shared<Batch::Data>();
-    data->owner = window_bytes_;
+    if (cache_) {
+      // Samples found in the node cache point into its mapping: the batch
+      // keeps it as well as the window's buffers.
+      struct Owners {
+        std::shared_ptr<WindowBytes> window;
+        std::shared_ptr<cache_internal::NodeCache> cache;
+      };
+      data->owner = std::make_shared<Owners>(Owners{window_bytes_, cache_});
+    } else {
+      data->owner = window_bytes_;
+    }
     data->epoch = epoch_;
     data->sequence = k;
     const SampleDirectory& dir = volume_->directory();
@@ -745,15 +757,18 @@ class ShardLoader::Impl {
         samples_[i] = absent_got[a];
         status_[i] = absent_status[a];
         storage_bytes_[i] = DeviceBytes(index);
-        if (status_[i].ok()) {
+        // Only what the owner's cache would keep (a damaged sample would be
+        // refused there, every epoch).
+        if (status_[i].ok() && volume_->CheckSample(index, samples_[i]).ok()) {
           pending_gifts_.push_back({server, index, {samples_[i].begin(), samples_[i].end()}});
         }
         continue;
       }
-      samples_[i] = {received + offset_in[server][slot], dir.sample(index).length};
-      peer_bytes_[i] = dir.sample(index).length;
-      peer += peer_bytes_[i];
-      if (code != 0) {
+      if (code == 0) {
+        samples_[i] = {received + offset_in[server][slot], dir.sample(index).length};
+        peer_bytes_[i] = dir.sample(index).length;
+        peer += peer_bytes_[i];
+      } else {
         status_[i] =
             Status(static_cast<StatusCode>(code),
                    volume_->path() + ": sample " + std::to_string(index) + " '" + dir.Path(index) +

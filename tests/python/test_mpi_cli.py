@@ -129,12 +129,19 @@ def test_cluster_cache_job_ends_when_a_rank_is_killed(dlfs_bin, mpi, volumes, tm
     job = subprocess.Popen([str(c) for c in cmd],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
-        assert job.stdout.readline().startswith(b"epoch 0"), "the job did not start"
-        ranks = subprocess.run(["pgrep", "-P", str(job.pid), "-x", os.path.basename(dlfs_bin)],
-                               capture_output=True, text=True).stdout.split()
-        assert len(ranks) == 4, ranks
+        # The 4 ranks started, and read for a moment (never blocking on the
+        # job's output: it may be buffered).
+        ranks, deadline = [], time.monotonic() + 60
+        while len(ranks) < 4 and time.monotonic() < deadline and job.poll() is None:
+            time.sleep(0.2)
+            ranks = subprocess.run(["pgrep", "-P", str(job.pid), "-x",
+                                    os.path.basename(dlfs_bin)],
+                                   capture_output=True, text=True).stdout.split()
+        assert len(ranks) == 4, (ranks, job.poll())
+        time.sleep(2)
+        assert job.poll() is None, "the job ended before a rank was killed"
         os.kill(int(ranks[2]), 9)
-        _, err = job.communicate(timeout=120)
+        _, err = job.communicate(timeout=120)  # TimeoutExpired (a hang) fails the test
     finally:
         job.kill()
         job.wait()
