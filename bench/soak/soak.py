@@ -112,7 +112,9 @@ def loader_epochs(vol_path, epochs, min_epochs, deadline):
         for _ in range(200):
             data, _ = vol[rnd.randrange(len(vol))]
             n += 1
-        print(epoch, n, flush=True)
+        # Its own fds, counted here between epochs: counted from outside, they could
+        # include the next Loader's being set up (and the old one's not yet closed).
+        print(epoch, n, fd_count(), flush=True)
         epoch += 1
 
 
@@ -126,8 +128,8 @@ def soak_loader(vol_path, args, deadline):
                              "--seconds", str(max(0.0, deadline - time.monotonic()))],
                             stdout=subprocess.PIPE, text=True)
     for line in proc.stdout:
-        epoch, samples = map(int, line.split())
-        series.add(epoch, time.monotonic() - start, rss_kb(proc.pid), fd_count(proc.pid), samples)
+        epoch, samples, fds = map(int, line.split())
+        series.add(epoch, time.monotonic() - start, rss_kb(proc.pid), fds, samples)
     if proc.wait() != 0:
         raise RuntimeError(f"the loader child failed (exit status {proc.returncode})")
     return series
