@@ -78,6 +78,19 @@ Layout LayoutFor(const Volume& volume, uint64_t budget) {
 
 std::string UuidOf(const Volume& v) { return v.info().uuid; }
 
+// A region being made ("." NAME "." PID "." ATTEMPT) whose maker still runs:
+// it locks the file only after creating it, so the lock cannot tell.
+bool CreatorAlive(const std::string& tmp_name) {
+  const size_t last = tmp_name.rfind('.');
+  const size_t before =
+      last == std::string::npos || last == 0 ? std::string::npos : tmp_name.rfind('.', last - 1);
+  if (before == std::string::npos) return false;
+  char* end = nullptr;
+  const long pid = std::strtol(tmp_name.c_str() + before + 1, &end, 10);
+  if (end != tmp_name.c_str() + last || pid <= 0) return false;
+  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+}
+
 // Removes this user's regions that nobody holds (left by killed jobs):
 // a shared lock is held by every process attached, so an exclusive one
 // succeeds only on a region nobody uses.
@@ -89,6 +102,7 @@ void SweepStale(const std::string& dir, uid_t uid) {
   while (const dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
     if (name.rfind(mine, 0) != 0 && name.rfind(mine_tmp, 0) != 0) continue;
+    if (name.rfind(mine_tmp, 0) == 0 && CreatorAlive(name)) continue;
     const std::string path = dir + "/" + name;
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) continue;
@@ -271,6 +285,9 @@ std::shared_ptr<NodeCache> NodeCache::Open(const Volume& volume, const NodeCache
     c->Detach();
     c->fd_ = -1;
     ::close(fd);
+    // ENOENT: our temporary file was swept away under us (by a process that
+    // could not see we run, e.g. in another PID namespace); make it again.
+    if (link_errno == ENOENT) continue;
     if (link_errno != EEXIST) {
       errno = link_errno;
       why = "node cache " + path + ": " + Errno("cannot link") + "; uncached";

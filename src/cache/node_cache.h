@@ -32,7 +32,8 @@
 // - Each user holds a shared flock() on the file; the last to detach (the
 //   one that can take the lock exclusively) removes it. A region left by a
 //   killed job (nobody holds its lock) is removed by the next Open of this
-//   user, whatever its volume.
+//   user, whatever its volume; one still being made by a running process
+//   (not locked yet) is not.
 // - The data area's memory is reserved with fallocate() before it is
 //   written, so a full /dev/shm ends filling cleanly (the cache stays as it
 //   is) instead of a SIGBUS.

@@ -283,6 +283,21 @@ TEST_F(NodeCacheTest, ForeignFileInUseIsRefusedAndAnUnusedOneReclaimed) {
   EXPECT_NE(l->description().find("node cache " + RegionPath()), std::string::npos);
 }
 
+// A region being made by a process that still runs is left alone by the
+// sweep for regions nobody holds (its maker locks it only after creating
+// it); one left by a process that is gone is removed.
+TEST_F(NodeCacheTest, SweepSparesRegionsBeingMade) {
+  const std::string uid = std::to_string(::geteuid());
+  const std::string alive =
+      shm_ / ("shm/.dlfs-" + uid + "-x-node1." + std::to_string(::getpid()) + ".0");
+  const std::string dead = shm_ / ("shm/.dlfs-" + uid + "-x-node1.2147483646.0");
+  for (const std::string& p : {alive, dead}) testing::WriteFile(p, testing::Bytes("x"));
+  auto l = Make(uint64_t{1} << 30);  // opening the cache sweeps
+  ASSERT_TRUE(l);
+  EXPECT_TRUE(std::filesystem::exists(alive));
+  EXPECT_FALSE(std::filesystem::exists(dead));
+}
+
 // Bytes changed inside a shared region behind the cache's back are caught
 // by the first-use check of every other process (here: another loader).
 TEST_F(NodeCacheTest, TamperedRegionNeverFeedsAWrongSample) {
