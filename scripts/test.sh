@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: installs dependencies, then
 #   1. builds with gcc (RelWithDebInfo, in build-gcc) and runs CTest there:
-#      pytest (CLI, Python module, dlfs.torch, FUSE), the MPI programs, packaging;
+#      pytest (CLI, Python module, dlfs.torch, FUSE, the CLI under mpirun), packaging;
 #   2. builds once with clang + AddressSanitizer + UBSan and coverage
 #      instrumentation, runs CTest there (the GoogleTest suite, pytest of the
 #      CLI, the MPI programs), then each libFuzzer harness of the same build for
@@ -10,7 +10,7 @@
 #      stress) under ThreadSanitizer, building only them.
 # Prints how long each stage took.
 #   scripts/test.sh            everything
-#   DLFS_NO_SANITIZE=1 ...     skip stages 2-3, run the GoogleTest suite in stage 1
+#   DLFS_NO_SANITIZE=1 ...     skip stages 2-3, run the GoogleTest suite and MPI programs in stage 1
 #   DLFS_FUZZ_SECONDS=N ...    fuzz each harness N s in stage 2 (default 10)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,9 +53,10 @@ run_tsan() {
   ctest --test-dir build-tsan -L tsan -j "$jobs" --output-on-failure
 }
 
-# The gcc build (the compiler users build with) runs the Python, CLI, MPI and
-# packaging tests; the GoogleTest suite runs in the sanitized builds below,
-# not a third time here (unless they are skipped). Its own directory leaves a
+# The gcc build (the compiler users build with) runs the Python, CLI (also
+# under mpirun) and packaging tests; the GoogleTest suite and the MPI
+# programs run in the sanitized builds below, not again here (unless they
+# are skipped). Its own directory leaves a
 # developer's build/ alone.
 unit_tests=OFF
 [[ -n "${DLFS_NO_SANITIZE:-}" ]] && unit_tests=ON
