@@ -26,20 +26,10 @@ namespace {
 
 // The library names the option that would change an error by its field
 // (PackOptions, VolumeBuilder::Options); say which keyword sets it here.
-Status InKeywordTerms(const Status& st) {
-  static constexpr std::pair<std::string_view, std::string_view> kKeywords[] = {
-      {"(set overwrite to", "(pass force=True to"},
-      {"(set skip_unreadable to", "(pass skip_unreadable=True to"},
-      {"the fields option applies", "fields= applies"},
-      {"all_files packs", "all_files=True packs"}};
-  std::string message = st.message();
-  for (const auto& [option, keyword] : kKeywords) {
-    if (const size_t at = message.find(option); at != message.npos) {
-      message.replace(at, option.size(), keyword);
-    }
-  }
-  return Status(st.code(), std::move(message), st.sys_errno());
-}
+constexpr Rewording kKeywords[] = {{"(set overwrite to", "(pass force=True to"},
+                                   {"(set skip_unreadable to", "(pass skip_unreadable=True to"},
+                                   {"the fields option applies", "fields= applies"},
+                                   {"all_files packs", "all_files=True packs"}};
 
 // "a,b" or a list of names (fields=, class_names=); `spec_parser` parses
 // the string form.
@@ -88,7 +78,7 @@ class PyWriter {
       py::gil_scoped_release release;
       r = VolumeBuilder::Create(path, o);
     }
-    Check(InKeywordTerms(r.status()));
+    Check(r.status().Reworded(kKeywords));
     builder_ = std::move(r).value();
     if (!class_names.empty()) builder_->SetClassNames(std::move(class_names));
   }
@@ -226,7 +216,7 @@ void RegisterPack(py::module_& m) {
           r = Pack(source, output, o);
         }
         if (py_error) throw std::move(*py_error);
-        if (!r.ok()) Check(InKeywordTerms(r.status()));
+        if (!r.ok()) Check(r.status().Reworded(kKeywords));
         const PackStats s = std::move(r).value();
         py::dict d;
         d["source_kind"] = std::string(SourceKindName(s.from));

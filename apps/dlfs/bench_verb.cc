@@ -7,28 +7,13 @@
 #include "dlfs/bench_volumes.h"
 #include "dlfs/decode_stage.h"
 #include "dlfs/memory.h"
+#include "dlfs/sample_image.h"
 #include "dlfs/shard_options.h"
 #ifdef DLFS_HAVE_MPI
 #include "dlfs/mpi_report.h"
 #endif
 
 namespace dlfs::cli {
-
-// --raw-shape HxW or HxWxC.
-void AddRawShapeOption(CLI::App* verb, RawShape* raw) {
-  verb->add_option_function<std::string>(
-      "--raw-shape",
-      [raw](const std::string& text) {
-        unsigned h = 0, w = 0, c = 1;
-        char tail = 0;
-        const int n = std::sscanf(text.c_str(), "%ux%ux%u%c", &h, &w, &c, &tail);
-        if ((n != 2 && n != 3) || h == 0 || w == 0) {
-          throw CLI::ValidationError("--raw-shape takes HxW or HxWxC, e.g. 28x28, not " + text);
-        }
-        *raw = {h, w, c};
-      },
-      "Samples that are neither JPEG nor PNG are raw pixels of this shape (HxW or HxWxC)");
-}
 
 // Decoding options shared by `cat --decode` and `bench --decode`.
 void AddDecodeOptions(CLI::App* verb, ImageOptions* o) {
@@ -39,10 +24,16 @@ void AddDecodeOptions(CLI::App* verb, ImageOptions* o) {
   verb->add_flag("--flip", o->transform.flip, "Random horizontal flip (p = 0.5)");
   AddEnumOption(verb, "--color", &o->decode.color, kColorModeNames,
                 "Channels: the image's own, or forced");
-  AddRawShapeOption(verb, &o->decode.raw);
-  verb->add_option("--max-pixels", o->decode.max_pixels,
-                   "Refuse images of more pixels (from their header)")
-      ->capture_default_str();
+  verb->add_option_function<std::string>(
+      "--raw-shape",
+      [o](const std::string& text) {
+        auto shape = ParseRawShape(text);
+        if (!shape.ok()) throw CLI::ValidationError("--raw-shape: " + shape.status().message());
+        o->decode.raw = *shape;
+      },
+      "Samples that are neither JPEG nor PNG are raw pixels of this shape (HxW or HxWxC)");
+  AddDefaulted(verb, "--max-pixels", o->decode.max_pixels,
+               "Refuse images of more pixels (from their header)");
   AddOffFlag(verb, "--no-dct-scaling", &o->decode.dct_scaling,
              "Always decode JPEGs at full scale (no 1/2, 1/4, 1/8 DCT scaling)");
 }
@@ -66,36 +57,31 @@ struct BenchArgs {
 };
 
 // BenchVolumes names its options; say which flags set them.
-constexpr FlagName kBenchFlags[] = {
+constexpr Rewording kBenchFlags[] = {
     {"weights, epoch_samples and cycle", "--weights, --epoch-samples and --cycle"},
     {"decode reads one volume, not a mixture", "bench --decode reads one volume"}};
 
 // The options of the batch loader that `dlfs bench` exposes.
 void AddLoaderOptions(CLI::App* verb, LoaderOptions* o) {
   AddEnumOption(verb, "--engine", &o->engine.kind, kEngineKindNames, "I/O engine");
-  verb->add_option("--queue-depth", o->engine.queue_depth, "Reads in flight per I/O thread")
-      ->capture_default_str();
-  verb->add_option("--batch", o->sampler.batch_size, "Samples per batch")->capture_default_str();
-  verb->add_option("--io-threads", o->io_threads, "I/O threads (one ring each)")
-      ->capture_default_str();
-  verb->add_option("--prefetch", o->prefetch_batches, "Batches read ahead")->capture_default_str();
-  verb->add_option("--seed", o->sampler.seed, "Shuffle seed")->capture_default_str();
-  verb->add_option("--coalesce-gap", o->plan.coalesce_gap, "Merge reads whose gap is at most this")
-      ->capture_default_str();
+  AddDefaulted(verb, "--queue-depth", o->engine.queue_depth, "Reads in flight per I/O thread");
+  AddDefaulted(verb, "--batch", o->sampler.batch_size, "Samples per batch");
+  AddDefaulted(verb, "--io-threads", o->io_threads, "I/O threads (one ring each)");
+  AddDefaulted(verb, "--prefetch", o->prefetch_batches, "Batches read ahead");
+  AddDefaulted(verb, "--seed", o->sampler.seed, "Shuffle seed");
+  AddDefaulted(verb, "--coalesce-gap", o->plan.coalesce_gap,
+               "Merge reads whose gap is at most this");
   AddOffFlag(verb, "--no-coalesce", &o->plan.coalesce, "One read per sample");
   AddOffFlag(verb, "--no-verify", &o->verify_checksums, "Skip CRC32C checks of samples");
   AddOffFlag(verb, "--buffered", &o->engine.direct_io, "Read through the page cache (no O_DIRECT)");
   verb->add_flag("--sqpoll", o->engine.sqpoll,
                  "io_uring SQPOLL (a kernel thread polls; uses a core)");
-  verb->add_option("--nbd-connections", o->engine.nbd.connections,
-                   "Connections per NBD target and I/O thread (if the server allows multi-conn)")
-      ->capture_default_str();
-  verb->add_option("--nbd-timeout", o->engine.nbd.timeout_seconds,
-                   "Seconds before an unanswered NBD read fails (its connection is reopened)")
-      ->capture_default_str();
-  verb->add_option("--nbd-reconnects", o->engine.nbd.reconnects,
-                   "Attempts to reconnect a lost NBD connection before its reads fail")
-      ->capture_default_str();
+  AddDefaulted(verb, "--nbd-connections", o->engine.nbd.connections,
+               "Connections per NBD target and I/O thread (if the server allows multi-conn)");
+  AddDefaulted(verb, "--nbd-timeout", o->engine.nbd.timeout_seconds,
+               "Seconds before an unanswered NBD read fails (its connection is reopened)");
+  AddDefaulted(verb, "--nbd-reconnects", o->engine.nbd.reconnects,
+               "Attempts to reconnect a lost NBD connection before its reads fail");
   verb->add_option_function<std::string>(
           "--cache-budget",
           [o](const std::string& text) {
@@ -122,10 +108,10 @@ int RunBenchMpi(const BenchArgs& args) {
   return RunWithMpi([&](int rank, int world) {
     // Errors are collective (the same on every rank); rank 0 prints them.
     const auto fail = [rank](const Status& st) { return rank == 0 ? Fail(st) : kExitError; };
-    auto map = ParseTargetMap(args.volume.target_map);
-    if (!map.ok()) return fail(map.status());
+    auto open = OpenOptions(args.volume);
+    if (!open.ok()) return fail(open.status());
     BenchJobOptions job;
-    job.open.target_map = std::move(*map);
+    job.open = std::move(*open);
     job.private_open = args.private_open;
     job.shard_local = args.shard_local;
     job.source = args.source;
@@ -161,10 +147,10 @@ int RunBench(const BenchArgs& args) {
     return Fail(
         Status::InvalidArgument("--shard-local, --cluster-cache and --private-open need mpirun"));
   }
+  auto open = OpenOptions(args.volume);
+  if (!open.ok()) return Fail(open.status());
   VolumeBenchOptions o;
-  auto map = ParseTargetMap(args.volume.target_map);
-  if (!map.ok()) return Fail(map.status());
-  o.open.target_map = std::move(*map);
+  o.open = std::move(*open);
   o.loader = args.source.loader;
   o.bench = args.bench;
   o.weights = args.weights;
@@ -182,10 +168,7 @@ int RunBench(const BenchArgs& args) {
   std::vector<std::string> paths = {args.volume.path};
   paths.insert(paths.end(), args.mixture.begin(), args.mixture.end());
   auto run = BenchVolumes(paths, o);
-  if (!run.ok()) {
-    const Status& st = run.status();
-    return Fail(Status(st.code(), InFlagTerms(st.message(), kBenchFlags), st.sys_errno()));
-  }
+  if (!run.ok()) return Fail(run.status().Reworded(kBenchFlags));
   if (args.decode) {
     const DecodeBenchSetup setup = {
         args.volume.path,        o.loader.sampler.batch_size, run->decode_threads, run->channels,
@@ -220,7 +203,7 @@ void AddBench(CLI::App& app, int* exit_code) {
   b->add_flag("--cycle", args->cycle,
               "With several volumes: a volume smaller than its share starts over");
   AddLoaderOptions(b, &args->source.loader);
-  b->add_option("--epochs", args->bench.epochs, "Epochs to read")->capture_default_str();
+  AddDefaulted(b, "--epochs", args->bench.epochs, "Epochs to read");
   b->add_flag("--drop-cache", args->bench.drop_cache,
               "Drop the page cache before each epoch (root), else fadvise(DONTNEED) the volume");
   b->add_flag("--json", args->json, "One JSON object instead of text");
@@ -232,9 +215,8 @@ void AddBench(CLI::App& app, int* exit_code) {
               "another node keeps comes from it over MPI, storage serves only what no\n"
               "node keeps (every rank must be able to read the volume)")
       ->excludes("--shard-local");
-  b->add_option("--window", args->source.window_batches,
-                "mpirun --shard-local or --cluster-cache: batches per exchange")
-      ->capture_default_str();
+  AddDefaulted(b, "--window", args->source.window_batches,
+               "mpirun --shard-local or --cluster-cache: batches per exchange");
   b->add_flag("--read-ahead", args->source.read_ahead,
               "mpirun --shard-local or --cluster-cache: plan and read the next window on a\n"
               "thread while this one is used");
@@ -254,12 +236,10 @@ void AddBench(CLI::App& app, int* exit_code) {
       ->delimiter(',');
   b->add_option("--std", image.output.std, "--decode, float32: per-channel std (0..1 units)")
       ->delimiter(',');
-  b->add_option("--decode-threads", args->decode_stage.decode_threads,
-                "--decode: decode threads (0: one per core)")
-      ->capture_default_str();
-  b->add_option("--decode-prefetch", args->decode_stage.prefetch_batches,
-                "--decode: batches queued for decoding")
-      ->capture_default_str();
+  AddDefaulted(b, "--decode-threads", args->decode_stage.decode_threads,
+               "--decode: decode threads (0: one per core)");
+  AddDefaulted(b, "--decode-prefetch", args->decode_stage.prefetch_batches,
+               "--decode: batches queued for decoding");
   b->add_flag("--skip-bad", args->decode_stage.skip_bad_samples,
               "--decode: skip and count undecodable samples instead of failing");
   b->callback([args, size, exit_code] {

@@ -35,7 +35,16 @@ struct VolumeArgs {
 };
 // The volume argument and --target-map.
 void AddVolumeArgs(CLI::App* verb, VolumeArgs* args);
+// The volume's open options (its --target-map), and the volume opened with them.
+Result<VolumeOpenOptions> OpenOptions(const VolumeArgs& args);
 Result<std::shared_ptr<Volume>> OpenVolume(const VolumeArgs& args);
+
+// An option whose --help shows its default (the value `value` holds now).
+template <typename T>
+CLI::Option* AddDefaulted(CLI::App* verb, const std::string& name, T& value,
+                          const std::string& help) {
+  return verb->add_option(name, value, help)->capture_default_str();
+}
 
 // A flag that sets *value to false (e.g. --no-verify for a default-on check).
 void AddOffFlag(CLI::App* verb, const std::string& name, bool* value, const std::string& help);
@@ -56,15 +65,6 @@ CLI::Option* AddEnumOption(CLI::App* verb, const std::string& name, E* value,
       ->default_str(std::string(NameOf(table, *value)))
       ->check(CLI::IsMember(NamesOf(table)));
 }
-
-// Library messages name an option by its struct field ("set overwrite to
-// replace it"); a verb says which of its flags sets it instead.
-struct FlagName {
-  std::string_view option;  // as the library's message has it
-  std::string_view flag;    // what the verb's message says instead
-};
-// `text` with each table entry's first occurrence of `option` replaced.
-std::string InFlagTerms(std::string text, std::span<const FlagName> table);
 
 // Decoding options shared by `cat --decode` and `bench --decode`
 // (bench_verb.cc).

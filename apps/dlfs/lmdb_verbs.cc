@@ -90,10 +90,8 @@ void AddLmdb(CLI::App& app, int* exit_code) {
   lr->add_option("db", read->db, "LMDB directory or its data.mdb")->required();
   LmdbioOptions& reader = read->options.reader;
   AddEnumOption(lr, "--mode", &reader.mode, kLmdbioModeNames, "Mode");
-  lr->add_option("-b,--batch", reader.batch_size, "Global batch size (a multiple of the ranks)")
-      ->capture_default_str();
-  lr->add_option("-n,--iters", read->options.iterations, "Iterations to read")
-      ->capture_default_str();
+  AddDefaulted(lr, "-b,--batch", reader.batch_size, "Global batch size (a multiple of the ranks)");
+  AddDefaulted(lr, "-n,--iters", read->options.iterations, "Iterations to read");
   lr->add_option("--readers-per-node", reader.readers_per_node,
                  "Readers per node (lmm-dm and later; lmm always has one)")
       ->capture_default_str();
@@ -102,14 +100,11 @@ void AddLmdb(CLI::App& app, int* exit_code) {
   AddOffFlag(lr, "--buffered", &reader.direct_io,
              "Explicit reads (dio modes) through the page cache (no O_DIRECT)");
   AddOffFlag(lr, "--no-prefetch", &reader.prefetch, "lmm-dm: no speculative prefetch");
-  lr->add_option("--coalesce-bytes", reader.coalesce_bytes,
-                 "coal: bytes each reader reads per step (sets iterations per read)")
-      ->capture_default_str();
-  lr->add_option("--max-coalesce-iters", reader.max_coalesce_iters,
-                 "coal: at most this many iterations per read")
-      ->capture_default_str();
-  lr->add_option("--stagger", reader.stagger_group, "stag: readers that read at the same time")
-      ->capture_default_str();
+  AddDefaulted(lr, "--coalesce-bytes", reader.coalesce_bytes,
+               "coal: bytes each reader reads per step (sets iterations per read)");
+  AddDefaulted(lr, "--max-coalesce-iters", reader.max_coalesce_iters,
+               "coal: at most this many iterations per read");
+  AddDefaulted(lr, "--stagger", reader.stagger_group, "stag: readers that read at the same time");
   lr->add_flag("--check", read->options.check,
                "Compare every record with the value the parser finds at its index, and count "
                "how often each record was read");

@@ -27,24 +27,20 @@ void AddVolumeArgs(CLI::App* verb, VolumeArgs* args) {
                    "or 1=nbd://storage1/nvme0n1 (instead of the paths recorded in the volume)");
 }
 
-Result<std::shared_ptr<Volume>> OpenVolume(const VolumeArgs& args) {
+Result<VolumeOpenOptions> OpenOptions(const VolumeArgs& args) {
   VolumeOpenOptions options;
   DLFS_ASSIGN_OR_RETURN(options.target_map, ParseTargetMap(args.target_map));
+  return options;
+}
+
+Result<std::shared_ptr<Volume>> OpenVolume(const VolumeArgs& args) {
+  DLFS_ASSIGN_OR_RETURN(VolumeOpenOptions options, OpenOptions(args));
   return Volume::Open(args.path, options);
 }
 
 void AddOffFlag(CLI::App* verb, const std::string& name, bool* value, const std::string& help) {
   verb->add_flag_callback(
       name, [value] { *value = false; }, help);
-}
-
-std::string InFlagTerms(std::string text, std::span<const FlagName> table) {
-  for (const FlagName& n : table) {
-    if (const size_t at = text.find(n.option); at != text.npos) {
-      text.replace(at, n.option.size(), n.flag);
-    }
-  }
-  return text;
 }
 
 void Print(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }

@@ -27,12 +27,12 @@ extern "C" void OnSignal(int) { g_cancel.store(true); }
 
 // Pack names the PackOptions field that would change an error or the
 // report; say which flag sets it.
-constexpr FlagName kPackFlags[] = {{"(set overwrite to", "(use --force to"},
-                                   {"(set skip_unreadable to", "(use --skip-unreadable to"},
-                                   {"the fields option applies", "--fields applies"},
-                                   {"all_files packs", "--all-files packs"},
-                                   {"(target_paths)", "(--target-path)"},
-                                   {"target_paths (or none)", "--target-path options (or none)"}};
+constexpr Rewording kPackFlags[] = {{"(set overwrite to", "(use --force to"},
+                                    {"(set skip_unreadable to", "(use --skip-unreadable to"},
+                                    {"the fields option applies", "--fields applies"},
+                                    {"all_files packs", "--all-files packs"},
+                                    {"(target_paths)", "(--target-path)"},
+                                    {"target_paths (or none)", "--target-path options (or none)"}};
 
 int RunPack(PackArgs& args) {
   PackOptions& options = args.options;
@@ -60,15 +60,12 @@ int RunPack(PackArgs& args) {
   std::signal(SIGTERM, OnSignal);
   auto stats = Pack(args.source, args.output, options);
   if (progress) std::fprintf(stderr, "\r\033[K");
-  if (!stats.ok()) {
-    const Status& st = stats.status();
-    return Fail(Status(st.code(), InFlagTerms(st.message(), kPackFlags), st.sys_errno()));
-  }
+  if (!stats.ok()) return Fail(stats.status().Reworded(kPackFlags));
   for (const std::string& r : stats->removed_temporaries) {
     std::fprintf(stderr, "dlfs: removed stale temporary file %s\n", r.c_str());
   }
   const std::string report = FormatPackReport(*stats, args.source, args.output, volume);
-  std::fputs(InFlagTerms(report, kPackFlags).c_str(), stdout);
+  std::fputs(Reworded(report, kPackFlags).c_str(), stdout);
   return kExitOk;
 }
 
@@ -81,9 +78,8 @@ void AddPack(CLI::App& app, int* exit_code) {
   p->add_option("source", args->source, "Data set to pack: a directory or a tar shard")->required();
   p->add_option("-o,--output", args->output, "Volume file to create")->required();
   AddEnumOption(p, "--from", &args->options.from, kSourceKindNames, "Importer");
-  p->add_option("--align", args->options.volume.align,
-                "Start every sample at a multiple of this many bytes (power of two, <= 1 MiB)")
-      ->capture_default_str();
+  AddDefaulted(p, "--align", args->options.volume.align,
+               "Start every sample at a multiple of this many bytes (power of two, <= 1 MiB)");
   p->add_flag("-f,--force", args->options.volume.overwrite, "Replace the output if it exists");
   p->add_flag("--skip-unreadable", args->options.skip_unreadable,
               "Skip (and count) source files that cannot be read instead of stopping");

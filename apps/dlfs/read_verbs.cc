@@ -20,17 +20,6 @@ namespace dlfs::cli {
 
 namespace {
 
-// Lists every sample below directory `k`, depth first in name order.
-void ListRecursive(const SampleDirectory& d, uint64_t k, ReportFormat format) {
-  const DirInfo info = d.dir(k);
-  for (uint64_t i = info.first_sample; i < uint64_t{info.first_sample} + info.sample_count; ++i) {
-    Print(FormatSampleLine(d, i, format));
-  }
-  for (uint64_t c = info.first_child; c < uint64_t{info.first_child} + info.child_count; ++c) {
-    ListRecursive(d, c, format);
-  }
-}
-
 struct CatArgs {
   VolumeArgs volume;
   std::string path;
@@ -144,25 +133,16 @@ int RunEpochMpi(const EpochArgs& args) {
   return RunWithMpi([&](int rank, int world) {
     // Every rank parses the same text and fails alike; rank 0 says why.
     const auto fail = [rank](const Status& st) { return rank == 0 ? Fail(st) : kExitError; };
-    auto map = ParseTargetMap(args.volume.target_map);
-    if (!map.ok()) return fail(map.status());
-    VolumeOpenOptions open;
-    open.target_map = std::move(*map);
-    auto vol = OpenShared(MPI_COMM_WORLD, args.volume.path, open);
+    auto open = OpenOptions(args.volume);
+    if (!open.ok()) return fail(open.status());
+    auto vol = OpenShared(MPI_COMM_WORLD, args.volume.path, *open);
     if (!vol.ok()) return fail(vol.status());
     LoaderOptions o;
     o.sampler = args.sampler;  // rank and world come from the communicator
     auto loader = CreateLoader(MPI_COMM_WORLD, *vol, o);
     if (!loader.ok()) return fail(loader.status());
     const std::vector<uint64_t> all = GatherRankIndices(MPI_COMM_WORLD, **loader, args.epoch);
-    if (rank != 0) return kExitOk;
-    const size_t n = all.size() / world;
-    std::string out;
-    for (int r = 0; r < world; ++r) {
-      for (size_t i = 0; i < n; ++i)
-        out += std::to_string(r) + '\t' + std::to_string(all[r * n + i]) + '\n';
-    }
-    Print(out);
+    if (rank == 0) Print(FormatEpochIndices(all, world));
     return kExitOk;
   });
 #else
@@ -177,15 +157,7 @@ int RunEpoch(const EpochArgs& args) {
   if (!vol.ok()) return Fail(vol.status());
   auto sampler = Sampler::Create((*vol)->size(), args.sampler);
   if (!sampler.ok()) return Fail(sampler.status());
-  std::string out;
-  for (uint64_t i : sampler->RankIndices(args.epoch)) {
-    out += std::to_string(i) + '\n';
-    if (out.size() > (1 << 16)) {
-      Print(out);
-      out.clear();
-    }
-  }
-  Print(out);
+  Print(FormatEpochIndices(sampler->RankIndices(args.epoch), 0));
   return kExitOk;
 }
 
@@ -232,14 +204,7 @@ void AddLs(CLI::App& app, int* exit_code) {
     auto entry = d.Resolve(args->dir);
     if (!entry.ok()) return void(*exit_code = Fail(entry.status().WithContext(args->volume.path)));
     if (!entry->is_dir) return Print(FormatSampleLine(d, entry->index, format));
-    if (args->recursive) return ListRecursive(d, entry->index, format);
-    const DirInfo info = d.dir(entry->index);
-    for (uint64_t c = info.first_child; c < uint64_t{info.first_child} + info.child_count; ++c) {
-      Print(FormatDirectoryLine(d, c, format));
-    }
-    for (uint64_t i = info.first_sample; i < uint64_t{info.first_sample} + info.sample_count; ++i) {
-      Print(FormatSampleLine(d, i, format));
-    }
+    ListDirectory(d, entry->index, args->recursive, format, Print);
   });
 }
 
@@ -262,10 +227,8 @@ void AddCat(CLI::App& app, int* exit_code) {
   auto* size = c->add_option("--size", args->image.transform.size,
                              "--decode: apply the training transforms (output SIZE x SIZE) as the\n"
                              "pipeline does for this sample in --epoch with --seed");
-  c->add_option("--epoch", args->epoch, "--decode --size: the epoch whose random choices apply")
-      ->capture_default_str();
-  c->add_option("--seed", args->image.transform.seed, "--decode --size: the seed")
-      ->capture_default_str();
+  AddDefaulted(c, "--epoch", args->epoch, "--decode --size: the epoch whose random choices apply");
+  AddDefaulted(c, "--seed", args->image.transform.seed, "--decode --size: the seed");
   AddDecodeOptions(c, &args->image);
   c->callback([args, size, exit_code] {
     if (args->path.empty() && !args->index) throw CLI::ValidationError("give a PATH or --index N");
@@ -298,12 +261,11 @@ void AddEpoch(CLI::App& app, int* exit_code) {
       "for every rank.");
   AddVolumeArgs(e, &args->volume);
   SamplerOptions& s = args->sampler;
-  e->add_option("--seed", s.seed, "Shuffle seed")->capture_default_str();
-  e->add_option("--epoch", args->epoch, "Epoch number")->capture_default_str();
-  e->add_option("--rank", s.rank, "This rank")->capture_default_str();
-  e->add_option("--world", s.world_size, "Number of ranks")->capture_default_str();
-  e->add_option("--batch", s.batch_size, "Batch size (matters with --drop-last)")
-      ->capture_default_str();
+  AddDefaulted(e, "--seed", s.seed, "Shuffle seed");
+  AddDefaulted(e, "--epoch", args->epoch, "Epoch number");
+  AddDefaulted(e, "--rank", s.rank, "This rank");
+  AddDefaulted(e, "--world", s.world_size, "Number of ranks");
+  AddDefaulted(e, "--batch", s.batch_size, "Batch size (matters with --drop-last)");
   e->add_flag("--drop-last", s.drop_last,
               "Drop the tail instead of padding by wrapping around (as DistributedSampler)");
   AddOffFlag(e, "--no-shuffle", &s.shuffle, "Volume order instead of a permutation");

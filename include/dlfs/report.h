@@ -6,7 +6,8 @@
 // is available, as it is for the CLI; the MPI runs' reports are in
 // dlfs/mpi_report.h.
 //
-// Every function only formats its arguments and returns the text. Text
+// Every function only formats its arguments and returns the text (or, for
+// listings, hands it out line by line). Text
 // reports end in '\n'. JSON documents are one object, indented by 2 spaces
 // unless a function says one line, with the keys the CLI's --json output has
 // always had (scripts parse them; add keys, never rename them); strings
@@ -15,6 +16,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -65,6 +68,16 @@ std::string FormatSampleLine(const SampleDirectory& directory, uint64_t index, R
 // subdirs}.
 std::string FormatDirectoryLine(const SampleDirectory& directory, uint64_t dir,
                                 ReportFormat format);
+// `dlfs ls` of directory `dir`: its subdirectories' lines, then its samples'
+// lines; with `recursive` instead every sample below it, depth first in name
+// order. Each line goes to `out` as it is made (a volume may hold millions).
+void ListDirectory(const SampleDirectory& directory, uint64_t dir, bool recursive,
+                   ReportFormat format, const std::function<void(const std::string&)>& out);
+
+// `dlfs epoch`: one index per line; with `ranks` > 0, `indices` holds rank
+// 0's, then rank 1's, ... (equally many each) and each line is
+// "RANK<TAB>INDEX".
+std::string FormatEpochIndices(std::span<const uint64_t> indices, int ranks);
 
 // `dlfs verify` of the volume at `path`: one line, or a JSON object with
 // the counts, `bad_samples` (records as a loader's quarantine takes them)

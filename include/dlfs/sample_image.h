@@ -1,12 +1,13 @@
 // DecodeSample: one sample of a volume as the decode pipeline makes it, as
 // 8-bit HWC pixels one can look at or save with EncodePng (what `dlfs cat
-// --decode` writes).
+// --decode` writes); ParseRawShape for tools that take a raw shape as text.
 //
 // Thread safety: as Volume::Read; each call uses its own workspace.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
 
 #include "dlfs/decode.h"
 #include "dlfs/status.h"
@@ -23,5 +24,9 @@ namespace dlfs {
 // the sample ("VOLUME: sample N (PATH): ...").
 Result<Image> DecodeSample(const Volume& volume, uint64_t index, const ImageOptions& options,
                            std::optional<uint64_t> epoch, bool verify = true);
+
+// "HxW" or "HxWxC" (e.g. "28x28", "32x32x3") as a RawShape: the shape of
+// raw samples. InvalidArgument saying what is expected otherwise.
+Result<RawShape> ParseRawShape(std::string_view text);
 
 }  // namespace dlfs

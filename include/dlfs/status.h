@@ -14,6 +14,7 @@
 
 #include <cassert>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -37,6 +38,16 @@ enum class StatusCode : int {
 
 // Returns "InvalidArgument", "Corruption", ... for messages and bindings.
 std::string_view StatusCodeName(StatusCode code);
+
+// A library message names the option that would change its outcome by the
+// option's field ("set overwrite to replace it"); a front end says which of
+// its flags or keywords sets it instead through a table of these.
+struct Rewording {
+  std::string_view from;  // as the library's message has it
+  std::string_view to;    // what the front end says instead
+};
+// `text` with the first occurrence of each entry's `from` replaced.
+std::string Reworded(std::string text, std::span<const Rewording> table);
 
 class [[nodiscard]] Status {
  public:
@@ -81,6 +92,9 @@ class [[nodiscard]] Status {
 
   // Returns a copy whose message is prefixed with `context` + ": ".
   Status WithContext(std::string_view context) const;
+
+  // A copy whose message is reworded by `table` (see Rewording).
+  Status Reworded(std::span<const Rewording> table) const;
 
  private:
   StatusCode code_ = StatusCode::kOk;

@@ -48,4 +48,15 @@ Status Status::WithContext(std::string_view context) const {
   return Status(code_, std::move(msg), errno_);
 }
 
+std::string Reworded(std::string text, std::span<const Rewording> table) {
+  for (const Rewording& r : table) {
+    if (const size_t at = text.find(r.from); at != text.npos) text.replace(at, r.from.size(), r.to);
+  }
+  return text;
+}
+
+Status Status::Reworded(std::span<const Rewording> table) const {
+  return Status(code_, dlfs::Reworded(message_, table), errno_);
+}
+
 }  // namespace dlfs

@@ -1,6 +1,8 @@
 #include "dlfs/sample_image.h"
 
+#include <cstdio>
 #include <cstring>
+#include <string>
 
 namespace dlfs {
 
@@ -29,6 +31,19 @@ Result<Image> DecodeSample(const Volume& volume, uint64_t index, const ImageOpti
   image.pixels.resize(out->size());
   std::memcpy(image.pixels.data(), out->data(), out->size());
   return image;
+}
+
+Result<RawShape> ParseRawShape(std::string_view text) {
+  const std::string s(text);
+  unsigned h = 0, w = 0, c = 1;
+  const int n = std::sscanf(s.c_str(), "%ux%ux%u", &h, &w, &c);
+  // Printed back, the numbers must give the text (no sign, tail or overflow).
+  std::string canonical = std::to_string(h) + "x" + std::to_string(w);
+  if (n == 3) canonical += "x" + std::to_string(c);
+  if (n < 2 || canonical != s || h == 0 || w == 0) {
+    return Status::InvalidArgument("a raw shape is HxW or HxWxC, e.g. 28x28, not '" + s + "'");
+  }
+  return RawShape{h, w, c};
 }
 
 }  // namespace dlfs

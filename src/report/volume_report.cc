@@ -211,6 +211,30 @@ std::string FormatDirectoryLine(const SampleDirectory& d, uint64_t dir, ReportFo
                                -1);
 }
 
+void ListDirectory(const SampleDirectory& d, uint64_t dir, bool recursive, ReportFormat format,
+                   const std::function<void(const std::string&)>& out) {
+  const DirInfo info = d.dir(dir);
+  const uint64_t first_child = info.first_child, end_child = first_child + info.child_count;
+  const uint64_t first_sample = info.first_sample, end_sample = first_sample + info.sample_count;
+  if (!recursive) {
+    for (uint64_t c = first_child; c < end_child; ++c) out(FormatDirectoryLine(d, c, format));
+  }
+  for (uint64_t i = first_sample; i < end_sample; ++i) out(FormatSampleLine(d, i, format));
+  if (recursive) {
+    for (uint64_t c = first_child; c < end_child; ++c) ListDirectory(d, c, true, format, out);
+  }
+}
+
+std::string FormatEpochIndices(std::span<const uint64_t> indices, int ranks) {
+  const size_t per_rank = ranks > 0 ? std::max<size_t>(indices.size() / ranks, 1) : 1;
+  std::string out;
+  for (size_t i = 0; i < indices.size(); ++i) {
+    if (ranks > 0) out += std::to_string(i / per_rank) + '\t';
+    out += std::to_string(indices[i]) + '\n';
+  }
+  return out;
+}
+
 std::string FormatVerifyReport(const std::string& path, const VerifyReport& report,
                                const std::vector<BadSample>& bad, ReportFormat format) {
   const Status& copy = report.backup_superblock;

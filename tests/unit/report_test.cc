@@ -6,6 +6,7 @@
 
 #include "dlfs/builder.h"
 #include "dlfs/pack.h"
+#include "dlfs/sample_image.h"
 #include "dlfs/summary.h"
 #include "dlfs/volume.h"
 #include "testutil.h"
@@ -30,6 +31,18 @@ TEST(PackSpecTest, ClassNamesFromTextOrFile) {
 TEST(PackSpecTest, FieldNamesSkipEmptyItems) {
   EXPECT_EQ(ParseFieldNames(""), std::vector<std::string>{});
   EXPECT_EQ(ParseFieldNames("jpg,,cls,"), (std::vector<std::string>{"jpg", "cls"}));
+}
+
+TEST(PackSpecTest, RawShapeIsHxWOrHxWxC) {
+  const RawShape gray = *ParseRawShape("28x28");
+  EXPECT_EQ(std::tuple(gray.height, gray.width, gray.channels), std::tuple(28u, 28u, 1u));
+  const RawShape rgb = *ParseRawShape("32x16x3");
+  EXPECT_EQ(std::tuple(rgb.height, rgb.width, rgb.channels), std::tuple(32u, 16u, 3u));
+  for (const char* bad : {"", "28", "28x", "0x28", "28x28x", "28x28x3x1", "-1x28", "28x28 ",
+                          "99999999999x2", "28X28"}) {
+    EXPECT_THAT(ParseRawShape(bad), StatusIs(StatusCode::kInvalidArgument, "HxW or HxWxC"))
+        << bad;
+  }
 }
 
 TEST(ReportTest, HumanBytesAndProgressLine) {
@@ -64,6 +77,35 @@ TEST(ReportTest, VolumeSummaryAndSampleLines) {
   const auto line = nlohmann::json::parse(FormatSampleLine(d, 0, ReportFormat::kJson));
   EXPECT_EQ(line["path"], "cat/1.jpg");
   EXPECT_EQ(line["class"], "cat");
+}
+
+TEST(ReportTest, ListingsAndEpochIndices) {
+  TempDir tmp;
+  const std::string path = tmp / "v.dlfs";
+  auto b = VolumeBuilder::Create(path);
+  ASSERT_OK(b);
+  ASSERT_OK((*b)->Add("a/x/1", Bytes("1"), 0));
+  ASSERT_OK((*b)->Add("a/2", Bytes("22"), 0));
+  ASSERT_OK((*b)->Add("b/3", Bytes("333"), 0));
+  ASSERT_OK((*b)->Finish());
+  auto v = Volume::Open(path);
+  ASSERT_OK(v);
+  const SampleDirectory& d = (*v)->directory();
+  const auto list = [&](std::string_view dir, bool recursive) {
+    std::string out;
+    ListDirectory(d, d.Resolve(dir)->index, recursive, ReportFormat::kText,
+                  [&](const std::string& line) { out += line; });
+    return out;
+  };
+  // The directory's subdirectories, then its samples; recursively, every
+  // sample below it, depth first in name order.
+  EXPECT_EQ(list("", false), "a/\nb/\n");
+  EXPECT_EQ(list("a", false), "a/x/\n0\t2\t0\ta/2\n");
+  EXPECT_EQ(list("", true), "0\t2\t0\ta/2\n2\t1\t0\ta/x/1\n1\t3\t0\tb/3\n");
+
+  const std::vector<uint64_t> indices = {5, 3, 9, 1};
+  EXPECT_EQ(FormatEpochIndices(indices, 0), "5\n3\n9\n1\n");
+  EXPECT_EQ(FormatEpochIndices(indices, 2), "0\t5\n0\t3\n1\t9\n1\t1\n");
 }
 
 }  // namespace
