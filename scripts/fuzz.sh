@@ -3,6 +3,7 @@
 # each for SECONDS (default 60), then prints executions per harness.
 #   scripts/fuzz.sh [SECONDS] [HARNESS...]      e.g. scripts/fuzz.sh 20 tar idx
 #   FUZZ_RUNS=10000000 scripts/fuzz.sh 0        stop each after N executions instead
+#   FUZZ_RUNS=10000000 scripts/fuzz.sh 7200     ... or after 2 h, whichever comes first
 #   FUZZ_JOBS=N ...                              harnesses run at once (default: cores)
 # Corpora grow in build-fuzz/corpus/<harness> across runs (seeds: fuzz/make_seeds.py);
 # a crash, leak, timeout or allocation over 1 GiB fails the run and leaves
@@ -37,24 +38,25 @@ cmake --build "$dir" -j "$(nproc)" --target "${targets[@]}" dlfs_cli
 # ASan's 256 MB default, which keeps handing out fresh pages.
 export ASAN_OPTIONS=quarantine_size_mb=16
 limits=(-malloc_limit_mb=1024 -rss_limit_mb=2048 -timeout=30 -print_final_stats=1)
-if [[ -n "${FUZZ_RUNS:-}" ]]; then
-  limits+=(-runs="$FUZZ_RUNS")
-else
+[[ -n "${FUZZ_RUNS:-}" ]] && limits+=(-runs="$FUZZ_RUNS")
+if [[ -z "${FUZZ_RUNS:-}" || "$seconds" != 0 ]]; then
   limits+=(-max_total_time="$seconds")
 fi
 
 run_one() {  # harness
   local h=$1
   mkdir -p "$dir/corpus/$h" "$dir/artifacts/$h" "$dir/logs"
-  local log=$dir/logs/$h.log start rc=0
+  local log=$dir/logs/$h.log start rc=0 TIMEFORMAT='%0U %0S'
   start=$(date +%s)
-  "$dir/fuzz/fuzz_$h" "$dir/corpus/$h" "$dir/seeds/$h" "${limits[@]}" \
-    -artifact_prefix="$dir/artifacts/$h/" >"$log" 2>&1 || rc=$?
-  local execs rate
+  # CPU seconds beside the wall time: a long run may share the machine.
+  { time "$dir/fuzz/fuzz_$h" "$dir/corpus/$h" "$dir/seeds/$h" "${limits[@]}" \
+    -artifact_prefix="$dir/artifacts/$h/" >"$log" 2>&1; } 2>"$log.cpu" || rc=$?
+  local execs rate cpu
   execs=$(awk '/stat::number_of_executed_units/ {print $2}' "$log" | tail -1)
   rate=$(awk '/stat::average_exec_per_sec/ {print $2}' "$log" | tail -1)
-  printf '%-16s %8ss %12s execs %8s/s %6s inputs  %s\n' "$h" "$(($(date +%s) - start))" \
-    "${execs:-?}" "${rate:-?}" "$(ls "$dir/corpus/$h" | wc -l)" \
+  cpu=$(awk '{print $1 + $2}' "$log.cpu" 2>/dev/null)
+  printf '%-16s %8ss %8ss cpu %12s execs %8s/s %6s inputs  %s\n' "$h" "$(($(date +%s) - start))" \
+    "${cpu:-?}" "${execs:-?}" "${rate:-?}" "$(ls "$dir/corpus/$h" | wc -l)" \
     "$( ((rc == 0)) && echo ok || echo "FAILED (rc $rc, see $log)")"
   return $rc
 }
