@@ -40,8 +40,7 @@ TEST(PackSpecTest, RawShapeIsHxWOrHxWxC) {
   EXPECT_EQ(std::tuple(rgb.height, rgb.width, rgb.channels), std::tuple(32u, 16u, 3u));
   for (const char* bad : {"", "28", "28x", "0x28", "28x28x", "28x28x3x1", "-1x28", "28x28 ",
                           "99999999999x2", "28X28"}) {
-    EXPECT_THAT(ParseRawShape(bad), StatusIs(StatusCode::kInvalidArgument, "HxW or HxWxC"))
-        << bad;
+    EXPECT_THAT(ParseRawShape(bad), StatusIs(StatusCode::kInvalidArgument, "HxW or HxWxC")) << bad;
   }
 }
 
