@@ -17,9 +17,6 @@ namespace dlfs::pack_internal {
 namespace {
 
 constexpr uint32_t kMaxImageBytes = 1u << 30;
-// Images are copied to the volume through a buffer of at most this size:
-// memory stays bounded by it whatever the header claims.
-constexpr size_t kChunk = 1u << 20;
 
 struct Split {
   std::string images;
@@ -155,7 +152,7 @@ Status ImportSplit(const std::string& dir, const std::string& split, const Split
   const std::string name = split == "t10k" ? "test" : split;
   const int width =
       std::max<int>(5, static_cast<int>(std::to_string(count ? count - 1 : 0).size()));
-  std::vector<std::byte> chunk(std::min<uint64_t>(image_bytes, kChunk));
+  std::vector<std::byte> chunk(std::min<uint64_t>(image_bytes, kCopyChunk));
   std::vector<unsigned char> label_buf;
   std::string path;
   for (uint32_t i = 0; i < count; ++i) {

@@ -10,6 +10,10 @@
 
 namespace dlfs::pack_internal {
 
+// Importers copy a member or an image to the volume through a buffer of at
+// most this size: memory stays bounded by it whatever a header claims.
+inline constexpr size_t kCopyChunk = 1u << 20;
+
 // What an importer may do besides adding samples: report a source it could
 // not read, and let the caller see progress and ask for cancellation.
 class PackContext {

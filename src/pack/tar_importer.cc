@@ -31,7 +31,6 @@ namespace {
 
 constexpr uint64_t kMaxMemberBytes = 0xFFFFFFFFull;  // a sample's length is a u32
 constexpr uint64_t kMaxClsBytes = 4096;
-constexpr size_t kChunk = 1u << 20;
 
 // The field a member becomes: its WebDataset extension without the dot
 // ("s/000.seg.png" -> "seg.png"; "" for a member without one).
@@ -233,9 +232,9 @@ class TarImport {
     VolumeBuilder& b = ctx_.builder();
     const KeyPlan& plan = plan_[key];
     // Sized by the largest member so far (bytes that exist: a member whose
-    // declared size was beyond the archive never gets here), at most kChunk.
-    if (buf_.size() < std::min<uint64_t>(size, kChunk))
-      buf_.resize(std::min<uint64_t>(size, kChunk));
+    // declared size was beyond the archive never gets here), at most kCopyChunk.
+    if (buf_.size() < std::min<uint64_t>(size, kCopyChunk))
+      buf_.resize(std::min<uint64_t>(size, kCopyChunk));
     if (!plan.stream) {
       // Held until the key's last member arrives (a key spread over shards,
       // or with links).

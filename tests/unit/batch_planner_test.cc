@@ -9,7 +9,7 @@
 #include "testutil.h"
 
 namespace dlfs::loader_internal {
-namespace {
+namespace batch_planner_test {
 
 using testing::TempDir;
 
@@ -142,5 +142,5 @@ TEST(PlannerTargetsTest, ReadsNeverSpanTargets) {
   }
 }
 
-}  // namespace
+}  // namespace batch_planner_test
 }  // namespace dlfs::loader_internal

@@ -8,7 +8,7 @@
 #include "testutil.h"
 
 namespace dlfs {
-namespace {
+namespace builder_test {
 
 using testing::Bytes;
 using testing::StatusIs;
@@ -241,5 +241,5 @@ TEST(BuilderTest, ClassCountCoversNamesAndLabels) {
   EXPECT_EQ(d.class_name(4), "4");
 }
 
-}  // namespace
+}  // namespace builder_test
 }  // namespace dlfs

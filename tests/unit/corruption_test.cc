@@ -18,7 +18,7 @@
 #include "testutil.h"
 
 namespace dlfs {
-namespace {
+namespace corruption_test {
 
 using testing::Bytes;
 using testing::StatusIs;
@@ -231,5 +231,5 @@ TEST(VerifyTest, UnreadableBytesNameExactlyTheSamplesTheyHold) {
   }
 }
 
-}  // namespace
+}  // namespace corruption_test
 }  // namespace dlfs

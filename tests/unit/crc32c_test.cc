@@ -5,7 +5,7 @@
 #include "testutil.h"
 
 namespace dlfs {
-namespace {
+namespace crc32c_test {
 
 TEST(Crc32cTest, StandardCheckValues) {
   // RFC 3720 B.4 and the common "123456789" check value.
@@ -27,5 +27,5 @@ TEST(Crc32cTest, ExtendEqualsWholeBuffer) {
   }
 }
 
-}  // namespace
+}  // namespace crc32c_test
 }  // namespace dlfs

@@ -25,7 +25,7 @@
 #include "testutil.h"
 
 namespace dlfs {
-namespace {
+namespace decode_test {
 
 using testing::StatusIs;
 using testing::TempDir;
@@ -925,5 +925,5 @@ TEST(DecodeStageTest, BatchesOutliveTheStageAndBuffersAreReused) {
   EXPECT_EQ(kept.size(), 8u);
 }
 
-}  // namespace
+}  // namespace decode_test
 }  // namespace dlfs

@@ -16,7 +16,7 @@
 #include "testutil.h"
 
 namespace dlfs::format {
-namespace {
+namespace directory_codec_test {
 
 using testing::StatusIs;
 
@@ -494,5 +494,5 @@ TEST(DirectoryCodecTest, EveryMutationIsRefusedByItsCheck) {
   for (int c = 26; c <= 41; ++c) EXPECT_TRUE(checks.count(c)) << "no mutation for check " << c;
 }
 
-}  // namespace
+}  // namespace directory_codec_test
 }  // namespace dlfs::format

@@ -8,7 +8,7 @@
 #include "testutil.h"
 
 namespace dlfs {
-namespace {
+namespace directory_test {
 
 using testing::Bytes;
 using testing::TempDir;
@@ -173,5 +173,5 @@ TEST(DirectoryTest, RandomTreeMatchesModel) {
   }
 }
 
-}  // namespace
+}  // namespace directory_test
 }  // namespace dlfs

@@ -7,7 +7,7 @@
 #include "testutil.h"
 
 namespace dlfs {
-namespace {
+namespace engine_test {
 
 using testing::StatusIs;
 using testing::TempDir;
@@ -248,5 +248,5 @@ TEST(EngineFactoryTest, MissingFileAndNames) {
               StatusIs(StatusCode::kInvalidArgument, "unknown engine 'spdk'"));
 }
 
-}  // namespace
+}  // namespace engine_test
 }  // namespace dlfs

@@ -34,7 +34,7 @@
 #endif
 
 namespace dlfs {
-namespace {
+namespace fields_test {
 
 using testing::Bytes;
 using testing::StatusIs;
@@ -703,5 +703,5 @@ TEST_F(FieldsCorruptionTest, ResealedHugeDecodedLengthIsRefusedBeforeAllocating)
   EXPECT_NE(bad[0].find(says), std::string::npos) << bad[0];
 }
 
-}  // namespace
+}  // namespace fields_test
 }  // namespace dlfs

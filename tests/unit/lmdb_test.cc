@@ -9,7 +9,7 @@
 #include "testutil.h"
 
 namespace dlfs {
-namespace {
+namespace lmdb_test {
 
 using testing::LmdbWriter;
 using testing::Range;
@@ -270,5 +270,5 @@ TEST(DatumTest, DecodesCaffeWireFormat) {
       StatusIs(StatusCode::kCorruption, "malformed Caffe Datum: field 4 runs past the end"));
 }
 
-}  // namespace
+}  // namespace lmdb_test
 }  // namespace dlfs

@@ -12,7 +12,7 @@
 #include "testutil.h"
 
 namespace dlfs {
-namespace {
+namespace loader_fields_test {
 
 using testing::Bytes;
 using testing::StatusIs;
@@ -335,5 +335,5 @@ TEST(LoaderFieldsOptionsTest, DecodeStageRefusesSeveralFields) {
       << more.status().message();
 }
 
-}  // namespace
+}  // namespace loader_fields_test
 }  // namespace dlfs

@@ -19,7 +19,7 @@
 #include "testutil.h"
 
 namespace dlfs {
-namespace {
+namespace loader_test {
 
 using testing::TempDir;
 
@@ -492,11 +492,11 @@ TEST(LoaderOptionsTest, BadOptionsAreRefused) {
   EXPECT_EQ(Loader::Create(nullptr, {}).status().code(), StatusCode::kInvalidArgument);
 }
 
-}  // namespace
+}  // namespace loader_test
 }  // namespace dlfs
 
 namespace dlfs {
-namespace {
+namespace loader_test {
 
 using testing::StatusIs;
 
@@ -563,5 +563,5 @@ TEST(SampleReaderTest, DamageIsNamedNeverReturned) {
   }
 }
 
-}  // namespace
+}  // namespace loader_test
 }  // namespace dlfs

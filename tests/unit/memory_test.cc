@@ -13,7 +13,7 @@
 #include "testutil.h"
 
 namespace dlfs {
-namespace {
+namespace memory_test {
 
 namespace fs = std::filesystem;
 constexpr uint64_t kGiB = uint64_t{1} << 30;
@@ -203,5 +203,5 @@ TEST(PlanBuffersTest, EvenOneBatchTooLargeReservesTheLeast) {
   EXPECT_NE(p.note.find("exceed"), std::string::npos) << p.note;
 }
 
-}  // namespace
+}  // namespace memory_test
 }  // namespace dlfs

@@ -8,7 +8,7 @@
 #include "testutil.h"
 
 namespace dlfs {
-namespace {
+namespace mixture_test {
 
 using testing::StatusIs;
 using testing::TempDir;
@@ -73,5 +73,5 @@ TEST(MixtureTest, AnExplicitOrderThatDoesNotFitFailsItsBatches) {
   EXPECT_FALSE(*(*l)->Next(&batch));
 }
 
-}  // namespace
+}  // namespace mixture_test
 }  // namespace dlfs

@@ -19,7 +19,7 @@
 #include "testutil.h"
 
 namespace dlfs {
-namespace {
+namespace multi_target_test {
 
 namespace fs = std::filesystem;
 using testing::Bytes;
@@ -483,5 +483,5 @@ TEST(SingleTargetLayoutTest, UnchangedByMultiTargetSupport) {
                           [](std::byte b) { return b == std::byte{0}; }));
 }
 
-}  // namespace
+}  // namespace multi_target_test
 }  // namespace dlfs

@@ -23,7 +23,7 @@
 #include "testutil.h"
 
 namespace dlfs {
-namespace {
+namespace nbd_test {
 
 namespace fs = std::filesystem;
 using testing::NbdServer;
@@ -461,5 +461,5 @@ TEST_F(NbdTest, PackWritesTargetsToExports) {
   ASSERT_THAT(refused, StatusIs(StatusCode::kIOError, "read-only"));
 }
 
-}  // namespace
+}  // namespace nbd_test
 }  // namespace dlfs

@@ -24,7 +24,7 @@
 #include "testutil.h"
 
 namespace dlfs {
-namespace {
+namespace node_cache_test {
 
 namespace fs = std::filesystem;
 using cache_internal::NodeCache;
@@ -320,5 +320,5 @@ TEST_F(NodeCacheTest, TamperedRegionNeverFeedsAWrongSample) {
   EXPECT_GT(s.io.requests, 0u);
 }
 
-}  // namespace
+}  // namespace node_cache_test
 }  // namespace dlfs

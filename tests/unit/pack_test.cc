@@ -16,7 +16,7 @@
 #include "testutil.h"
 
 namespace dlfs {
-namespace {
+namespace pack_test {
 
 using testing::Bytes;
 using testing::StatusIs;
@@ -822,5 +822,5 @@ TEST(PackTest, DetectsSourceKinds) {
   EXPECT_EQ(*ParseSourceKind("lmdb"), SourceKind::kLmdb);
 }
 
-}  // namespace
+}  // namespace pack_test
 }  // namespace dlfs

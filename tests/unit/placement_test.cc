@@ -14,7 +14,7 @@
 #include "testutil.h"
 
 namespace dlfs::cache_internal {
-namespace {
+namespace placement_test {
 
 class PlacementTest : public ::testing::Test {
  protected:
@@ -93,5 +93,5 @@ TEST_F(PlacementTest, NoCapacityKeepsNothing) {
   EXPECT_TRUE(std::ranges::all_of(one, [](int32_t o) { return o == 1; }));
 }
 
-}  // namespace
+}  // namespace placement_test
 }  // namespace dlfs::cache_internal

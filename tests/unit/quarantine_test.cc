@@ -8,7 +8,7 @@
 #include "testutil.h"
 
 namespace dlfs {
-namespace {
+namespace quarantine_test {
 
 using testing::StatusIs;
 using testing::TempDir;
@@ -156,5 +156,5 @@ TEST_P(QuarantineTest, ListedSamplesAreLeftOutAndOutOfRangeRefused) {
 INSTANTIATE_TEST_SUITE_P(Cache, QuarantineTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "cache" : "device"; });
 
-}  // namespace
+}  // namespace quarantine_test
 }  // namespace dlfs

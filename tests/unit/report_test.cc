@@ -12,7 +12,7 @@
 #include "testutil.h"
 
 namespace dlfs {
-namespace {
+namespace report_test {
 
 using testing::Bytes;
 using testing::StatusIs;
@@ -107,5 +107,5 @@ TEST(ReportTest, ListingsAndEpochIndices) {
   EXPECT_EQ(FormatEpochIndices(indices, 2), "0\t5\n0\t3\n1\t9\n1\t1\n");
 }
 
-}  // namespace
+}  // namespace report_test
 }  // namespace dlfs

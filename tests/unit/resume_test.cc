@@ -9,7 +9,7 @@
 #include "testutil.h"
 
 namespace dlfs {
-namespace {
+namespace resume_test {
 
 using testing::StatusIs;
 using testing::TempDir;
@@ -506,5 +506,5 @@ TEST(ElasticLoaderTest, StateResumesOnAnotherNumberOfRanks) {
   EXPECT_LT(read.size() - 500, 4u);
 }
 
-}  // namespace
+}  // namespace resume_test
 }  // namespace dlfs

@@ -7,7 +7,7 @@
 #include "testutil.h"
 
 namespace dlfs {
-namespace {
+namespace sampler_test {
 
 using testing::StatusIs;
 
@@ -100,5 +100,5 @@ TEST(SamplerTest, RejectsBadOptions) {
   EXPECT_EQ(empty.batches_per_epoch(), 0u);
 }
 
-}  // namespace
+}  // namespace sampler_test
 }  // namespace dlfs

@@ -16,7 +16,7 @@
 #include "testutil.h"
 
 namespace dlfs {
-namespace {
+namespace shared_slots_test {
 
 TEST(SharedSlotsTest, RefusesSlotCountsOutsideOneTo1024) {
   for (uint32_t slots : {0u, 1025u}) {
@@ -168,5 +168,5 @@ TEST(SharedSlotsTest, MainProcessReadsAWorkersSlotAndFreesIt) {
   EXPECT_EQ(WEXITSTATUS(worker_end.status), 0);
 }
 
-}  // namespace
+}  // namespace shared_slots_test
 }  // namespace dlfs

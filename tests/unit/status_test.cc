@@ -9,7 +9,7 @@
 #include "testutil.h"
 
 namespace dlfs {
-namespace {
+namespace status_test {
 
 using testing::StatusIs;
 
@@ -117,5 +117,5 @@ TEST(StatusIsTest, FailingExpectationPrintsTheActualStatus) {
                           "whose status is InvalidArgument: 3 is odd");
 }
 
-}  // namespace
+}  // namespace status_test
 }  // namespace dlfs

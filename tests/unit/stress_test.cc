@@ -17,7 +17,7 @@
 #include "testutil.h"
 
 namespace dlfs {
-namespace {
+namespace stress_test {
 
 using Clock = std::chrono::steady_clock;
 using testing::TempDir;
@@ -217,5 +217,5 @@ TEST_F(StressTest, ConcurrentLoadersWithInjectedFaults) {
   }
 }
 
-}  // namespace
+}  // namespace stress_test
 }  // namespace dlfs

@@ -7,7 +7,7 @@
 #include "testutil.h"
 
 namespace dlfs::format {
-namespace {
+namespace superblock_test {
 
 constexpr uint64_t kFileSize = 5 * 4096;
 
@@ -206,5 +206,5 @@ TEST(SuperblockTest, UuidFormatting) {
   EXPECT_EQ(FormatUuid(u), "00112233-4455-6677-8899-aabbccddeeff");
 }
 
-}  // namespace
+}  // namespace superblock_test
 }  // namespace dlfs::format

@@ -16,7 +16,7 @@
 #include "testutil.h"
 
 namespace dlfs::io_internal {
-namespace {
+namespace target_test {
 
 namespace fs = std::filesystem;
 using dlfs::testing::Bytes;
@@ -250,5 +250,5 @@ TEST_F(NbdTargetTest, AnUnreachableExportIsNamedInTheError) {
   EXPECT_TRUE(r.status().message().starts_with("target 1 (x): ")) << r.status().message();
 }
 
-}  // namespace
+}  // namespace target_test
 }  // namespace dlfs::io_internal

@@ -9,7 +9,7 @@
 #include "testutil.h"
 
 namespace dlfs {
-namespace {
+namespace volume_metadata_test {
 
 using testing::TempDir;
 
@@ -69,5 +69,5 @@ TEST_F(VolumeMetadataTest, UnvalidatedBytesAreChecked) {
   EXPECT_NE(w.status().message().find("target 1"), std::string::npos) << w.status().ToString();
 }
 
-}  // namespace
+}  // namespace volume_metadata_test
 }  // namespace dlfs
