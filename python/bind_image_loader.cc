@@ -149,44 +149,15 @@ class PyImageLoader {
 
 // dlfs.ImageLoader(...): the loader keywords through ResolveLoaderKeywords,
 // the decode stage's from the pipeline and its own keywords.
-std::unique_ptr<PyImageLoader> MakeImageLoader(
-    py::object volume, uint32_t batch_size, const ImagePipeline& pipeline, uint32_t decode_threads,
-    uint32_t decode_prefetch, bool skip_bad_samples, bool shuffle, uint64_t seed, uint32_t rank,
-    uint32_t world_size, bool drop_last, uint32_t prefetch_batches, uint32_t queue_depth,
-    uint32_t io_threads, const std::string& engine, bool direct_io, bool verify_checksums,
-    bool coalesce, std::optional<std::vector<uint64_t>> indices, std::optional<std::string> field,
-    std::optional<uint64_t> cache_budget, bool cache_shared, uint32_t max_bad_samples,
-    py::object quarantine, std::optional<std::vector<double>> weights, uint64_t epoch_samples,
-    bool cycle) {
-  LoaderSetup setup = ResolveLoaderKeywords({
-      .volume = volume,
-      .batch_size = batch_size,
-      .shuffle = shuffle,
-      .seed = seed,
-      .rank = rank,
-      .world_size = world_size,
-      .drop_last = drop_last,
-      .prefetch_batches = prefetch_batches,
-      .queue_depth = queue_depth,
-      .io_threads = io_threads,
-      .engine = engine,
-      .direct_io = direct_io,
-      .verify_checksums = verify_checksums,
-      .coalesce = coalesce,
-      .indices = std::move(indices),
-      .cache_budget = cache_budget,
-      // One field: the decode stage decodes one image per sample.
-      .fields = field ? std::optional(std::vector{*field}) : std::nullopt,
-      .cache_shared = cache_shared,
-      // Samples that cannot be read or fail their checksum are
-      // left out like undecodable ones.
-      .skip_bad_samples = skip_bad_samples,
-      .max_bad_samples = max_bad_samples,
-      .quarantine = quarantine,
-      .weights = std::move(weights),
-      .epoch_samples = epoch_samples,
-      .cycle = cycle,
-  });
+std::unique_ptr<PyImageLoader> MakeImageLoader(LoaderKeywords k, const ImagePipeline& pipeline,
+                                               uint32_t decode_threads, uint32_t decode_prefetch,
+                                               std::optional<std::string> field) {
+  // One field: the decode stage decodes one image per sample. Samples that
+  // cannot be read or fail their checksum are left out (skip_bad_samples)
+  // like undecodable ones.
+  if (field) k.fields = std::vector{*field};
+  const bool skip_bad_samples = k.skip_bad_samples;
+  LoaderSetup setup = ResolveLoaderKeywords(std::move(k));
   DecodeStageOptions dso;
   dso.image = pipeline.options();
   dso.decode_threads = decode_threads;
@@ -205,27 +176,13 @@ std::unique_ptr<PyImageLoader> MakeImageLoader(
 
 void RegisterImageLoader(py::module_& m) {
   static const DecodeStageOptions kStage;
-  static const LoaderOptions kLoader;
-  py::class_<PyImageLoader>(m, "ImageLoader", kImageLoaderDoc)
-      .def(py::init(&MakeImageLoader), py::arg("volume"), py::arg("batch_size"),
-           py::arg("pipeline"), py::arg("decode_threads") = kStage.decode_threads,
-           py::arg("decode_prefetch") = kStage.prefetch_batches,
-           py::arg("skip_bad_samples") = kStage.skip_bad_samples,
-           py::arg("shuffle") = kLoader.sampler.shuffle, py::arg("seed") = kLoader.sampler.seed,
-           py::arg("rank") = kLoader.sampler.rank,
-           py::arg("world_size") = kLoader.sampler.world_size,
-           py::arg("drop_last") = kLoader.sampler.drop_last,
-           py::arg("prefetch_batches") = kLoader.prefetch_batches,
-           py::arg("queue_depth") = kLoader.engine.queue_depth,
-           py::arg("io_threads") = kLoader.io_threads,
-           py::arg("engine") = std::string(EngineKindName(kLoader.engine.kind)),
-           py::arg("direct_io") = kLoader.engine.direct_io,
-           py::arg("verify_checksums") = kLoader.verify_checksums,
-           py::arg("coalesce") = kLoader.plan.coalesce, py::arg("indices") = py::none(),
-           py::arg("field") = py::none(), py::arg("cache_budget") = py::none(),
-           py::arg("cache_shared") = kLoader.cache_shared,
-           py::arg("max_bad_samples") = kLoader.max_bad_samples, py::arg("quarantine") = py::none(),
-           py::arg("weights") = py::none(), py::arg("epoch_samples") = 0, py::arg("cycle") = false)
+  py::class_<PyImageLoader> loader(m, "ImageLoader", kImageLoaderDoc);
+  // The decode stage's keywords follow the loader's, keyword-only.
+  DefLoaderInit<const ImagePipeline&, uint32_t, uint32_t, std::optional<std::string>>(
+      loader, &MakeImageLoader, py::kw_only(), py::arg("pipeline"),
+      py::arg("decode_threads") = kStage.decode_threads,
+      py::arg("decode_prefetch") = kStage.prefetch_batches, py::arg("field") = py::none());
+  loader
       .def(
           "quarantine",
           [](PyImageLoader& l) {

@@ -213,40 +213,10 @@ py::array SampleView(py::object batch_obj, size_t i) { return FieldView(batch_ob
 // dlfs.Loader(...): the keywords through ResolveLoaderKeywords; a loader
 // whose memory budget cut its read-ahead or its cache says so in a
 // RuntimeWarning.
-std::unique_ptr<PyLoader> MakeLoader(
-    py::object volume, uint32_t batch_size, bool shuffle, uint64_t seed, uint32_t rank,
-    uint32_t world_size, bool drop_last, uint32_t prefetch_batches, uint32_t queue_depth,
-    uint32_t io_threads, const std::string& engine, bool direct_io, bool verify_checksums,
-    bool coalesce, std::optional<std::vector<uint64_t>> indices,
-    std::optional<uint64_t> cache_budget, std::optional<std::vector<std::string>> fields,
-    bool cache_shared, bool skip_bad_samples, uint32_t max_bad_samples, py::object quarantine,
-    std::optional<std::vector<double>> weights, uint64_t epoch_samples, bool cycle) {
-  auto loader = std::make_unique<PyLoader>(ResolveLoaderKeywords({
-      .volume = volume,
-      .batch_size = batch_size,
-      .shuffle = shuffle,
-      .seed = seed,
-      .rank = rank,
-      .world_size = world_size,
-      .drop_last = drop_last,
-      .prefetch_batches = prefetch_batches,
-      .queue_depth = queue_depth,
-      .io_threads = io_threads,
-      .engine = engine,
-      .direct_io = direct_io,
-      .verify_checksums = verify_checksums,
-      .coalesce = coalesce,
-      .indices = std::move(indices),
-      .cache_budget = cache_budget,
-      .fields = std::move(fields),
-      .cache_shared = cache_shared,
-      .skip_bad_samples = skip_bad_samples,
-      .max_bad_samples = max_bad_samples,
-      .quarantine = quarantine,
-      .weights = std::move(weights),
-      .epoch_samples = epoch_samples,
-      .cycle = cycle,
-  }));
+std::unique_ptr<PyLoader> MakeLoader(LoaderKeywords k,
+                                     std::optional<std::vector<std::string>> fields) {
+  k.fields = std::move(fields);
+  auto loader = std::make_unique<PyLoader>(ResolveLoaderKeywords(std::move(k)));
   for (const Loader* one : loader->loaders()) {
     if (const std::string& note = one->cache_note(); !note.empty()) {
       if (PyErr_WarnEx(PyExc_RuntimeWarning, ("dlfs: " + note).c_str(), 1) != 0) {
@@ -385,27 +355,10 @@ void RegisterBatch(py::module_& m) {
 void RegisterLoader(py::module_& m) {
   RegisterBatch(m);
 
-  // Every keyword default comes from LoaderOptions (written once, in C++).
-  static const LoaderOptions kDefaults;
-  py::class_<PyLoader>(m, "Loader", kLoaderDoc)
-      .def(py::init(&MakeLoader), py::arg("volume"), py::arg("batch_size"),
-           py::arg("shuffle") = kDefaults.sampler.shuffle, py::arg("seed") = kDefaults.sampler.seed,
-           py::arg("rank") = kDefaults.sampler.rank,
-           py::arg("world_size") = kDefaults.sampler.world_size,
-           py::arg("drop_last") = kDefaults.sampler.drop_last,
-           py::arg("prefetch_batches") = kDefaults.prefetch_batches,
-           py::arg("queue_depth") = kDefaults.engine.queue_depth,
-           py::arg("io_threads") = kDefaults.io_threads,
-           py::arg("engine") = std::string(EngineKindName(kDefaults.engine.kind)),
-           py::arg("direct_io") = kDefaults.engine.direct_io,
-           py::arg("verify_checksums") = kDefaults.verify_checksums,
-           py::arg("coalesce") = kDefaults.plan.coalesce, py::arg("indices") = py::none(),
-           py::arg("cache_budget") = py::none(), py::arg("fields") = py::none(),
-           py::arg("cache_shared") = kDefaults.cache_shared,
-           py::arg("skip_bad_samples") = kDefaults.skip_bad_samples,
-           py::arg("max_bad_samples") = kDefaults.max_bad_samples,
-           py::arg("quarantine") = py::none(), py::arg("weights") = py::none(),
-           py::arg("epoch_samples") = 0, py::arg("cycle") = false)
+  py::class_<PyLoader> loader(m, "Loader", kLoaderDoc);
+  DefLoaderInit<std::optional<std::vector<std::string>>>(loader, &MakeLoader,
+                                                         py::arg("fields") = py::none());
+  loader
       .def(
           "quarantine",
           [](PyLoader& l) {

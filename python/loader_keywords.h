@@ -1,18 +1,22 @@
 // The loader keywords of dlfs.Loader and dlfs.ImageLoader (the binding under
-// dlfs.torch.ImageLoader), as Python gave them, and the one place they
-// become LoaderOptions and the volumes to read. A new LoaderOptions keyword
-// is a field here and its line in ResolveLoaderKeywords; each binding then
-// names it in its signature (pybind11 spells every keyword out).
+// dlfs.torch.ImageLoader): declared once for both constructors
+// (DefLoaderInit), gathered in LoaderKeywords, and turned into LoaderOptions
+// and the volumes to read in one place (ResolveLoaderKeywords). A new
+// LoaderOptions keyword is a field of LoaderKeywords, its parameter and
+// pybind11 argument in DefLoaderInit, and its line in ResolveLoaderKeywords.
 #pragma once
 
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "dlfs/io_engine.h"
 #include "dlfs/loader.h"
 #include "dlfs/mixture.h"
 #include "dlfs/volume.h"
@@ -63,5 +67,63 @@ struct LoaderSetup {
 // (status_bridge.h): OSError or CorruptVolumeError for a volume, ValueError
 // for an unknown engine or mixture keywords given with one volume.
 LoaderSetup ResolveLoaderKeywords(LoaderKeywords k);
+
+// Defines `cls`'s constructor: (volume, batch_size, the loader keywords,
+// then the class's own keywords `own`, pybind11 arguments of types Own...),
+// which calls make(LoaderKeywords, Own...) and returns what it returns.
+// Every loader keyword's default comes from LoaderOptions.
+template <typename... Own, typename Class, typename Make, typename... OwnArgs>
+void DefLoaderInit(Class& cls, Make make, OwnArgs... own) {
+  namespace py = pybind11;
+  static const LoaderOptions d;
+  cls.def(py::init([make](py::object volume, uint32_t batch_size, bool shuffle, uint64_t seed,
+                          uint32_t rank, uint32_t world_size, bool drop_last,
+                          uint32_t prefetch_batches, uint32_t queue_depth, uint32_t io_threads,
+                          std::string engine, bool direct_io, bool verify_checksums, bool coalesce,
+                          std::optional<std::vector<uint64_t>> indices,
+                          std::optional<uint64_t> cache_budget, bool cache_shared,
+                          bool skip_bad_samples, uint32_t max_bad_samples, py::object quarantine,
+                          std::optional<std::vector<double>> weights, uint64_t epoch_samples,
+                          bool cycle, Own... own_values) {
+            return make(LoaderKeywords{.volume = std::move(volume),
+                                       .batch_size = batch_size,
+                                       .shuffle = shuffle,
+                                       .seed = seed,
+                                       .rank = rank,
+                                       .world_size = world_size,
+                                       .drop_last = drop_last,
+                                       .prefetch_batches = prefetch_batches,
+                                       .queue_depth = queue_depth,
+                                       .io_threads = io_threads,
+                                       .engine = std::move(engine),
+                                       .direct_io = direct_io,
+                                       .verify_checksums = verify_checksums,
+                                       .coalesce = coalesce,
+                                       .indices = std::move(indices),
+                                       .cache_budget = cache_budget,
+                                       .cache_shared = cache_shared,
+                                       .skip_bad_samples = skip_bad_samples,
+                                       .max_bad_samples = max_bad_samples,
+                                       .quarantine = std::move(quarantine),
+                                       .weights = std::move(weights),
+                                       .epoch_samples = epoch_samples,
+                                       .cycle = cycle},
+                        std::move(own_values)...);
+          }),
+          py::arg("volume"), py::arg("batch_size"), py::arg("shuffle") = d.sampler.shuffle,
+          py::arg("seed") = d.sampler.seed, py::arg("rank") = d.sampler.rank,
+          py::arg("world_size") = d.sampler.world_size, py::arg("drop_last") = d.sampler.drop_last,
+          py::arg("prefetch_batches") = d.prefetch_batches,
+          py::arg("queue_depth") = d.engine.queue_depth, py::arg("io_threads") = d.io_threads,
+          py::arg("engine") = std::string(EngineKindName(d.engine.kind)),
+          py::arg("direct_io") = d.engine.direct_io,
+          py::arg("verify_checksums") = d.verify_checksums, py::arg("coalesce") = d.plan.coalesce,
+          py::arg("indices") = py::none(), py::arg("cache_budget") = py::none(),
+          py::arg("cache_shared") = d.cache_shared,
+          py::arg("skip_bad_samples") = d.skip_bad_samples,
+          py::arg("max_bad_samples") = d.max_bad_samples, py::arg("quarantine") = py::none(),
+          py::arg("weights") = py::none(), py::arg("epoch_samples") = 0, py::arg("cycle") = false,
+          std::move(own)...);
+}
 
 }  // namespace dlfs::python

@@ -116,8 +116,8 @@ class ImageLoader:
         indices = vol.indices(root) if root else None
         if decode_threads is not None:
             loader_options["decode_threads"] = decode_threads
-        self._loader = _dlfs.ImageLoader(volume if mixture else vol, batch_size, self.pipeline,
-                                         shuffle=shuffle,
+        self._loader = _dlfs.ImageLoader(volume if mixture else vol, batch_size,
+                                         pipeline=self.pipeline, shuffle=shuffle,
                                          seed=seed, rank=self.rank, world_size=self.world_size,
                                          indices=indices, **loader_options)
         self.batch_size = batch_size
