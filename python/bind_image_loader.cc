@@ -222,14 +222,7 @@ void RegisterImageLoader(py::module_& m) {
       .def_property_readonly(
           "indices",
           [](PyImageLoader& l) {
-            std::vector<uint64_t> idx;
-            if (l.mixture()) {
-              for (const auto& [v, i] : l.mixture()->RankSamples(l.epoch())) idx.push_back(i);
-            } else {
-              idx = l.loaders().front()->RankIndices(l.epoch());
-            }
-            return py::array_t<int64_t>(static_cast<py::ssize_t>(idx.size()),
-                                        reinterpret_cast<const int64_t*>(idx.data()));
+            return RankIndicesArray(l.mixture(), *l.loaders().front(), l.epoch());
           },
           "This rank's sample indices for the current epoch, in reading order.");
 }

@@ -388,14 +388,7 @@ void RegisterLoader(py::module_& m) {
       .def_property_readonly(
           "indices",
           [](PyLoader& l) {
-            std::vector<uint64_t> idx;
-            if (l.mixture()) {
-              for (const auto& [v, i] : l.mixture()->RankSamples(l.epoch())) idx.push_back(i);
-            } else {
-              idx = l.loaders().front()->RankIndices(l.epoch());
-            }
-            return py::array_t<int64_t>(static_cast<py::ssize_t>(idx.size()),
-                                        reinterpret_cast<const int64_t*>(idx.data()));
+            return RankIndicesArray(l.mixture(), *l.loaders().front(), l.epoch());
           },
           "This rank's sample indices for the current epoch, in reading order (of a "
           "mixture: within each sample's volume, see sources).")

@@ -3,10 +3,12 @@
 // load_state_dict() takes (the keys of its text form, dlfs/batch_source.h;
 // flags as bools; the epoch's earlier parts of an elastic resume as the
 // "segments" string; the samples left out as bad as the "quarantine" string
-// "3,17"), the iteration's position, and quarantine records. (Their
+// "3,17"), the iteration's position, quarantine records, and the rank's
+// sample indices of an epoch. (Their
 // keywords become LoaderOptions in loader_keywords.h.)
 #pragma once
 
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
@@ -15,6 +17,8 @@
 #include <vector>
 
 #include "dlfs/batch_source.h"
+#include "dlfs/loader.h"
+#include "dlfs/mixture.h"
 
 namespace dlfs {
 
@@ -142,5 +146,20 @@ class SourcePosition {
   bool positioned_ = false;  // the source is at epoch_ (iterated or restored)
   bool restored_ = false;    // by load_state_dict, and not iterated since
 };
+
+// This rank's sample indices in `epoch`, in reading order, as an int64
+// array: of `mixture` when there is one (each within its sample's volume),
+// else of `loader`.
+inline pybind11::array_t<int64_t> RankIndicesArray(const MixtureSource* mixture,
+                                                   const Loader& loader, uint64_t epoch) {
+  std::vector<uint64_t> idx;
+  if (mixture) {
+    for (const auto& [v, i] : mixture->RankSamples(epoch)) idx.push_back(i);
+  } else {
+    idx = loader.RankIndices(epoch);
+  }
+  return pybind11::array_t<int64_t>(static_cast<pybind11::ssize_t>(idx.size()),
+                                    reinterpret_cast<const int64_t*>(idx.data()));
+}
 
 }  // namespace dlfs
