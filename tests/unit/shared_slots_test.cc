@@ -18,11 +18,12 @@
 namespace dlfs {
 namespace shared_slots_test {
 
+using testing::StatusIs;
+
 TEST(SharedSlotsTest, RefusesSlotCountsOutsideOneTo1024) {
   for (uint32_t slots : {0u, 1025u}) {
     auto r = SharedSlots::Create(slots, 4096);
-    ASSERT_FALSE(r.ok()) << slots;
-    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    ASSERT_THAT(r, StatusIs(StatusCode::kInvalidArgument, "slots must be 1..1024")) << slots;
     EXPECT_EQ(r.status().message(), "slots must be 1..1024");
   }
   ASSERT_OK(SharedSlots::Create(1, 4096));
@@ -102,14 +103,13 @@ TEST(SharedSlotsTest, LeasesOfOneMemoryShareOneMapping) {
 TEST(SharedSlotsTest, AttachRefusesASlotPastTheMemoryAndAMissingFd) {
   ASSERT_OK_AND_ASSIGN(auto s, SharedSlots::Create(2, 4096));
   auto past = AttachSlot(::getpid(), s->fd(), s->total(), s->slot_bytes(), 2);
-  ASSERT_FALSE(past.ok());
-  EXPECT_EQ(past.status().code(), StatusCode::kInvalidArgument);
+  ASSERT_THAT(past, StatusIs(StatusCode::kInvalidArgument, "slot out of range"));
   EXPECT_EQ(past.status().message(), "slot out of range of the shared batch memory");
 
   const int closed = ::dup(s->fd());
   ::close(closed);
   auto missing = AttachSlot(::getpid(), closed, s->total(), s->slot_bytes(), 0);
-  ASSERT_FALSE(missing.ok());
+  ASSERT_THAT(missing, StatusIs(StatusCode::kNotFound, "shared_memory=False"));
   EXPECT_EQ(missing.status().sys_errno(), ENOENT);
   const std::string path = "/proc/" + std::to_string(::getpid()) + "/fd/" + std::to_string(closed);
   EXPECT_NE(missing.status().message().find(path), std::string::npos) << missing.status().message();
