@@ -8,7 +8,9 @@
 # Corpora grow in build-fuzz/corpus/<harness> across runs (seeds: fuzz/make_seeds.py);
 # a crash, leak, timeout or allocation over 1 GiB fails the run and leaves
 # the input in build-fuzz/artifacts/<harness>/. Exit status 0 only if every
-# harness ran clean. See docs/reliability.md.
+# harness ran clean. See docs/reliability.md. Lower a long run's priority
+# (nice) rather than pausing it: libFuzzer's per-input timeout and slow-unit
+# report count wall time, so a SIGSTOP shows up as a timeout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
