@@ -97,6 +97,15 @@ EpochRead ReadEpoch(BatchSource& source, uint64_t e) {
   return out;
 }
 
+// A cluster cache whose budget holds the whole volume, batches of 16.
+ShardLoaderOptions WholeVolumeCached(const Volume& volume) {
+  ShardLoaderOptions so;
+  so.loader.sampler.batch_size = 16;
+  so.loader.cache_budget = volume.info().data_bytes;
+  so.cluster_cache = true;
+  return so;
+}
+
 uint64_t SumOverRanks(uint64_t mine) {
   uint64_t sum = 0;
   MPI_Allreduce(&mine, &sum, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
@@ -180,11 +189,7 @@ TEST_F(ClusterCacheTest, BatchesEqualThePlainLoadersForEveryBudget) {
 TEST_F(ClusterCacheTest, PlacementIsTheSameOnEveryRank) {
   auto volume = OpenVolume(*dir_ / "one.dlfs");
   ASSERT_TRUE(volume);
-  ShardLoaderOptions so;
-  so.loader.sampler.batch_size = 16;
-  so.loader.cache_budget = volume->info().data_bytes;
-  so.cluster_cache = true;
-  auto cluster = ShardLoader::Create(MPI_COMM_WORLD, volume, so);
+  auto cluster = ShardLoader::Create(MPI_COMM_WORLD, volume, WholeVolumeCached(*volume));
   ASSERT_OK(cluster);
   const std::span<const int32_t> owners = (*cluster)->cluster_owners();
   EXPECT_EQ(owners.size(), volume->size());
@@ -223,10 +228,7 @@ TEST_F(ClusterCacheTest, DamagedSampleIsNamedByItsReader) {
   MPI_Barrier(MPI_COMM_WORLD);
   auto volume = OpenVolume(bad);
   ASSERT_TRUE(volume);
-  ShardLoaderOptions so;
-  so.loader.sampler.batch_size = 16;
-  so.loader.cache_budget = volume->info().data_bytes;
-  so.cluster_cache = true;
+  ShardLoaderOptions so = WholeVolumeCached(*volume);
   auto cluster = ShardLoader::Create(MPI_COMM_WORLD, volume, so);
   ASSERT_OK(cluster);
   for (uint64_t e = 0; e < 3; ++e) {
@@ -263,11 +265,7 @@ TEST_F(ClusterCacheTest, DamagedSampleIsNamedByItsReader) {
 TEST_F(ClusterCacheTest, BatchesOutliveTheLoader) {
   auto volume = OpenVolume(*dir_ / "one.dlfs");
   ASSERT_TRUE(volume);
-  ShardLoaderOptions so;
-  so.loader.sampler.batch_size = 16;
-  so.loader.cache_budget = volume->info().data_bytes;
-  so.cluster_cache = true;
-  auto cluster = ShardLoader::Create(MPI_COMM_WORLD, volume, so);
+  auto cluster = ShardLoader::Create(MPI_COMM_WORLD, volume, WholeVolumeCached(*volume));
   ASSERT_OK(cluster);
   ReadEpoch(**cluster, 0);  // fills the caches
   (*cluster)->SetEpoch(1);
