@@ -112,9 +112,10 @@ def loader_epochs(vol_path, epochs, min_epochs, deadline):
         for _ in range(200):
             data, _ = vol[rnd.randrange(len(vol))]
             n += 1
-        # Its own fds, counted here between epochs: counted from outside, they could
-        # include the next Loader's being set up (and the old one's not yet closed).
-        print(epoch, n, fd_count(), flush=True)
+        # Its own fds and RSS, taken here between epochs: taken from outside, they could
+        # catch the next epoch's Loader being set up beside the old one (a CI run under load
+        # counted 3 fds too many once, and 11.8 MB above the warm-up once, both transient).
+        print(epoch, n, fd_count(), rss_kb(), flush=True)
         epoch += 1
 
 
@@ -128,8 +129,8 @@ def soak_loader(vol_path, args, deadline):
                              "--seconds", str(max(0.0, deadline - time.monotonic()))],
                             stdout=subprocess.PIPE, text=True)
     for line in proc.stdout:
-        epoch, samples, fds = map(int, line.split())
-        series.add(epoch, time.monotonic() - start, rss_kb(proc.pid), fds, samples)
+        epoch, samples, fds, rss = map(int, line.split())
+        series.add(epoch, time.monotonic() - start, rss, fds, samples)
     if proc.wait() != 0:
         raise RuntimeError(f"the loader child failed (exit status {proc.returncode})")
     return series

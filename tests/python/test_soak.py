@@ -20,7 +20,10 @@ def _soak_module():
 
 def test_short_soak_is_flat(dlfs_bin, tmp_path):
     pytest.importorskip("dlfs")
-    args = ["--epochs", "20", "--samples", "500", "--tolerance-mb", "8",
+    # The warm-up covers the loader part's first Loader replacement (epoch 10): the allocator
+    # keeps 2-5 MB after old and new Loader first coexist, a step, not growth (the hour-long
+    # soak in docs/reliability.md stayed flat across 6,867 of them).
+    args = ["--epochs", "30", "--warmup", "11", "--samples", "500", "--tolerance-mb", "8",
             "--csv", str(tmp_path / "soak.csv")]
     fuse = os.path.exists("/dev/fuse") and shutil.which("fusermount3")
     if not fuse:
@@ -30,12 +33,12 @@ def test_short_soak_is_flat(dlfs_bin, tmp_path):
                           timeout=600, env=env)
     out = proc.stdout.decode()
     assert proc.returncode == 0, out + proc.stderr.decode()
-    assert "python loader: 20 epochs" in out and "flat" in out, out
+    assert "python loader: 30 epochs" in out and "flat" in out, out
     if fuse and "mount did not come up" not in out:
-        assert "fuse mount: 20 epochs" in out, out
+        assert "fuse mount: 30 epochs" in out, out
     rows = (tmp_path / "soak.csv").read_text().splitlines()
     assert rows[0] == "part,epoch,seconds,rss_kb,open_fds,samples"
-    assert len(rows) >= 21
+    assert len(rows) >= 31
 
 
 def test_soak_verdict_catches_growth():
