@@ -24,14 +24,8 @@ void AddDecodeOptions(CLI::App* verb, ImageOptions* o) {
   verb->add_flag("--flip", o->transform.flip, "Random horizontal flip (p = 0.5)");
   AddEnumOption(verb, "--color", &o->decode.color, kColorModeNames,
                 "Channels: the image's own, or forced");
-  verb->add_option_function<std::string>(
-      "--raw-shape",
-      [o](const std::string& text) {
-        auto shape = ParseRawShape(text);
-        if (!shape.ok()) throw CLI::ValidationError("--raw-shape: " + shape.status().message());
-        o->decode.raw = *shape;
-      },
-      "Samples that are neither JPEG nor PNG are raw pixels of this shape (HxW or HxWxC)");
+  AddParsed(verb, "--raw-shape", &o->decode.raw, ParseRawShape,
+            "Samples that are neither JPEG nor PNG are raw pixels of this shape (HxW or HxWxC)");
   AddDefaulted(verb, "--max-pixels", o->decode.max_pixels,
                "Refuse images of more pixels (from their header)");
   AddOffFlag(verb, "--no-dct-scaling", &o->decode.dct_scaling,
@@ -44,15 +38,10 @@ struct BenchArgs {
   VolumeArgs volume;
   // Further volumes: with them, a weighted mixture (dlfs/mixture.h).
   std::vector<std::string> mixture;
-  std::vector<double> weights;
-  uint64_t epoch_samples = 0;
-  bool cycle = false;
-  ShardLoaderOptions source;  // .loader: the loader; the rest: --shard-local exchanges
-  BenchOptions bench;
+  VolumeBenchOptions run;  // one process (its open, decode and on_* are set when run)
+  BenchJobOptions job;     // mpirun (its loader and bench are run's)
   bool json = false;
-  bool shard_local = false;   // mpirun: read own node's target, fetch the rest over MPI
-  bool private_open = false;  // mpirun: every rank reads the directory (no shared window)
-  bool decode = false;        // batches go through a DecodeStage
+  bool decode = false;  // batches go through a DecodeStage
   DecodeStageOptions decode_stage;
 };
 
@@ -82,17 +71,10 @@ void AddLoaderOptions(CLI::App* verb, LoaderOptions* o) {
                "Seconds before an unanswered NBD read fails (its connection is reopened)");
   AddDefaulted(verb, "--nbd-reconnects", o->engine.nbd.reconnects,
                "Attempts to reconnect a lost NBD connection before its reads fail");
-  verb->add_option_function<std::string>(
-          "--cache-budget",
-          [o](const std::string& text) {
-            const Result<uint64_t> budget = ParseByteBudget(text);
-            if (!budget.ok())
-              throw CLI::ValidationError("--cache-budget: " + budget.status().message());
-            o->cache_budget = *budget;
-          },
-          "Node cache: keep samples read in memory shared by the node's processes, up to\n"
-          "this many bytes (auto: $DLFS_CACHE_BUDGET, else a quarter of what the job may\n"
-          "use: MemAvailable and its memory cgroup's limit; 0: off; suffixes K, M, G, T)")
+  AddParsed(verb, "--cache-budget", &o->cache_budget, ParseByteBudget,
+            "Node cache: keep samples read in memory shared by the node's processes, up to\n"
+            "this many bytes (auto: $DLFS_CACHE_BUDGET, else a quarter of what the job may\n"
+            "use: MemAvailable and its memory cgroup's limit; 0: off; suffixes K, M, G, T)")
       ->default_str("auto");
   verb->add_option("--fields", o->fields,
                    "Read these fields of each sample, e.g. jpg,cls (format v2; needed when\n"
@@ -103,27 +85,25 @@ void AddLoaderOptions(CLI::App* verb, LoaderOptions* o) {
       ->delimiter(',');
 }
 
-int RunBenchMpi(const BenchArgs& args) {
+int RunBenchMpi(BenchArgs& args) {
 #ifdef DLFS_HAVE_MPI
   return RunWithMpi([&](int rank, int world) {
     // Errors are collective (the same on every rank); rank 0 prints them.
     const auto fail = [rank](const Status& st) { return rank == 0 ? Fail(st) : kExitError; };
+    BenchJobOptions& job = args.job;
     auto open = OpenOptions(args.volume);
     if (!open.ok()) return fail(open.status());
-    BenchJobOptions job;
     job.open = std::move(*open);
-    job.private_open = args.private_open;
-    job.shard_local = args.shard_local;
-    job.source = args.source;
-    job.bench = args.bench;
+    job.source.loader = args.run.loader;
+    job.bench = args.run.bench;
     if (!args.json && rank == 0) {
       job.bench.on_epoch = [world](const EpochReport& e) { Print(FormatJobEpochLine(e, world)); };
     }
     auto report = RunBenchJob(MPI_COMM_WORLD, args.volume.path, job);
     if (!report.ok()) return fail(report.status());
     if (rank == 0) {
-      const BenchJobSetup setup = {args.volume.path, args.source.loader.sampler.batch_size,
-                                   args.shard_local, args.private_open, args.source.cluster_cache};
+      const BenchJobSetup setup = {args.volume.path, job.source.loader.sampler.batch_size,
+                                   job.shard_local, job.private_open, job.source.cluster_cache};
       Print(FormatBenchJobReport(*report, setup, FormatOf(args.json)));
     }
     return kExitOk;
@@ -134,28 +114,23 @@ int RunBenchMpi(const BenchArgs& args) {
 #endif
 }
 
-int RunBench(const BenchArgs& args) {
+int RunBench(BenchArgs& args) {
   if (LaunchedByMpirun()) {
-    if (args.decode) {
-      return Fail(
-          Status::NotSupported("bench --decode does not run under mpirun yet; run it "
-                               "without mpirun (one process)"));
+    if (args.decode || !args.mixture.empty()) {
+      return Fail(Status::NotSupported(
+          std::string(args.decode ? "bench --decode" : "a mixture of several volumes") +
+          " does not run under mpirun yet; run it without mpirun (one process)"));
     }
     return RunBenchMpi(args);
   }
-  if (args.shard_local || args.private_open || args.source.cluster_cache) {
+  if (args.job.shard_local || args.job.private_open || args.job.source.cluster_cache) {
     return Fail(
         Status::InvalidArgument("--shard-local, --cluster-cache and --private-open need mpirun"));
   }
+  VolumeBenchOptions& o = args.run;
   auto open = OpenOptions(args.volume);
   if (!open.ok()) return Fail(open.status());
-  VolumeBenchOptions o;
   o.open = std::move(*open);
-  o.loader = args.source.loader;
-  o.bench = args.bench;
-  o.weights = args.weights;
-  o.epoch_samples = args.epoch_samples;
-  o.cycle = args.cycle;
   if (args.decode) o.decode = args.decode_stage;
   o.on_cache_note = [](const std::string& note) {
     std::fprintf(stderr, "dlfs: warning: %s\n", note.c_str());
@@ -193,34 +168,34 @@ void AddBench(CLI::App& app, int* exit_code) {
   AddVolumeArgs(b, &args->volume);
   b->add_option("more", args->mixture,
                 "Further volumes: read a weighted mixture of all of them (see --weights)");
-  b->add_option("--weights", args->weights,
+  b->add_option("--weights", args->run.weights,
                 "With several volumes: each one's share of an epoch, e.g. 0.7,0.3 (default "
                 "equal)")
       ->delimiter(',');
-  b->add_option("--epoch-samples", args->epoch_samples,
+  b->add_option("--epoch-samples", args->run.epoch_samples,
                 "With several volumes: samples per epoch (default: the most the weights allow "
                 "before a volume runs out)");
-  b->add_flag("--cycle", args->cycle,
+  b->add_flag("--cycle", args->run.cycle,
               "With several volumes: a volume smaller than its share starts over");
-  AddLoaderOptions(b, &args->source.loader);
-  AddDefaulted(b, "--epochs", args->bench.epochs, "Epochs to read");
-  b->add_flag("--drop-cache", args->bench.drop_cache,
+  AddLoaderOptions(b, &args->run.loader);
+  AddDefaulted(b, "--epochs", args->run.bench.epochs, "Epochs to read");
+  b->add_flag("--drop-cache", args->run.bench.drop_cache,
               "Drop the page cache before each epoch (root), else fadvise(DONTNEED) the volume");
   b->add_flag("--json", args->json, "One JSON object instead of text");
-  b->add_flag("--shard-local", args->shard_local,
+  b->add_flag("--shard-local", args->job.shard_local,
               "mpirun: each node reads only target (node index mod targets); other samples "
               "come from their node over MPI");
-  b->add_flag("--cluster-cache", args->source.cluster_cache,
+  b->add_flag("--cluster-cache", args->job.source.cluster_cache,
               "mpirun: the nodes' caches (--cache-budget each) form one cache; a sample\n"
               "another node keeps comes from it over MPI, storage serves only what no\n"
               "node keeps (every rank must be able to read the volume)")
       ->excludes("--shard-local");
-  AddDefaulted(b, "--window", args->source.window_batches,
+  AddDefaulted(b, "--window", args->job.source.window_batches,
                "mpirun --shard-local or --cluster-cache: batches per exchange");
-  b->add_flag("--read-ahead", args->source.read_ahead,
+  b->add_flag("--read-ahead", args->job.source.read_ahead,
               "mpirun --shard-local or --cluster-cache: plan and read the next window on a\n"
               "thread while this one is used");
-  b->add_flag("--private-open", args->private_open,
+  b->add_flag("--private-open", args->job.private_open,
               "mpirun: every rank reads the directory itself (to compare with the collective "
               "open)");
   ImageOptions& image = args->decode_stage.image;

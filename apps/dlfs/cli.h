@@ -46,6 +46,21 @@ CLI::Option* AddDefaulted(CLI::App* verb, const std::string& name, T& value,
   return verb->add_option(name, value, help)->capture_default_str();
 }
 
+// An option whose text `parse` (a library parser returning Result<T>)
+// turns into *value; its error message becomes CLI11's "NAME: MESSAGE".
+template <typename T, typename Parser>
+CLI::Option* AddParsed(CLI::App* verb, const std::string& name, T* value, Parser parse,
+                       const std::string& help) {
+  return verb->add_option_function<std::string>(
+      name,
+      [name, value, parse](const std::string& text) {
+        auto parsed = parse(text);
+        if (!parsed.ok()) throw CLI::ValidationError(name + ": " + parsed.status().message());
+        *value = *std::move(parsed);
+      },
+      help);
+}
+
 // A flag that sets *value to false (e.g. --no-verify for a default-on check).
 void AddOffFlag(CLI::App* verb, const std::string& name, bool* value, const std::string& help);
 

@@ -76,6 +76,15 @@ def test_bench_under_mpirun_reads_every_sample(mpi, volumes, extra):
         assert j["directory_window_bytes"] == 2 * j["directory_bytes"]
 
 
+def test_bench_of_what_mpirun_does_not_run_is_refused(mpi, volumes):
+    """A mixture or --decode under mpirun is refused, not read as the first volume alone."""
+    one, two = volumes
+    err = mpi("bench", one, two, "--epochs", 1, check=2).stderr.decode()
+    assert "a mixture of several volumes does not run under mpirun" in err, err
+    err = mpi("bench", one, "--decode", "--size", 8, "--epochs", 1, check=2).stderr.decode()
+    assert "bench --decode does not run under mpirun" in err, err
+
+
 def test_bench_flags_that_need_mpirun(run, volumes):
     one, _ = volumes
     for flag in ("--shard-local", "--cluster-cache"):
