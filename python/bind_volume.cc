@@ -206,16 +206,15 @@ void DefVolumeFile(VolumeClass& c) {
       .def(
           "verify",
           [](const Volume& v) {
-            std::vector<std::string> bad;
             VerifyReport report;
-            VerifyOptions o;
-            o.on_bad_sample = [&](uint64_t, const Status& s) { bad.push_back(s.message()); };
             Status st;
             {
               py::gil_scoped_release release;
-              st = VerifyVolume(v, o, &report);
+              st = VerifyVolume(v, {}, &report);
             }
             Check(st);
+            std::vector<std::string> bad;
+            for (const BadSample& b : report.bad) bad.push_back(b.reason);
             return bad;
           },
           "Checks every sample's checksum; returns the list of problems (empty when intact).")

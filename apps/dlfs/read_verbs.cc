@@ -36,6 +36,10 @@ struct CatArgs {
   ImageOptions image;
 };
 
+// Volume::Read refuses a volume of several fields; say how cat names one.
+constexpr Rewording kCatFlags[] = {
+    {"or read one field by name", "or write one field with --field NAME"}};
+
 int CatDecoded(const CatArgs& args, const Volume& volume, uint64_t index) {
   const std::optional<uint64_t> epoch =
       args.transform ? std::optional<uint64_t>(args.epoch) : std::nullopt;
@@ -64,19 +68,8 @@ int RunCat(const CatArgs& args) {
     auto field = (*vol)->Read(index, std::string_view(*args.field), args.verify);
     return field.ok() ? WriteOutput(args.output, *field) : Fail(field.status());
   }
-  const SampleDirectory& d = (*vol)->directory();
-  if (d.has_fields() &&
-      (d.Fields(index).size() != 1 || d.field_name(d.Fields(index)[0].field) != "")) {
-    // A multi-field (or named-field) sample has no single byte string.
-    std::string names;
-    for (const FieldInfo& f : d.Fields(index)) names += " " + std::string(d.field_name(f.field));
-    return Fail(Status::InvalidArgument(
-        args.volume.path + ": sample " + std::to_string(index) + " '" + d.Path(index) +
-        "' has fields (" + (names.empty() ? " none" : names) + " ); pick one with --field"));
-  }
-  auto bytes = d.has_fields() ? (*vol)->Read(index, std::string_view(""), args.verify)
-                              : (*vol)->Read(index, args.verify);
-  return bytes.ok() ? WriteOutput(args.output, *bytes) : Fail(bytes.status());
+  auto bytes = (*vol)->Read(index, args.verify);
+  return bytes.ok() ? WriteOutput(args.output, *bytes) : Fail(bytes.status().Reworded(kCatFlags));
 }
 
 struct VerifyArgs {
@@ -89,25 +82,14 @@ int RunVerify(const VerifyArgs& args) {
   auto vol = OpenVolume(args.volume);
   if (!vol.ok()) return Fail(vol.status());
   VerifyOptions options;
-  std::vector<BadSample> bad;
-  options.on_bad_sample = [&](uint64_t index, const Status& problem) {
+  options.on_bad_sample = [](uint64_t, const Status& problem) {
     std::fprintf(stderr, "%sdlfs: %s\n", ::isatty(STDERR_FILENO) ? "\r\033[K" : "",
                  problem.message().c_str());
-    bad.push_back({index, (*vol)->directory().Path(index), args.volume.path, problem.message()});
   };
-  const uint64_t total = (*vol)->size();
-  const uint64_t total_bytes = (*vol)->info().data_bytes;
   const bool progress = ShowProgress(args.quiet);
   if (progress) {
-    options.on_progress = [total, total_bytes](const VerifyReport& r) {
-      // By bytes: verify reads sequentially, so time follows bytes.
-      const double fraction =
-          total_bytes > 0 ? static_cast<double>(r.bytes_checked) / total_bytes
-                          : static_cast<double>(r.samples_checked) / std::max<uint64_t>(total, 1);
-      std::fputs(
-          ProgressLine("verified", r.samples_checked, total, r.bytes_checked, r.seconds, fraction)
-              .c_str(),
-          stderr);
+    options.on_progress = [](const VerifyReport& r) {
+      std::fputs(FormatVerifyProgress(r).c_str(), stderr);
     };
   }
   VerifyReport report;
@@ -117,7 +99,7 @@ int RunVerify(const VerifyArgs& args) {
   if (!report.backup_superblock.ok()) {
     std::fprintf(stderr, "dlfs: %s\n", report.backup_superblock.message().c_str());
   }
-  Print(FormatVerifyReport(args.volume.path, report, bad, FormatOf(args.json)));
+  Print(FormatVerifyReport(args.volume.path, report, FormatOf(args.json)));
   return report.bad_samples == 0 && report.backup_superblock.ok() ? kExitOk : kExitDamaged;
 }
 

@@ -83,7 +83,10 @@ std::string FormatEpochIndices(std::span<const uint64_t> indices, int ranks);
 // the counts, `bad_samples` (records as a loader's quarantine takes them)
 // and the superblock copy's verdict.
 std::string FormatVerifyReport(const std::string& path, const VerifyReport& report,
-                               const std::vector<BadSample>& bad, ReportFormat format);
+                               ReportFormat format);
+// `dlfs verify`'s ProgressLine: how far by bytes (verify reads sequentially,
+// so time follows bytes).
+std::string FormatVerifyProgress(const VerifyReport& so_far);
 
 // What a `dlfs bench` run read, beside what RunEpochs measured.
 struct BenchSetup {

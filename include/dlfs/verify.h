@@ -6,6 +6,9 @@
 #include <functional>
 #include <string>
 
+#include <vector>
+
+#include "dlfs/batch_source.h"
 #include "dlfs/status.h"
 #include "dlfs/volume.h"
 
@@ -14,14 +17,20 @@ namespace dlfs {
 struct VerifyReport {
   uint64_t samples_checked = 0;
   uint64_t bytes_checked = 0;
+  uint64_t total_samples = 0;  // the volume's: how far samples_checked has to go
+  uint64_t total_bytes = 0;    // the volume's data bytes: how far bytes_checked has to go
   uint64_t bad_samples = 0;
+  // Each bad sample, as a loader's quarantine= takes them (reason: the
+  // message passed to on_bad_sample).
+  std::vector<BadSample> bad;
   Status backup_superblock;  // CheckBackupSuperblock()'s verdict (every target)
   double seconds = 0;
 };
 
 struct VerifyOptions {
   // Called for each sample whose bytes do not match their checksum (or
-  // cannot be read), with a message naming the volume, index and path.
+  // cannot be read), with a message naming the volume, index and path, as it
+  // is found (the report's `bad` has them all at the end).
   std::function<void(uint64_t index, const Status& problem)> on_bad_sample;
   // Called about every 100 ms with the samples checked so far.
   std::function<void(const VerifyReport& so_far)> on_progress;

@@ -235,8 +235,16 @@ std::string FormatEpochIndices(std::span<const uint64_t> indices, int ranks) {
   return out;
 }
 
+std::string FormatVerifyProgress(const VerifyReport& r) {
+  const double fraction = r.total_bytes > 0 ? static_cast<double>(r.bytes_checked) / r.total_bytes
+                                            : static_cast<double>(r.samples_checked) /
+                                                  std::max<uint64_t>(r.total_samples, 1);
+  return ProgressLine("verified", r.samples_checked, r.total_samples, r.bytes_checked, r.seconds,
+                      fraction);
+}
+
 std::string FormatVerifyReport(const std::string& path, const VerifyReport& report,
-                               const std::vector<BadSample>& bad, ReportFormat format) {
+                               ReportFormat format) {
   const Status& copy = report.backup_superblock;
   if (format == ReportFormat::kText) {
     return report_internal::Printf("%s: %llu samples, %s checked in %.2f s: %llu bad%s\n",
@@ -247,7 +255,7 @@ std::string FormatVerifyReport(const std::string& path, const VerifyReport& repo
                                    copy.ok() ? "" : ", superblock copy damaged");
   }
   json records = json::array();
-  for (const BadSample& b : bad) {
+  for (const BadSample& b : report.bad) {
     records.push_back(
         {{"volume", b.volume}, {"index", b.index}, {"path", b.path}, {"reason", b.reason}});
   }

@@ -21,6 +21,8 @@ Status VerifyVolume(const Volume& volume, const VerifyOptions& options, VerifyRe
   *report = VerifyReport{};
   if (volume.closed()) return Status::InvalidArgument(volume.path() + ": volume is closed");
   const SampleDirectory& dir = volume.directory();
+  report->total_samples = dir.size();
+  report->total_bytes = volume.info().data_bytes;
   std::vector<uint64_t> order(dir.size());
   std::iota(order.begin(), order.end(), uint64_t{0});
   // Target by target, each in offset order: large sequential reads per file.
@@ -82,6 +84,7 @@ Status VerifyVolume(const Volume& volume, const VerifyOptions& options, VerifyRe
     if (check.ok()) check = volume.CheckSample(i, bytes);
     if (!check.ok()) {
       ++report->bad_samples;
+      report->bad.push_back({i, dir.Path(i), volume.path(), check.message()});
       if (options.on_bad_sample) options.on_bad_sample(i, check);
     }
     if (options.on_progress && (report->samples_checked & 1023) == 0) {

@@ -5,6 +5,7 @@ API and compared with the source files. A volume of several fields is
 refused by the plain paths with a message that lists its fields."""
 import io
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -177,6 +178,10 @@ def test_multi_field_volume_is_refused_naming_its_fields(multi_field, run):
         dlfs.Loader(multi_field, 2)
     proc = run("bench", multi_field, "--cache-budget", "0")
     assert proc.returncode == 2 and b"name the fields to read" in proc.stderr
+    err = run("cat", multi_field, "--index", 0, check=2).stderr.decode()
+    assert re.search(message, err) and "or write one field with --field NAME" in err, err
+    assert run("cat", multi_field, "--index", 0, "--field", "bin", check=0).stdout == \
+        _pixels(0).tobytes()
 
 
 def test_writer_compresses(tmp_path):

@@ -194,6 +194,14 @@ TEST_F(CorruptionTest, FlippedSampleByteIsCaughtByReadAndVerify) {
   EXPECT_EQ(report.bad_samples, 1u);
   EXPECT_EQ(bad, std::vector<uint64_t>{idx});
   EXPECT_OK(report.backup_superblock);
+  // The report keeps the records a loader's quarantine takes.
+  ASSERT_EQ(report.bad.size(), 1u);
+  EXPECT_EQ(report.bad[0].index, idx);
+  EXPECT_EQ(report.bad[0].path, "cat/2.jpg");
+  EXPECT_EQ(report.bad[0].volume, (*v)->path());
+  EXPECT_NE(report.bad[0].reason.find("checksum mismatch"), std::string::npos);
+  EXPECT_EQ(report.total_samples, 4u);
+  EXPECT_EQ(report.total_bytes, (*v)->info().data_bytes);
 }
 
 // Issue 13 #4: a window read that failed (EIO on a byte range) was

@@ -8,6 +8,7 @@
 #include "dlfs/pack.h"
 #include "dlfs/sample_image.h"
 #include "dlfs/summary.h"
+#include "dlfs/verify.h"
 #include "dlfs/volume.h"
 #include "testutil.h"
 
@@ -51,6 +52,14 @@ TEST(ReportTest, HumanBytesAndProgressLine) {
   EXPECT_EQ(line,
             "\r  packed 50 of 100 samples (50.0%), 1.0 KB, 25 samples/s, 500 B/s, extra, ETA "
             "0:02\033[K");
+  VerifyReport verify;
+  verify.samples_checked = 10;  // a tenth of the samples, half of the bytes: progress by bytes
+  verify.total_samples = 100;
+  verify.bytes_checked = 500;
+  verify.total_bytes = 1000;
+  verify.seconds = 1;
+  EXPECT_EQ(FormatVerifyProgress(verify),
+            "\r  verified 10 of 100 samples (50.0%), 500 B, 10 samples/s, 500 B/s, ETA 0:01\033[K");
 }
 
 TEST(ReportTest, VolumeSummaryAndSampleLines) {
