@@ -14,7 +14,6 @@ struct PackArgs {
   std::string source;
   std::string output;
   PackOptions options;
-  std::string class_names;          // "a,b,c" or "@file" (one name per line)
   std::optional<uint32_t> targets;  // --targets N (else implied by --target-path)
   std::string fields;               // --fields jpg,cls
   std::string compress;             // --compress zstd[:LEVEL]
@@ -27,27 +26,24 @@ extern "C" void OnSignal(int) { g_cancel.store(true); }
 
 // Pack names the PackOptions field that would change an error or the
 // report; say which flag sets it.
-constexpr Rewording kPackFlags[] = {{"(set overwrite to", "(use --force to"},
-                                    {"(set skip_unreadable to", "(use --skip-unreadable to"},
-                                    {"the fields option applies", "--fields applies"},
-                                    {"all_files packs", "--all-files packs"},
-                                    {"(target_paths)", "(--target-path)"},
-                                    {"target_paths (or none)", "--target-path options (or none)"}};
+constexpr Rewording kPackFlags[] = {
+    {"(set overwrite to", "(use --force to"},
+    {"(set skip_unreadable to", "(use --skip-unreadable to"},
+    {"the fields option applies", "--fields applies"},
+    {"all_files packs", "--all-files packs"},
+    {"(target_paths)", "(--target-path)"},
+    {"target_paths (or none)", "--target-path options (or none)"},
+    {"a trained dictionary needs zstd compression", "--dict needs --compress zstd[:LEVEL]"},
+    {"compression '", "--compress '"}};
 
 int RunPack(PackArgs& args) {
   PackOptions& options = args.options;
   VolumeBuilder::Options& volume = options.volume;
   // --target-path alone implies the count; the builder checks that both agree.
   volume.targets = args.targets.value_or(1 + static_cast<uint32_t>(volume.target_paths.size()));
-  auto names = ParseClassNames(args.class_names);
-  if (!names.ok()) return Fail(names.status());
-  options.class_names = std::move(*names);
   options.fields = ParseFieldNames(args.fields);
-  if (args.dict && args.compress.empty()) {
-    return Fail(Status::InvalidArgument("--dict needs --compress zstd[:LEVEL]"));
-  }
   auto compression = ParseCompression(args.compress, args.dict);
-  if (!compression.ok()) return Fail(compression.status().WithContext("--compress"));
+  if (!compression.ok()) return Fail(compression.status().Reworded(kPackFlags));
   volume.compress = std::move(*compression);
   options.cancel = &g_cancel;
   const bool progress = ShowProgress(args.quiet);
@@ -83,8 +79,8 @@ void AddPack(CLI::App& app, int* exit_code) {
   p->add_flag("-f,--force", args->options.volume.overwrite, "Replace the output if it exists");
   p->add_flag("--skip-unreadable", args->options.skip_unreadable,
               "Skip (and count) source files that cannot be read instead of stopping");
-  p->add_option("--class-names", args->class_names,
-                "Names of labels 0, 1, ...: \"a,b,c\" or @FILE with one name per line");
+  AddParsed(p, "--class-names", &args->options.class_names, ParseClassNames,
+            "Names of labels 0, 1, ...: \"a,b,c\" or @FILE with one name per line");
   p->add_flag("--all-files", args->options.all_files,
               "imagefolder: pack every regular file (hidden ones and files at the root too),\n"
               "not only the images torchvision's ImageFolder would load");

@@ -156,6 +156,10 @@ def test_pack_class_names(run, tmp_path):
     names = tmp_path / "names.txt"
     names.write_text("zero\none\ntwo\n")
     vol = tmp_path / "v.dlfs"
+    err = run("pack", src, "-o", vol, "--class-names", f"@{tmp_path}/missing.txt",
+              check=2).stderr.decode()
+    assert f"--class-names: {tmp_path}/missing.txt: No such file" in err, err
+    assert not vol.exists()
     run("pack", src, "-o", vol, "--class-names", f"@{names}", "-q", check=0)
     info = json.loads(run("info", vol, "--json", check=0).stdout)
     assert info["class_names"] == ["zero", "one", "two"]

@@ -70,11 +70,16 @@ def test_trained_dictionary_fields_and_targets(tmp_path):
     ("zstd:0", "compression 'zstd:0': the zstd level is 1..22"),
     ("zstd:fast", "compression 'zstd:fast': the zstd level is 1..22"),
 ])
-def test_bad_compress_spec_is_refused_clearly(tmp_path, spec, message):
+def test_bad_compress_spec_is_refused_clearly(tmp_path, run, spec, message):
     _shards(tmp_path / "shards", keys=2)
     with pytest.raises(ValueError) as e:
         dlfs.pack(tmp_path / "shards", tmp_path / "v.dlfs", compress=spec)
     assert message in str(e.value)
+    assert not (tmp_path / "v.dlfs").exists()
+    # The CLI names its flag.
+    err = run("pack", tmp_path / "shards", "-o", tmp_path / "v.dlfs", "--compress", spec,
+              check=2).stderr.decode()
+    assert message.replace("compression '", "--compress '") in err, err
     assert not (tmp_path / "v.dlfs").exists()
 
 
