@@ -153,13 +153,15 @@ TEST_F(NodeCacheTest, PartialBudgetHitsWhatFitsAndReadsTheRest) {
     auto l = Make(budget);
     ASSERT_TRUE(l);
     EXPECT_LE(l->source_stats().cache_bytes, budget + 4096);
-    // Full once a sample no longer fits; then hits are the cached bytes.
+    // Full once a sample no longer fits (Fill asserts the cache holds the
+    // budget less 3 % for slot alignment and 4 of the largest samples); then
+    // hits are the cached bytes. (A bound of 2 % of the volume here failed a
+    // TSan run whose filler stopped at 96.3 % of a 75 % budget: Fill's own
+    // bound is the one the cache promises.)
     Fill(*l, budget * 97 / 100 - 4 * 6000);
     const SourceStats s = Epoch(*l, 9);
     const uint64_t cached = l->source_stats().cache_used_bytes;
     EXPECT_LE(cached, budget);
-    const double missed_share = 1.0 - static_cast<double>(cached) / volume_bytes;
-    EXPECT_LE(missed_share, 1.0 - share + 0.02) << share;
     // Device bytes: the missed samples (plus alignment of their reads).
     EXPECT_LE(s.io.bytes, (volume_bytes - cached) + s.io.requests * 2 * 4096) << share;
     EXPECT_GT(s.cache_hits, 0u);
