@@ -245,13 +245,18 @@ void AddEpoch(CLI::App& app, int* exit_code) {
   SamplerOptions& s = args->sampler;
   AddDefaulted(e, "--seed", s.seed, "Shuffle seed");
   AddDefaulted(e, "--epoch", args->epoch, "Epoch number");
-  AddDefaulted(e, "--rank", s.rank, "This rank");
-  AddDefaulted(e, "--world", s.world_size, "Number of ranks");
+  auto* rank = AddDefaulted(e, "--rank", s.rank, "This rank (not under mpirun)");
+  auto* world = AddDefaulted(e, "--world", s.world_size, "Number of ranks (not under mpirun)");
   AddDefaulted(e, "--batch", s.batch_size, "Batch size (matters with --drop-last)");
   e->add_flag("--drop-last", s.drop_last,
               "Drop the tail instead of padding by wrapping around (as DistributedSampler)");
   AddOffFlag(e, "--no-shuffle", &s.shuffle, "Volume order instead of a permutation");
-  e->callback([args, exit_code] { *exit_code = RunEpoch(*args); });
+  e->callback([args, rank, world, exit_code] {
+    if (LaunchedByMpirun() && rank->count() + world->count() > 0) {
+      throw CLI::ValidationError("--rank and --world come from mpirun; leave them out");
+    }
+    *exit_code = RunEpoch(*args);
+  });
 }
 
 void AddMount(CLI::App& app, int* exit_code) {

@@ -59,6 +59,9 @@ def test_epoch_under_mpirun_matches_explicit_ranks(mpi, run, volumes):
         alone = run("epoch", one, "--seed", 5, "--rank", rank, "--world", 4, check=0)
         assert mine == [int(x) for x in alone.stdout.split()]
     assert sorted(i for _, i in rows) == list(range(300))
+    # Under mpirun the ranks come from MPI: an explicit one is refused, not ignored.
+    err = mpi("epoch", one, "--world", 8, check=2).stderr.decode()
+    assert "--rank and --world come from mpirun" in err, err
 
 
 @pytest.mark.parametrize("extra", [[], ["--private-open"], ["--shard-local", "--window", "2"]])
