@@ -190,36 +190,40 @@ void AddBench(CLI::App& app, int* exit_code) {
               "another node keeps comes from it over MPI, storage serves only what no\n"
               "node keeps (every rank must be able to read the volume)")
       ->excludes("--shard-local");
-  AddDefaulted(b, "--window", args->job.source.window_batches,
-               "mpirun --shard-local or --cluster-cache: batches per exchange");
-  b->add_flag("--read-ahead", args->job.source.read_ahead,
-              "mpirun --shard-local or --cluster-cache: plan and read the next window on a\n"
-              "thread while this one is used");
+  auto* window = AddDefaulted(b, "--window", args->job.source.window_batches,
+                              "mpirun --shard-local or --cluster-cache: batches per exchange");
+  auto* read_ahead =
+      b->add_flag("--read-ahead", args->job.source.read_ahead,
+                  "mpirun --shard-local or --cluster-cache: plan and read the next window on a\n"
+                  "thread while this one is used");
   b->add_flag("--private-open", args->job.private_open,
               "mpirun: every rank reads the directory itself (to compare with the collective "
               "open)");
   ImageOptions& image = args->decode_stage.image;
-  b->add_flag("--decode", args->decode,
-              "Decode and transform every sample on --decode-threads (needs --size); reports\n"
-              "images/s and CPU per image");
-  auto* size =
-      b->add_option("--size", image.transform.size, "--decode: output images are SIZE x SIZE");
+  auto* decode = b->add_flag("--decode", args->decode,
+                             "Decode and transform every sample on --decode-threads (needs "
+                             "--size); reports\nimages/s and CPU per image");
+  const size_t decode_options = b->get_options().size();
+  auto* size = b->add_option("--size", image.transform.size, "output images are SIZE x SIZE");
   AddDecodeOptions(b, &image);
-  AddEnumOption(b, "--dtype", &image.output.dtype, kDTypeNames, "--decode: output element type");
-  AddEnumOption(b, "--layout", &image.output.layout, kOutputLayoutNames, "--decode: output layout");
-  b->add_option("--mean", image.output.mean, "--decode, float32: per-channel mean (0..1 units)")
+  AddEnumOption(b, "--dtype", &image.output.dtype, kDTypeNames, "output element type");
+  AddEnumOption(b, "--layout", &image.output.layout, kOutputLayoutNames, "output layout");
+  b->add_option("--mean", image.output.mean, "float32: per-channel mean (0..1 units)")
       ->delimiter(',');
-  b->add_option("--std", image.output.std, "--decode, float32: per-channel std (0..1 units)")
-      ->delimiter(',');
+  b->add_option("--std", image.output.std, "float32: per-channel std (0..1 units)")->delimiter(',');
   AddDefaulted(b, "--decode-threads", args->decode_stage.decode_threads,
-               "--decode: decode threads (0: one per core)");
+               "decode threads (0: one per core)");
   AddDefaulted(b, "--decode-prefetch", args->decode_stage.prefetch_batches,
-               "--decode: batches queued for decoding");
+               "batches queued for decoding");
   b->add_flag("--skip-bad", args->decode_stage.skip_bad_samples,
-              "--decode: skip and count undecodable samples instead of failing");
-  b->callback([args, size, exit_code] {
+              "skip and count undecodable samples instead of failing");
+  NeedAllSince(b, decode_options, decode);
+  b->callback([args, size, window, read_ahead, exit_code] {
     if (args->decode && size->count() == 0) throw CLI::ValidationError("--decode needs --size N");
-    if (!args->decode && size->count() > 0) throw CLI::ValidationError("--size needs --decode");
+    if (window->count() + read_ahead->count() > 0 && !args->job.shard_local &&
+        !args->job.source.cluster_cache) {
+      throw CLI::ValidationError("--window and --read-ahead need --shard-local or --cluster-cache");
+    }
     *exit_code = RunBench(*args);
   });
 }

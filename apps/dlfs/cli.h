@@ -61,6 +61,14 @@ CLI::Option* AddParsed(CLI::App* verb, const std::string& name, T* value, Parser
       help);
 }
 
+// Makes the options of `verb` declared since it had `first` options need
+// `flag` (CLI11 then refuses "--dtype requires --decode" and says so in
+// --help), e.g. NeedAllSince(verb, count_before, decode_flag).
+inline void NeedAllSince(CLI::App* verb, size_t first, CLI::Option* flag) {
+  const std::vector<CLI::Option*> options = verb->get_options();
+  for (size_t i = first; i < options.size(); ++i) options[i]->needs(flag);
+}
+
 // A flag that sets *value to false (e.g. --no-verify for a default-on check).
 void AddOffFlag(CLI::App* verb, const std::string& name, bool* value, const std::string& help);
 

@@ -203,19 +203,21 @@ void AddCat(CLI::App& app, int* exit_code) {
                 "Write this field of the sample (e.g. json), decompressed; a sample with\n"
                 "several fields needs it");
   c->add_option("-o,--output", args->output, "Write to this file instead of stdout");
-  c->add_flag("--decode", args->decode,
-              "Decode the sample (JPEG, PNG or --raw-shape pixels) and write its pixels: a PNG\n"
-              "when -o ends in .png, else raw HWC bytes");
+  auto* decode = c->add_flag(
+      "--decode", args->decode,
+      "Decode the sample (JPEG, PNG or --raw-shape pixels) and write its pixels: a PNG\n"
+      "when -o ends in .png, else raw HWC bytes");
   auto* size = c->add_option("--size", args->image.transform.size,
-                             "--decode: apply the training transforms (output SIZE x SIZE) as the\n"
+                             "apply the training transforms (output SIZE x SIZE) as the\n"
                              "pipeline does for this sample in --epoch with --seed");
-  AddDefaulted(c, "--epoch", args->epoch, "--decode --size: the epoch whose random choices apply");
-  AddDefaulted(c, "--seed", args->image.transform.seed, "--decode --size: the seed");
+  const size_t decode_options = c->get_options().size() - 1;  // --size on
+  AddDefaulted(c, "--epoch", args->epoch, "the epoch whose random choices apply")->needs(size);
+  AddDefaulted(c, "--seed", args->image.transform.seed, "the seed")->needs(size);
   AddDecodeOptions(c, &args->image);
+  NeedAllSince(c, decode_options, decode);
   c->callback([args, size, exit_code] {
     if (args->path.empty() && !args->index) throw CLI::ValidationError("give a PATH or --index N");
     args->transform = size->count() > 0;
-    if (args->transform && !args->decode) throw CLI::ValidationError("--size needs --decode");
     *exit_code = RunCat(*args);
   });
 }

@@ -528,4 +528,13 @@ def test_cli_bench_decode(run, png_volume, bad_volume):
     assert "bad.dlfs: sample " in err and any(f"(a/00{i}.jpg)" in err for i in (1, 2, 3)), err
     proc = run("bench", bad_volume, "--decode", "--size", "16", "--skip-bad", check=0)
     assert b"skipped      3 undecodable samples" in proc.stdout
-    assert run("bench", png_volume, "--size", "16", check=2).returncode == 2
+    # An option of the decode stage without --decode is refused, not ignored.
+    for option in (["--size", "16"], ["--dtype", "float32"], ["--skip-bad"], ["--flip"]):
+        err = run("bench", png_volume, *option, check=2).stderr.decode()
+        assert f"{option[0]} requires --decode" in err, err
+    err = run("bench", png_volume, "--window", "4", check=2).stderr.decode()
+    assert "--window and --read-ahead need --shard-local or --cluster-cache" in err, err
+    err = run("cat", png_volume, "--index", "0", "--flip", check=2).stderr.decode()
+    assert "--flip requires --decode" in err, err
+    err = run("cat", png_volume, "--index", "0", "--decode", "--seed", "3", check=2).stderr.decode()
+    assert "--seed requires --size" in err, err
