@@ -204,19 +204,20 @@ void AddBench(CLI::App& app, int* exit_code) {
                              "Decode and transform every sample on --decode-threads (needs "
                              "--size); reports\nimages/s and CPU per image");
   const size_t decode_options = b->get_options().size();
-  auto* size = b->add_option("--size", image.transform.size, "output images are SIZE x SIZE");
+  auto* size = b->add_option("--size", image.transform.size, "Output images are SIZE x SIZE");
   AddDecodeOptions(b, &image);
-  AddEnumOption(b, "--dtype", &image.output.dtype, kDTypeNames, "output element type");
-  AddEnumOption(b, "--layout", &image.output.layout, kOutputLayoutNames, "output layout");
-  b->add_option("--mean", image.output.mean, "float32: per-channel mean (0..1 units)")
+  AddEnumOption(b, "--dtype", &image.output.dtype, kDTypeNames, "Output element type");
+  AddEnumOption(b, "--layout", &image.output.layout, kOutputLayoutNames, "Output layout");
+  b->add_option("--mean", image.output.mean, "With --dtype float32: per-channel mean (0..1 units)")
       ->delimiter(',');
-  b->add_option("--std", image.output.std, "float32: per-channel std (0..1 units)")->delimiter(',');
+  b->add_option("--std", image.output.std, "With --dtype float32: per-channel std (0..1 units)")
+      ->delimiter(',');
   AddDefaulted(b, "--decode-threads", args->decode_stage.decode_threads,
-               "decode threads (0: one per core)");
+               "Decode threads (0: one per core)");
   AddDefaulted(b, "--decode-prefetch", args->decode_stage.prefetch_batches,
-               "batches queued for decoding");
+               "Batches queued for decoding");
   b->add_flag("--skip-bad", args->decode_stage.skip_bad_samples,
-              "skip and count undecodable samples instead of failing");
+              "Skip and count undecodable samples instead of failing");
   NeedAllSince(b, decode_options, decode);
   b->callback([args, size, window, read_ahead, exit_code] {
     if (args->decode && size->count() == 0) throw CLI::ValidationError("--decode needs --size N");

@@ -208,11 +208,12 @@ void AddCat(CLI::App& app, int* exit_code) {
       "Decode the sample (JPEG, PNG or --raw-shape pixels) and write its pixels: a PNG\n"
       "when -o ends in .png, else raw HWC bytes");
   auto* size = c->add_option("--size", args->image.transform.size,
-                             "apply the training transforms (output SIZE x SIZE) as the\n"
+                             "Apply the training transforms (output SIZE x SIZE) as the\n"
                              "pipeline does for this sample in --epoch with --seed");
   const size_t decode_options = c->get_options().size() - 1;  // --size on
-  AddDefaulted(c, "--epoch", args->epoch, "the epoch whose random choices apply")->needs(size);
-  AddDefaulted(c, "--seed", args->image.transform.seed, "the seed")->needs(size);
+  AddDefaulted(c, "--epoch", args->epoch, "The epoch whose random choices apply")->needs(size);
+  AddDefaulted(c, "--seed", args->image.transform.seed, "The seed of the random transforms")
+      ->needs(size);
   AddDecodeOptions(c, &args->image);
   NeedAllSince(c, decode_options, decode);
   c->callback([args, size, exit_code] {
