@@ -26,10 +26,13 @@ namespace {
 
 // The library names the option that would change an error by its field
 // (PackOptions, VolumeBuilder::Options); say which keyword sets it here.
-constexpr Rewording kKeywords[] = {{"(set overwrite to", "(pass force=True to"},
-                                   {"(set skip_unreadable to", "(pass skip_unreadable=True to"},
-                                   {"the fields option applies", "fields= applies"},
-                                   {"all_files packs", "all_files=True packs"}};
+constexpr Rewording kKeywords[] = {
+    {"(set overwrite to", "(pass force=True to"},
+    {"(set skip_unreadable to", "(pass skip_unreadable=True to"},
+    {"the fields option applies", "fields= applies"},
+    {"the all_files option applies", "all_files=True applies"},
+    {"the lmdb_payload_only option applies", "datum_payload=True applies"},
+    {"all_files packs", "all_files=True packs"}};
 
 // "a,b" or a list of names (fields=, class_names=); `spec_parser` parses
 // the string form.

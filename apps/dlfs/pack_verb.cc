@@ -30,6 +30,8 @@ constexpr Rewording kPackFlags[] = {
     {"(set overwrite to", "(use --force to"},
     {"(set skip_unreadable to", "(use --skip-unreadable to"},
     {"the fields option applies", "--fields applies"},
+    {"the all_files option applies", "--all-files applies"},
+    {"the lmdb_payload_only option applies", "--datum-payload applies"},
     {"all_files packs", "--all-files packs"},
     {"(target_paths)", "(--target-path)"},
     {"target_paths (or none)", "--target-path options (or none)"},

@@ -153,7 +153,8 @@ std::vector<std::string> ParseFieldNames(std::string_view spec);
 // name the source file at fault; on any error no volume is left at
 // `volume_path` nor at any other target path. InvalidArgument when a target
 // lies inside a directory `source` (packing would read its own output) or
-// is the source file itself.
+// is the source file itself, and when an option of another importer is set
+// (fields, all_files, lmdb_payload_only), naming the option.
 Result<PackStats> Pack(const std::string& source, const std::string& volume_path,
                        const PackOptions& options);
 

@@ -216,10 +216,20 @@ Result<PackStats> Pack(const std::string& source, const std::string& volume_path
   if (stats.from == SourceKind::kAuto) {
     DLFS_ASSIGN_OR_RETURN(stats.from, DetectSourceKind(source));
   }
+  // An option of another importer is refused, not ignored.
+  const auto refuse = [&](const char* option, const char* sources) {
+    return Status::InvalidArgument(source + ": the " + option + " option applies to " + sources +
+                                   " only (this is a " + std::string(SourceKindName(stats.from)) +
+                                   " source)");
+  };
   if (!options.fields.empty() && stats.from != SourceKind::kTar) {
-    return Status::InvalidArgument(source +
-                                   ": the fields option applies to tar shards only (this is a " +
-                                   std::string(SourceKindName(stats.from)) + " source)");
+    return refuse("fields", "tar shards");
+  }
+  if (options.all_files && stats.from != SourceKind::kImageFolder) {
+    return refuse("all_files", "ImageFolder trees");
+  }
+  if (options.lmdb_payload_only && stats.from != SourceKind::kLmdb) {
+    return refuse("lmdb_payload_only", "LMDB databases");
   }
   DLFS_RETURN_IF_ERROR(CheckOutsideSource(source, volume_path, options.volume));
   DLFS_ASSIGN_OR_RETURN(std::unique_ptr<VolumeBuilder> builder,

@@ -100,6 +100,14 @@ def test_fields_filter_and_labels(run, tmp_path):
     proc = run("pack", tmp_path / "shards" / "..", "-o", tmp_path / "w.dlfs", "--from",
                "imagefolder", "--fields", "jpg")
     assert proc.returncode == 2 and b"--fields applies to tar shards only" in proc.stderr
+    # So are the options of the other importers: refused, not ignored.
+    for flag, applies in (("--all-files", "ImageFolder trees"), ("--datum-payload", "LMDB")):
+        err = run("pack", tmp_path / "shards", "-o", tmp_path / "w.dlfs", flag,
+                  check=2).stderr.decode()
+        assert f"{flag} applies to {applies}" in err and "(this is a tar source)" in err, err
+    with pytest.raises(ValueError, match=r"all_files=True applies to ImageFolder trees only"):
+        dlfs.pack(tmp_path / "shards", tmp_path / "w.dlfs", all_files=True)
+    assert not (tmp_path / "w.dlfs").exists()
 
 
 def test_damaged_compressed_field_names_sample_and_field(run, tmp_path):
