@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <functional>
 #include <string>
-
 #include <vector>
 
 #include "dlfs/batch_source.h"
