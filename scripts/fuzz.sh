@@ -5,6 +5,8 @@
 #   FUZZ_RUNS=10000000 scripts/fuzz.sh 0        stop each after N executions instead
 #   FUZZ_RUNS=10000000 scripts/fuzz.sh 7200     ... or after 2 h, whichever comes first
 #   FUZZ_JOBS=N ...                              harnesses run at once (default: cores)
+#   FUZZ_CPU=7200 scripts/fuzz.sh 14400          stop each after 2 h of its own CPU time
+#                                                (or the wall limit): for a shared machine
 # Corpora grow in build-fuzz/corpus/<harness> across runs (seeds: fuzz/make_seeds.py);
 # a crash, leak, timeout or allocation over 1 GiB fails the run and leaves
 # the input in build-fuzz/artifacts/<harness>/. Exit status 0 only if every
@@ -45,14 +47,40 @@ if [[ -z "${FUZZ_RUNS:-}" || "$seconds" != 0 ]]; then
   limits+=(-max_total_time="$seconds")
 fi
 
+# Writes STOP once the process whose pid is in PIDFILE has used FUZZ_CPU
+# seconds of CPU. STOP is libFuzzer's -stop_file, which ends the run as
+# -max_total_time does, but only once the file is non-empty.
+stop_after_cpu() {  # pidfile stop
+  local ticks pid stat
+  ticks=$(getconf CLK_TCK)
+  while sleep 10; do
+    pid=$(cat "$1" 2>/dev/null) || continue
+    read -ra stat <"/proc/$pid/stat" 2>/dev/null || return 0
+    if (((stat[13] + stat[14]) / ticks >= FUZZ_CPU)); then
+      echo "CPU limit of $FUZZ_CPU s reached" >"$2"
+      return 0
+    fi
+  done
+}
+
 run_one() {  # harness
   local h=$1
   mkdir -p "$dir/corpus/$h" "$dir/artifacts/$h" "$dir/logs"
-  local log=$dir/logs/$h.log start rc=0 TIMEFORMAT='%0U %0S'
+  local log=$dir/logs/$h.log start rc=0 TIMEFORMAT='%0U %0S' extra=() watcher=
+  local pidfile=$dir/logs/$h.pid stop=$dir/logs/$h.stop
+  rm -f "$pidfile" "$stop"
+  if [[ -n "${FUZZ_CPU:-}" ]]; then
+    extra=(-stop_file="$stop")
+    stop_after_cpu "$pidfile" "$stop" &
+    watcher=$!
+  fi
   start=$(date +%s)
   # CPU seconds beside the wall time: a long run may share the machine.
-  { time "$dir/fuzz/fuzz_$h" "$dir/corpus/$h" "$dir/seeds/$h" "${limits[@]}" \
-    -artifact_prefix="$dir/artifacts/$h/" >"$log" 2>&1; } 2>"$log.cpu" || rc=$?
+  # The shell execs the fuzzer, so `time` and the pid file see the fuzzer.
+  { time bash -c 'echo $$ >"$0"; exec "$@"' "$pidfile" "$dir/fuzz/fuzz_$h" "$dir/corpus/$h" \
+    "$dir/seeds/$h" "${limits[@]}" "${extra[@]}" -artifact_prefix="$dir/artifacts/$h/" \
+    >"$log" 2>&1; } 2>"$log.cpu" || rc=$?
+  [[ -z "$watcher" ]] || kill "$watcher" 2>/dev/null || true
   local execs rate cpu
   execs=$(awk '/stat::number_of_executed_units/ {print $2}' "$log" | tail -1)
   rate=$(awk '/stat::average_exec_per_sec/ {print $2}' "$log" | tail -1)
