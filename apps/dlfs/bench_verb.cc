@@ -88,11 +88,9 @@ void AddLoaderOptions(CLI::App* verb, LoaderOptions* o) {
 int RunBenchMpi(BenchArgs& args) {
 #ifdef DLFS_HAVE_MPI
   return RunWithMpi([&](int rank, int world) {
-    // Errors are collective (the same on every rank); rank 0 prints them.
-    const auto fail = [rank](const Status& st) { return rank == 0 ? Fail(st) : kExitError; };
     BenchJobOptions& job = args.job;
     auto open = OpenOptions(args.volume);
-    if (!open.ok()) return fail(open.status());
+    if (!open.ok()) return FailOnRank0(rank, open.status());
     job.open = std::move(*open);
     job.source.loader = args.run.loader;
     job.bench = args.run.bench;
@@ -100,7 +98,7 @@ int RunBenchMpi(BenchArgs& args) {
       job.bench.on_epoch = [world](const EpochReport& e) { Print(FormatJobEpochLine(e, world)); };
     }
     auto report = RunBenchJob(MPI_COMM_WORLD, args.volume.path, job);
-    if (!report.ok()) return fail(report.status());
+    if (!report.ok()) return FailOnRank0(rank, report.status());
     if (rank == 0) {
       const BenchJobSetup setup = {args.volume.path, job.source.loader.sampler.batch_size,
                                    job.shard_local, job.private_open, job.source.cluster_cache};

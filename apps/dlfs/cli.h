@@ -108,6 +108,9 @@ bool LaunchedByMpirun();
 // Runs body(rank, world) between MPI_Init and MPI_Finalize (MPI builds
 // only); every rank exits with the worst exit code of the job.
 int RunWithMpi(const std::function<int(int rank, int world)>& body);
+// For an error every rank of the job gets alike (a collective call's):
+// rank 0 prints it; every rank returns kExitError.
+inline int FailOnRank0(int rank, const Status& st) { return rank == 0 ? Fail(st) : kExitError; }
 
 // The verbs (pack_verb.cc, read_verbs.cc, bench_verb.cc, lmdb_verbs.cc).
 void AddPack(CLI::App& app, int* exit_code);

@@ -31,8 +31,7 @@ int LmdbRead(const LmdbReadArgs& args, int rank) {
     MPI_Barrier(MPI_COMM_WORLD);
   }
   auto report = dlfs::RunLmdbRead(MPI_COMM_WORLD, args.db, args.options);
-  // Errors are collective (the same on every rank); rank 0 prints them.
-  if (!report.ok()) return rank == 0 ? Fail(report.status()) : kExitError;
+  if (!report.ok()) return FailOnRank0(rank, report.status());
   // Say where the first mismatch was, wherever it happened.
   if (rank != 0) {
     if (report->first_mismatch.empty()) return kExitOk;

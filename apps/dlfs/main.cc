@@ -1,9 +1,9 @@
 // dlfs: command-line front end. Each verb parses its options into the
 // library's option structs and calls the library (cli.h); this file holds
 // what the verbs share.
-#include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 
@@ -49,21 +49,12 @@ bool ShowProgress(bool quiet) { return !quiet && ::isatty(STDERR_FILENO); }
 
 int WriteOutput(const std::string& path, std::span<const std::byte> data) {
   const bool to_stdout = path.empty() || path == "-";
-  const int fd = to_stdout ? STDOUT_FILENO
-                           : ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Fail(Status::FromErrno(errno, path));
-  Status st;
-  for (size_t done = 0; done < data.size() && st.ok();) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n >= 0) {
-      done += static_cast<size_t>(n);
-    } else if (errno != EINTR) {
-      st = Status::FromErrno(errno, to_stdout ? "stdout" : path);
-    }
-  }
-  // The file is closed on every path; a failed close loses written data.
-  if (!to_stdout && ::close(fd) != 0 && st.ok()) st = Status::FromErrno(errno, path);
-  return st.ok() ? kExitOk : Fail(st);
+  std::FILE* out = to_stdout ? stdout : std::fopen(path.c_str(), "wbe");
+  if (out == nullptr) return Fail(Status::FromErrno(errno, path));
+  int error = std::fwrite(data.data(), 1, data.size(), out) == data.size() ? 0 : errno;
+  // The file is closed on every path; a failed flush or close loses written data.
+  if ((to_stdout ? std::fflush(out) : std::fclose(out)) != 0 && error == 0) error = errno;
+  return error == 0 ? kExitOk : Fail(Status::FromErrno(error, to_stdout ? "stdout" : path));
 }
 
 bool LaunchedByMpirun() {
@@ -110,15 +101,9 @@ int main(int argc, char** argv) {
   }
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return kExitError;
+    // --help and --version exit 0; every parse error exits kExitError.
+    return app.exit(e) == 0 ? kExitOk : kExitError;
   }
   return rc;
 }

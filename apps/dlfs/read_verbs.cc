@@ -113,16 +113,14 @@ struct EpochArgs {
 int RunEpochMpi(const EpochArgs& args) {
 #ifdef DLFS_HAVE_MPI
   return RunWithMpi([&](int rank, int world) {
-    // Every rank parses the same text and fails alike; rank 0 says why.
-    const auto fail = [rank](const Status& st) { return rank == 0 ? Fail(st) : kExitError; };
     auto open = OpenOptions(args.volume);
-    if (!open.ok()) return fail(open.status());
+    if (!open.ok()) return FailOnRank0(rank, open.status());
     auto vol = OpenShared(MPI_COMM_WORLD, args.volume.path, *open);
-    if (!vol.ok()) return fail(vol.status());
+    if (!vol.ok()) return FailOnRank0(rank, vol.status());
     LoaderOptions o;
     o.sampler = args.sampler;  // rank and world come from the communicator
     auto loader = CreateLoader(MPI_COMM_WORLD, *vol, o);
-    if (!loader.ok()) return fail(loader.status());
+    if (!loader.ok()) return FailOnRank0(rank, loader.status());
     const std::vector<uint64_t> all = GatherRankIndices(MPI_COMM_WORLD, **loader, args.epoch);
     if (rank == 0) Print(FormatEpochIndices(all, world));
     return kExitOk;
@@ -156,10 +154,7 @@ void AddInfo(CLI::App& app, int* exit_code) {
   i->add_flag("--json", args->json, "One JSON object instead of text");
   i->callback([args, exit_code] {
     auto vol = OpenVolume(args->volume);
-    if (!vol.ok()) {
-      *exit_code = Fail(vol.status());
-      return;
-    }
+    if (!vol.ok()) return void(*exit_code = Fail(vol.status()));
     Print(FormatVolumeSummary(SummarizeVolume(**vol), FormatOf(args->json)));
   });
 }

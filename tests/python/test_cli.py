@@ -69,6 +69,24 @@ def test_cat_returns_exact_bytes(run, volume):
     assert run("cat", vol).returncode == 2
 
 
+def test_cat_output_errors_name_where(run, volume, dlfs_bin, tmp_path):
+    vol, files = volume
+    out = tmp_path / "sample.png"
+    run("cat", vol, "cat/001.png", "-o", out, check=0)
+    assert out.read_bytes() == files["cat/001.png"]
+    proc = run("cat", vol, "cat/001.png", "-o", tmp_path / "no" / "x.png")
+    assert proc.returncode == 2 and b"no/x.png: No such file" in proc.stderr, proc.stderr
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    proc = run("cat", vol, "cat/001.png", "-o", "/dev/full")
+    assert proc.returncode == 2 and b"/dev/full: No space left" in proc.stderr, proc.stderr
+    # A full stdout (e.g. a redirect to a full disk) is an error too, not exit 0.
+    with open("/dev/full", "wb") as full:
+        proc = subprocess.run([dlfs_bin, "cat", vol, "cat/001.png"], stdout=full,
+                              stderr=subprocess.PIPE, timeout=60)
+    assert proc.returncode == 2 and b"stdout: No space left" in proc.stderr, proc.stderr
+
+
 def test_verify_names_each_bad_sample(run, volume):
     vol, files = volume
     assert b"0 bad" in run("verify", vol, check=0).stdout
