@@ -23,6 +23,10 @@ if ((${#harnesses[@]} == 0)); then
   harnesses=(volume_file volume_metadata volume_resealed lmdb idx tar decode)
 fi
 
+if [[ -n "${FUZZ_CPU:-}" && ! "$FUZZ_CPU" =~ ^[0-9]+$ ]]; then
+  echo "fuzz.sh: FUZZ_CPU is a number of seconds, not '$FUZZ_CPU'" >&2
+  exit 2
+fi
 scripts/install-deps.sh
 dir=${FUZZ_DIR:-build-fuzz}
 # A build directory already configured for fuzzing (scripts/test.sh's
@@ -53,10 +57,12 @@ fi
 stop_after_cpu() {  # pidfile stop
   local ticks pid stat
   ticks=$(getconf CLK_TCK)
-  while sleep 10; do
+  # sleep must not hold the script's output open after the run.
+  while sleep 10 </dev/null >/dev/null 2>&1; do
     pid=$(cat "$1" 2>/dev/null) || continue
-    read -ra stat <"/proc/$pid/stat" 2>/dev/null || return 0
-    if (((stat[13] + stat[14]) / ticks >= FUZZ_CPU)); then
+    [[ "$pid" =~ ^[0-9]+$ ]] || continue
+    { read -ra stat <"/proc/$pid/stat"; } 2>/dev/null || return 0
+    if (((stat[13] + stat[14]) / ticks >= 10#$FUZZ_CPU)); then
       echo "CPU limit of $FUZZ_CPU s reached" >"$2"
       return 0
     fi

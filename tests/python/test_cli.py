@@ -69,7 +69,7 @@ def test_cat_returns_exact_bytes(run, volume):
     assert run("cat", vol).returncode == 2
 
 
-def test_cat_output_errors_name_where(run, volume, dlfs_bin, tmp_path):
+def test_output_errors_name_where(run, volume, dlfs_bin, tmp_path):
     vol, files = volume
     out = tmp_path / "sample.png"
     run("cat", vol, "cat/001.png", "-o", out, check=0)
@@ -85,6 +85,12 @@ def test_cat_output_errors_name_where(run, volume, dlfs_bin, tmp_path):
         proc = subprocess.run([dlfs_bin, "cat", vol, "cat/001.png"], stdout=full,
                               stderr=subprocess.PIPE, timeout=60)
     assert proc.returncode == 2 and b"stdout: No space left" in proc.stderr, proc.stderr
+    # So is a report that could not be written.
+    for verb in (["info", vol], ["ls", "-r", vol], ["verify", "-q", vol]):
+        with open("/dev/full", "wb") as full:
+            proc = subprocess.run([dlfs_bin, *map(str, verb)], stdout=full,
+                                  stderr=subprocess.PIPE, timeout=60)
+        assert proc.returncode == 2 and b"stdout: No space left" in proc.stderr, (verb, proc)
 
 
 def test_verify_names_each_bad_sample(run, volume):
