@@ -1,13 +1,16 @@
 """Every Python snippet in README.md runs as written.
 
 Each ```python block runs as its own script, in a temporary directory that
-holds a small stand-in for the demo's out/fashion-mnist.dlfs (raw 28x28
-samples under train/ and test/), with warnings turned into errors (so, for
-example, torch.from_numpy on a sample must not warn that it is read-only).
+holds out/fashion-mnist.dlfs as the README makes it (`dlfs pack` of
+Fashion-MNIST's IDX files: raw 28x28 samples under train/ and test/), packed
+from small IDX files of the same layout, with warnings turned into errors (so,
+for example, torch.from_numpy on a sample must not warn that it is
+read-only).
 """
 import os
 import pathlib
 import re
+import struct
 import subprocess
 import sys
 
@@ -24,15 +27,24 @@ def test_readme_has_python_snippets():
     assert len(BLOCKS) >= 2  # the reading side and the Writer
 
 
+def test_readme_packs_the_volume_its_snippets_read():
+    assert "pack /usr/share/datasets/fashion-mnist -o out/fashion-mnist.dlfs" in (
+        REPO / "README.md").read_text()
+
+
 @pytest.fixture
 def workdir(tmp_path):
+    """Fashion-MNIST's four IDX files, smaller, packed as the README says."""
+    idx = tmp_path / "fashion-mnist"
+    idx.mkdir()
+    for split, count in [("train", 300), ("t10k", 60)]:
+        pixels = np.arange(count * 784, dtype=np.uint32).astype(np.uint8)
+        (idx / f"{split}-images-idx3-ubyte").write_bytes(
+            struct.pack(">IIII", 0x803, count, 28, 28) + pixels.tobytes())
+        (idx / f"{split}-labels-idx1-ubyte").write_bytes(
+            struct.pack(">II", 0x801, count) + bytes(i % 10 for i in range(count)))
     (tmp_path / "out").mkdir()
-    names = ["T-shirt", "Trouser", "Pullover"]
-    with dlfs.Writer(tmp_path / "out/fashion-mnist.dlfs", class_names=names) as w:
-        for split, count in [("train", 300), ("test", 60)]:
-            for i in range(count):
-                pixels = np.full((28, 28), i % 256, dtype=np.uint8)
-                w.add(f"{split}/{names[i % 3]}/{i:05d}", pixels, label=i % 3)
+    dlfs.pack(str(idx), str(tmp_path / "out/fashion-mnist.dlfs"))
     return tmp_path
 
 
