@@ -68,7 +68,8 @@ io_uring (or a pread pool where io_uring is unavailable).
   CorruptVolumeError naming the sample and file.
 - indices: read only these sample indices (e.g. vol.indices("train")); the
   shuffle permutes within them.
-- cache_budget: the node cache (bytes). Samples read are kept in one
+- cache_budget: the node cache: bytes, or a size as --cache-budget takes it
+  ("2G", "512M", "auto"). Samples read are kept in one
   shared-memory region per node and volume that every process reading the
   volume there uses (ranks, DataLoader workers, other jobs); cached samples
   are served from memory (same order, same checks, read-only views). It

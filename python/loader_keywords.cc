@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "dlfs/memory.h"
 #include "status_bridge.h"
 
 namespace py = pybind11;
@@ -21,6 +22,20 @@ std::vector<uint64_t> QuarantineIndices(const py::handle& list) {
     out.push_back(index.cast<uint64_t>());
   }
   return out;
+}
+
+// None keeps LoaderOptions' default; an int is bytes; a string is what
+// --cache-budget takes ("2G", "auto", "0").
+std::optional<uint64_t> CacheBudget(const py::object& budget) {
+  if (budget.is_none()) return std::nullopt;
+  if (py::isinstance<py::str>(budget)) return Unwrap(ParseByteBudget(budget.cast<std::string>()));
+  if (py::isinstance<py::int_>(budget) && !py::isinstance<py::bool_>(budget) &&
+      budget.cast<py::int_>() >= py::int_(0)) {
+    return budget.cast<uint64_t>();
+  }
+  throw py::type_error(
+      "cache_budget: bytes (an int >= 0), a size such as '2G' or 'auto', or None; got " +
+      py::repr(budget).cast<std::string>());
 }
 
 }  // namespace
@@ -56,7 +71,7 @@ LoaderSetup ResolveLoaderKeywords(LoaderKeywords k) {
   o.verify_checksums = k.verify_checksums;
   o.plan.coalesce = k.coalesce;
   if (k.indices) o.subset = std::move(*k.indices);
-  if (k.cache_budget) o.cache_budget = *k.cache_budget;
+  if (auto budget = CacheBudget(k.cache_budget)) o.cache_budget = *budget;
   if (k.fields) o.fields = std::move(*k.fields);
   o.cache_shared = k.cache_shared;
   o.skip_bad_samples = k.skip_bad_samples;

@@ -40,7 +40,8 @@ struct LoaderKeywords {
   bool verify_checksums = false;
   bool coalesce = false;
   std::optional<std::vector<uint64_t>> indices;  // the subset; None: every sample
-  std::optional<uint64_t> cache_budget;          // None: LoaderOptions' default
+  // None: LoaderOptions' default; bytes (an int) or ParseByteBudget's text.
+  pybind11::object cache_budget = pybind11::none();
   std::optional<std::vector<std::string>> fields;
   bool cache_shared = false;
   bool skip_bad_samples = false;
@@ -80,11 +81,10 @@ void DefLoaderInit(Class& cls, Make make, OwnArgs... own) {
                           uint32_t rank, uint32_t world_size, bool drop_last,
                           uint32_t prefetch_batches, uint32_t queue_depth, uint32_t io_threads,
                           std::string engine, bool direct_io, bool verify_checksums, bool coalesce,
-                          std::optional<std::vector<uint64_t>> indices,
-                          std::optional<uint64_t> cache_budget, bool cache_shared,
-                          bool skip_bad_samples, uint32_t max_bad_samples, py::object quarantine,
-                          std::optional<std::vector<double>> weights, uint64_t epoch_samples,
-                          bool cycle, Own... own_values) {
+                          std::optional<std::vector<uint64_t>> indices, py::object cache_budget,
+                          bool cache_shared, bool skip_bad_samples, uint32_t max_bad_samples,
+                          py::object quarantine, std::optional<std::vector<double>> weights,
+                          uint64_t epoch_samples, bool cycle, Own... own_values) {
             return make(LoaderKeywords{.volume = std::move(volume),
                                        .batch_size = batch_size,
                                        .shuffle = shuffle,
@@ -100,7 +100,7 @@ void DefLoaderInit(Class& cls, Make make, OwnArgs... own) {
                                        .verify_checksums = verify_checksums,
                                        .coalesce = coalesce,
                                        .indices = std::move(indices),
-                                       .cache_budget = cache_budget,
+                                       .cache_budget = std::move(cache_budget),
                                        .cache_shared = cache_shared,
                                        .skip_bad_samples = skip_bad_samples,
                                        .max_bad_samples = max_bad_samples,

@@ -269,3 +269,19 @@ def test_map_style_reads_use_the_node_cache(volume, cache_dir):
             got += [bytes(np.asarray(s)) for s in samples]
         assert got == [vol.read(int(i)) for i in ds.indices]
         del loader
+
+
+def test_cache_budget_takes_what_cache_budget_flag_takes(volume, cache_dir):
+    with dlfs.Volume(volume) as vol:
+        def budget(value):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # a budget cut to fit memory
+                return dlfs.Loader(vol, 16, cache_budget=value).stats()["cache_bytes"]
+        assert budget("1M") == budget(1 << 20) > 0
+        assert budget("0") == budget(0) == 0
+        assert budget("auto") == budget(None)
+        with pytest.raises(ValueError, match="lots"):
+            dlfs.Loader(vol, 16, cache_budget="lots")
+        for wrong in (-1, True, 1.5):
+            with pytest.raises(TypeError, match="cache_budget"):
+                dlfs.Loader(vol, 16, cache_budget=wrong)
