@@ -105,9 +105,9 @@ int main(int argc, char** argv) {
     // --help and --version exit 0; every parse error exits kExitError.
     return app.exit(e) == 0 ? kExitOk : kExitError;
   }
-  // A report cut short (a full disk, a closed pipe) fails a command that
-  // would have succeeded; any other exit code stays, with the message.
-  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+  // A report cut short (a full disk, a closed pipe) fails the command; a
+  // verb that failed has said why already (cat names a failed stdout).
+  if (rc != kExitError && (std::fflush(stdout) != 0 || std::ferror(stdout))) {
     const int failed = Fail(dlfs::Status::FromErrno(errno != 0 ? errno : EIO, "stdout"));
     if (rc == kExitOk) rc = failed;
   }
