@@ -242,11 +242,29 @@ Status VolumeBuilder::Add(std::string_view path, std::span<const std::byte> data
   return EndSample();
 }
 
+namespace {
+
+// The class table has an entry for every class up to the largest label, so
+// a label from a hostile source (a tar's .cls, a Datum) must not size it:
+// one sample labelled 10^9 made a 557-byte tar take minutes and gigabytes.
+// 2^24 classes is beyond any labelled data set we know of (ImageNet-21k has
+// 21,841; extreme classification ~3M) and keeps the table <= 128 MiB.
+constexpr uint32_t kMaxClasses = 1u << 24;
+
+// `sample` names it for the message, e.g. "sample 'cat/1.jpg'".
+Status CheckLabel(const std::string& sample, uint32_t label) {
+  if (label == format::kNone || label < kMaxClasses) return Status::Ok();
+  return Status::InvalidArgument(sample + " has label " + std::to_string(label) +
+                                 ": labels must be below " + std::to_string(kMaxClasses));
+}
+
+}  // namespace
+
 Status VolumeBuilder::BeginSample(std::string_view path, uint32_t label) {
   Impl& m = *impl_;
   if (m.closed_) return Status::InvalidArgument("builder already finished");
   if (m.in_sample_) return Status::InvalidArgument("BeginSample while a sample is open");
-  if (label == format::kNone - 1) return Status::InvalidArgument("label out of range");
+  DLFS_RETURN_IF_ERROR(CheckLabel("sample '" + std::string(path) + "'", label));
   // Components are checked below; a leading '/' would otherwise vanish with
   // the empty component before it ("/etc/x" stored as "etc/x").
   if (path.starts_with('/')) {
@@ -446,7 +464,7 @@ Status VolumeBuilder::SetLabel(uint64_t n, uint32_t label) {
     return Status::InvalidArgument("SetLabel: no sample " + std::to_string(n) + " (" +
                                    std::to_string(m.samples_.size()) + " added)");
   }
-  if (label == format::kNone - 1) return Status::InvalidArgument("label out of range");
+  DLFS_RETURN_IF_ERROR(CheckLabel("sample " + std::to_string(n), label));
   m.samples_[n].label = label;
   // Not lowered when a label is replaced: class_count() never shrinks.
   if (label != format::kNone) m.max_label_plus_one_ = std::max(m.max_label_plus_one_, label + 1);

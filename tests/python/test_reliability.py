@@ -2,6 +2,7 @@
 limit every verb ends with an error naming the file (exit 2), never a signal; a killed pack's
 temporary file is removed by the next pack to that path."""
 import gzip
+import io
 import os
 import pathlib
 import resource
@@ -9,6 +10,7 @@ import shutil
 import signal
 import struct
 import subprocess
+import tarfile
 import time
 
 import pytest
@@ -118,6 +120,24 @@ def test_hostile_tar_under_memory_limit(limited, tmp_path):
     tgz.write_bytes(gzip.compress(tar.read_bytes()))
     expect_error(limited("pack", tgz, "-o", tmp_path / "v.dlfs"), tgz, "s/000.jpg")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.tar.gz"]
+
+
+def test_tar_label_that_would_size_a_huge_class_table_is_refused(run, tmp_path):
+    # Found by the tar fuzzer: one .cls saying 1000012602 made pack build a
+    # class table of 10^9 entries (minutes, gigabytes) from a 557-byte tar.
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        for name, data in [("s/000.cls", b"1000012602"), ("s/000.jpg", b"x")]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    tar = tmp_path / "shard.tar"
+    tar.write_bytes(buf.getvalue())
+    start = time.monotonic()
+    proc = run("pack", tar, "-o", tmp_path / "v.dlfs")
+    expect_error(proc, tar, "sample 's/000' has label 1000012602: labels must be below 16777216")
+    assert time.monotonic() - start < 60
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shard.tar"]
 
 
 def test_hostile_idx_under_memory_limit(limited, tmp_path):

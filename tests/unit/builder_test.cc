@@ -241,5 +241,25 @@ TEST(BuilderTest, ClassCountCoversNamesAndLabels) {
   EXPECT_EQ(d.class_name(4), "4");
 }
 
+// A label sizes the class table (one entry per class up to the largest), so
+// one from a hostile source must not: a tar whose .cls said 1000012602 took
+// minutes (found by the tar fuzzer).
+TEST(BuilderTest, LabelsThatWouldSizeAHugeClassTableAreRefused) {
+  TempDir tmp;
+  auto b = VolumeBuilder::Create(tmp / "v.dlfs");
+  ASSERT_OK(b);
+  constexpr uint32_t kLimit = 1u << 24;
+  EXPECT_THAT((*b)->Add("cat/1.jpg", Bytes("1"), 1000012602),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "sample 'cat/1.jpg' has label 1000012602: labels must be below 16777216"));
+  EXPECT_THAT((*b)->Add("cat/2.jpg", Bytes("2"), kLimit),
+              StatusIs(StatusCode::kInvalidArgument, "labels must be below"));
+  ASSERT_OK((*b)->Add("cat/3.jpg", Bytes("3"), kLimit - 1));
+  EXPECT_THAT((*b)->SetLabel(0, kLimit), StatusIs(StatusCode::kInvalidArgument,
+                                                  "sample 0 has label 16777216: labels must be"));
+  ASSERT_OK((*b)->Add("cat/4.jpg", Bytes("4")));  // unlabelled
+  EXPECT_EQ((*b)->class_count(), kLimit);         // not finished: a 128 MiB class table
+}
+
 }  // namespace builder_test
 }  // namespace dlfs
