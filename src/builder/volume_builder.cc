@@ -251,9 +251,11 @@ namespace {
 // 21,841; extreme classification ~3M) and keeps the table <= 128 MiB.
 constexpr uint32_t kMaxClasses = 1u << 24;
 
-// `sample` names it for the message, e.g. "sample 'cat/1.jpg'".
-Status CheckLabel(const std::string& sample, uint32_t label) {
-  if (label == format::kNone || label < kMaxClasses) return Status::Ok();
+bool LabelTooLarge(uint32_t label) { return label != format::kNone && label >= kMaxClasses; }
+
+// `sample` names it, e.g. "sample 'cat/1.jpg'" (built only on failure: Add is
+// on pack's per-sample path).
+Status LabelError(const std::string& sample, uint32_t label) {
   return Status::InvalidArgument(sample + " has label " + std::to_string(label) +
                                  ": labels must be below " + std::to_string(kMaxClasses));
 }
@@ -264,7 +266,7 @@ Status VolumeBuilder::BeginSample(std::string_view path, uint32_t label) {
   Impl& m = *impl_;
   if (m.closed_) return Status::InvalidArgument("builder already finished");
   if (m.in_sample_) return Status::InvalidArgument("BeginSample while a sample is open");
-  DLFS_RETURN_IF_ERROR(CheckLabel("sample '" + std::string(path) + "'", label));
+  if (LabelTooLarge(label)) return LabelError("sample '" + std::string(path) + "'", label);
   // Components are checked below; a leading '/' would otherwise vanish with
   // the empty component before it ("/etc/x" stored as "etc/x").
   if (path.starts_with('/')) {
@@ -464,7 +466,7 @@ Status VolumeBuilder::SetLabel(uint64_t n, uint32_t label) {
     return Status::InvalidArgument("SetLabel: no sample " + std::to_string(n) + " (" +
                                    std::to_string(m.samples_.size()) + " added)");
   }
-  DLFS_RETURN_IF_ERROR(CheckLabel("sample " + std::to_string(n), label));
+  if (LabelTooLarge(label)) return LabelError("sample " + std::to_string(n), label);
   m.samples_[n].label = label;
   // Not lowered when a label is replaced: class_count() never shrinks.
   if (label != format::kNone) m.max_label_plus_one_ = std::max(m.max_label_plus_one_, label + 1);
