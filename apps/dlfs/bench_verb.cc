@@ -89,9 +89,7 @@ int RunBenchMpi(BenchArgs& args) {
 #ifdef DLFS_HAVE_MPI
   return RunWithMpi([&](int rank, int world) {
     BenchJobOptions& job = args.job;
-    auto open = OpenOptions(args.volume);
-    if (!open.ok()) return FailOnRank0(rank, open.status());
-    job.open = std::move(*open);
+    job.open = args.volume.open;
     job.source.loader = args.run.loader;
     job.bench = args.run.bench;
     if (!args.json && rank == 0) {
@@ -126,9 +124,7 @@ int RunBench(BenchArgs& args) {
         Status::InvalidArgument("--shard-local, --cluster-cache and --private-open need mpirun"));
   }
   VolumeBenchOptions& o = args.run;
-  auto open = OpenOptions(args.volume);
-  if (!open.ok()) return Fail(open.status());
-  o.open = std::move(*open);
+  o.open = args.volume.open;
   if (args.decode) o.decode = args.decode_stage;
   o.on_cache_note = [](const std::string& note) {
     std::fprintf(stderr, "dlfs: warning: %s\n", note.c_str());

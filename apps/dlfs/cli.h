@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstddef>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <span>
@@ -28,16 +29,16 @@ inline constexpr int kExitError = 2;
 // Prints "dlfs: MESSAGE" to stderr; returns kExitError.
 int Fail(const Status& st);
 
-// The volume a verb opens, and where its targets are on this node.
+// The volume a verb opens, and how (where its targets are on this node).
 struct VolumeArgs {
   std::string path;
-  std::string target_map;  // --target-map "1=PATH,2=PATH"
+  VolumeOpenOptions open;  // --target-map "1=PATH,2=PATH"
 };
 // The volume argument and --target-map.
 void AddVolumeArgs(CLI::App* verb, VolumeArgs* args);
-// The volume's open options (its --target-map), and the volume opened with them.
-Result<VolumeOpenOptions> OpenOptions(const VolumeArgs& args);
-Result<std::shared_ptr<Volume>> OpenVolume(const VolumeArgs& args);
+inline Result<std::shared_ptr<Volume>> OpenVolume(const VolumeArgs& args) {
+  return Volume::Open(args.path, args.open);
+}
 
 // An option whose --help shows its default (the value `value` holds now).
 template <typename T>
@@ -97,8 +98,24 @@ void AddDecodeOptions(CLI::App* verb, ImageOptions* o);
 void Print(const std::string& text);
 
 inline ReportFormat FormatOf(bool json) { return json ? ReportFormat::kJson : ReportFormat::kText; }
-// Progress lines go to stderr and only to a terminal, overwritten in place.
-bool ShowProgress(bool quiet);
+// The progress line of long work (pack, verify): on stderr, only when it is
+// a terminal and not --quiet, overwritten in place. Clear() it before
+// printing anything else.
+class ProgressLine {
+ public:
+  explicit ProgressLine(bool quiet);
+  // The library's on_progress callback for reports `format` prints; empty
+  // (no progress) when the line is not shown.
+  template <typename Report>
+  std::function<void(const Report&)> Callback(std::string (*format)(const Report&)) const {
+    if (!shown_) return nullptr;
+    return [format](const Report& r) { std::fputs(format(r).c_str(), stderr); };
+  }
+  void Clear() const;
+
+ private:
+  bool shown_;
+};
 // Writes `data` to `path` ("" or "-": stdout); returns the exit code.
 int WriteOutput(const std::string& path, std::span<const std::byte> data);
 

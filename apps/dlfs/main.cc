@@ -22,20 +22,9 @@ int Fail(const Status& st) {
 
 void AddVolumeArgs(CLI::App* verb, VolumeArgs* args) {
   verb->add_option("volume", args->path, "Volume file (its target 0)")->required();
-  verb->add_option("--target-map", args->target_map,
-                   "Where to find targets other than 0, e.g. 1=/dev/nvme1n1,2=/data/v.t2\n"
-                   "or 1=nbd://storage1/nvme0n1 (instead of the paths recorded in the volume)");
-}
-
-Result<VolumeOpenOptions> OpenOptions(const VolumeArgs& args) {
-  VolumeOpenOptions options;
-  DLFS_ASSIGN_OR_RETURN(options.target_map, ParseTargetMap(args.target_map));
-  return options;
-}
-
-Result<std::shared_ptr<Volume>> OpenVolume(const VolumeArgs& args) {
-  DLFS_ASSIGN_OR_RETURN(VolumeOpenOptions options, OpenOptions(args));
-  return Volume::Open(args.path, options);
+  AddParsed(verb, "--target-map", &args->open.target_map, ParseTargetMap,
+            "Where to find targets other than 0, e.g. 1=/dev/nvme1n1,2=/data/v.t2\n"
+            "or 1=nbd://storage1/nvme0n1 (instead of the paths recorded in the volume)");
 }
 
 void AddOffFlag(CLI::App* verb, const std::string& name, bool* value, const std::string& help) {
@@ -45,7 +34,11 @@ void AddOffFlag(CLI::App* verb, const std::string& name, bool* value, const std:
 
 void Print(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
 
-bool ShowProgress(bool quiet) { return !quiet && ::isatty(STDERR_FILENO); }
+ProgressLine::ProgressLine(bool quiet) : shown_(!quiet && ::isatty(STDERR_FILENO)) {}
+
+void ProgressLine::Clear() const {
+  if (shown_) std::fputs("\r\033[K", stderr);
+}
 
 int WriteOutput(const std::string& path, std::span<const std::byte> data) {
   const bool to_stdout = path.empty() || path == "-";

@@ -48,16 +48,12 @@ int RunPack(PackArgs& args) {
   if (!compression.ok()) return Fail(compression.status().Reworded(kPackFlags));
   volume.compress = std::move(*compression);
   options.cancel = &g_cancel;
-  const bool progress = ShowProgress(args.quiet);
-  if (progress) {
-    options.on_progress = [](const PackProgress& p) {
-      std::fputs(FormatPackProgress(p).c_str(), stderr);
-    };
-  }
+  const ProgressLine progress(args.quiet);
+  options.on_progress = progress.Callback(FormatPackProgress);
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   auto stats = Pack(args.source, args.output, options);
-  if (progress) std::fprintf(stderr, "\r\033[K");
+  progress.Clear();
   if (!stats.ok()) return Fail(stats.status().Reworded(kPackFlags));
   for (const std::string& r : stats->removed_temporaries) {
     std::fprintf(stderr, "dlfs: removed stale temporary file %s\n", r.c_str());

@@ -1,6 +1,4 @@
 // The verbs that read one volume: info, ls, cat, verify, epoch, mount.
-#include <unistd.h>
-
 #include <csignal>
 #include <cstdio>
 #include <optional>
@@ -81,24 +79,18 @@ struct VerifyArgs {
 int RunVerify(const VerifyArgs& args) {
   auto vol = OpenVolume(args.volume);
   if (!vol.ok()) return Fail(vol.status());
+  const ProgressLine progress(args.quiet);
   VerifyOptions options;
-  options.on_bad_sample = [](uint64_t, const Status& problem) {
-    std::fprintf(stderr, "%sdlfs: %s\n", ::isatty(STDERR_FILENO) ? "\r\033[K" : "",
-                 problem.message().c_str());
+  options.on_progress = progress.Callback(FormatVerifyProgress);
+  options.on_bad_sample = [&progress](uint64_t, const Status& problem) {
+    progress.Clear();
+    Fail(problem);
   };
-  const bool progress = ShowProgress(args.quiet);
-  if (progress) {
-    options.on_progress = [](const VerifyReport& r) {
-      std::fputs(FormatVerifyProgress(r).c_str(), stderr);
-    };
-  }
   VerifyReport report;
   Status st = VerifyVolume(**vol, options, &report);
-  if (progress) std::fprintf(stderr, "\r\033[K");
+  progress.Clear();
   if (!st.ok()) return Fail(st);
-  if (!report.backup_superblock.ok()) {
-    std::fprintf(stderr, "dlfs: %s\n", report.backup_superblock.message().c_str());
-  }
+  if (!report.backup_superblock.ok()) Fail(report.backup_superblock);
   Print(FormatVerifyReport(args.volume.path, report, FormatOf(args.json)));
   return report.bad_samples == 0 && report.backup_superblock.ok() ? kExitOk : kExitDamaged;
 }
@@ -113,9 +105,7 @@ struct EpochArgs {
 int RunEpochMpi(const EpochArgs& args) {
 #ifdef DLFS_HAVE_MPI
   return RunWithMpi([&](int rank, int world) {
-    auto open = OpenOptions(args.volume);
-    if (!open.ok()) return FailOnRank0(rank, open.status());
-    auto vol = OpenShared(MPI_COMM_WORLD, args.volume.path, *open);
+    auto vol = OpenShared(MPI_COMM_WORLD, args.volume.path, args.volume.open);
     if (!vol.ok()) return FailOnRank0(rank, vol.status());
     LoaderOptions o;
     o.sampler = args.sampler;  // rank and world come from the communicator
