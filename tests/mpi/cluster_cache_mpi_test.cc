@@ -281,7 +281,7 @@ TEST_F(ClusterCacheTest, BatchesOutliveTheLoader) {
     auto want = volume->Read(batch.index(i));
     EXPECT_OK(want);
     if (want.ok()) {
-      EXPECT_TRUE(std::ranges::equal(batch.sample(i), *want)) << batch.index(i);
+      EXPECT_TRUE(testing::SameBytes(batch.sample(i), *want)) << batch.index(i);
     }
   }
 }

@@ -373,7 +373,7 @@ TEST_F(DistributedTest, RanksShareOneNodeCache) {
         auto want = volume->Read(b.index(i));
         EXPECT_OK(want);
         if (want.ok()) {
-          EXPECT_TRUE(std::ranges::equal(b.sample(i), *want))
+          EXPECT_TRUE(testing::SameBytes(b.sample(i), *want))
               << "rank " << Rank() << " sample " << b.index(i);
         }
       }
@@ -613,7 +613,7 @@ std::vector<uint64_t> ReadBatches(ShardLoader& l, const Volume& volume, uint64_t
     if (!more.ok() || !*more) break;
     for (size_t i = 0; i < batch.size(); ++i) {
       auto want = volume.Read(batch.index(i));
-      EXPECT_TRUE(want.ok() && std::ranges::equal(batch.sample(i), *want));
+      EXPECT_TRUE(want.ok() && testing::SameBytes(batch.sample(i), *want));
     }
     got.insert(got.end(), batch.indices().begin(), batch.indices().end());
   }

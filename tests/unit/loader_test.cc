@@ -79,7 +79,7 @@ EpochResult ReadEpoch(Loader& loader, const Volume& vol, uint64_t epoch) {
       EXPECT_OK(want);
       const auto got = batch.sample(i);
       EXPECT_EQ(got.size(), want->size()) << "sample " << idx;
-      EXPECT_TRUE(std::equal(got.begin(), got.end(), want->begin())) << "sample " << idx;
+      EXPECT_TRUE(testing::SameBytes(got, *want)) << "sample " << idx;
       EXPECT_EQ(batch.label(i), vol.directory().label(idx));
     }
   }
@@ -172,7 +172,7 @@ TEST_P(LoaderTest, EnginesAgreeByteForByte) {
     ASSERT_EQ(x.size(), y.size());
     for (size_t i = 0; i < x.size(); ++i) {
       ASSERT_EQ(x.index(i), y.index(i));
-      ASSERT_TRUE(std::ranges::equal(x.sample(i), y.sample(i)));
+      ASSERT_TRUE(testing::SameBytes(x.sample(i), y.sample(i)));
     }
   }
   EXPECT_FALSE(*(*b)->Next(&y));
@@ -192,7 +192,7 @@ TEST_P(LoaderTest, ViewsOutliveTheLoader) {
   for (const Batch& b : kept) {
     for (size_t i = 0; i < b.size(); ++i, ++checked) {
       auto want = vol_->Read(b.index(i));
-      ASSERT_TRUE(std::ranges::equal(b.sample(i), *want));
+      ASSERT_TRUE(testing::SameBytes(b.sample(i), *want));
     }
   }
   EXPECT_EQ(checked, 1000u);
@@ -264,7 +264,7 @@ TEST_P(LoaderTest, InjectedFaults) {
     if (!*more) break;
     ++batches;
     for (size_t i = 0; i < b.size(); ++i) {
-      ASSERT_TRUE(std::ranges::equal(b.sample(i), *vol_->Read(b.index(i))));
+      ASSERT_TRUE(testing::SameBytes(b.sample(i), *vol_->Read(b.index(i))));
     }
   }
   EXPECT_GT(errors, 0);
@@ -350,7 +350,7 @@ TEST_P(LoaderTest, DamagedRangeNamesExactlyTheSamplesInside) {
       }
       if (!*more) break;
       for (size_t i = 0; i < b.size(); ++i) {
-        ASSERT_TRUE(std::ranges::equal(b.sample(i), *v->Read(b.index(i))));
+        ASSERT_TRUE(testing::SameBytes(b.sample(i), *v->Read(b.index(i))));
         ++samples;
       }
     }
@@ -404,7 +404,7 @@ TEST_P(LoaderTest, DestroyedWithReadsInFlight) {
     if (stage >= 3) loader->SetEpoch(5);  // a new generation while the old is in flight
     loader.reset();
     if (kept.size() > 0) {
-      EXPECT_TRUE(std::ranges::equal(kept.sample(0), *vol_->Read(kept.index(0))));
+      EXPECT_TRUE(testing::SameBytes(kept.sample(0), *vol_->Read(kept.index(0))));
     }
   }
 }
@@ -427,15 +427,17 @@ TEST_P(LoaderTest, StatsSayWhereTheTimeWent) {
     // Looked up when read: the epoch and the next one's first batches.
     EXPECT_GE(d.cache_hits + d.cache_misses, 1000u);
     // The cache fills from the epochs' reads on a thread of its own (the
-    // caller paced as training is, so that it runs freely); once it holds
-    // every sample, an epoch comes from memory: no device reads.
+    // caller paced as training is, 5 ms a batch, so that it runs freely:
+    // with 1 ms the caller mostly waited for reads under TSan, and filling,
+    // which then yields, took 30 s); once it holds every sample, an epoch
+    // comes from memory: no device reads.
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
     for (uint64_t e = 1; loader->source_stats().cache_used_bytes < vol_->info().data_bytes &&
                          std::chrono::steady_clock::now() < give_up;
          ++e) {
       loader->SetEpoch(e);
       Batch b;
-      while (*loader->Next(&b)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      while (*loader->Next(&b)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     ASSERT_EQ(loader->source_stats().cache_used_bytes, vol_->info().data_bytes);
     // A batch prefetched while the last sample was being filled may still
@@ -514,7 +516,7 @@ TEST(SampleReaderTest, ManySamplesInOneCallWithExactBytes) {
       for (size_t i = 0; i < want.size(); ++i) {
         EXPECT_EQ(b.index(i), want[i]);
         EXPECT_EQ(b.label(i), v->directory().label(want[i]));
-        EXPECT_TRUE(std::ranges::equal(b.sample(i), *v->Read(want[i]))) << want[i];
+        EXPECT_TRUE(testing::SameBytes(b.sample(i), *v->Read(want[i]))) << want[i];
       }
       std::ranges::reverse(want);
     }

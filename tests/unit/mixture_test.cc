@@ -41,7 +41,7 @@ TEST(MixtureTest, LeftOutSamplesStayOutAndTheRestIsWhole) {
       const std::shared_ptr<Volume>& v = batch.sources()[i] == 0 ? a : *b;
       auto want = v->Read(batch.index(i));
       ASSERT_OK(want);
-      EXPECT_TRUE(std::ranges::equal(batch.sample(i), *want));
+      EXPECT_TRUE(testing::SameBytes(batch.sample(i), *want));
       EXPECT_TRUE(seen.insert({batch.sources()[i], batch.index(i)}).second);
     }
   }

@@ -187,7 +187,7 @@ TEST_F(MultiTargetTest, LoaderReadsEveryTargetWithEachEngine) {
               std::stoull(std::string((*v)->directory().name(idx))));  // names are the source index
           const auto got = batch.sample(k);
           ASSERT_EQ(got.size(), want.size()) << idx;
-          ASSERT_TRUE(std::equal(got.begin(), got.end(), want.begin())) << idx;
+          ASSERT_TRUE(testing::SameBytes(got, want)) << idx;
           ++seen;
         }
       }

@@ -80,7 +80,7 @@ class NbdTest : public ::testing::Test {
             testing::SyntheticBytes(SourceIndex(*v, batch.index(k)));
         const auto got = batch.sample(k);
         ASSERT_EQ(got.size(), want.size());
-        ASSERT_TRUE(std::equal(got.begin(), got.end(), want.begin())) << batch.index(k);
+        ASSERT_TRUE(testing::SameBytes(got, want)) << batch.index(k);
         ++seen;
       }
     }

@@ -56,7 +56,7 @@ class QuarantineTest : public ::testing::TestWithParam<bool> {  // node cache on
       for (size_t i = 0; i < b.size(); ++i) {
         got.push_back(b.index(i));
         auto want = l.volume().Read(b.index(i));
-        EXPECT_TRUE(want.ok() && std::ranges::equal(b.sample(i), *want)) << b.index(i);
+        EXPECT_TRUE(want.ok() && testing::SameBytes(b.sample(i), *want)) << b.index(i);
       }
     }
     return got;

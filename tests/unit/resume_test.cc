@@ -42,7 +42,7 @@ std::vector<uint64_t> Take(Loader& loader, uint64_t epoch, uint64_t first_sequen
       order.push_back(batch.index(i));
       auto want = loader.volume().Read(batch.index(i));
       EXPECT_OK(want);
-      EXPECT_TRUE(std::ranges::equal(batch.sample(i), *want)) << "sample " << batch.index(i);
+      EXPECT_TRUE(testing::SameBytes(batch.sample(i), *want)) << "sample " << batch.index(i);
     }
   }
   return order;
@@ -450,7 +450,7 @@ TEST(ElasticLoaderTest, StateResumesOnAnotherNumberOfRanks) {
       for (size_t i = 0; i < batch.size(); ++i) {
         read.insert(batch.index(i));
         auto want = l.volume().Read(batch.index(i));
-        EXPECT_TRUE(want.ok() && std::ranges::equal(batch.sample(i), *want));
+        EXPECT_TRUE(want.ok() && testing::SameBytes(batch.sample(i), *want));
       }
     }
     return got;

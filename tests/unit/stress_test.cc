@@ -66,7 +66,7 @@ class StressTest : public ::testing::Test {
     for (size_t i = 0; i < b.size(); ++i) {
       const auto want = Expected(b.index(i));
       const auto got = b.sample(i);
-      if (got.size() != want.size() || !std::equal(got.begin(), got.end(), want.begin())) {
+      if (!testing::SameBytes(got, want)) {
         return false;
       }
     }
