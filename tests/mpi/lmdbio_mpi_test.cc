@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/crc32c.h"
@@ -241,7 +242,12 @@ TEST_F(LmdbioTest, EveryModeReturnsTheBaselineRecords) {
     ASSERT_GT(oracle.size(), 0u);
     for (int fake : {0, 2}) {
       FakeNodes nodes(fake);
-      for (uint32_t batch : {4u, 64u}) {
+      // Batch 4 (one record per rank) only on "mixed", the database of the
+      // fewest records: on the others it took 2,700 iterations per mode,
+      // most of this program's 50 s under ASan; batch 64 walks the same
+      // pages and wraps as well.
+      const bool mixed = std::string_view(name) == "mixed";
+      for (uint32_t batch : mixed ? std::vector<uint32_t>{4, 64} : std::vector<uint32_t>{64}) {
         // Enough iterations to wrap around the end of the database once.
         const uint64_t iters = oracle.size() / batch + 7;
         LmdbioOptions base;
