@@ -2,16 +2,18 @@
 # Runs every test: installs dependencies, then
 #   1. builds with gcc (RelWithDebInfo, in build-gcc) and runs CTest there:
 #      pytest (CLI, Python module, dlfs.torch, FUSE, the CLI under mpirun), packaging;
-#   2. builds once with clang + AddressSanitizer + UBSan and coverage
-#      instrumentation, runs CTest there (the GoogleTest suite, pytest of the
-#      CLI, the MPI programs), then each libFuzzer harness of the same build for
-#      10 s, two at a time, as a smoke check (scripts/fuzz.sh);
+#   2. builds once with clang + AddressSanitizer + UBSan (the library and the
+#      fuzzers with coverage instrumentation; the benchmarks, to see that they
+#      compile), runs CTest there (the GoogleTest suite, the pytest files that
+#      reach C++ code the suite does not, the MPI programs), then each
+#      libFuzzer harness of the same build for 5 s, two at a time, as a smoke
+#      check (scripts/fuzz.sh);
 #   3. the tests of concurrent code (engines, loader, node cache, volume reads,
 #      stress) under ThreadSanitizer, building only them.
 # Prints how long each stage took.
 #   scripts/test.sh            everything
 #   DLFS_NO_SANITIZE=1 ...     skip stages 2-3, run the GoogleTest suite and MPI programs in stage 1
-#   DLFS_FUZZ_SECONDS=N ...    fuzz each harness N s in stage 2 (default 10)
+#   DLFS_FUZZ_SECONDS=N ...    fuzz each harness N s in stage 2 (default 5)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,9 +52,14 @@ lines_only=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -gline-tables-only -DNDEBUG"
   -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -gline-tables-only -DNDEBUG")
 gcc_g1=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG"
   -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG")
+# The sanitized builds run each GoogleTest program as 4 CTest entries of a
+# share of its tests each, not a process per test: a sanitizer's start and
+# its leak check at exit cost more than most tests (tests/CMakeLists.txt).
+shards=(-DDLFS_TEST_SHARDS=4)
+tsan_shards=(-DDLFS_TEST_SHARDS=8)  # its longest tests vary more
 run_tsan() {
   cmake -S . -B build-tsan -G Ninja "${launcher[@]}" "${unity[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DDLFS_SANITIZE=thread \
+    -DDLFS_SANITIZE=thread "${tsan_shards[@]}" \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
     -DDLFS_BUILD_BENCHMARKS=OFF -DDLFS_BUILD_PYTHON=OFF >/dev/null
   cmake --build build-tsan -j "$jobs" --target dlfs_tsan_tests
@@ -66,8 +73,9 @@ run_tsan() {
 # developer's build/ alone.
 unit_tests=OFF
 [[ -n "${DLFS_NO_SANITIZE:-}" ]] && unit_tests=ON
+# The benchmarks are compiled in the ASan build (no test runs them).
 stage "build and test (gcc, RelWithDebInfo)" run_suite build-gcc "${gcc_g1[@]}" \
-  -DDLFS_UNIT_TESTS=$unit_tests
+  -DDLFS_UNIT_TESTS=$unit_tests -DDLFS_BUILD_BENCHMARKS=$unit_tests
 
 if [[ -z "${DLFS_NO_SANITIZE:-}" ]]; then
   export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp"
@@ -75,9 +83,10 @@ if [[ -z "${DLFS_NO_SANITIZE:-}" ]]; then
   # the library a second time for libFuzzer cost ~140 s.
   CC=clang-14 CXX=clang++-14 stage "build and test under ASan + UBSan (clang)" run_suite \
     build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLFS_SANITIZE=address,undefined \
-    -DDLFS_BUILD_FUZZERS=ON -DDLFS_BUILD_BENCHMARKS=OFF -DDLFS_BUILD_PYTHON=OFF "${lines_only[@]}"
-  FUZZ_DIR=build-asan stage "fuzz smoke (${DLFS_FUZZ_SECONDS:-10} s per harness)" \
-    scripts/fuzz.sh "${DLFS_FUZZ_SECONDS:-10}"
+    -DDLFS_BUILD_FUZZERS=ON -DDLFS_BUILD_PYTHON=OFF "${lines_only[@]}" \
+    "${shards[@]}"
+  FUZZ_DIR=build-asan stage "fuzz smoke (${DLFS_FUZZ_SECONDS:-5} s per harness)" \
+    scripts/fuzz.sh "${DLFS_FUZZ_SECONDS:-5}"
   stage "concurrency tests under ThreadSanitizer" run_tsan
 fi
 
