@@ -10,7 +10,7 @@
 #include "cli.h"
 #include "dlfs/version.h"
 #ifdef DLFS_HAVE_MPI
-#include <mpi.h>
+#include "dlfs/mpi.h"
 #endif
 
 namespace dlfs::cli {
@@ -61,16 +61,7 @@ bool LaunchedByMpirun() {
 
 int RunWithMpi(const std::function<int(int rank, int world)>& body) {
 #ifdef DLFS_HAVE_MPI
-  int provided = 0;
-  MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
-  int rank = 0, world = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  const int rc = body(rank, world);
-  int worst = rc;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Finalize();
-  return worst;
+  return RunMpiProgram(body);
 #else
   (void)body;
   return Fail(

@@ -17,6 +17,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -103,6 +104,14 @@ struct NamedValue {
 // small allreduce when the ranks agree. Call it before any collective whose
 // shape depends on the values: ranks that disagree there would hang.
 Status AgreeOnValues(MPI_Comm comm, const std::vector<NamedValue>& values);
+
+// The whole MPI part of a program: MPI_Init_thread (MPI_THREAD_FUNNELED: only
+// the thread that calls `body` calls MPI), body(rank, world) on
+// MPI_COMM_WORLD, MPI_Finalize. Returns the largest value any rank's body
+// returned, on every rank, so a job whose ranks exit with it fails as a
+// whole when one rank failed. Whatever `body` creates that uses MPI must be
+// destroyed before it returns.
+int RunMpiProgram(const std::function<int(int rank, int world)>& body);
 
 // "MPI_ERR_...: message" for an MPI return code, prefixed with `what`.
 Status MpiError(int code, const std::string& what);

@@ -20,6 +20,19 @@ Status MpiError(int code, const std::string& what) {
                          (len > 0 ? " (" + std::string(text, len) + ")" : ""));
 }
 
+int RunMpiProgram(const std::function<int(int rank, int world)>& body) {
+  int provided = 0;
+  MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  const int rc = body(rank, world);
+  int worst = rc;
+  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return worst;
+}
+
 void WaitPolitely(MPI_Request* request, MPI_Status* status) {
   int done = 0;
   for (int spin = 0; spin < 200; ++spin) {

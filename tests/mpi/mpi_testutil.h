@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <string>
 
+#include "dlfs/mpi.h"
+
 namespace dlfs::testing {
 
 inline int Rank() {
@@ -81,18 +83,15 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
 
 // The main() of an MPI test program: the job fails if any rank failed.
 inline int RunMpiTests(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
   ::testing::InitGoogleTest(&argc, argv);
-  if (Rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new FailurePrinter);
-  }
-  int rc = RUN_ALL_TESTS();
-  int worst = rc;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Finalize();
-  return worst;
+  return RunMpiProgram([](int rank, int) {
+    if (rank != 0) {
+      auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+      delete listeners.Release(listeners.default_result_printer());
+      listeners.Append(new FailurePrinter);
+    }
+    return RUN_ALL_TESTS();
+  });
 }
 
 }  // namespace dlfs::testing
