@@ -3,7 +3,6 @@
 #include <cstdio>
 
 #include "cli.h"
-#include "dlfs/bench.h"
 #include "dlfs/lmdb.h"
 #include "dlfs/lmdbio_options.h"
 #ifdef DLFS_HAVE_MPI
@@ -16,7 +15,6 @@ namespace {
 struct LmdbReadArgs {
   std::string db;
   LmdbReadOptions options;
-  bool drop_cache = false;
   bool json = false;
 };
 
@@ -24,12 +22,6 @@ struct LmdbReadArgs {
 // Everything between MPI_Init and MPI_Finalize (the reader is destroyed
 // before MPI_Finalize); returns the exit code.
 int LmdbRead(const LmdbReadArgs& args, int rank) {
-  if (args.drop_cache) {
-    if (rank == 0 && !DropPageCache()) {
-      std::fprintf(stderr, "dlfs: warning: could not drop the page cache (needs root)\n");
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
-  }
   auto report = dlfs::RunLmdbRead(MPI_COMM_WORLD, args.db, args.options);
   if (!report.ok()) return FailOnRank0(rank, report.status());
   // Say where the first mismatch was, wherever it happened.
@@ -110,7 +102,7 @@ void AddLmdb(CLI::App& app, int* exit_code) {
   lr->add_option("--counters", read->options.counters_file,
                  "A file of \"name value\" counters (e.g. pfs-emu's MOUNT/.pfs-emu-stats) read "
                  "before and after the iterations; reports how much each grew");
-  lr->add_flag("--drop-cache", read->drop_cache,
+  lr->add_flag("--drop-cache", read->options.drop_cache,
                "Drop the page cache before reading (root; for benchmarks)");
   lr->add_flag("--json", read->json, "One JSON object (from rank 0) instead of text");
   lr->callback([read, exit_code] { *exit_code = ReadLmdb(*read); });

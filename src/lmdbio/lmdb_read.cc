@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include "common/clock.h"
 #include "common/crc32c.h"
 #include "common/file_util.h"
+#include "dlfs/bench.h"
 #include "dlfs/lmdb.h"
 #include "dlfs/mpi.h"
 
@@ -111,6 +113,12 @@ Result<LmdbReadReport> RunLmdbRead(MPI_Comm comm, const std::string& db,
       AgreeOnValues(comm, {{"iterations", std::to_string(options.iterations)},
                            {"check", options.check ? "on" : "off"},
                            {"counters file", options.counters_file.empty() ? "none" : "given"}}));
+  if (options.drop_cache) {
+    if (rank == 0 && !DropPageCache()) {
+      std::fprintf(stderr, "dlfs: warning: could not drop the page cache (needs root)\n");
+    }
+    MPI_Barrier(comm);
+  }
   Oracle oracle;
   if (options.check) {
     // Every rank stops, or none does (the reader's open is collective).
