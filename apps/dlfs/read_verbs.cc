@@ -53,20 +53,14 @@ int CatDecoded(const CatArgs& args, const Volume& volume, uint64_t index) {
 int RunCat(const CatArgs& args) {
   auto vol = OpenVolume(args.volume);
   if (!vol.ok()) return Fail(vol.status());
-  uint64_t index = 0;
-  if (args.index) {
-    index = *args.index;
-  } else {
-    auto found = (*vol)->directory().Lookup(args.path);
-    if (!found.ok()) return Fail(found.status().WithContext(args.volume.path));
-    index = *found;
-  }
-  if (args.decode) return CatDecoded(args, **vol, index);
+  auto index = args.index ? Result<uint64_t>(*args.index) : (*vol)->directory().Lookup(args.path);
+  if (!index.ok()) return Fail(index.status().WithContext(args.volume.path));
+  if (args.decode) return CatDecoded(args, **vol, *index);
   if (args.field) {
-    auto field = (*vol)->Read(index, std::string_view(*args.field), args.verify);
+    auto field = (*vol)->Read(*index, std::string_view(*args.field), args.verify);
     return field.ok() ? WriteOutput(args.output, *field) : Fail(field.status());
   }
-  auto bytes = (*vol)->Read(index, args.verify);
+  auto bytes = (*vol)->Read(*index, args.verify);
   return bytes.ok() ? WriteOutput(args.output, *bytes) : Fail(bytes.status().Reworded(kCatFlags));
 }
 
@@ -105,14 +99,10 @@ struct EpochArgs {
 int RunEpochMpi(const EpochArgs& args) {
 #ifdef DLFS_HAVE_MPI
   return RunWithMpi([&](int rank, int world) {
-    auto vol = OpenShared(MPI_COMM_WORLD, args.volume.path, args.volume.open);
-    if (!vol.ok()) return FailOnRank0(rank, vol.status());
-    LoaderOptions o;
-    o.sampler = args.sampler;  // rank and world come from the communicator
-    auto loader = CreateLoader(MPI_COMM_WORLD, *vol, o);
-    if (!loader.ok()) return FailOnRank0(rank, loader.status());
-    const std::vector<uint64_t> all = GatherRankIndices(MPI_COMM_WORLD, **loader, args.epoch);
-    if (rank == 0) Print(FormatEpochIndices(all, world));
+    auto all = GatherEpochIndices(MPI_COMM_WORLD, args.volume.path, args.volume.open, args.sampler,
+                                  args.epoch);
+    if (!all.ok()) return FailOnRank0(rank, all.status());
+    if (rank == 0) Print(FormatEpochIndices(*all, world));
     return kExitOk;
   });
 #else

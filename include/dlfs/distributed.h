@@ -165,10 +165,15 @@ class ShardLoader final : public BatchSource {
   std::unique_ptr<Impl> impl_;
 };
 
-// Rank 0 gets every rank's indices for `epoch` (rank by rank, each in
-// reading order, rank r's starting at r * loader.sampler().samples_per_rank());
-// the other ranks get an empty vector. Collective.
-std::vector<uint64_t> GatherRankIndices(MPI_Comm comm, const Loader& loader, uint64_t epoch);
+// What `dlfs epoch` prints under mpirun: opens `path` collectively
+// (OpenShared), makes each rank's Loader with `sampler` (rank and world
+// from `comm`, CreateLoader), and gathers every rank's indices for `epoch`
+// on rank 0 (rank by rank, each in reading order, rank r's starting at
+// r * samples_per_rank); the other ranks get an empty vector. Collective;
+// the same error on every rank (OpenShared's, CreateLoader's).
+Result<std::vector<uint64_t>> GatherEpochIndices(MPI_Comm comm, const std::string& path,
+                                                 const VolumeOpenOptions& open,
+                                                 const SamplerOptions& sampler, uint64_t epoch);
 
 // Measuring a job, as `dlfs bench` does under mpirun.
 struct BenchJobOptions {

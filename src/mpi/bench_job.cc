@@ -1,4 +1,4 @@
-// RunBenchJob and GatherRankIndices: the measurements of `dlfs bench` and
+// RunBenchJob and GatherEpochIndices: the measurements of `dlfs bench` and
 // `dlfs epoch` under mpirun.
 #include <mpi.h>
 
@@ -53,11 +53,17 @@ Result<std::shared_ptr<Volume>> OpenForJob(MPI_Comm comm, const std::string& pat
 
 }  // namespace
 
-std::vector<uint64_t> GatherRankIndices(MPI_Comm comm, const Loader& loader, uint64_t epoch) {
+Result<std::vector<uint64_t>> GatherEpochIndices(MPI_Comm comm, const std::string& path,
+                                                 const VolumeOpenOptions& open,
+                                                 const SamplerOptions& sampler, uint64_t epoch) {
   int rank = 0, world = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &world);
-  const std::vector<uint64_t> mine = loader.RankIndices(epoch);
+  DLFS_ASSIGN_OR_RETURN(std::shared_ptr<Volume> volume, OpenShared(comm, path, open));
+  LoaderOptions options;
+  options.sampler = sampler;
+  DLFS_ASSIGN_OR_RETURN(std::unique_ptr<Loader> loader, CreateLoader(comm, volume, options));
+  const std::vector<uint64_t> mine = loader->RankIndices(epoch);
   const int n = static_cast<int>(mine.size());
   std::vector<uint64_t> all(rank == 0 ? size_t(n) * world : 0);
   MPI_Gather(mine.data(), n, MPI_UINT64_T, all.data(), n, MPI_UINT64_T, 0, comm);
