@@ -184,8 +184,7 @@ void RegisterPack(py::module_& m) {
         o.all_files = all_files;
         o.fields = NameList(fields, [](const std::string& spec) { return ParseFieldNames(spec); });
         o.volume.compress = Unwrap(ParseCompression(compress, dict));
-        // target_paths alone implies the count; the builder checks both agree.
-        o.volume.targets = targets.value_or(1 + static_cast<uint32_t>(target_paths.size()));
+        o.volume.targets = targets.value_or(0);  // 0: implied by target_paths
         o.volume.target_paths = std::move(target_paths);
         o.lmdb_payload_only = datum_payload;
         // Every ~100 ms: Ctrl-C (and an exception in on_progress) stops

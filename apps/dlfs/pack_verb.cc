@@ -2,7 +2,6 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
-#include <optional>
 
 #include "cli.h"
 #include "dlfs/pack.h"
@@ -14,10 +13,9 @@ struct PackArgs {
   std::string source;
   std::string output;
   PackOptions options;
-  std::optional<uint32_t> targets;  // --targets N (else implied by --target-path)
-  std::string fields;               // --fields jpg,cls
-  std::string compress;             // --compress zstd[:LEVEL]
-  bool dict = false;                // --dict: train a zstd dictionary
+  std::string fields;    // --fields jpg,cls
+  std::string compress;  // --compress zstd[:LEVEL]
+  bool dict = false;     // --dict: train a zstd dictionary
   bool quiet = false;
 };
 
@@ -41,8 +39,6 @@ constexpr Rewording kPackFlags[] = {
 int RunPack(PackArgs& args) {
   PackOptions& options = args.options;
   VolumeBuilder::Options& volume = options.volume;
-  // --target-path alone implies the count; the builder checks that both agree.
-  volume.targets = args.targets.value_or(1 + static_cast<uint32_t>(volume.target_paths.size()));
   options.fields = ParseFieldNames(args.fields);
   auto compression = ParseCompression(args.compress, args.dict);
   if (!compression.ok()) return Fail(compression.status().Reworded(kPackFlags));
@@ -84,7 +80,7 @@ void AddPack(CLI::App& app, int* exit_code) {
               "not only the images torchvision's ImageFolder would load");
   p->add_flag("--datum-payload", args->options.lmdb_payload_only,
               "lmdb: store only each Caffe Datum's data (e.g. the JPEG), not the whole record");
-  p->add_option("--targets", args->targets,
+  p->add_option("--targets", args->options.volume.targets,
                 "Spread the samples over N target files (1..8), e.g. on N devices. Target 0 is\n"
                 "the -o file and holds the directory; targets 1..N-1 are OUT.t1 .. OUT.t<N-1>\n"
                 "unless named with --target-path. Each sample goes to the target holding the\n"

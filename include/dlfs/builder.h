@@ -55,8 +55,9 @@ class VolumeBuilder {
     // Replace existing files at the destinations (each atomically, on
     // Finish; a multi-target volume as a whole is not replaced atomically).
     bool overwrite = false;
-    // Number of target files, 1 to 8.
-    uint32_t targets = 1;
+    // Number of target files, 1 to 8; 0: one more than target_paths names
+    // (1 without them).
+    uint32_t targets = 0;
     // Paths of targets 1, 2, ... (exactly targets - 1 of them), or empty for
     // DefaultTargetPath's names. Target 0's table records each relative to
     // the directory of `path` when it lies at or below it, else absolute;
@@ -67,6 +68,13 @@ class VolumeBuilder {
     // (docs/format.md §6.1). An export holding a dlfs target counts as
     // existing (overwrite replaces it). Target 0 must be a file.
     std::vector<std::string> target_paths;
+    // How many targets these options make: `targets`, or for 0 its default.
+    uint32_t TargetCount() const;
+    // Where the targets of a volume at `path` go, target 0 (`path`) first:
+    // target_paths, or DefaultTargetPath's names. Options Create refuses
+    // (target_paths naming fewer than TargetCount() - 1, more than 8
+    // targets) get only the paths they name, at most 8.
+    std::vector<std::string> TargetPaths(const std::string& path) const;
     // Per-field compression (format v2, docs/format.md §4.8.4). Off: fields
     // are stored raw. On: each field is compressed with zstd at `level` and
     // kept raw when that saves less than `min_saving` of its bytes.

@@ -40,13 +40,12 @@ Status ClaimOldContents(io_internal::Target& target, bool overwrite) {
 }  // namespace
 
 Status VolumeBuilder::Impl::NameTargets() {
-  targets_.resize(options_.targets);
+  const std::vector<std::string> paths = options_.TargetPaths(path_);
+  targets_.resize(paths.size());
   std::set<std::string> seen;
-  for (uint32_t t = 0; t < options_.targets; ++t) {
+  for (uint32_t t = 0; t < paths.size(); ++t) {
     TargetFile& tf = targets_[t];
-    tf.path = t == 0                          ? path_
-              : options_.target_paths.empty() ? DefaultTargetPath(path_, t)
-                                              : options_.target_paths[t - 1];
+    tf.path = paths[t];
     if (tf.path.empty()) return Status::InvalidArgument("empty target path");
     // Target 0 must appear complete at once: it is the way into the volume.
     if (t == 0 && !io_internal::PublishedByRename(tf.path)) {

@@ -41,14 +41,15 @@ Status CheckOptions(const std::string& path, const VolumeBuilder::Options& optio
                                    std::to_string(a));
   }
   if (path.empty()) return Status::InvalidArgument("empty volume path");
-  if (options.targets == 0 || options.targets > format::kMaxTargets) {
+  const uint32_t n = options.TargetCount();
+  if (n > format::kMaxTargets) {
     return Status::InvalidArgument("a volume has 1 to " + std::to_string(format::kMaxTargets) +
-                                   " targets, not " + std::to_string(options.targets));
+                                   " targets, not " + std::to_string(n));
   }
-  if (!options.target_paths.empty() && options.target_paths.size() != options.targets - 1) {
-    return Status::InvalidArgument(
-        std::to_string(options.targets) + " targets need " + std::to_string(options.targets - 1) +
-        " target_paths (or none), not " + std::to_string(options.target_paths.size()));
+  if (!options.target_paths.empty() && options.target_paths.size() != n - 1) {
+    return Status::InvalidArgument(std::to_string(n) + " targets need " + std::to_string(n - 1) +
+                                   " target_paths (or none), not " +
+                                   std::to_string(options.target_paths.size()));
   }
   return Status::Ok();
 }
@@ -212,6 +213,22 @@ Result<std::unique_ptr<VolumeBuilder>> VolumeBuilder::Create(const std::string& 
   DLFS_RETURN_IF_ERROR(impl->NameTargets());
   DLFS_RETURN_IF_ERROR(impl->CreateTargets());
   return std::unique_ptr<VolumeBuilder>(new VolumeBuilder(std::move(impl)));
+}
+
+uint32_t VolumeBuilder::Options::TargetCount() const {
+  return targets != 0 ? targets : 1 + static_cast<uint32_t>(target_paths.size());
+}
+
+std::vector<std::string> VolumeBuilder::Options::TargetPaths(const std::string& path) const {
+  std::vector<std::string> paths = {path};
+  for (uint32_t t = 1; t < std::min(TargetCount(), format::kMaxTargets); ++t) {
+    if (target_paths.empty()) {
+      paths.push_back(DefaultTargetPath(path, t));
+    } else if (t <= target_paths.size()) {
+      paths.push_back(target_paths[t - 1]);
+    }
+  }
+  return paths;
 }
 
 std::string VolumeBuilder::DefaultTargetPath(const std::string& path, uint32_t target) {

@@ -112,13 +112,7 @@ Status CheckOutsideSource(const std::string& source, const std::string& volume_p
   const fs::path src = fs::weakly_canonical(source, ec);
   if (ec) return Status::Ok();  // the importer reports an unreadable source
   const bool is_dir = fs::is_directory(src, ec);
-  for (uint32_t t = 0; t < std::max<uint32_t>(volume.targets, 1); ++t) {
-    // Too few target paths for the count: the builder refuses that.
-    if (t > 0 && !volume.target_paths.empty() && t > volume.target_paths.size()) break;
-    const std::string target = t == 0 ? volume_path
-                               : volume.target_paths.empty()
-                                   ? VolumeBuilder::DefaultTargetPath(volume_path, t)
-                                   : volume.target_paths[t - 1];
+  for (const std::string& target : volume.TargetPaths(volume_path)) {
     const fs::path out = fs::weakly_canonical(fs::absolute(target, ec), ec);
     if (ec) continue;  // the builder reports a bad target path
     if (out == src) {

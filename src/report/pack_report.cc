@@ -32,13 +32,10 @@ std::string FormatPackReport(const PackStats& stats, const std::string& source,
     out += Printf("zstd dictionary: %s, trained on the first samples' fields\n",
                   HumanBytes(stats.dictionary_bytes).c_str());
   }
-  if (volume.targets > 1) {
-    std::string list = output;
-    for (uint32_t t = 1; t < volume.targets; ++t) {
-      list += ", " + (volume.target_paths.empty() ? VolumeBuilder::DefaultTargetPath(output, t)
-                                                  : volume.target_paths[t - 1]);
-    }
-    out += Printf("%u targets: %s\n", volume.targets, list.c_str());
+  if (const std::vector<std::string> paths = volume.TargetPaths(output); paths.size() > 1) {
+    std::string list;
+    for (const std::string& path : paths) list += (list.empty() ? "" : ", ") + path;
+    out += Printf("%zu targets: %s\n", paths.size(), list.c_str());
   }
   if (stats.ignored() > 0) {
     // What ImageFolder would not load either: one line, with examples.

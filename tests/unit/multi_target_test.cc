@@ -375,10 +375,24 @@ TEST(MultiTargetPathsTest, ExplicitPathsAreStoredRelativeWhenInsideElseAbsolute)
   }
 }
 
+TEST(MultiTargetPathsTest, TargetPathsAloneImplyTheCount) {
+  EXPECT_EQ(VolumeBuilder::Options{}.TargetCount(), 1u);
+  EXPECT_EQ(VolumeBuilder::Options{}.TargetPaths("v"), std::vector<std::string>{"v"});
+  VolumeBuilder::Options o{.target_paths = {"/d/a", "/d/b"}};
+  EXPECT_EQ(o.TargetCount(), 3u);
+  EXPECT_EQ(o.TargetPaths("v"), (std::vector<std::string>{"v", "/d/a", "/d/b"}));
+  o = {.targets = 3};
+  EXPECT_EQ(o.TargetPaths("v"), (std::vector<std::string>{"v", "v.t1", "v.t2"}));
+  o = {.targets = 4, .target_paths = {"/d/a"}};  // refused by Create
+  EXPECT_EQ(o.TargetPaths("v"), (std::vector<std::string>{"v", "/d/a"}));
+  o = {.targets = 100};
+  EXPECT_EQ(o.TargetPaths("v").size(), 8u);
+}
+
 TEST(MultiTargetPathsTest, BadTargetOptionsAreRefused) {
   TempDir tmp;
   const std::string vol = tmp / "v.dlfs";
-  for (uint32_t n : {0u, 9u}) {
+  for (uint32_t n : {9u, 100u}) {
     auto b = VolumeBuilder::Create(vol, {.targets = n});
     EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument) << n;
   }
