@@ -63,16 +63,35 @@ SMALL = {
 }
 
 
-@pytest.mark.parametrize("workload", sorted(SMALL))
-def test_small_run_of_each_workload(workload, tmp_path):
+@pytest.fixture(scope="module")
+def small_runs(tmp_path_factory):
+    """Each workload's small run: (exit code, stdout, stderr). The runs go side by side, as
+    each mostly sleeps its steps' compute time (one after another they took 36 s)."""
     pytest.importorskip("torch")
-    args = [sys.executable, str(SCRIPT), "--workload", workload, "--accelerators", "2",
-            "--epochs", "2", "--data", str(tmp_path), "--unlimited", "--json",
-            "--python-dir", _dlfs_python_dir(), *SMALL[workload]]
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    results = {r["contender"]: r for r in map(json.loads, proc.stdout.splitlines())}
-    assert set(results) == {"dlfs", "dlio-pytorch"}, proc.stdout
+    runs = {}
+    for workload in sorted(SMALL):
+        args = [sys.executable, str(SCRIPT), "--workload", workload, "--accelerators", "2",
+                "--epochs", "2", "--data", str(tmp_path_factory.mktemp(workload)), "--unlimited",
+                "--json", "--python-dir", _dlfs_python_dir(), *SMALL[workload]]
+        runs[workload] = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          text=True)
+    done = {}
+    try:
+        for workload, proc in runs.items():
+            out, err = proc.communicate(timeout=600)
+            done[workload] = (proc.returncode, out, err)
+    finally:
+        for proc in runs.values():
+            proc.kill()
+    return done
+
+
+@pytest.mark.parametrize("workload", sorted(SMALL))
+def test_small_run_of_each_workload(workload, small_runs):
+    returncode, out, err = small_runs[workload]
+    assert returncode == 0, out + err
+    results = {r["contender"]: r for r in map(json.loads, out.splitlines())}
+    assert set(results) == {"dlfs", "dlio-pytorch"}, out
     for contender, r in results.items():
         assert "error" not in r, r
         assert r["workload"] == workload and r["accelerators"] == 2
