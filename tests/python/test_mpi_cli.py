@@ -170,8 +170,13 @@ def test_lmdb_read_modes_agree(mpi, tmp_path):
             txn.put(b"%08d_x.jpg" % i, os.urandom(100 + (i * 53) % 6000))
     env.close()
     digests = {}
-    for mode in ["baseline", "lmm", "lmm-dm", "lmm-dio", "lmm-dio-prov", "lmm-dio-prov-coal",
-                 "lmm-dio-prov-coal-stag"]:
+    modes = ["baseline", "lmm", "lmm-dm", "lmm-dio", "lmm-dio-prov", "lmm-dio-prov-coal",
+             "lmm-dio-prov-coal-stag"]
+    if os.environ.get("DLFS_SANITIZE"):
+        # The sanitized build's lmdbio_mpi reads every mode against the baseline; here the
+        # CLI's path is what is new, and the first and the last mode take it.
+        modes = [modes[0], modes[-1]]
+    for mode in modes:
         j = json.loads(mpi("lmdb", "read", path, "--mode", mode, "-b", 32, "-n", 40, "--check",
                            "--readers-per-node", 2, "--json").stdout)
         assert j["check"]["mismatches"] == 0
