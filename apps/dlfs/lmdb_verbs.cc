@@ -18,30 +18,24 @@ struct LmdbReadArgs {
   bool json = false;
 };
 
-#ifdef DLFS_HAVE_MPI
-// Everything between MPI_Init and MPI_Finalize (the reader is destroyed
-// before MPI_Finalize); returns the exit code.
-int LmdbRead(const LmdbReadArgs& args, int rank) {
-  auto report = dlfs::RunLmdbRead(MPI_COMM_WORLD, args.db, args.options);
-  if (!report.ok()) return FailOnRank0(rank, report.status());
-  // Say where the first mismatch was, wherever it happened.
-  if (rank != 0) {
-    if (report->first_mismatch.empty()) return kExitOk;
-    std::fprintf(stderr, "dlfs: mismatch at %s\n", report->first_mismatch.c_str());
-    return kExitDamaged;
-  }
-  Print(FormatLmdbReadReport(args.db, args.options, *report, FormatOf(args.json)));
-  if (report->mismatches == 0) return kExitOk;
-  std::fprintf(stderr, "dlfs: %llu records differ from the database (first: %s)\n",
-               static_cast<unsigned long long>(report->mismatches),
-               report->first_mismatch.empty() ? "on another rank" : report->first_mismatch.c_str());
-  return kExitDamaged;
-}
-#endif
-
 int ReadLmdb(const LmdbReadArgs& args) {
 #ifdef DLFS_HAVE_MPI
-  return RunWithMpi([&](int rank, int) { return LmdbRead(args, rank); });
+  // The reader lives in the body: it is destroyed before MPI_Finalize.
+  return RunWithMpi([&](int rank, int) {
+    auto report = RunLmdbRead(MPI_COMM_WORLD, args.db, args.options);
+    if (!report.ok()) return FailOnRank0(rank, report.status());
+    if (rank == 0) Print(FormatLmdbReadReport(args.db, args.options, *report, FormatOf(args.json)));
+    // Each rank names its first mismatch, rank 0 the job's count.
+    if (!report->first_mismatch.empty()) {
+      std::fprintf(stderr, "dlfs: mismatch at %s\n", report->first_mismatch.c_str());
+    }
+    if (report->mismatches == 0) return kExitOk;
+    if (rank == 0) {
+      std::fprintf(stderr, "dlfs: %llu records differ from the database\n",
+                   static_cast<unsigned long long>(report->mismatches));
+    }
+    return kExitDamaged;
+  });
 #else
   (void)args;
   return Fail(Status::NotSupported(
