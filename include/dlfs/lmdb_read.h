@@ -66,8 +66,10 @@ struct LmdbReadReport {
 
 // Collective over `comm`: every rank calls it with the same options (and a
 // path to the same database). The ranks first agree on `iterations`,
-// `check` and whether there is a counters file (AgreeOnValues; only rank
-// 0's file is read), then LmdbioReader::Open checks the rest. Errors
+// `check`, `drop_cache` and whether there is a counters file
+// (AgreeOnValues; only rank 0's file is read, only rank 0 drops the cache,
+// with a warning on stderr when it cannot), then LmdbioReader::Open checks
+// the rest. Errors
 // are the same on every rank: those of LmdbioReader::Open and Next(), and
 // of building the record map for check, and IOError / Corruption naming
 // options.counters_file when it cannot be read or has no "name value"

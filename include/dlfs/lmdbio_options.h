@@ -73,8 +73,9 @@ struct LmdbReadOptions {
   // iterations, so the report's counters are what the file system served
   // for them (the open excluded).
   std::string counters_file;
-  // Rank 0 drops the page cache (root only) before the database is opened,
-  // so the run reads from storage; when it cannot, a warning on stderr.
+  // Rank 0 drops the page cache (root only) right before the reader opens
+  // the database (after check's parse of it), so the run reads from
+  // storage; when it cannot, a warning on stderr.
   bool drop_cache = false;
 };
 

@@ -107,22 +107,24 @@ Result<LmdbReadReport> RunLmdbRead(MPI_Comm comm, const std::string& db,
   MPI_Comm_size(comm, &report.ranks);
   const int rank = report.rank;
   // The loop below and the check's reduction are collective.
-  // Only rank 0 reads the counters file, but whether there is one decides
-  // which collectives run.
+  // Only rank 0 reads the counters file and drops the cache, but whether it
+  // does decides which collectives run.
   DLFS_RETURN_IF_ERROR(
       AgreeOnValues(comm, {{"iterations", std::to_string(options.iterations)},
                            {"check", options.check ? "on" : "off"},
-                           {"counters file", options.counters_file.empty() ? "none" : "given"}}));
+                           {"counters file", options.counters_file.empty() ? "none" : "given"},
+                           {"drop cache", options.drop_cache ? "on" : "off"}}));
+  Oracle oracle;
+  if (options.check) {
+    // Every rank stops, or none does (the reader's open is collective).
+    DLFS_RETURN_IF_ERROR(AgreeOnStatus(comm, oracle.Open(db)));
+  }
+  // After the oracle's parse, which reads the whole database.
   if (options.drop_cache) {
     if (rank == 0 && !DropPageCache()) {
       std::fprintf(stderr, "dlfs: warning: could not drop the page cache (needs root)\n");
     }
     MPI_Barrier(comm);
-  }
-  Oracle oracle;
-  if (options.check) {
-    // Every rank stops, or none does (the reader's open is collective).
-    DLFS_RETURN_IF_ERROR(AgreeOnStatus(comm, oracle.Open(db)));
   }
 
   LmdbioOptions reader_options = options.reader;
