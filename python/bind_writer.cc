@@ -70,6 +70,8 @@ class PyWriter {
            std::vector<std::string> class_names, const std::string& compress, bool dict)
       : path_(path) {
     VolumeBuilder::Options o;
+    // The builder's 0 means "as many as target_paths name"; a Writer names none.
+    if (targets == 0) throw py::value_error(path + ": a volume has 1 to 8 targets, not 0");
     o.targets = targets;
     o.align = alignment;
     o.overwrite = force;
@@ -248,7 +250,8 @@ packs every file, not only what torchvision's ImageFolder loads.
 class_names: a list, or "a,b,c" / "@FILE" as --class-names takes it.
 Keyword-only, as dlfs pack's flags: fields (tar: a list or "jpg,cls"),
 compress ("none", "zstd", "zstd:LEVEL"), dict (train a zstd dictionary;
-needs zstd), targets and target_paths (spread over several files),
+needs zstd), targets and target_paths (spread over several files; targets
+None: one more than target_paths names),
 datum_payload (lmdb: only each Caffe Datum's data). ValueError for a bad
 option. on_progress(dict) is called about every 100 ms (samples, bytes,
 total_samples, ...); dlfs.pack's progress=True uses it. Ctrl-C stops

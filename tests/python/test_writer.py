@@ -58,6 +58,13 @@ def test_exception_inside_with_leaves_nothing(tmp_path, targets):
     assert _entries(tmp_path) == []
 
 
+@pytest.mark.parametrize("targets", [0, 9])
+def test_target_count_outside_1_to_8_is_refused(tmp_path, targets):
+    with pytest.raises(ValueError, match=f"1 to 8 targets, not {targets}"):
+        dlfs.Writer(tmp_path / "w.dlfs", targets=targets)
+    assert _entries(tmp_path) == []
+
+
 def test_abort_and_dropped_writer_leave_nothing(tmp_path):
     w = dlfs.Writer(tmp_path / "a.dlfs")
     w.add("x", b"1")
