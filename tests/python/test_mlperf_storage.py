@@ -6,6 +6,7 @@ import json
 import pathlib
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -65,24 +66,29 @@ SMALL = {
 
 @pytest.fixture(scope="module")
 def small_runs(tmp_path_factory):
-    """Each workload's small run: (exit code, stdout, stderr). The runs go side by side, as
-    each mostly sleeps its steps' compute time (one after another they took 36 s)."""
+    """Each workload's small run: (exit code, stdout, stderr); exit code None when it ran past
+    600 s. The runs go side by side, as each mostly sleeps its steps' compute time (one after
+    another they took 36 s); their output goes to files, so no pipe fills while another run
+    is waited for."""
     pytest.importorskip("torch")
     runs = {}
     for workload in sorted(SMALL):
+        work = tmp_path_factory.mktemp(workload)
         args = [sys.executable, str(SCRIPT), "--workload", workload, "--accelerators", "2",
-                "--epochs", "2", "--data", str(tmp_path_factory.mktemp(workload)), "--unlimited",
-                "--json", "--python-dir", _dlfs_python_dir(), *SMALL[workload]]
-        runs[workload] = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                          text=True)
+                "--epochs", "2", "--data", str(work), "--unlimited", "--json",
+                "--python-dir", _dlfs_python_dir(), *SMALL[workload]]
+        with open(work / "out", "w") as out, open(work / "err", "w") as err:
+            runs[workload] = (subprocess.Popen(args, stdout=out, stderr=err), work)
+    deadline = time.monotonic() + 600
     done = {}
-    try:
-        for workload, proc in runs.items():
-            out, err = proc.communicate(timeout=600)
-            done[workload] = (proc.returncode, out, err)
-    finally:
-        for proc in runs.values():
+    for workload, (proc, work) in runs.items():
+        try:
+            returncode = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
             proc.kill()
+            proc.wait()
+            returncode = None
+        done[workload] = (returncode, (work / "out").read_text(), (work / "err").read_text())
     return done
 
 
