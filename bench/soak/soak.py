@@ -13,7 +13,10 @@ share of --minutes is used, whichever comes first (at least --min-epochs). Per e
   fuse    every file of `dlfs mount -f` read whole; measured in the mount process. Files read
           once are served from the page cache after that unless --fuse-evict drops them.
 "Flat": after the warm-up epochs, RSS never exceeds its warm-up maximum by more than the
-tolerance, and open fds never exceed their warm-up maximum. Exit status 1 if a series is not flat.
+tolerance, and open fds end (the least of the last 3 epochs) at or below their warm-up maximum:
+a leaked fd stays, while one fd more in a single epoch was a teardown still under way (a CI run
+under load counted 8 fds once, against 7 in every other epoch). Exit status 1 if a series is not
+flat.
 """
 import argparse
 import os
@@ -78,14 +81,16 @@ class Series:
         growth = max(r[2] for r in after) - base_rss
         base_fds = max(r[3] for r in warm)
         fds_after = max(r[3] for r in after)
-        flat = growth <= tolerance_kb and fds_after <= base_fds
+        fds_end = min(r[3] for r in after[-3:])
+        flat = growth <= tolerance_kb and fds_end <= base_fds
         samples = sum(r[4] for r in self.rows)
         text = (f"{self.name}: {len(self.rows)} epochs, {samples} samples, "
                 f"{self.rows[-1][1]:.0f} s; RSS {self.rows[0][2] / 1024:.1f} MB first, "
                 f"{base_rss / 1024:.1f} MB at most in {warmup} warm-up epochs, "
                 f"{self.rows[-1][2] / 1024:.1f} MB last, {growth / 1024:+.1f} MB at most above "
                 f"warm-up after it (tolerance {tolerance_kb / 1024:.0f} MB); open fds at most "
-                f"{base_fds} in warm-up, {fds_after} after: {'flat' if flat else 'NOT FLAT'}")
+                f"{base_fds} in warm-up, {fds_after} after, {fds_end} at the end: "
+                f"{'flat' if flat else 'NOT FLAT'}")
         return flat, text
 
 

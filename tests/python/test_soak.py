@@ -42,16 +42,20 @@ def test_short_soak_is_flat(dlfs_bin, tmp_path):
 
 
 def test_soak_verdict_catches_growth():
-    """The check can fail: a series whose RSS or fds keep growing is not flat."""
+    """The check can fail: a series whose RSS or fds keep growing is not flat; one fd more in
+    one epoch (a teardown under way when counted) is not growth."""
     soak = _soak_module()
     steady = soak.Series("steady")
     leaking = soak.Series("leaking")
     fds = soak.Series("fds")
+    blip = soak.Series("blip")
     for e in range(20):
         steady.add(e, e, 100_000 + (e % 3) * 100, 10, 1)
         leaking.add(e, e, 100_000 + e * 1024, 10, 1)  # 1 MB per epoch
         fds.add(e, e, 100_000, 10 + (e >= 15), 1)
+        blip.add(e, e, 100_000, 10 + (e == 12), 1)
     assert steady.verdict(3, 8 * 1024)[0]
     assert not leaking.verdict(3, 8 * 1024)[0]
     assert not fds.verdict(3, 8 * 1024)[0]
+    assert blip.verdict(3, 8 * 1024)[0]
     assert not steady.verdict(30, 8 * 1024)[0]  # too few epochs to judge
