@@ -14,8 +14,8 @@ share of --minutes is used, whichever comes first (at least --min-epochs). Per e
           once are served from the page cache after that unless --fuse-evict drops them.
 "Flat": after the warm-up epochs, RSS never exceeds its warm-up maximum by more than the
 tolerance, and open fds end (the least of the last 3 epochs) at or below their warm-up maximum:
-a leaked fd stays, while one fd more in a single epoch was a teardown still under way (a CI run
-under load counted 8 fds once, against 7 in every other epoch). Exit status 1 if a series is not
+a leaked fd stays, while a CI run under load counted 8 fds in one epoch against 7 in every
+other (not reproduced in 300 epochs beside two busy loops). Exit status 1 if a series is not
 flat.
 """
 import argparse
