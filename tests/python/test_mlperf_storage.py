@@ -68,7 +68,7 @@ SMALL = {
 def small_runs(tmp_path_factory):
     """Each workload's small run: (exit code, stdout, stderr); exit code None when it ran past
     600 s. The runs go side by side, as each mostly sleeps its steps' compute time (one after
-    another they took 36 s); their output goes to files, so no pipe fills while another run
+    another they took 34 s); their output goes to files, so no pipe fills while another run
     is waited for."""
     pytest.importorskip("torch")
     runs = {}
