@@ -131,22 +131,14 @@ int RunBench(BenchArgs& args) {
   };
   if (!args.json) {
     o.bench.on_epoch = [decode = args.decode](const EpochReport& e) {
-      Print(decode ? FormatDecodeEpochLine(e) : FormatEpochLine(e));
+      Print(FormatEpochLine(e, decode));
     };
   }
   std::vector<std::string> paths = {args.volume.path};
   paths.insert(paths.end(), args.mixture.begin(), args.mixture.end());
   auto run = BenchVolumes(paths, o);
   if (!run.ok()) return Fail(run.status().Reworded(kBenchFlags));
-  if (args.decode) {
-    const DecodeBenchSetup setup = {
-        args.volume.path,        o.loader.sampler.batch_size, run->decode_threads, run->channels,
-        args.decode_stage.image, o.bench.drop_cache,          run->decode_stats};
-    Print(FormatDecodeBenchReport(run->report, setup, FormatOf(args.json)));
-  } else {
-    const BenchSetup setup = {paths, run->targets, o.loader, run->cache_note, o.bench.drop_cache};
-    Print(FormatBenchReport(run->report, setup, FormatOf(args.json)));
-  }
+  Print(FormatVolumeBenchReport(paths, o, *run, FormatOf(args.json)));
   return kExitOk;
 }
 

@@ -24,6 +24,7 @@
 
 #include "dlfs/batch_source.h"
 #include "dlfs/bench.h"
+#include "dlfs/bench_volumes.h"
 #include "dlfs/decode.h"
 #include "dlfs/decode_stage.h"
 #include "dlfs/directory.h"
@@ -68,11 +69,13 @@ std::string FormatSampleLine(const SampleDirectory& directory, uint64_t index, R
 // subdirs}.
 std::string FormatDirectoryLine(const SampleDirectory& directory, uint64_t dir,
                                 ReportFormat format);
-// `dlfs ls` of directory `dir`: its subdirectories' lines, then its samples'
-// lines; with `recursive` instead every sample below it, depth first in name
-// order. Each line goes to `out` as it is made (a volume may hold millions).
-void ListDirectory(const SampleDirectory& directory, uint64_t dir, bool recursive,
-                   ReportFormat format, const std::function<void(const std::string&)>& out);
+// `dlfs ls PATH`: for a directory, its subdirectories' lines, then its
+// samples' lines; with `recursive` instead every sample below it, depth
+// first in name order; for a sample, its line (as `ls FILE`). Each line
+// goes to `out` as it is made (a volume may hold millions). NotFound (as
+// SampleDirectory::Resolve) when nothing is at `path`.
+Status ListPath(const SampleDirectory& directory, std::string_view path, bool recursive,
+                ReportFormat format, const std::function<void(const std::string&)>& out);
 
 // `dlfs epoch`: one index per line; with `ranks` > 0, `indices` holds rank
 // 0's, then rank 1's, ... (equally many each) and each line is
@@ -88,35 +91,15 @@ std::string FormatVerifyReport(const std::string& path, const VerifyReport& repo
 // so time follows bytes).
 std::string FormatVerifyProgress(const VerifyReport& so_far);
 
-// What a `dlfs bench` run read, beside what RunEpochs measured.
-struct BenchSetup {
-  std::vector<std::string> volumes;  // one, or a mixture's
-  uint32_t targets = 1;              // of the first volume
-  LoaderOptions loader;              // the first volume's loader's options
-  std::string cache_note;            // Loader::cache_note(); empty: none
-  bool drop_cache = false;           // BenchOptions::drop_cache
-};
-// The line printed after each epoch (text).
-std::string FormatEpochLine(const EpochReport& epoch);
-// The run: totals, where the time went, memory and cache; JSON adds each
-// epoch.
-std::string FormatBenchReport(const BenchReport& report, const BenchSetup& setup,
-                              ReportFormat format);
-
-// What a `dlfs bench --decode` run read and decoded.
-struct DecodeBenchSetup {
-  std::string volume;
-  uint32_t batch = 0;
-  uint32_t decode_threads = 0;  // DecodeStage::decode_threads()
-  uint32_t channels = 0;        // DecodeStage::channels()
-  ImageOptions image;           // the stage's
-  bool drop_cache = false;
-  DecodeStats stats;  // DecodeStage::stats() after the run
-};
-// The line printed after each epoch: images/s and CPU per image (text).
-std::string FormatDecodeEpochLine(const EpochReport& epoch);
-std::string FormatDecodeBenchReport(const BenchReport& report, const DecodeBenchSetup& setup,
+// `dlfs bench` in one process: BenchVolumes(paths, options) returned `run`.
+// The run's totals, where the time went, memory and cache (JSON adds each
+// epoch); with options.decode, images/s and CPU per image instead.
+std::string FormatVolumeBenchReport(const std::vector<std::string>& paths,
+                                    const VolumeBenchOptions& options, const VolumeBenchResult& run,
                                     ReportFormat format);
+// The line printed after each epoch of such a run (text); `decode`: as
+// options.decode was set.
+std::string FormatEpochLine(const EpochReport& epoch, bool decode);
 
 // `dlfs lmdb info`: the database's tree, pages, values and first Datum.
 std::string FormatLmdbSummary(const LmdbSummary& summary, ReportFormat format);

@@ -60,15 +60,16 @@ json EpochJson(const EpochReport& e) {
           {"cache", CacheJson(e)}};
 }
 
-json BenchJson(const BenchReport& report, const BenchSetup& setup) {
+json BenchJson(const std::vector<std::string>& paths, const LoaderOptions& o,
+               const VolumeBenchResult& run) {
+  const BenchReport& report = run.report;
   const EpochReport& t = report.total;
-  const LoaderOptions& o = setup.loader;
   json epochs = json::array();
   for (const EpochReport& e : report.epochs) epochs.push_back(EpochJson(e));
-  const std::string first = setup.volumes.empty() ? "" : setup.volumes.front();
-  return {{"volume", setup.volumes.size() == 1 ? json(first) : json(setup.volumes)},
+  const std::string first = paths.empty() ? "" : paths.front();
+  return {{"volume", paths.size() == 1 ? json(first) : json(paths)},
           {"engine", report.source},
-          {"targets", setup.targets},
+          {"targets", run.targets},
           {"batch", o.sampler.batch_size},
           {"queue_depth", o.engine.queue_depth},
           {"io_threads", o.io_threads},
@@ -91,23 +92,22 @@ json BenchJson(const BenchReport& report, const BenchSetup& setup) {
            {{"buffer_pool_bytes", t.stats.buffer_bytes},
             {"cache_bytes", t.stats.cache_bytes},
             {"cache_budget", ResolveCacheBudget(o.cache_budget, ReadMemoryLimit())},
-            {"cache_note", setup.cache_note},
+            {"cache_note", run.cache_note},
             {"setup_seconds", t.stats.setup_seconds}}},
           {"cache", CacheJson(t)},
           {"io_uring_flags", t.stats.uring_flags},
           {"epochs", epochs}};
 }
 
-std::string BenchText(const BenchReport& report, const BenchSetup& setup) {
+std::string BenchText(const BenchReport& report, const LoaderOptions& o, bool drop_cache) {
   const EpochReport& t = report.total;
-  const LoaderOptions& o = setup.loader;
   std::string out = Printf("engine       %s\n", report.source.c_str());
   if (!o.fields.empty()) {
     std::string names;
     for (const std::string& f : o.fields) names += (names.empty() ? "" : ",") + f;
     out += Printf("fields       %s (payload: decoded bytes)\n", names.c_str());
   }
-  if (setup.drop_cache) out += Printf("cache        %s before each epoch\n", report.cache.c_str());
+  if (drop_cache) out += Printf("cache        %s before each epoch\n", report.cache.c_str());
   out += Printf("samples/s    %.0f\n", t.samples_per_s());
   out += Printf("MB/s         %.1f (payload), %.1f (read from storage)\n", t.mb_per_s(),
                 t.device_mb_per_s());
@@ -142,43 +142,13 @@ std::string BenchText(const BenchReport& report, const BenchSetup& setup) {
   return out;
 }
 
-}  // namespace
-
-std::string FormatEpochLine(const EpochReport& e) {
-  const SourceStats& s = e.stats;
-  std::string line =
-      Printf("epoch %llu: %llu samples in %.2f s: %.0f samples/s, %.1f MB/s, %.3f CPU s/GB",
-             static_cast<unsigned long long>(e.epoch), static_cast<unsigned long long>(e.samples),
-             e.seconds, e.samples_per_s(), e.mb_per_s(), e.cpu_s_per_gb());
-  if (s.cache_bytes > 0) {
-    const uint64_t lookups = s.cache_hits + s.cache_misses;
-    line += Printf("; cache hits %.0f %%, %s from the device, %s cached",
-                   lookups ? 100.0 * s.cache_hits / lookups : 0.0,
-                   HumanBytes(static_cast<double>(s.io.bytes)).c_str(),
-                   HumanBytes(static_cast<double>(s.cache_used_bytes)).c_str());
-  }
-  return line + '\n';
-}
-
-std::string FormatBenchReport(const BenchReport& report, const BenchSetup& setup,
-                              ReportFormat format) {
-  if (format == ReportFormat::kJson) return report_internal::Dump(BenchJson(report, setup), 2);
-  return BenchText(report, setup);
-}
-
-std::string FormatDecodeEpochLine(const EpochReport& e) {
-  return Printf(
-      "epoch %llu: %llu images in %.2f s: %.0f images/s, %.1f MB/s read, %.3f CPU ms/image\n",
-      static_cast<unsigned long long>(e.epoch), static_cast<unsigned long long>(e.samples),
-      e.seconds, e.samples_per_s(), e.mb_per_s(),
-      e.samples ? e.cpu_seconds / e.samples * 1e3 : 0.0);
-}
-
-std::string FormatDecodeBenchReport(const BenchReport& report, const DecodeBenchSetup& setup,
-                                    ReportFormat format) {
+std::string DecodeBenchReport(const std::string& path, const VolumeBenchOptions& options,
+                              const VolumeBenchResult& run, ReportFormat format) {
+  const BenchReport& report = run.report;
   const EpochReport& t = report.total;
   const double cpu_ms = t.samples ? t.cpu_seconds / t.samples * 1e3 : 0;
-  const TransformOptions& tr = setup.image.transform;
+  const ImageOptions& image = options.decode->image;
+  const TransformOptions& tr = image.transform;
   if (format == ReportFormat::kJson) {
     json epochs = json::array();
     for (const EpochReport& e : report.epochs) {
@@ -189,20 +159,20 @@ std::string FormatDecodeBenchReport(const BenchReport& report, const DecodeBench
                         {"mb_per_s", e.mb_per_s()},
                         {"cpu_seconds", e.cpu_seconds}});
     }
-    const OutputOptions& out = setup.image.output;
-    return report_internal::Dump({{"volume", setup.volume},
+    const OutputOptions& out = image.output;
+    return report_internal::Dump({{"volume", path},
                                   {"source", report.source},
-                                  {"batch", setup.batch},
-                                  {"decode_threads", setup.decode_threads},
+                                  {"batch", options.loader.sampler.batch_size},
+                                  {"decode_threads", run.decode_threads},
                                   {"size", tr.size},
                                   {"crop", std::string(NameOf(kCropModeNames, tr.crop))},
                                   {"flip", tr.flip},
                                   {"dtype", std::string(NameOf(kDTypeNames, out.dtype))},
                                   {"layout", std::string(NameOf(kOutputLayoutNames, out.layout))},
-                                  {"channels", setup.channels},
+                                  {"channels", run.channels},
                                   {"cache", report.cache},
                                   {"images", t.samples},
-                                  {"skipped", setup.stats.skipped},
+                                  {"skipped", run.decode_stats.skipped},
                                   {"payload_bytes", t.payload_bytes},
                                   {"device_bytes", t.device_bytes},
                                   {"seconds", t.seconds},
@@ -218,21 +188,57 @@ std::string FormatDecodeBenchReport(const BenchReport& report, const DecodeBench
                                  2);
   }
   std::string out = Printf("source       %s\n", report.source.c_str());
-  if (setup.drop_cache) out += Printf("cache        %s before each epoch\n", report.cache.c_str());
+  if (options.bench.drop_cache)
+    out += Printf("cache        %s before each epoch\n", report.cache.c_str());
   out += Printf("images/s     %.0f (%ux%u, %u channels)\n", t.samples_per_s(), tr.size, tr.size,
-                setup.channels);
+                run.channels);
   out += Printf("CPU          %.3f ms per image (user+sys, all threads); %.3f s per GB read\n",
                 cpu_ms, t.cpu_s_per_gb());
   out += Printf("MB/s         %.1f (encoded samples), %.1f (read from storage)\n", t.mb_per_s(),
                 t.device_mb_per_s());
   out +=
       Printf("batch I/O    p50 %.2f ms, p99 %.2f ms\n", report.p50_batch_ms, report.p99_batch_ms);
-  if (setup.stats.skipped > 0) {
+  if (run.decode_stats.skipped > 0) {
     out += Printf("skipped      %llu undecodable samples, e.g.:\n",
-                  static_cast<unsigned long long>(setup.stats.skipped));
-    for (const std::string& e : setup.stats.skipped_examples) out += "  " + e + "\n";
+                  static_cast<unsigned long long>(run.decode_stats.skipped));
+    for (const std::string& e : run.decode_stats.skipped_examples) out += "  " + e + "\n";
   }
   return out;
+}
+
+}  // namespace
+
+std::string FormatEpochLine(const EpochReport& e, bool decode) {
+  if (decode) {
+    return Printf(
+        "epoch %llu: %llu images in %.2f s: %.0f images/s, %.1f MB/s read, %.3f CPU ms/image\n",
+        static_cast<unsigned long long>(e.epoch), static_cast<unsigned long long>(e.samples),
+        e.seconds, e.samples_per_s(), e.mb_per_s(),
+        e.samples ? e.cpu_seconds / e.samples * 1e3 : 0.0);
+  }
+  const SourceStats& s = e.stats;
+  std::string line =
+      Printf("epoch %llu: %llu samples in %.2f s: %.0f samples/s, %.1f MB/s, %.3f CPU s/GB",
+             static_cast<unsigned long long>(e.epoch), static_cast<unsigned long long>(e.samples),
+             e.seconds, e.samples_per_s(), e.mb_per_s(), e.cpu_s_per_gb());
+  if (s.cache_bytes > 0) {
+    const uint64_t lookups = s.cache_hits + s.cache_misses;
+    line += Printf("; cache hits %.0f %%, %s from the device, %s cached",
+                   lookups ? 100.0 * s.cache_hits / lookups : 0.0,
+                   HumanBytes(static_cast<double>(s.io.bytes)).c_str(),
+                   HumanBytes(static_cast<double>(s.cache_used_bytes)).c_str());
+  }
+  return line + '\n';
+}
+
+std::string FormatVolumeBenchReport(const std::vector<std::string>& paths,
+                                    const VolumeBenchOptions& options, const VolumeBenchResult& run,
+                                    ReportFormat format) {
+  if (options.decode) return DecodeBenchReport(paths.front(), options, run, format);
+  if (format == ReportFormat::kJson) {
+    return report_internal::Dump(BenchJson(paths, options.loader, run), 2);
+  }
+  return BenchText(run.report, options.loader, options.bench.drop_cache);
 }
 
 }  // namespace dlfs
