@@ -156,12 +156,9 @@ void AddLs(CLI::App& app, int* exit_code) {
   l->callback([args, exit_code] {
     auto vol = OpenVolume(args->volume);
     if (!vol.ok()) return void(*exit_code = Fail(vol.status()));
-    const SampleDirectory& d = (*vol)->directory();
-    const ReportFormat format = FormatOf(args->json);
-    auto entry = d.Resolve(args->dir);
-    if (!entry.ok()) return void(*exit_code = Fail(entry.status().WithContext(args->volume.path)));
-    if (!entry->is_dir) return Print(FormatSampleLine(d, entry->index, format));
-    ListDirectory(d, entry->index, args->recursive, format, Print);
+    const Status st =
+        ListPath((*vol)->directory(), args->dir, args->recursive, FormatOf(args->json), Print);
+    if (!st.ok()) *exit_code = Fail(st.WithContext(args->volume.path));
   });
 }
 

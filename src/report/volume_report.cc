@@ -211,6 +211,8 @@ std::string FormatDirectoryLine(const SampleDirectory& d, uint64_t dir, ReportFo
                                -1);
 }
 
+namespace {
+
 void ListDirectory(const SampleDirectory& d, uint64_t dir, bool recursive, ReportFormat format,
                    const std::function<void(const std::string&)>& out) {
   const DirInfo info = d.dir(dir);
@@ -223,6 +225,19 @@ void ListDirectory(const SampleDirectory& d, uint64_t dir, bool recursive, Repor
   if (recursive) {
     for (uint64_t c = first_child; c < end_child; ++c) ListDirectory(d, c, true, format, out);
   }
+}
+
+}  // namespace
+
+Status ListPath(const SampleDirectory& d, std::string_view path, bool recursive,
+                ReportFormat format, const std::function<void(const std::string&)>& out) {
+  DLFS_ASSIGN_OR_RETURN(const PathEntry entry, d.Resolve(path));
+  if (!entry.is_dir) {
+    out(FormatSampleLine(d, entry.index, format));
+  } else {
+    ListDirectory(d, entry.index, recursive, format, out);
+  }
+  return Status::Ok();
 }
 
 std::string FormatEpochIndices(std::span<const uint64_t> indices, int ranks) {

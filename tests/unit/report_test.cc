@@ -99,17 +99,20 @@ TEST(ReportTest, ListingsAndEpochIndices) {
   auto v = Volume::Open(path);
   ASSERT_OK(v);
   const SampleDirectory& d = (*v)->directory();
-  const auto list = [&](std::string_view dir, bool recursive) {
+  const auto list = [&](std::string_view path, bool recursive) {
     std::string out;
-    ListDirectory(d, d.Resolve(dir)->index, recursive, ReportFormat::kText,
-                  [&](const std::string& line) { out += line; });
-    return out;
+    const Status st = ListPath(d, path, recursive, ReportFormat::kText,
+                               [&](const std::string& line) { out += line; });
+    return st.ok() ? out : "error: " + st.message();
   };
   // The directory's subdirectories, then its samples; recursively, every
-  // sample below it, depth first in name order.
+  // sample below it, depth first in name order; a sample's own line.
   EXPECT_EQ(list("", false), "a/\nb/\n");
   EXPECT_EQ(list("a", false), "a/x/\n0\t2\t0\ta/2\n");
   EXPECT_EQ(list("", true), "0\t2\t0\ta/2\n2\t1\t0\ta/x/1\n1\t3\t0\tb/3\n");
+  EXPECT_EQ(list("b/3", true), "1\t3\t0\tb/3\n");
+  EXPECT_THAT(ListPath(d, "a/missing", false, ReportFormat::kText, [](const std::string&) {}),
+              StatusIs(StatusCode::kNotFound, "a/missing"));
 
   const std::vector<uint64_t> indices = {5, 3, 9, 1};
   EXPECT_EQ(FormatEpochIndices(indices, 0), "5\n3\n9\n1\n");
