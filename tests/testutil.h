@@ -152,11 +152,16 @@ inline void WriteFile(const std::string& path, std::span<const std::byte> data) 
   ASSERT_TRUE(out.good()) << path;
 }
 
+// The whole file (empty when it cannot be read), in one read: a character
+// iterator cost a check per byte in the sanitized -O0 test builds (9 s of
+// LmdbTest.OverflowValues under ASan).
 inline std::vector<std::byte> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> v((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<std::byte> out(v.size());
-  if (!v.empty()) std::memcpy(out.data(), v.data(), v.size());
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  const std::streamoff size = in ? static_cast<std::streamoff>(in.tellg()) : 0;
+  std::vector<std::byte> out(size > 0 ? static_cast<size_t>(size) : 0);
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(out.size()));
+  out.resize(static_cast<size_t>(std::max<std::streamsize>(in.gcount(), 0)));
   return out;
 }
 
