@@ -5,8 +5,10 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -63,5 +65,56 @@ inline std::shared_ptr<Volume> MakeSyntheticVolume(const std::string& path,
   EXPECT_OK(v);
   return v.ok() ? *v : nullptr;
 }
+
+// The volume `spec` describes, written once per test program under `key`
+// and copied to `path` for each caller, then opened: a test may damage its
+// copy. Writing the volume anew for every test was about half of LoaderTest's
+// time under the sanitizers; a copy is one copy_file_range. The copies share
+// the volume's uuid, so two open at once share a node cache. One target
+// only; a failure is a test failure (and nullptr).
+inline std::shared_ptr<Volume> CopySyntheticVolume(const std::string& key,
+                                                   const SyntheticVolume& spec,
+                                                   const std::string& path) {
+  if (spec.volume.targets > 1 || !spec.volume.target_paths.empty()) {
+    ADD_FAILURE() << "CopySyntheticVolume copies one target; " << key << " has several";
+    return nullptr;
+  }
+  static TempDir masters;  // removed at exit
+  const std::string master = masters / (key + ".dlfs");
+  if (!std::filesystem::exists(master)) {
+    const Status written = WriteSyntheticVolume(master, spec);
+    EXPECT_OK(written);
+    if (!written.ok()) return nullptr;
+  }
+  std::error_code ec;
+  std::filesystem::copy_file(master, path, std::filesystem::copy_options::overwrite_existing, ec);
+  EXPECT_FALSE(ec) << "copying " << master << " to " << path << ": " << ec.message();
+  auto v = Volume::Open(path);
+  EXPECT_OK(v);
+  return v.ok() ? *v : nullptr;
+}
+
+// What each sample of a volume holds, read by Volume::Read on first use
+// and kept: a test that reads the epochs many times checks each batch
+// against it (reading each sample again for every batch was most of
+// ResumeTest's time under TSan). Not thread-safe.
+class SampleOracle {
+ public:
+  explicit SampleOracle(const Volume& volume) : volume_(volume), bytes_(volume.size()) {}
+  const Volume& volume() const { return volume_; }
+  const std::vector<std::byte>& operator()(uint64_t index) {
+    std::optional<std::vector<std::byte>>& b = bytes_.at(index);
+    if (!b) {
+      auto read = volume_.Read(index);
+      EXPECT_OK(read);
+      b = read.ok() ? *std::move(read) : std::vector<std::byte>{};
+    }
+    return *b;
+  }
+
+ private:
+  const Volume& volume_;
+  std::vector<std::optional<std::vector<std::byte>>> bytes_;
+};
 
 }  // namespace dlfs::testing
