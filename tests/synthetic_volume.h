@@ -69,7 +69,7 @@ inline std::shared_ptr<Volume> MakeSyntheticVolume(const std::string& path,
 // The volume `spec` describes, written once per test program under `key`
 // and copied to `path` for each caller, then opened: a test may damage its
 // copy. Writing the volume anew for every test was about half of LoaderTest's
-// time under the sanitizers; a copy is one copy_file_range. The copies share
+// time under the sanitizers; the kernel copies a file. The copies share
 // the volume's uuid, so two open at once share a node cache. One target
 // only; a failure is a test failure (and nullptr).
 inline std::shared_ptr<Volume> CopySyntheticVolume(const std::string& key,

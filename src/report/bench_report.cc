@@ -188,8 +188,9 @@ std::string DecodeBenchReport(const std::string& path, const VolumeBenchOptions&
                                  2);
   }
   std::string out = Printf("source       %s\n", report.source.c_str());
-  if (options.bench.drop_cache)
+  if (options.bench.drop_cache) {
     out += Printf("cache        %s before each epoch\n", report.cache.c_str());
+  }
   out += Printf("images/s     %.0f (%ux%u, %u channels)\n", t.samples_per_s(), tr.size, tr.size,
                 run.channels);
   out += Printf("CPU          %.3f ms per image (user+sys, all threads); %.3f s per GB read\n",
