@@ -166,11 +166,12 @@ class ShardLoader final : public BatchSource {
 };
 
 // What `dlfs epoch` prints under mpirun: opens `path` collectively
-// (OpenShared), makes each rank's Loader with `sampler` (rank and world
-// from `comm`, CreateLoader), and gathers every rank's indices for `epoch`
-// on rank 0 (rank by rank, each in reading order, rank r's starting at
-// r * samples_per_rank); the other ranks get an empty vector. Collective;
-// the same error on every rank (OpenShared's, CreateLoader's).
+// (OpenShared), orders it as a Loader with `sampler` would (rank and world
+// from `comm`, as CreateLoader sets them; no Loader is made), and gathers
+// every rank's indices for `epoch` on rank 0 (rank by rank, each in reading
+// order, rank r's starting at r * samples_per_rank); the other ranks get an
+// empty vector. Collective; the same error on every rank (OpenShared's, or
+// the lowest-ranked rank's bad sampler options).
 Result<std::vector<uint64_t>> GatherEpochIndices(MPI_Comm comm, const std::string& path,
                                                  const VolumeOpenOptions& open,
                                                  const SamplerOptions& sampler, uint64_t epoch);

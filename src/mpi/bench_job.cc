@@ -7,6 +7,7 @@
 
 #include "common/clock.h"
 #include "dlfs/distributed.h"
+#include "dlfs/sampler.h"
 
 namespace dlfs {
 
@@ -60,10 +61,14 @@ Result<std::vector<uint64_t>> GatherEpochIndices(MPI_Comm comm, const std::strin
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &world);
   DLFS_ASSIGN_OR_RETURN(std::shared_ptr<Volume> volume, OpenShared(comm, path, open));
-  LoaderOptions options;
-  options.sampler = sampler;
-  DLFS_ASSIGN_OR_RETURN(std::unique_ptr<Loader> loader, CreateLoader(comm, volume, options));
-  const std::vector<uint64_t> mine = loader->RankIndices(epoch);
+  // The order only: a Loader would also set up its engine, buffers and a
+  // node cache (whose filler starts reading the volume).
+  SamplerOptions s = sampler;
+  s.rank = static_cast<uint32_t>(rank);
+  s.world_size = static_cast<uint32_t>(world);
+  Result<Sampler> order = Sampler::Create(volume->size(), s);
+  DLFS_RETURN_IF_ERROR(AgreeOnStatus(comm, order.ok() ? Status::Ok() : order.status()));
+  const std::vector<uint64_t> mine = order->RankIndices(epoch);
   const int n = static_cast<int>(mine.size());
   std::vector<uint64_t> all(rank == 0 ? size_t(n) * world : 0);
   MPI_Gather(mine.data(), n, MPI_UINT64_T, all.data(), n, MPI_UINT64_T, 0, comm);
