@@ -1,9 +1,7 @@
 #include "cache/node_cache.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,10 +10,10 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <thread>
 
 #include "common/clock.h"
 #include "common/crc32c.h"
+#include "common/shm_region.h"
 
 namespace dlfs::cache_internal {
 
@@ -78,46 +76,6 @@ Layout LayoutFor(const Volume& volume, uint64_t budget) {
 
 std::string UuidOf(const Volume& v) { return v.info().uuid; }
 
-// A region being made ("." NAME "." PID "." ATTEMPT) whose maker still runs:
-// it locks the file only after creating it, so the lock cannot tell.
-bool CreatorAlive(const std::string& tmp_name) {
-  const size_t last = tmp_name.rfind('.');
-  const size_t before =
-      last == std::string::npos || last == 0 ? std::string::npos : tmp_name.rfind('.', last - 1);
-  if (before == std::string::npos) return false;
-  char* end = nullptr;
-  const long pid = std::strtol(tmp_name.c_str() + before + 1, &end, 10);
-  if (end != tmp_name.c_str() + last || pid <= 0) return false;
-  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
-}
-
-// Removes this user's regions that nobody holds (left by killed jobs):
-// a shared lock is held by every process attached, so an exclusive one
-// succeeds only on a region nobody uses.
-void SweepStale(const std::string& dir, uid_t uid) {
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return;
-  const std::string mine = "dlfs-" + std::to_string(uid) + "-";
-  const std::string mine_tmp = "." + mine;
-  while (const dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    if (name.rfind(mine, 0) != 0 && name.rfind(mine_tmp, 0) != 0) continue;
-    if (name.rfind(mine_tmp, 0) == 0 && CreatorAlive(name)) continue;
-    const std::string path = dir + "/" + name;
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) continue;
-    struct stat st {
-    }, now{};
-    if (::fstat(fd, &st) == 0 && st.st_uid == uid && S_ISREG(st.st_mode) &&
-        ::flock(fd, LOCK_EX | LOCK_NB) == 0 && ::stat(path.c_str(), &now) == 0 &&
-        now.st_ino == st.st_ino) {
-      ::unlink(path.c_str());
-    }
-    ::close(fd);
-  }
-  ::closedir(d);
-}
-
 // Maps `fd` (or anonymous memory when fd < 0): read-write, and read-only.
 bool MapRegion(int fd, uint64_t bytes, std::byte** rw, const std::byte** ro) {
   const int flags = fd >= 0 ? MAP_SHARED : MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
@@ -149,7 +107,6 @@ std::shared_ptr<NodeCache> NodeCache::Open(const Volume& volume, const NodeCache
   std::shared_ptr<NodeCache> c(new NodeCache(volume));
   const uint64_t n = volume.size();
   c->checked_ = std::make_unique<std::atomic<uint64_t>[]>((n + 63) / 64);
-  const uid_t uid = ::geteuid();
 
   auto init_header = [&](Header* h) {
     std::memset(static_cast<void*>(h), 0, sizeof *h);
@@ -163,8 +120,7 @@ std::shared_ptr<NodeCache> NodeCache::Open(const Volume& volume, const NodeCache
     h->capacity = layout.capacity;
     h->file_bytes = layout.file_bytes;
   };
-  auto attach_mapping = [&](int fd, uint64_t bytes) {
-    c->fd_ = fd;
+  auto attach_mapping = [&](uint64_t bytes) {
     c->file_bytes_ = bytes;
     c->header_ = reinterpret_cast<Header*>(c->base_);
     c->entries_ = reinterpret_cast<std::atomic<uint64_t>*>(c->base_ + kHeaderBytes);
@@ -176,7 +132,7 @@ std::shared_ptr<NodeCache> NodeCache::Open(const Volume& volume, const NodeCache
       why += "no memory for a cache of " + std::to_string(layout.capacity) + " bytes: uncached";
       return nullptr;
     }
-    attach_mapping(-1, layout.file_bytes);
+    attach_mapping(layout.file_bytes);
     init_header(c->header_);
     std::memcpy(c->header_->magic, kMagic, sizeof kMagic);
     c->SizeBlockMaps();
@@ -184,125 +140,78 @@ std::shared_ptr<NodeCache> NodeCache::Open(const Volume& volume, const NodeCache
   };
   if (!options.shared) return make_private();
 
-  std::string dir = options.dir;
-  if (dir.empty()) {
-    const char* env = std::getenv("DLFS_CACHE_DIR");
-    dir = env != nullptr && *env != '\0' ? env : "/dev/shm";
-  }
-  const std::string name =
-      "dlfs-" + std::to_string(uid) + "-" + UuidOf(volume) + options.name_suffix;
+  const std::string dir = shm::RegionDir(options.dir);
+  const std::string name = shm::UserPrefix() + UuidOf(volume) + options.name_suffix;
   const std::string path = dir + "/" + name;
-  SweepStale(dir, uid);
+  shm::SweepStale(dir);
 
   // Attach to the node's region, or create it; a few rounds for races with
   // a creator or a last user removing it.
-  for (int attempt = 0; attempt < 5; ++attempt) {
-    int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0 && errno != ENOENT) {
-      why = "node cache " + path + ": " + Errno("cannot open") + "; a private cache instead";
+  for (int attempt = 0; attempt < 5 && !c->region_.valid(); ++attempt) {
+    auto found = shm::Attach(dir, name, kHeaderBytes);
+    if (!found.ok()) {
+      why = "node cache " + found.status().message() + "; a private cache instead";
       return make_private();
     }
-    if (fd >= 0) {
-      struct stat st {};
+    if (*found) {
+      shm::Region region = std::move(**found);
       std::string refuse;
-      if (::fstat(fd, &st) != 0) {
-        refuse = Errno("fstat");
-      } else if (!S_ISREG(st.st_mode)) {
-        refuse = "not a regular file";
-      } else if (st.st_uid != uid) {
-        refuse = "owned by uid " + std::to_string(st.st_uid) + ", not " + std::to_string(uid);
-      } else if ((st.st_mode & 077) != 0) {
-        refuse = "mode " + std::to_string(st.st_mode & 0777) + " lets others in";
-      } else if (static_cast<uint64_t>(st.st_size) < kHeaderBytes) {
-        refuse = "too small to be a cache";
-      }
-      if (refuse.empty() && ::flock(fd, LOCK_SH | LOCK_NB) != 0) {
-        // The last user is removing it (it holds the lock exclusively).
-        ::close(fd);
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
-        continue;
-      }
-      struct stat now {};
-      if (refuse.empty() && (::stat(path.c_str(), &now) != 0 || now.st_ino != st.st_ino)) {
-        ::close(fd);  // removed while we locked it
-        continue;
-      }
-      if (refuse.empty()) {
-        const uint64_t bytes = static_cast<uint64_t>(st.st_size);
-        if (!MapRegion(fd, bytes, &c->base_, &c->view_)) {
-          refuse = Errno("mmap");
-        } else {
-          attach_mapping(fd, bytes);
-          // A creator links the region into place only once its header is
-          // complete: a name without the magic is not a region of ours.
-          const Header& h = *c->header_;
-          if (std::memcmp(h.magic, kMagic, 8) != 0 || h.version != kVersion) {
-            refuse = "not a dlfs cache of this version";
-          } else if (std::string(h.uuid, strnlen(h.uuid, sizeof h.uuid)) != UuidOf(volume) ||
-                     h.sample_count != n || h.data_bytes != volume.info().data_bytes) {
-            refuse = "made for another volume";
-          } else if (h.data_offset != layout.data_offset || h.file_bytes != bytes ||
-                     h.data_offset + h.capacity > bytes || h.capacity % 4096 != 0) {
-            refuse = "its layout does not match its size";
-          }
+      if (!MapRegion(region.fd(), region.bytes(), &c->base_, &c->view_)) {
+        refuse = Errno("mmap");
+      } else {
+        attach_mapping(region.bytes());
+        // A creator links the region into place only once its header is
+        // complete: a name without the magic is not a region of ours.
+        const Header& h = *c->header_;
+        if (std::memcmp(h.magic, kMagic, 8) != 0 || h.version != kVersion) {
+          refuse = "not a dlfs cache of this version";
+        } else if (std::string(h.uuid, strnlen(h.uuid, sizeof h.uuid)) != UuidOf(volume) ||
+                   h.sample_count != n || h.data_bytes != volume.info().data_bytes) {
+          refuse = "made for another volume";
+        } else if (h.data_offset != layout.data_offset || h.file_bytes != region.bytes() ||
+                   h.data_offset + h.capacity > region.bytes() || h.capacity % 4096 != 0) {
+          refuse = "its layout does not match its size";
         }
       }
       if (!refuse.empty()) {
         c->Detach();
-        c->fd_ = -1;
-        ::close(fd);
         why = "node cache " + path + ": refused (" + refuse + "); a private cache instead";
         return make_private();
       }
-      break;  // attached
+      c->region_ = std::move(region);
+      break;
     }
-    // Create: a temporary name, complete and locked, then linked into place.
-    const std::string tmp =
-        dir + "/." + name + "." + std::to_string(::getpid()) + "." + std::to_string(attempt);
-    fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0) {
-      why = "node cache in " + dir + ": " + Errno("cannot create") + "; uncached";
-      return nullptr;
+    // Create: complete (header and entries allocated, the data area as it
+    // fills) before it is linked into place.
+    auto made = shm::Create(dir, name, layout.file_bytes, layout.data_offset, [&](int fd) {
+      if (!MapRegion(fd, layout.file_bytes, &c->base_, &c->view_)) {
+        return Status::IOError(Errno("mmap"));
+      }
+      attach_mapping(layout.file_bytes);
+      init_header(c->header_);
+      // No fence needed: an attacher reaches the region only by opening the
+      // name link(2) makes, and those system calls order the header's
+      // stores before its loads (a fence here only drew a ThreadSanitizer
+      // warning, which does not model fences).
+      std::memcpy(c->header_->magic, kMagic, sizeof kMagic);
+      return Status::Ok();
+    });
+    if (made.ok()) {
+      c->region_ = std::move(*made);
+      break;
     }
-    if (::fchmod(fd, 0600) != 0 || ::flock(fd, LOCK_SH) != 0 ||
-        ::ftruncate(fd, static_cast<off_t>(layout.file_bytes)) != 0 ||
-        ::fallocate(fd, 0, 0, static_cast<off_t>(layout.data_offset)) != 0 ||
-        !MapRegion(fd, layout.file_bytes, &c->base_, &c->view_)) {
-      why = "node cache " + tmp + ": " + Errno("cannot set up") + "; uncached";
-      ::unlink(tmp.c_str());
-      ::close(fd);
-      c->base_ = nullptr;
-      return nullptr;
-    }
-    attach_mapping(fd, layout.file_bytes);
-    init_header(c->header_);
-    // No fence needed: an attacher reaches the region only by opening the
-    // name link(2) makes below, and those system calls order the header's
-    // stores before its loads (a fence here only drew a ThreadSanitizer
-    // warning, which does not model fences).
-    std::memcpy(c->header_->magic, kMagic, sizeof kMagic);
-    const bool linked = ::link(tmp.c_str(), path.c_str()) == 0;
-    const int link_errno = errno;
-    ::unlink(tmp.c_str());
-    if (linked) break;
     c->Detach();
-    c->fd_ = -1;
-    ::close(fd);
-    // ENOENT: our temporary file was swept away under us (by a process that
-    // could not see we run, e.g. in another PID namespace); make it again.
-    if (link_errno == ENOENT) continue;
-    if (link_errno != EEXIST) {
-      errno = link_errno;
-      why = "node cache " + path + ": " + Errno("cannot link") + "; uncached";
-      return nullptr;
-    }
     // Another process created it first: attach to theirs.
+    if (made.status().code() == StatusCode::kAlreadyExists) continue;
+    why = "node cache " + made.status().message() + "; uncached";
+    return nullptr;
   }
-  if (c->fd_ < 0) {
+  if (!c->region_.valid()) {
     why = "node cache " + path + ": could not attach (kept changing); a private cache instead";
     return make_private();
   }
   c->path_ = path;
+  c->fd_ = c->region_.fd();
   // The region's capacity, not this process's budget: a region made with a
   // larger budget is attached as it is.
   c->SizeBlockMaps();
@@ -330,21 +239,7 @@ void NodeCache::Detach() {
 
 NodeCache::~NodeCache() {
   Detach();
-  if (fd_ < 0) return;
-  if (::getpid() != pid_) {
-    // A child of fork() shares the parent's open file and so its lock:
-    // taking it exclusively would convert the parent's. Just let go.
-    ::close(fd_);
-    return;
-  }
-  // The last user (nobody else holds the lock) removes the region.
-  struct stat st {
-  }, now{};
-  if (!path_.empty() && ::flock(fd_, LOCK_EX | LOCK_NB) == 0 && ::fstat(fd_, &st) == 0 &&
-      ::stat(path_.c_str(), &now) == 0 && now.st_ino == st.st_ino) {
-    ::unlink(path_.c_str());
-  }
-  ::close(fd_);
+  region_.Release();  // the last user removes the region
 }
 
 std::optional<std::span<const std::byte>> NodeCache::Find(uint64_t index) {

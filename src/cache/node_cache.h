@@ -53,6 +53,7 @@
 
 #include <unistd.h>
 
+#include "common/shm_region.h"
 #include "dlfs/volume.h"
 
 namespace dlfs::cache_internal {
@@ -134,7 +135,8 @@ class NodeCache {
   const Volume& volume_;
   const pid_t pid_ = ::getpid();  // the process that opened it
   std::string path_;
-  int fd_ = -1;
+  shm::Region region_;               // the node's region; not valid for a private cache
+  int fd_ = -1;                      // region_'s descriptor, -1 for a private cache
   std::byte* base_ = nullptr;        // read-write mapping (filling)
   const std::byte* view_ = nullptr;  // read-only mapping of the same bytes (handed out)
   uint64_t file_bytes_ = 0;
