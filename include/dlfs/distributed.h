@@ -25,24 +25,30 @@ namespace dlfs {
 // What a collective open did on this rank.
 struct SharedOpenStats {
   uint64_t metadata_bytes_read = 0;  // superblocks and directory read from storage
-  uint64_t window_bytes = 0;         // shared-window memory this rank allocated
+  uint64_t window_bytes = 0;         // bytes of node region this rank made (a leader)
   double seconds = 0;
+  // Why the directory is held per rank rather than per node (no region
+  // could be made, e.g. /dev/shm full), or "".
+  std::string note;
 };
 
-// Collective open of the volume whose target 0 is `path`. World rank 0 alone
-// reads the metadata (superblocks and directory) from storage and checks it;
-// node leaders receive the directory with MPI_Bcast straight into an MPI-3
-// shared window of their node (MPI_Win_allocate_shared), and every rank opens
-// the volume over that window in place: directory memory is per node, not
-// per rank. Every rank still opens the target files (to read samples) and
-// runs the usual checks on the bytes it uses. The same error on every rank
-// if any rank fails, including when the ranks disagree on the node layout
+// Collective open of the volume whose target 0 is `path`. World rank 0
+// alone reads the metadata (superblocks and directory) from storage and
+// checks it; node leaders receive the directory with MPI_Bcast and publish
+// it as their node's directory region (DirectorySharing::kNode in
+// dlfs/volume.h: /dev/shm, per user, reference-counted), which the node's
+// other ranks attach, and every rank opens the volume over that one copy:
+// directory memory is per node, not per rank. The region is the one
+// DirectorySharing::kNode opens use, so DataLoader workers and later
+// processes on the node attach it too. Where no region can be made, each
+// rank gets a copy of its own and stats->note says why. Every rank still
+// opens the target files (to read samples) and runs the usual checks on
+// the bytes it uses. The same error on every rank if any rank fails,
+// including when the ranks disagree on the node layout
 // (NodeTopology::Create).
 //
-// The window lives as long as the returned Volume (and anything holding it,
-// such as a Loader). Releasing it frees the window, which is collective over
-// the node: drop the last reference on every rank of the node, before
-// MPI_Finalize.
+// The returned Volume holds the node's copy; it needs no MPI to be
+// released (the last process on the node to let go removes the region).
 Result<std::shared_ptr<Volume>> OpenShared(MPI_Comm comm, const std::string& path,
                                            const VolumeOpenOptions& options = {},
                                            SharedOpenStats* stats = nullptr);

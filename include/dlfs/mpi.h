@@ -60,6 +60,10 @@ class NodeTopology {
   // True when every node's ranks are consecutive world ranks (mpirun's
   // default by-slot mapping; always true for fake nodes on one host).
   bool contiguous() const { return contiguous_; }
+  // What tells this node's shared regions from other fake nodes' of the
+  // same host (VolumeOpenOptions::node_name): "-node<index>" under
+  // DLFS_RANKS_PER_NODE, "" with one node per host.
+  std::string node_name() const;
 
  private:
   NodeTopology() = default;
@@ -71,6 +75,7 @@ class NodeTopology {
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   int node_index_ = 0, node_count_ = 1, node_first_rank_ = 0;
   bool contiguous_ = true;
+  bool fake_nodes_ = false;
 };
 
 // Completes `request` without spinning a core: MPI_Test in a loop that backs

@@ -88,7 +88,28 @@ struct VolumeMetadata {
   // sharing them): the checksum and per-entry rules are then not repeated,
   // only header and bounds checks. Never set it for bytes from elsewhere.
   bool directory_validated = false;
+  // The node region `directory` lives in (a collective open's), or "":
+  // what Volume::directory_region() then says.
+  std::string directory_region;
 };
+
+// Where a process keeps a volume's directory region (the sample directory:
+// tens of bytes per sample) in memory.
+enum class DirectorySharing : uint8_t {
+  kPrivate,  // its own copy, read from storage
+  // One copy per node and user: a region in /dev/shm ($DLFS_CACHE_DIR) that
+  // every process opening the volume this way shares — the ranks of a job,
+  // their DataLoader workers, other jobs. The first process of the node
+  // reads the directory from storage while the others wait for it, then
+  // each maps the copy read-only and checks it in full, as if it had read it
+  // from storage. Regions are per user (mode 0600; another user's is
+  // refused), reference-counted (the last process to close the volume
+  // removes it; one left by a killed job is removed by the next open), and
+  // follow the node cache's rules (src/common/shm_region.h).
+  kNode,
+};
+inline constexpr EnumName<DirectorySharing> kDirectorySharingNames[] = {
+    {DirectorySharing::kPrivate, "private"}, {DirectorySharing::kNode, "node"}};
 
 struct VolumeOpenOptions {
   // Where to find target t instead of the path recorded in target 0's table,
@@ -113,6 +134,14 @@ struct VolumeOpenOptions {
   // Targets named by NBD URIs (dlfs/nbd.h): the timeout bounds connecting
   // and every metadata read (reconnects: one per read).
   NbdOptions nbd;
+  // Where the directory is kept (see DirectorySharing). With kNode, when no
+  // node copy can be used (no room in /dev/shm, a region refused), the
+  // volume keeps a private copy and directory_note() says why. Ignored
+  // when `metadata` is given.
+  DirectorySharing directory_sharing = DirectorySharing::kPrivate;
+  // With kNode: keeps fake nodes of one host apart (DLFS_RANKS_PER_NODE),
+  // e.g. "-node1"; appended to the region's name.
+  std::string node_name;
 };
 
 // Parses "1=/dev/nvme1n1,2=/data/v.dlfs.t2" (the CLI's --target-map) into a
@@ -239,6 +268,12 @@ class Volume {
 
   uint32_t target_count() const { return static_cast<uint32_t>(targets_.size()); }
 
+  // The node region holding this volume's directory (DirectorySharing::kNode
+  // or a collective open), or "" for a private copy.
+  const std::string& directory_region() const { return directory_region_; }
+  // Why a node copy was asked for but the directory is private, or "".
+  const std::string& directory_note() const { return directory_note_; }
+
   // The file descriptor of target `t` (read-only, close-on-exec), for I/O
   // engines that read the data region themselves; -1 if not opened here
   // (open_only) or not a file (an NBD export). REQUIRES: t < target count.
@@ -263,6 +298,8 @@ class Volume {
   std::atomic<bool> closed_{false};
   SampleDirectory directory_;
   VolumeMetadata metadata_;
+  std::string directory_region_;
+  std::string directory_note_;
   // The zstd dictionary prepared for decoding (format::ZstdDictionary), or
   // null when the volume has none.
   std::shared_ptr<const void> dictionary_;

@@ -1,29 +1,17 @@
 // OpenShared: one metadata read per job, one directory copy per node.
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "common/clock.h"
+#include "common/crc32c.h"
+#include "common/file_util.h"
 #include "dlfs/distributed.h"
+#include "volume/node_directory.h"
 
 namespace dlfs {
 
 namespace {
-
-// Owns a node's shared window. The Volume's directory pointer shares
-// ownership of it (aliasing shared_ptr), so the window is freed, collectively
-// over the node, when the last Volume using it goes.
-struct SharedDirectory {
-  MPI_Win window = MPI_WIN_NULL;
-  ~SharedDirectory() {
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (finalized || window == MPI_WIN_NULL) return;
-    MPI_Win_unlock_all(window);
-    MPI_Win_free(&window);
-  }
-};
 
 // MPI counts are ints: broadcast large buffers in pieces.
 void BcastBytes(std::byte* data, uint64_t n, int root, MPI_Comm comm) {
@@ -33,17 +21,20 @@ void BcastBytes(std::byte* data, uint64_t n, int root, MPI_Comm comm) {
   }
 }
 
-void Prefault(std::byte* p, uint64_t n, bool write) {
-#ifdef MADV_POPULATE_READ
-  const uintptr_t page = 4096;
-  const uintptr_t from = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
-  const uintptr_t to = reinterpret_cast<uintptr_t>(p) + n;
-  ::madvise(reinterpret_cast<void*>(from), to - from,
-            write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
-#else
-  (void)p, (void)n, (void)write;
-#endif
-}
+// What rank 0 tells everyone about the directory before it is shared.
+struct DirectoryHeader {
+  uint64_t superblocks = 0;
+  uint64_t bytes = 0;
+  uint32_t crc32c = 0;
+  char uuid[40] = {};
+};
+
+// How a node holds the directory, as its leader tells the node's ranks.
+enum NodeCopy : int {
+  kOwnRegion = 0,    // a node region holding the bytes rank 0 checked
+  kOtherRegion = 1,  // a node region another process had made: check it in full
+  kPrivate = 2,      // no region: every rank of the node gets its own copy
+};
 
 }  // namespace
 
@@ -54,19 +45,25 @@ Result<std::shared_ptr<Volume>> OpenShared(MPI_Comm comm, const std::string& pat
   SharedOpenStats local_stats;
   DLFS_ASSIGN_OR_RETURN(NodeTopology topo, NodeTopology::Create(comm));
 
-  // 1. Rank 0 reads and checks the metadata.
+  // 1. Rank 0 reads and checks the metadata (a private copy, dropped below).
   std::shared_ptr<Volume> first;
   VolumeMetadata md;
+  DirectoryHeader header;
   Status st;
   if (topo.rank() == 0) {
     VolumeOpenOptions o = options;
     o.metadata = nullptr;
+    o.directory_sharing = DirectorySharing::kPrivate;
     auto v = Volume::Open(path, o);
     if (v.ok()) {
       first = *v;
       md = first->metadata();
       for (const auto& sb : md.superblocks) local_stats.metadata_bytes_read += sb.size();
       local_stats.metadata_bytes_read += md.directory_bytes;
+      header.superblocks = md.superblocks.size();
+      header.bytes = md.directory_bytes;
+      header.crc32c = crc32c::Value(md.directory.get(), md.directory_bytes);
+      std::snprintf(header.uuid, sizeof header.uuid, "%s", first->info().uuid.c_str());
     } else {
       st = v.status();
     }
@@ -75,10 +72,9 @@ Result<std::shared_ptr<Volume>> OpenShared(MPI_Comm comm, const std::string& pat
 
   // 2. Everyone gets the superblocks (a few KB). One rank 0 did not open
   // (open_only) arrives empty; the ranks holding that target read it.
-  uint64_t header[2] = {md.superblocks.size(), md.directory_bytes};
-  MPI_Bcast(header, 2, MPI_UINT64_T, 0, comm);
-  md.superblocks.resize(header[0]);
-  md.directory_bytes = header[1];
+  MPI_Bcast(&header, sizeof header, MPI_BYTE, 0, comm);
+  md.superblocks.resize(header.superblocks);
+  md.directory_bytes = header.bytes;
   for (auto& sb : md.superblocks) {
     uint64_t n = sb.size();
     MPI_Bcast(&n, 1, MPI_UINT64_T, 0, comm);
@@ -86,39 +82,68 @@ Result<std::shared_ptr<Volume>> OpenShared(MPI_Comm comm, const std::string& pat
     BcastBytes(sb.data(), sb.size(), 0, comm);
   }
 
-  // 3. One window per node; leaders receive the directory straight into it.
-  auto holder = std::make_shared<SharedDirectory>();
-  void* mine = nullptr;
-  const uint64_t window_bytes =
-      topo.local_rank() == 0 ? std::max<uint64_t>(md.directory_bytes, 1) : 0;
-  const int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(window_bytes), 1, MPI_INFO_NULL,
-                                         topo.node(), &mine, &holder->window);
-  if (rc != MPI_SUCCESS) return MpiError(rc, path + ": allocating the shared directory window");
-  local_stats.window_bytes = window_bytes;
-  MPI_Win_lock_all(MPI_MODE_NOCHECK, holder->window);
-  MPI_Aint size = 0;
-  int disp = 0;
-  void* base = nullptr;
-  MPI_Win_shared_query(holder->window, 0, &size, &disp, &base);
-  auto* dir = static_cast<std::byte*>(base);
-  // Map the whole window in one call per process. Faulting it in 4 KiB at a
-  // time costs each rank one fault per page (~95,000 for a 10M-sample
-  // directory), which on VMs with shadow paging took seconds per rank.
-  // Best effort: without MADV_POPULATE_* (Linux < 5.14) pages fault in lazily.
+  // 3. Node leaders receive the directory and publish it as their node's
+  // region (or, where none can be made, keep it as their own); the other
+  // ranks attach the region their leader published. (A leader receives
+  // into its own memory first: making the region may fail or be retried,
+  // and the broadcast must happen exactly once on every leader.)
+  const volume_internal::NodeDirectoryKey key{.uuid = header.uuid,
+                                              .bytes = header.bytes,
+                                              .crc32c = header.crc32c,
+                                              .node_name = topo.node_name()};
+  std::shared_ptr<const std::byte> directory;
+  std::string region, note;
+  int copy = kOwnRegion;
   if (topo.local_rank() == 0) {
-    Prefault(dir, md.directory_bytes, /*write=*/true);
-    if (topo.rank() == 0) std::memcpy(dir, md.directory.get(), md.directory_bytes);
-    BcastBytes(dir, md.directory_bytes, 0, topo.leaders());
+    std::shared_ptr<const std::byte> received = md.directory;
+    if (topo.rank() != 0) {
+      std::shared_ptr<std::byte> own = AllocateLarge(header.bytes);
+      if (!own) return Status::Unavailable(path + ": cannot allocate the directory");
+      received = own;
+    }
+    BcastBytes(const_cast<std::byte*>(received.get()), header.bytes, 0, topo.leaders());
+    auto published = volume_internal::PublishNodeDirectory(key, [&](std::byte* dst) {
+      std::memcpy(dst, received.get(), header.bytes);
+      return Status::Ok();
+    });
+    if (published.ok()) {
+      directory = published->bytes;
+      region = published->path;
+      copy = published->created ? kOwnRegion : kOtherRegion;
+      if (published->created) local_stats.window_bytes = header.bytes;
+    } else {
+      note = published.status().message();
+      copy = kPrivate;
+      directory = std::move(received);
+    }
   }
-  MPI_Win_sync(holder->window);
-  BarrierPolitely(topo.node());
-  MPI_Win_sync(holder->window);
-  if (topo.local_rank() != 0) Prefault(dir, md.directory_bytes, /*write=*/false);
+  MPI_Bcast(&copy, 1, MPI_INT, 0, topo.node());
+  if (copy == kPrivate) {
+    // Memory per rank rather than per node, and said so.
+    if (topo.local_rank() != 0) {
+      std::shared_ptr<std::byte> own = AllocateLarge(header.bytes);
+      if (!own) return Status::Unavailable(path + ": cannot allocate the directory");
+      directory = own;
+    }
+    BcastBytes(const_cast<std::byte*>(directory.get()), header.bytes, 0, topo.node());
+  } else if (topo.local_rank() != 0) {
+    auto attached = volume_internal::AttachNodeDirectory(key);
+    if (attached.ok() && *attached) {
+      directory = (*attached)->bytes;
+      region = (*attached)->path;
+    } else {
+      st = attached.ok() ? Status::NotFound(path + ": the node copy of its directory vanished")
+                         : attached.status();
+    }
+  }
+  DLFS_RETURN_IF_ERROR(AgreeOnStatus(comm, st));
 
-  // 4. Every rank opens over the shared copy (rank 0 drops its private one).
-  md.directory = std::shared_ptr<const std::byte>(holder, dir);
-  // Rank 0 checked these bytes (checksum, every entry) before sending them.
-  md.directory_validated = true;
+  // 4. Every rank opens over the node's copy (rank 0 drops its private one).
+  md.directory = directory;
+  // Rank 0 checked these bytes (checksum, every entry) before sending them;
+  // a region made by someone else is checked as if read from storage.
+  md.directory_validated = copy != kOtherRegion;
+  md.directory_region = region;
   first.reset();
   VolumeOpenOptions o = options;
   o.metadata = &md;
@@ -126,6 +151,8 @@ Result<std::shared_ptr<Volume>> OpenShared(MPI_Comm comm, const std::string& pat
   st = v.ok() ? Status::Ok() : v.status();
   DLFS_RETURN_IF_ERROR(AgreeOnStatus(comm, st));
   local_stats.seconds = Now() - start;
+  local_stats.note =
+      note.empty() ? "" : "no node copy of the directory (" + note + "); a copy per rank instead";
   if (stats) *stats = local_stats;
   return *v;
 }

@@ -244,6 +244,7 @@ Result<NodeTopology> NodeTopology::Create(MPI_Comm world) {
   DLFS_MPI(MPI_Comm_size(world, &t.size_));
   MPI_Comm host = MPI_COMM_NULL;
   DLFS_MPI(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, t.rank_, MPI_INFO_NULL, &host));
+  t.fake_nodes_ = fake > 0;
   if (fake > 0) {
     int host_rank = 0;
     MPI_Comm_rank(host, &host_rank);
@@ -293,8 +294,13 @@ NodeTopology& NodeTopology::operator=(NodeTopology&& other) noexcept {
     node_count_ = other.node_count_;
     node_first_rank_ = other.node_first_rank_;
     contiguous_ = other.contiguous_;
+    fake_nodes_ = other.fake_nodes_;
   }
   return *this;
+}
+
+std::string NodeTopology::node_name() const {
+  return fake_nodes_ ? "-node" + std::to_string(node_index_) : "";
 }
 
 NodeTopology::~NodeTopology() { Release(); }

@@ -12,6 +12,7 @@
 #include "format/zstd_field.h"
 #include "io/target.h"
 #include "volume/field_decode.h"
+#include "volume/node_directory.h"
 
 namespace dlfs {
 
@@ -262,35 +263,83 @@ Status OpenMemberTarget(const std::string& path, uint32_t t, const VolumeOpenOpt
   return Status::Ok();
 }
 
-// The directory region: handed over with the metadata, or read from target
-// 0 in one read; checked against its CRC unless it was validated already.
-Result<std::shared_ptr<const std::byte>> LoadDirectoryRegion(const std::string& path,
-                                                             const VolumeMetadata* md,
-                                                             const format::RegionEntry& dir,
-                                                             Target& target0) {
-  std::shared_ptr<const std::byte> region;
+// Reads the directory region from target 0 into `dst` and checks its CRC.
+Status ReadDirectoryRegion(const std::string& path, const format::RegionEntry& dir, Target& target0,
+                           std::byte* dst) {
+  DLFS_RETURN_IF_ERROR(target0.Read(dst, dir.length, dir.offset, path));
+  const uint32_t crc = crc32c::Value(dst, dir.length);
+  if (crc != dir.crc32c) {
+    return Status::Corruption(path + ": directory checksum mismatch (stored " + Hex32(dir.crc32c) +
+                              ", computed " + Hex32(crc) + ")");
+  }
+  return Status::Ok();
+}
+
+// The directory region as Open uses it, and where it came from.
+struct LoadedDirectory {
+  std::shared_ptr<const std::byte> bytes;
+  bool validated = false;      // every check passed already (the collective open's)
+  bool validated_crc = false;  // the checksum was checked already
+  std::string region;          // the node region holding it, or ""
+  std::string note;            // why a node copy was asked for and not used
+};
+
+// The directory region: handed over with the metadata, the node's shared
+// copy (DirectorySharing::kNode), or read from target 0 in one read; checked
+// against its CRC unless it was validated already.
+Result<LoadedDirectory> LoadDirectoryRegion(const std::string& path,
+                                            const VolumeOpenOptions& options,
+                                            const format::Superblock& sb,
+                                            const format::RegionEntry& dir, Target& target0) {
+  LoadedDirectory out;
+  const VolumeMetadata* md = options.metadata;
   if (md != nullptr) {
     if (md->directory == nullptr || md->directory_bytes != dir.length) {
       return Status::InvalidArgument(path + ": directory handed over has " +
                                      std::to_string(md->directory_bytes) + " bytes, volume's has " +
                                      std::to_string(dir.length));
     }
-    region = md->directory;
-  } else {
+    out.bytes = md->directory;
+    out.validated = md->directory_validated;
+    out.region = md->directory_region;
+  } else if (options.directory_sharing == DirectorySharing::kNode) {
+    const volume_internal::NodeDirectoryKey key{.uuid = format::FormatUuid(sb.uuid),
+                                                .bytes = dir.length,
+                                                .crc32c = dir.crc32c,
+                                                .node_name = options.node_name};
+    auto node = volume_internal::GetNodeDirectory(
+        key, [&](std::byte* dst) { return ReadDirectoryRegion(path, dir, target0, dst); });
+    if (node.ok() && crc32c::Value(node->bytes.get(), dir.length) != dir.crc32c) {
+      // Changed since its maker checked it: not the volume's fault.
+      out.note = "node copy of the directory " + node->path +
+                 " refused (checksum mismatch); a private copy instead";
+    } else if (node.ok()) {
+      out.bytes = node->bytes;
+      out.region = node->path;
+      out.validated_crc = true;
+    } else if (node.status().code() == StatusCode::kCorruption) {
+      return node.status();  // what a private read would find too
+    } else {
+      out.note =
+          "no node copy of the directory (" + node.status().message() + "); a private copy instead";
+    }
+  }
+  if (out.bytes == nullptr) {
     // The region was bounds-checked against the file size, so this
     // allocation is never larger than the file.
     std::shared_ptr<std::byte> fresh = AllocateLarge(dir.length);
     if (!fresh) return Status::Unavailable(path + ": cannot allocate the directory");
-    DLFS_RETURN_IF_ERROR(target0.Read(fresh.get(), dir.length, dir.offset, path));
-    region = std::move(fresh);
+    DLFS_RETURN_IF_ERROR(ReadDirectoryRegion(path, dir, target0, fresh.get()));
+    out.bytes = std::move(fresh);
+    return out;
   }
-  const bool validated = md != nullptr && md->directory_validated;
-  const uint32_t crc = validated ? dir.crc32c : crc32c::Value(region.get(), dir.length);
+  const uint32_t crc =
+      out.validated || out.validated_crc ? dir.crc32c : crc32c::Value(out.bytes.get(), dir.length);
   if (crc != dir.crc32c) {
     return Status::Corruption(path + ": directory checksum mismatch (stored " + Hex32(dir.crc32c) +
                               ", computed " + Hex32(crc) + ")");
   }
-  return region;
+  return out;
 }
 
 // What the directory region must agree with: target 0's superblock.
@@ -354,16 +403,14 @@ Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path,
     s.infos[t].data_length = data->length;
   }
 
-  const VolumeMetadata* md = options.metadata;
   const format::RegionEntry* dir = format::FindRegion(s.sb, format::RegionKind::kDirectory);
-  DLFS_ASSIGN_OR_RETURN(std::shared_ptr<const std::byte> region,
-                        LoadDirectoryRegion(path, md, *dir, *s.targets[0]));
-  s.kept.directory = region;
+  DLFS_ASSIGN_OR_RETURN(LoadedDirectory loaded,
+                        LoadDirectoryRegion(path, options, s.sb, *dir, *s.targets[0]));
+  s.kept.directory = loaded.bytes;
   s.kept.directory_bytes = dir->length;
-  const bool validated = md != nullptr && md->directory_validated;
   DLFS_ASSIGN_OR_RETURN(SampleDirectory directory,
-                        SampleDirectory::Create(std::move(region), dir->length,
-                                                ExpectedDirectory(s, validated), path));
+                        SampleDirectory::Create(std::move(loaded.bytes), dir->length,
+                                                ExpectedDirectory(s, loaded.validated), path));
 
   std::shared_ptr<Volume> v(new Volume());
   if (!directory.dictionary().empty()) {
@@ -375,6 +422,8 @@ Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path,
   }
   v->path_ = path;
   v->directory_ = std::move(directory);
+  v->directory_region_ = std::move(loaded.region);
+  v->directory_note_ = std::move(loaded.note);
   v->metadata_ = std::move(s.kept);
   v->info_ = DescribeVolume(s);
   for (std::unique_ptr<Target>& target : s.targets) {
