@@ -127,6 +127,7 @@ struct SourceStats {
   // The node cache (dlfs/loader.h), this process: samples found in it and
   // not, bytes it copied in and the time that took (on its idle thread).
   uint64_t cache_hits = 0;
+  uint64_t cache_hit_bytes = 0;  // bytes of the samples found
   uint64_t cache_misses = 0;
   uint64_t cache_fill_bytes = 0;
   double cache_fill_seconds = 0;

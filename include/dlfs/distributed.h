@@ -15,6 +15,7 @@
 #include "dlfs/batch_source.h"
 #include "dlfs/bench.h"
 #include "dlfs/loader.h"
+#include "dlfs/mixture.h"
 #include "dlfs/mpi.h"
 #include "dlfs/shard_options.h"
 #include "dlfs/status.h"
@@ -67,6 +68,17 @@ std::vector<uint32_t> ShardTargetsOfNode(int node_index, int node_count);
 Result<std::unique_ptr<Loader>> CreateLoader(MPI_Comm comm, std::shared_ptr<Volume> volume,
                                              LoaderOptions options);
 
+// A weighted mixture (dlfs/mixture.h) for this rank of `comm`: the
+// mixture's rank and world_size are taken from the communicator, and the
+// ranks check that they agree on the volumes (uuids and sample counts, in
+// order), the weights, epoch_samples, cycle and the options that decide
+// the order, as CreateLoader's do; InvalidArgument on every rank otherwise.
+// The MixtureSource's own errors are returned on every rank (AgreeOnStatus).
+Result<std::unique_ptr<MixtureSource>> CreateMixture(MPI_Comm comm,
+                                                     std::vector<std::shared_ptr<Volume>> volumes,
+                                                     MixtureOptions mixture,
+                                                     const LoaderOptions& options);
+
 // Counters of a ShardLoader, summed over its life.
 struct ShardLoaderStats {
   uint64_t local_samples = 0;   // read from storage here for this rank's own batches
@@ -81,6 +93,7 @@ struct ShardLoaderStats {
   // that did not hold them yet (then read from storage); read here and
   // handed to their owner, and handed here and kept.
   uint64_t cached_samples = 0;
+  uint64_t cached_bytes = 0;  // bytes of the samples found in this node's cache
   uint64_t absent_samples = 0;
   uint64_t gifts_sent = 0;
   uint64_t gifts_kept = 0;

@@ -71,7 +71,7 @@ struct Job {
   std::vector<uint64_t> indices;
   std::vector<uint32_t> sources;  // a mixture's (Batch::sources), else empty
   std::vector<uint32_t> labels;
-  uint64_t epoch = 0, sequence = 0, payload_bytes = 0, device_bytes = 0;
+  uint64_t epoch = 0, sequence = 0, payload_bytes = 0, device_bytes = 0, peer_bytes = 0;
   double io_seconds = 0;
   std::shared_ptr<const void> buffer;
   std::byte* out = nullptr;
@@ -230,6 +230,7 @@ class DecodeStage::Impl {
     job.sequence = in.sequence();
     job.payload_bytes = in.payload_bytes();
     job.device_bytes = in.device_bytes();
+    job.peer_bytes = in.peer_bytes();
     job.io_seconds = in.io_seconds();
     const size_t n = in.size();
     if (in.field_count() > 1) {
@@ -379,6 +380,7 @@ class DecodeStage::Impl {
     data->labels = std::move(job.labels);
     data->payload_bytes = job.payload_bytes;
     data->device_bytes = job.device_bytes;
+    data->peer_bytes = job.peer_bytes;
     data->io_seconds = job.io_seconds;
     data->samples.reserve(kept);
     for (size_t i = 0; i < kept; ++i) {

@@ -53,6 +53,7 @@ SourceStats SourceStats::operator-(const SourceStats& earlier) const {
   d.verify_seconds = verify_seconds - earlier.verify_seconds;
   d.next_wait_seconds = next_wait_seconds - earlier.next_wait_seconds;
   d.cache_hits = cache_hits - earlier.cache_hits;
+  d.cache_hit_bytes = cache_hit_bytes - earlier.cache_hit_bytes;
   d.cache_misses = cache_misses - earlier.cache_misses;
   d.cache_fill_bytes = cache_fill_bytes - earlier.cache_fill_bytes;
   d.cache_fill_seconds = cache_fill_seconds - earlier.cache_fill_seconds;
@@ -66,6 +67,7 @@ SourceStats& SourceStats::operator+=(const SourceStats& later) {
   verify_seconds += counts.verify_seconds;
   next_wait_seconds += counts.next_wait_seconds;
   cache_hits += counts.cache_hits;
+  cache_hit_bytes += counts.cache_hit_bytes;
   cache_misses += counts.cache_misses;
   cache_fill_bytes += counts.cache_fill_bytes;
   cache_fill_seconds += counts.cache_fill_seconds;

@@ -207,6 +207,7 @@ SourceStats Loader::Impl::Stats() const {
     s.cache_bytes = c.capacity;
     s.cache_used_bytes = c.used;
     s.cache_hits = c.hits;
+    s.cache_hit_bytes = c.hit_bytes;
     s.cache_misses = c.misses;
     s.cache_fill_bytes = c.filled_bytes;
     s.cache_fill_seconds = c.fill_seconds;

@@ -57,6 +57,36 @@ Result<std::unique_ptr<Loader>> CreateLoader(MPI_Comm comm, std::shared_ptr<Volu
   return Loader::Create(std::move(volume), options);
 }
 
+Result<std::unique_ptr<MixtureSource>> CreateMixture(MPI_Comm comm,
+                                                     std::vector<std::shared_ptr<Volume>> volumes,
+                                                     MixtureOptions mixture,
+                                                     const LoaderOptions& options) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  mixture.sampler.rank = static_cast<uint32_t>(rank);
+  mixture.sampler.world_size = static_cast<uint32_t>(size);
+  std::string vols, weights;
+  for (const auto& v : volumes) {
+    vols += (vols.empty() ? "" : ", ") + v->info().uuid + " with " + std::to_string(v->size()) +
+            " samples";
+  }
+  for (double w : mixture.weights) weights += (weights.empty() ? "" : ",") + std::to_string(w);
+  const SamplerOptions& s = mixture.sampler;
+  DLFS_RETURN_IF_ERROR(
+      AgreeOnValues(comm, {{"the volumes", vols},
+                           {"weights", weights},
+                           {"epoch_samples", std::to_string(mixture.epoch_samples)},
+                           {"cycle", mixture.cycle ? "on" : "off"},
+                           {"seed", std::to_string(s.seed)},
+                           {"shuffle", s.shuffle ? "on" : "off"},
+                           {"batch size", std::to_string(s.batch_size)},
+                           {"drop_last", s.drop_last ? "on" : "off"}}));
+  auto made = MixtureSource::Create(std::move(volumes), mixture, options);
+  DLFS_RETURN_IF_ERROR(AgreeOnStatus(comm, made.ok() ? Status::Ok() : made.status()));
+  return made;
+}
+
 // ---------------------------------------------------------------------------
 
 // A growable buffer of huge-page-backed memory (AllocateLarge): on VMs,
@@ -739,6 +769,7 @@ class ShardLoader::Impl {
       const auto [server, slot] = p->where[i];
       if (server == kCached) {
         samples_[i] = p->cached[slot];
+        stats_.cached_bytes += samples_[i].size();
         continue;
       }
       if (server == kOwn) {

@@ -38,6 +38,7 @@ json CacheJson(const EpochReport& e) {
   return {{"capacity_bytes", s.cache_bytes},
           {"used_bytes", s.cache_used_bytes},
           {"hits", s.cache_hits},
+          {"hit_bytes", s.cache_hit_bytes},
           {"misses", s.cache_misses},
           {"hit_rate", lookups ? static_cast<double>(s.cache_hits) / lookups : 0.0},
           {"device_bytes", s.io.bytes},
