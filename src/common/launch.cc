@@ -195,7 +195,9 @@ Result<LaunchInfo> DetectLaunch(const Getenv& getenv) {
     ReadLayout(r, &info, "RANK", "WORLD_SIZE", has("LOCAL_RANK") ? "LOCAL_RANK" : nullptr,
                has("LOCAL_WORLD_SIZE") ? "LOCAL_WORLD_SIZE" : nullptr);
     DLFS_RETURN_IF_ERROR(r.status());
+    // Without LOCAL_*: as if every process ran on this node.
     if (!has("LOCAL_WORLD_SIZE")) info.local_world_size = info.world_size;
+    if (!has("LOCAL_RANK")) info.local_rank = info.rank;
     return info;
   }
   if (has("PMIX_RANK")) {

@@ -177,6 +177,7 @@ TEST(LaunchTest, RankAndWorldSizeByHand) {
   EXPECT_EQ(info.rank, 1);
   EXPECT_EQ(info.world_size, 2);
   EXPECT_EQ(info.local_world_size, 2);  // assumed one node
+  EXPECT_EQ(info.local_rank, 1);
 }
 
 TEST(LaunchTest, MalformedValuesNameTheVariable) {
