@@ -24,6 +24,7 @@
 #include "dlfs/loader.h"
 #include "dlfs/mixture.h"
 #include "dlfs/volume.h"
+#include "epoch_stats.h"
 #include "loader_keywords.h"
 #include "state_dict.h"
 #include "status_bridge.h"
@@ -62,46 +63,65 @@ py::array TensorArray(const Batch& batch) {
   return py::array(dt, dims, t.data, base);
 }
 
-// The C++ Loader (or a MixtureSource of several volumes) wrapped in a
-// DecodeStage, iterated from Python.
+// The C++ Loader (a MixtureSource of several volumes, or with comm= what
+// the job reads through) wrapped in a DecodeStage, iterated from Python.
 class PyImageLoader {
  public:
-  // One Loader, or a MixtureSource of the volumes, under the stage.
+  // The source MakeSource made of `setup` (holding the GIL), under the stage.
   PyImageLoader(LoaderSetup setup, const DecodeStageOptions& dso)
-      : volumes_(std::move(setup.volumes)) {
-    if (!setup.mixture) {
-      auto loader = Unwrap(Loader::Create(volumes_.front(), setup.options));
-      loaders_ = {loader.get()};
-      stage_ = Unwrap(DecodeStage::Create(std::move(loader), volumes_.front(), dso));
-      return;
-    }
-    auto mix = Unwrap(MixtureSource::Create(volumes_, *setup.mixture, setup.options));
-    for (size_t v = 0; v < volumes_.size(); ++v) loaders_.push_back(&mix->loader(v));
-    mixture_ = mix.get();
+      : job_(setup.job), volumes_(setup.volumes) {
+    std::unique_ptr<BatchSource> source = MakeSource(std::move(setup), &parts_);
     std::vector<std::shared_ptr<const Volume>> named(volumes_.begin(), volumes_.end());
-    stage_ = Unwrap(DecodeStage::Create(std::move(mix), std::move(named), dso));
+    Result<std::unique_ptr<DecodeStage>> stage = Status::Unavailable("not made");
+    {
+      py::gil_scoped_release release;  // starting the decode threads
+      stage = DecodeStage::Create(std::move(source), std::move(named), dso);
+    }
+    stage_ = Unwrap(std::move(stage));
   }
 
   // After load_state_dict, setting the restored epoch keeps the restored
   // position (state_dict.h).
   void set_epoch(uint64_t e) { position_.set_epoch(e); }
   uint64_t epoch() const { return position_.epoch(); }
-  void Start() { position_.Start(*stage_, mu_); }
-  py::dict State() { return StateDict(Unwrap(position_.Save(*stage_, mu_))); }
-  void LoadState(const py::handle& state) {
-    Check(position_.Load(*stage_, mu_, Unwrap(StateFromDict(state))));
+  void Start() {
+    epochs_.Start(position_.epoch(), CountersOf(parts_));
+    position_.Start(stage(), mu_);
   }
+  py::dict State() { return StateDict(Unwrap(position_.Save(stage(), mu_))); }
+  void LoadState(const py::handle& state) {
+    Check(position_.Load(stage(), mu_, Unwrap(StateFromDict(state))));
+  }
+  // As dlfs.Loader.close().
+  void Close() {
+    std::unique_ptr<DecodeStage> gone;
+    {
+      std::lock_guard lock(mu_);
+      gone = std::move(stage_);
+      parts_ = SourceParts{};
+    }
+    py::gil_scoped_release release;
+    gone.reset();
+  }
+  bool closed() const { return stage_ == nullptr; }
+  py::list EpochStats() const { return epochs_.Records(CountersOf(parts_)); }
+  const SourceParts& parts() const { return parts_; }
 
   py::tuple Next() {
+    DecodeStage& s = stage();
     Batch batch;
     Result<bool> more = false;
     {
       py::gil_scoped_release release;  // decoding and I/O run meanwhile
       std::lock_guard lock(mu_);
-      more = stage_->Next(&batch);
+      more = s.Next(&batch);
     }
     Check(more.status());
-    if (!*more) throw py::stop_iteration();
+    if (!*more) {
+      epochs_.Finish(CountersOf(parts_));
+      throw py::stop_iteration();
+    }
+    epochs_.Count(batch);
     py::array images;
     if (batch.tensor()) {
       images = TensorArray(batch);
@@ -129,21 +149,25 @@ class PyImageLoader {
     return py::make_tuple(images, labels, indices, sources);
   }
 
-  DecodeStage& stage() { return *stage_; }
-  // Each volume's Loader, and the volumes (one without a mixture).
-  const std::vector<const Loader*>& loaders() const { return loaders_; }
+  DecodeStage& stage() {
+    if (!stage_) throw py::value_error("the loader is closed");
+    return *stage_;
+  }
+  // Each volume's Loader (none for a ShardLoader), and the volumes.
+  const std::vector<Loader*>& loaders() const { return parts_.loaders; }
   const std::vector<std::shared_ptr<Volume>>& volumes() const { return volumes_; }
-  const MixtureSource* mixture() const { return mixture_; }
+  const MixtureSource* mixture() const { return parts_.mixture; }
   const DecodeStageOptions& options() const { return options_; }
   void set_options(const DecodeStageOptions& o) { options_ = o; }
 
  private:
+  std::shared_ptr<const MpiJob> job_;  // outlives stage_, whose source uses its communicator
   std::unique_ptr<DecodeStage> stage_;
-  std::vector<const Loader*> loaders_;  // owned by stage_
+  SourceParts parts_;  // the pieces of stage_'s source
   std::vector<std::shared_ptr<Volume>> volumes_;
-  const MixtureSource* mixture_ = nullptr;  // owned by stage_, if a mixture
   DecodeStageOptions options_;
   SourcePosition position_;
+  EpochLog epochs_;
   std::mutex mu_;  // the stage has one caller at a time
 };
 
@@ -163,11 +187,7 @@ std::unique_ptr<PyImageLoader> MakeImageLoader(LoaderKeywords k, const ImagePipe
   dso.decode_threads = decode_threads;
   dso.prefetch_batches = decode_prefetch;
   dso.skip_bad_samples = skip_bad_samples;
-  std::unique_ptr<PyImageLoader> l;
-  {
-    py::gil_scoped_release release;
-    l = std::make_unique<PyImageLoader>(std::move(setup), dso);
-  }
+  auto l = std::make_unique<PyImageLoader>(std::move(setup), dso);
   l->set_options(dso);
   return l;
 }
@@ -186,9 +206,13 @@ void RegisterImageLoader(py::module_& m) {
       .def(
           "quarantine",
           [](PyImageLoader& l) {
+            l.stage();  // raises when closed
             py::list out;
             for (const Loader* one : l.loaders()) {
               out += QuarantineRecords(one->volume().path(), one->quarantine());
+            }
+            if (l.parts().shard_quarantine) {
+              out += QuarantineRecords(l.volumes().front()->path(), l.parts().shard_quarantine());
             }
             // Undecodable ones (the stage names each sample's volume).
             return out +
@@ -221,10 +245,21 @@ void RegisterImageLoader(py::module_& m) {
           "{'images', 'skipped', 'skipped_examples'} over the loader's life.")
       .def_property_readonly(
           "indices",
-          [](PyImageLoader& l) {
+          [](PyImageLoader& l) -> py::array_t<int64_t> {
+            l.stage();
+            if (l.parts().shard_rank_indices) {
+              const std::vector<uint64_t> idx = l.parts().shard_rank_indices(l.epoch());
+              return py::array_t<int64_t>(static_cast<py::ssize_t>(idx.size()),
+                                          reinterpret_cast<const int64_t*>(idx.data()));
+            }
             return RankIndicesArray(l.mixture(), *l.loaders().front(), l.epoch());
           },
-          "This rank's sample indices for the current epoch, in reading order.");
+          "This rank's sample indices for the current epoch, in reading order.")
+      .def("epoch_stats", &PyImageLoader::EpochStats,
+           "Per epoch, as dlfs.Loader.epoch_stats(): samples and where their bytes came from.")
+      .def("close", &PyImageLoader::Close,
+           "Stops the loader's threads and frees its buffers (and its MPI communicators) now.")
+      .def_property_readonly("closed", &PyImageLoader::closed);
 }
 
 }  // namespace dlfs::python

@@ -16,6 +16,7 @@
 #include "bindings.h"
 #include "dlfs/loader.h"
 #include "dlfs/mixture.h"
+#include "epoch_stats.h"
 #include "loader_keywords.h"
 #include "state_dict.h"
 #include "status_bridge.h"
@@ -132,63 +133,80 @@ before (see "Long runs" in the README). After it, set_epoch(state["epoch"]) keep
 loop); another epoch starts afresh.
 )doc";
 
-// Iteration state for Python: a Loader (or a MixtureSource of several
-// volumes) plus the epoch the next iter() starts.
+// Iteration state for Python: a Loader, a MixtureSource of several volumes
+// or (comm=) a ShardLoader, plus the epoch the next iter() starts and each
+// epoch's figures.
 class PyLoader {
  public:
-  // One Loader, or a MixtureSource of the volumes.
-  explicit PyLoader(LoaderSetup setup) {
-    if (!setup.mixture) {
-      auto loader = Unwrap(Loader::Create(setup.volumes.front(), setup.options));
-      loaders_ = {loader.get()};
-      loader_ = std::move(loader);
-      return;
-    }
-    auto mixture =
-        Unwrap(MixtureSource::Create(std::move(setup.volumes), *setup.mixture, setup.options));
-    for (size_t v = 0; v < setup.mixture->weights.size(); ++v) {
-      loaders_.push_back(const_cast<Loader*>(&mixture->loader(v)));
-    }
-    mixture_ = mixture.get();
-    loader_ = std::move(mixture);
+  explicit PyLoader(LoaderSetup setup) : job_(setup.job) {
+    loader_ = MakeSource(std::move(setup), &parts_);
   }
 
   // After load_state_dict, setting the restored epoch keeps the restored
   // position (the usual loop sets the epoch before iterating it).
   void set_epoch(uint64_t e) { position_.set_epoch(e); }
   uint64_t epoch() const { return position_.epoch(); }
-  void Start() { position_.Start(*loader_, mu_); }
+  void Start() {
+    BatchSource& s = source();
+    epochs_.Start(position_.epoch(), CountersOf(parts_));
+    position_.Start(s, mu_);
+  }
 
   std::shared_ptr<Batch> Next() {
+    BatchSource& s = source();
     auto batch = std::make_shared<Batch>();
     Result<bool> more = false;
     {
       py::gil_scoped_release release;  // waiting for I/O
       std::lock_guard lock(mu_);
-      more = loader_->Next(batch.get());
+      more = s.Next(batch.get());
     }
     Check(more.status());
-    if (!*more) throw py::stop_iteration();
+    if (!*more) {
+      epochs_.Finish(CountersOf(parts_));
+      throw py::stop_iteration();
+    }
+    epochs_.Count(*batch);
     return batch;
   }
 
   // Where the iteration is: the epoch set, and the batches of it handed out
   // (0 until it is iterated).
-  py::dict State() { return StateDict(Unwrap(position_.Save(*loader_, mu_))); }
+  py::dict State() { return StateDict(Unwrap(position_.Save(source(), mu_))); }
   void LoadState(const py::handle& state) {
-    Check(position_.Load(*loader_, mu_, Unwrap(StateFromDict(state))));
+    Check(position_.Load(source(), mu_, Unwrap(StateFromDict(state))));
   }
 
-  BatchSource& source() { return *loader_; }
-  // The Loader of each volume (one without a mixture).
-  const std::vector<Loader*>& loaders() const { return loaders_; }
-  MixtureSource* mixture() { return mixture_; }
+  // Releases threads, buffers and (comm=) the job's communicators; later
+  // calls raise ValueError.
+  void Close() {
+    std::unique_ptr<BatchSource> gone;
+    {
+      std::lock_guard lock(mu_);
+      gone = std::move(loader_);
+      parts_ = SourceParts{};
+    }
+    py::gil_scoped_release release;  // joining the I/O threads
+    gone.reset();
+  }
+  bool closed() const { return loader_ == nullptr; }
+
+  BatchSource& source() {
+    if (!loader_) throw py::value_error("the loader is closed");
+    return *loader_;
+  }
+  const SourceParts& parts() const { return parts_; }
+  // The Loader of each volume (none for a ShardLoader).
+  const std::vector<Loader*>& loaders() const { return parts_.loaders; }
+  MixtureSource* mixture() { return parts_.mixture; }
+  py::list EpochStats() const { return epochs_.Records(CountersOf(parts_)); }
 
  private:
+  std::shared_ptr<const MpiJob> job_;  // outlives loader_, which uses its communicator
   std::unique_ptr<BatchSource> loader_;
-  std::vector<Loader*> loaders_;
-  MixtureSource* mixture_ = nullptr;
+  SourceParts parts_;
   SourcePosition position_;
+  EpochLog epochs_;
   std::mutex mu_;  // the source has one caller at a time
 };
 
@@ -244,6 +262,7 @@ py::dict StatsDict(const SourceStats& s) {
   d["cache_bytes"] = s.cache_bytes;
   d["cache_used_bytes"] = s.cache_used_bytes;
   d["cache_hits"] = s.cache_hits;
+  d["cache_hit_bytes"] = s.cache_hit_bytes;
   d["cache_misses"] = s.cache_misses;
   d["cache_fill_bytes"] = s.cache_fill_bytes;
   d["cache_fill_seconds"] = s.cache_fill_seconds;
@@ -363,10 +382,13 @@ void RegisterLoader(py::module_& m) {
       .def(
           "quarantine",
           [](PyLoader& l) {
+            l.source();  // raises when closed
             py::list out;
             for (const Loader* one : l.loaders()) {
               out += QuarantineRecords(one->volume().path(), one->quarantine());
             }
+            if (l.parts().shard_quarantine)
+              out += QuarantineRecords("", l.parts().shard_quarantine());
             return out;
           },
           "Samples left out as bad: [{volume, index, path, reason}] (see skip_bad_samples).")
@@ -386,9 +408,21 @@ void RegisterLoader(py::module_& m) {
            "Where the iteration is and what decides the order, as a dict (see Loader).")
       .def("load_state_dict", &PyLoader::LoadState, py::arg("state"),
            "Continues from a state_dict(): the next batch is the one after those it counts.")
+      .def("close", &PyLoader::Close,
+           "Stops the loader's threads and frees its buffers (and, with comm=, its MPI "
+           "communicators) now rather than when it is collected; later calls raise ValueError.")
+      .def_property_readonly("closed", &PyLoader::closed)
+      .def("__enter__", [](PyLoader& l) -> PyLoader& { return l; })
+      .def("__exit__", [](PyLoader& l, const py::args&) { l.Close(); })
       .def_property_readonly(
           "indices",
-          [](PyLoader& l) {
+          [](PyLoader& l) -> py::array_t<int64_t> {
+            if (l.parts().shard_rank_indices) {
+              const std::vector<uint64_t> idx = l.parts().shard_rank_indices(l.epoch());
+              return py::array_t<int64_t>(static_cast<py::ssize_t>(idx.size()),
+                                          reinterpret_cast<const int64_t*>(idx.data()));
+            }
+            l.source();
             return RankIndicesArray(l.mixture(), *l.loaders().front(), l.epoch());
           },
           "This rank's sample indices for the current epoch, in reading order (of a "
@@ -396,9 +430,12 @@ void RegisterLoader(py::module_& m) {
       .def_property_readonly(
           "sources",
           [](PyLoader& l) {
+            l.source();
             std::vector<int64_t> src;
             if (l.mixture()) {
               for (const auto& [v, i] : l.mixture()->RankSamples(l.epoch())) src.push_back(v);
+            } else if (l.parts().shard_rank_indices) {
+              src.assign(l.parts().shard_rank_indices(l.epoch()).size(), 0);
             } else {
               src.assign(l.loaders().front()->RankIndices(l.epoch()).size(), 0);
             }
@@ -406,8 +443,19 @@ void RegisterLoader(py::module_& m) {
           },
           "For each of indices, the position of its volume in the list given (0 for one).")
       .def(
-          "stats", [](PyLoader& l) { return StatsDict(l.source().source_stats()); },
-          "Where the time went since the loader was created (see docs/benchmarks.md).")
+          "stats",
+          [](PyLoader& l) {
+            py::dict d = StatsDict(l.source().source_stats());
+            if (l.parts().shard_stats) d["shard"] = l.parts().shard_stats();
+            return d;
+          },
+          "Where the time went since the loader was created (see docs/benchmarks.md); with "
+          "shard_local or cluster_cache, 'shard' holds the exchanges' counters.")
+      .def("epoch_stats", &PyLoader::EpochStats,
+           "Per epoch iterated in this process: {epoch, complete, batches, samples, seconds, "
+           "payload_bytes, storage_bytes (read from storage), cache_bytes (found in this "
+           "node's cache), peer_bytes (from other nodes), network_bytes (sent and received "
+           "over MPI)}; the epoch in progress last.")
       .def_property_readonly(
           "engine_description", [](PyLoader& l) { return l.source().description(); },
           "What the I/O engine is, e.g. 'io_uring, O_DIRECT, ... queue depth 64'.");

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "distributed.h"
 #include "dlfs/sample_reader.h"
 #include "dlfs/summary.h"
 #include "dlfs/verify.h"
@@ -36,6 +37,14 @@ their checksums; a damaged or foreign file raises CorruptVolumeError, a
 missing one FileNotFoundError. A volume of several targets is opened from
 its target 0, which names the others; target_map={1: "/dev/nvme1n1"} looks
 for target 1 there instead.
+
+directory="node" keeps one copy of the directory per node, shared by every
+process that opens the volume so (ranks, DataLoader workers, other jobs):
+a region in /dev/shm that the first makes and the others attach and check
+(node_name tells fake nodes apart); "private" (the default) keeps this
+process's own. comm= (an MPI communicator) opens it collectively: one rank
+reads the metadata for the job, each node keeps one copy; with
+shard_local=True each node opens only its own targets.
 
     vol = dlfs.Volume("fashion-mnist.dlfs")
     data, label = vol[42]          # bytes, int (None when unlabelled)
@@ -171,21 +180,40 @@ class PyReader {
 
 // Opening and closing, the whole volume's summary and check.
 void DefVolumeFile(VolumeClass& c) {
-  c.def(py::init(
-            [](const py::object& path, std::optional<std::map<uint32_t, std::string>> target_map) {
-              // Any path-like object (str, bytes, pathlib.Path, ...), as open() takes.
-              const std::string p =
-                  py::module_::import("os").attr("fsencode")(path).cast<std::string>();
-              VolumeOpenOptions options;
-              if (target_map) options.target_map = std::move(*target_map);
-              Result<std::shared_ptr<Volume>> v = Status::Cancelled("not run");
-              {
-                py::gil_scoped_release release;
-                v = Volume::Open(p, options);
-              }
-              return Unwrap(std::move(v));
-            }),
-        py::arg("path"), py::arg("target_map") = py::none())
+  c.def(py::init([](const py::object& path,
+                    std::optional<std::map<uint32_t, std::string>> target_map,
+                    const std::string& directory, const std::string& node_name,
+                    const py::object& comm, bool shard_local) {
+          // Any path-like object (str, bytes, pathlib.Path, ...), as open() takes.
+          const std::string p =
+              py::module_::import("os").attr("fsencode")(path).cast<std::string>();
+          VolumeOpenOptions options;
+          if (target_map) options.target_map = std::move(*target_map);
+          options.directory_sharing =
+              Unwrap(ParseEnum(kDirectorySharingNames, directory, "directory"));
+          options.node_name = node_name;
+          if (!comm.is_none()) return OpenCollectively(*MpiJobFrom(comm), p, options, shard_local);
+          if (shard_local) throw py::value_error("shard_local=True opens a volume with comm=");
+          Result<std::shared_ptr<Volume>> v = Status::Cancelled("not run");
+          {
+            py::gil_scoped_release release;
+            v = Volume::Open(p, options);
+          }
+          std::shared_ptr<Volume> volume = Unwrap(std::move(v));
+          if (!volume->directory_note().empty() &&
+              PyErr_WarnEx(PyExc_RuntimeWarning,
+                           ("dlfs: " + p + ": " + volume->directory_note()).c_str(), 1) != 0) {
+            throw py::error_already_set();
+          }
+          return volume;
+        }),
+        py::arg("path"), py::arg("target_map") = py::none(),
+        py::arg("directory") =
+            std::string(NameOf(kDirectorySharingNames, VolumeOpenOptions{}.directory_sharing)),
+        py::arg("node_name") = "", py::arg("comm") = py::none(), py::arg("shard_local") = false)
+      .def_property_readonly("directory_region", &Volume::directory_region,
+                             "The /dev/shm region holding the directory this process uses "
+                             "(directory='node' or comm=), or '' for a copy of its own.")
       .def(
           "close", [](Volume& v) { v.Close(); },
           "Closes the volume's files now (also at the end of a `with` block). Reading "

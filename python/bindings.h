@@ -6,6 +6,7 @@
 //   bind_writer.cc        the engine of dlfs.Writer, pack(), __version__
 //   bind_decode.cc        ImagePipeline, decode_image, encode_png
 //   bind_image_loader.cc  ImageLoader: the loader plus the decode stage
+//   bind_distributed.cc   how the job was launched; MPI and comm= (distributed.h)
 // Shared by several: status_bridge.h (Status -> exception), loader_keywords.h
 // (loader keywords -> LoaderOptions), state_dict.h (state_dict() and the
 // iteration's position). Every blocking call releases the GIL.
@@ -23,6 +24,7 @@ void RegisterSharedSlots(pybind11::module_& m);
 void RegisterWriter(pybind11::module_& m);
 void RegisterDecode(pybind11::module_& m);
 void RegisterImageLoader(pybind11::module_& m);
+void RegisterDistributed(pybind11::module_& m);
 
 // This process's SampleReader of a Python dlfs.Volume, made on first use
 // after a fork (kept in the object's __dict__). Throws as status_bridge.h.

@@ -19,4 +19,5 @@ PYBIND11_MODULE(_dlfs, m) {
   RegisterWriter(m);
   RegisterDecode(m);
   RegisterImageLoader(m);
+  RegisterDistributed(m);
 }

@@ -10,9 +10,19 @@ namespace py = pybind11;
 namespace dlfs::python {
 namespace {
 
-std::shared_ptr<Volume> OpenVolume(py::handle v) {
-  if (py::isinstance<Volume>(v)) return v.cast<std::shared_ptr<Volume>>();
-  return Unwrap(Volume::Open(py::str(v).cast<std::string>()));
+// {t: path} or "1=PATH,2=PATH" (the CLI's --target-map).
+std::map<uint32_t, std::string> TargetMap(const py::object& map) {
+  if (map.is_none()) return {};
+  if (py::isinstance<py::str>(map)) return Unwrap(ParseTargetMap(map.cast<std::string>()));
+  if (py::isinstance<py::dict>(map)) {
+    std::map<uint32_t, std::string> out;
+    for (auto [t, path] : map.cast<py::dict>()) {
+      out[t.cast<uint32_t>()] = py::str(path).cast<std::string>();
+    }
+    return out;
+  }
+  throw py::type_error("target_map: a dict {target: path} or '1=PATH,2=PATH', not " +
+                       py::repr(map).cast<std::string>());
 }
 
 std::vector<uint64_t> QuarantineIndices(const py::handle& list) {
@@ -49,8 +59,40 @@ LoaderSetup ResolveLoaderKeywords(LoaderKeywords k) {
   o.sampler.rank = k.rank;
   o.sampler.world_size = k.world_size;
   o.sampler.drop_last = k.drop_last;
+  out.shard = k.shard;
+  if (!k.comm.is_none()) {
+    out.job = MpiJobFrom(k.comm);
+  } else if (k.shard.sharded()) {
+    throw py::value_error(
+        std::string(k.shard.shard_local ? "shard_local" : "cluster_cache") +
+        "=True moves samples between nodes, which needs MPI: launch with mpirun or `srun "
+        "--mpi=pmix` (dlfs then finds the job itself) or pass comm=; torchrun starts no MPI");
+  }
+  VolumeOpenOptions open;
+  open.target_map = TargetMap(k.target_map);
+  if (!k.directory.empty()) {
+    open.directory_sharing = Unwrap(ParseEnum(kDirectorySharingNames, k.directory, "directory"));
+  }
+  open.node_name = k.node_name;
+  auto open_volume = [&](py::handle v) -> std::shared_ptr<Volume> {
+    if (py::isinstance<Volume>(v)) return v.cast<std::shared_ptr<Volume>>();
+    const std::string path = py::str(v).cast<std::string>();
+    if (out.job) return OpenCollectively(*out.job, path, open, k.shard.shard_local);
+    Result<std::shared_ptr<Volume>> opened = Status::Unavailable("not opened");
+    {
+      py::gil_scoped_release release;  // may wait for the node's copy of the directory
+      opened = Volume::Open(path, open);
+    }
+    std::shared_ptr<Volume> volume = Unwrap(std::move(opened));
+    if (const std::string& note = volume->directory_note(); !note.empty()) {
+      if (PyErr_WarnEx(PyExc_RuntimeWarning, ("dlfs: " + path + ": " + note).c_str(), 1) != 0) {
+        throw py::error_already_set();
+      }
+    }
+    return volume;
+  };
   if (py::isinstance<py::list>(k.volume) || py::isinstance<py::tuple>(k.volume)) {
-    for (py::handle v : k.volume) out.volumes.push_back(OpenVolume(v));
+    for (py::handle v : k.volume) out.volumes.push_back(open_volume(v));
     MixtureOptions m;
     m.weights = k.weights ? *k.weights : std::vector<double>(out.volumes.size(), 1.0);
     m.epoch_samples = k.epoch_samples;
@@ -61,7 +103,7 @@ LoaderSetup ResolveLoaderKeywords(LoaderKeywords k) {
     if (k.weights || k.epoch_samples != 0 || k.cycle) {
       throw py::value_error("weights, epoch_samples and cycle apply to a list of volumes");
     }
-    out.volumes.push_back(OpenVolume(k.volume));
+    out.volumes.push_back(open_volume(k.volume));
   }
   o.prefetch_batches = k.prefetch_batches;
   o.engine.queue_depth = k.queue_depth;
@@ -78,6 +120,35 @@ LoaderSetup ResolveLoaderKeywords(LoaderKeywords k) {
   o.max_bad_samples = k.max_bad_samples;
   if (!k.quarantine.is_none()) o.quarantine = QuarantineIndices(k.quarantine);
   return out;
+}
+
+std::unique_ptr<BatchSource> MakeSource(LoaderSetup setup, SourceParts* parts) {
+  const MixtureOptions* mixture = setup.mixture ? &*setup.mixture : nullptr;
+  if (setup.job) {
+    return MakeMpiSource(*setup.job, std::move(setup.volumes), mixture, setup.options, setup.shard,
+                         parts);
+  }
+  if (!mixture) {
+    Result<std::unique_ptr<Loader>> made = Status::Unavailable("not made");
+    {
+      py::gil_scoped_release release;  // allocating and pre-faulting buffers
+      made = Loader::Create(setup.volumes.front(), setup.options);
+    }
+    auto loader = Unwrap(std::move(made));
+    parts->loaders = {loader.get()};
+    return loader;
+  }
+  Result<std::unique_ptr<MixtureSource>> mixed = Status::Unavailable("not made");
+  {
+    py::gil_scoped_release release;
+    mixed = MixtureSource::Create(std::move(setup.volumes), *mixture, setup.options);
+  }
+  auto made = Unwrap(std::move(mixed));
+  for (size_t v = 0; v < mixture->weights.size(); ++v) {
+    parts->loaders.push_back(const_cast<Loader*>(&made->loader(v)));
+  }
+  parts->mixture = made.get();
+  return made;
 }
 
 }  // namespace dlfs::python

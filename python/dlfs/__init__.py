@@ -13,20 +13,57 @@
 dlfs.torch has PyTorch datasets (VolumeDataset, LoaderDataset) and
 ImageLoader (decoded image batches). ImagePipeline, decode_image and
 encode_png decode single images in C++ (JPEG, PNG, raw pixels).
+Loaders find their share of a distributed job themselves (mpirun, srun,
+torchrun, torch.distributed) or take comm= (an mpi4py communicator):
+see dlfs.distributed.
 Errors: FileNotFoundError / OSError for I/O, ValueError for bad arguments,
 KeyError for a path not in the volume, dlfs.CorruptVolumeError when stored
 bytes fail an integrity check. Messages name the file and the problem.
 """
 import os
 
-from ._dlfs import Batch, CorruptVolumeError, Loader, Volume, __version__
+from ._dlfs import Batch, CorruptVolumeError, Volume, __version__
+from ._dlfs import Loader as _Loader
 from ._dlfs import ImagePipeline, decode_image, encode_png
 from ._dlfs import pack as _pack
 from ._progress import Progress as _Progress
+from . import distributed
 from .writer import Writer
 
 __all__ = ["Volume", "Loader", "Batch", "CorruptVolumeError", "Writer", "pack", "__version__",
-           "ImagePipeline", "decode_image", "encode_png"]
+           "ImagePipeline", "decode_image", "encode_png", "distributed"]
+
+
+class Loader(_Loader):
+    __doc__ = _Loader.__doc__ + """
+Distributed jobs: with rank and world_size left out, the loader finds its
+share itself (dlfs.distributed: mpirun, srun, torchrun, torch.distributed,
+else one process); comm= takes an mpi4py communicator instead. Under MPI
+the loader is made collectively (every rank calls it): one rank reads the
+metadata, each node keeps one copy of the directory, and the ranks check
+that they read the same permutation; shard_local=True reads each node's own
+targets and exchanges the rest over MPI, cluster_cache=True makes the nodes'
+caches one cache of the volume (window_batches, read_ahead: docs/deploy.md).
+Without MPI the processes of a node share one copy of the directory.
+target_map={1: "/dev/nvme1n1"} (or "1=PATH,...") finds targets elsewhere.
+epoch_stats() says per epoch where the bytes came from; close() (or a with
+block) frees the loader now.
+"""
+
+    def __init__(self, volume, batch_size, *args, comm=None, **kwargs):
+        # rank and world_size may come positionally (after shuffle and seed).
+        rank = args[2] if len(args) > 2 else kwargs.pop("rank", None)
+        world_size = args[3] if len(args) > 3 else kwargs.pop("world_size", None)
+        job = distributed.resolve(comm, rank, world_size)
+        given = job.loader_keywords()
+        if len(args) > 2:
+            given.pop("rank")
+        if len(args) > 3:
+            given.pop("world_size")
+        super().__init__(volume, batch_size, *args, **{**given, **kwargs})
+        self.job = job
+        if job.mpi:
+            distributed.track(self)
 
 
 def pack(source, output, *args, progress=False, **options):

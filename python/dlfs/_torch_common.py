@@ -7,13 +7,13 @@ from . import _dlfs
 
 
 def distributed_rank_world():
-    """(rank, world_size) from torch.distributed when initialised, else the
-    RANK / WORLD_SIZE environment variables (set by torchrun), else (0, 1)."""
-    import torch.distributed as dist
+    """(rank, world_size) of this process as dlfs's loaders see it
+    (dlfs.distributed.job(): MPI, torch.distributed, the launcher's
+    variables, else (0, 1))."""
+    from . import distributed
 
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return int(_os.environ.get("RANK", 0)), int(_os.environ.get("WORLD_SIZE", 1))
+    job = distributed.job()
+    return job.rank, job.world_size
 
 
 def make_pipeline(decode):

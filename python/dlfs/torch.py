@@ -28,6 +28,7 @@ import torch as _torch
 import torch.utils.data as _tud
 
 from . import _dlfs
+from . import distributed as _distributed
 from ._torch_common import distributed_rank_world
 from ._torch_common import make_pipeline as _make_pipeline
 from .torch_image import ImageLoader
@@ -344,11 +345,20 @@ class LoaderDataset(_tud.IterableDataset):
     """Iterable dataset yielding whole batches read by the C++ loader.
 
     Use it with DataLoader(ds, batch_size=None, num_workers=k). The epoch's
-    samples are split first across ranks (from torch.distributed, or the
-    RANK/WORLD_SIZE variables, or the rank/world_size arguments), then across
-    the DataLoader's workers, so every sample is read once per epoch (plus the
-    wrap-around padding described in dlfs.Loader when drop_last is False)
-    and the order is a pure function of (seed, epoch).
+    samples are split first across ranks, then across the DataLoader's
+    workers, so every sample is read once per epoch (plus the wrap-around
+    padding described in dlfs.Loader when drop_last is False) and the order
+    is a pure function of (seed, epoch). The ranks: comm= (an mpi4py
+    communicator), or rank= and world_size=, or else found from the launcher
+    (dlfs.distributed: mpirun, srun, torchrun, torch.distributed — make the
+    dataset after init_process_group). Under MPI the dataset is made
+    collectively (every rank makes it: one metadata read for the job, one
+    directory copy per node) and so is its loader at the first iteration;
+    with num_workers=0 reading and checksums run on the loader's native
+    threads, and shard_local=True / cluster_cache=True (samples exchanged
+    between nodes over MPI) need it: DataLoader workers read their share of
+    their rank's samples without MPI, attaching the node's directory and
+    cache.
 
     Each item is batch_transform(samples, labels): samples is a list of
     numpy uint8 views (after `transform`, if given, per sample) and labels an
@@ -399,7 +409,7 @@ class LoaderDataset(_tud.IterableDataset):
 
     def __init__(self, path, batch_size, shuffle=True, seed=0, drop_last=False,
                  transform=None, batch_transform=None, rank=None, world_size=None,
-                 root=None, stack="auto", fields=None, **loader_options):
+                 root=None, stack="auto", fields=None, comm=None, **loader_options):
         # A list of volumes is a weighted mixture (weights=, epoch_samples=,
         # cycle= go to dlfs.Loader).
         mixture = isinstance(path, (list, tuple))
@@ -419,20 +429,25 @@ class LoaderDataset(_tud.IterableDataset):
         self.drop_last = drop_last
         self.transform = transform
         self.batch_transform = batch_transform or _default_batch_transform
-        self.rank, self.world_size = rank, world_size
+        self._job = _distributed.resolve(comm, rank, world_size)
+        self.rank, self.world_size = self._job.rank, self._job.world_size
         self.loader_options = loader_options
         self.stack = stack
         self._position = _SharedPosition()
         self._loader, self._loader_key = None, None
-        vol = _dlfs.Volume(self.path[0] if mixture else self.path)
-        for p in (self.path if mixture else [self.path]):
+        # Opened as this job's loaders read them: collectively under MPI (the
+        # main process's loader reads these), else sharing the node's
+        # directory copy when several processes read.
+        self._volumes = [self._open(p) for p in (self.path if mixture else [self.path])]
+        vol = self._volumes[0]
+        for p, v in zip(self.path if mixture else [self.path], self._volumes):
             if self.fields is not None:
-                _check_fields(_dlfs.Volume(p), p, self.fields)
+                _check_fields(v, p, self.fields)
         self.classes = vol.classes
         self.indices = vol.indices(root) if root else None
         if mixture:
             # What the mixture's order depends on, as its Loader states it.
-            probe = _dlfs.Loader(self.path, batch_size, shuffle=shuffle, seed=seed,
+            probe = _dlfs.Loader(self._volumes, batch_size, shuffle=shuffle, seed=seed,
                                  drop_last=drop_last, cache_budget=0,
                                  **{k: v for k, v in loader_options.items()
                                     if k in ("weights", "epoch_samples", "cycle")}).state_dict()
@@ -475,13 +490,16 @@ class LoaderDataset(_tud.IterableDataset):
         """Sets the epoch the next iteration reads, in every worker."""
         self.epoch = epoch
 
+    def _open(self, path):
+        job = self._job
+        sharded = bool(self.loader_options.get("shard_local"))
+        return _dlfs.Volume(path, comm=job.comm if job.mpi else None, shard_local=sharded,
+                            target_map=self.loader_options.get("target_map"),
+                            directory="node" if job.distributed else "private",
+                            node_name=job.node_name)
+
     def _rank_world(self):
-        rank, world = distributed_rank_world()
-        if self.rank is not None:
-            rank = self.rank
-        if self.world_size is not None:
-            world = self.world_size
-        return rank, world
+        return self._job.rank, self._job.world_size
 
     def _shard(self):
         rank, world = self._rank_world()
@@ -499,7 +517,7 @@ class LoaderDataset(_tud.IterableDataset):
             return per // self.batch_size
         return -(-per // self.batch_size)
 
-    def _get_loader(self, rank, world):
+    def _get_loader(self, rank, world, workers):
         key = (_os.getpid(), rank, world)
         if self._loader_key != key:
             if self._loader is not None and self._loader_key[0] != _os.getpid():
@@ -508,11 +526,31 @@ class LoaderDataset(_tud.IterableDataset):
             if self._resumed_quarantine:
                 options["quarantine"] = sorted(set(self._resumed_quarantine) |
                                                set(_indices_of(options.get("quarantine") or [])))
-            self._loader = _dlfs.Loader(self.path, self.batch_size, shuffle=self.shuffle,
-                                        seed=self.seed, rank=rank, world_size=world,
-                                        drop_last=self.drop_last, indices=self.indices,
+            job = self._job
+            worker = _tud.get_worker_info() is not None
+            if worker and (options.get("shard_local") or options.get("cluster_cache")):
+                raise ValueError(
+                    "LoaderDataset: shard_local and cluster_cache exchange samples between "
+                    "nodes over MPI, which DataLoader workers cannot use: use num_workers=0 "
+                    "(reading and checksums already run on the loader's native threads)")
+            if job.mpi and not worker and workers == 1:
+                # The main process of an MPI rank: made collectively, over the
+                # volumes opened at construction (every rank iterates).
+                volume = self._volumes if isinstance(self.path, list) else self._volumes[0]
+                options.update(comm=job.comm, directory="node", node_name=job.node_name)
+                rank_world = {}
+            else:
+                volume = self.path
+                options.update(directory="node" if job.distributed or worker else "private",
+                               node_name=job.node_name)
+                rank_world = {"rank": rank, "world_size": world}
+            self._loader = _dlfs.Loader(volume, self.batch_size, shuffle=self.shuffle,
+                                        seed=self.seed, drop_last=self.drop_last,
+                                        indices=self.indices,
                                         fields=list(self.fields) if self.fields else None,
-                                        **options)
+                                        **rank_world, **options)
+            if job.mpi and not worker:
+                _distributed.track(self._loader)
             self._published = 0
             self._loader_key = key
         return self._loader
@@ -537,7 +575,7 @@ class LoaderDataset(_tud.IterableDataset):
         if offset:
             role = (worker + offset) % workers
             skip = -(-(offset - role) // workers) if offset > role else 0
-        loader = self._get_loader(rank * workers + role, world * workers)
+        loader = self._get_loader(rank * workers + role, world * workers, workers)
         loader.set_epoch(epoch)
         if skip or segments:
             state = loader.state_dict()
@@ -739,9 +777,10 @@ class LoaderDataset(_tud.IterableDataset):
             self._resumed_quarantine = quarantined
             self._loader, self._loader_key = None, None  # made again, leaving them out
 
-    def __getstate__(self):  # each process makes its own loader
+    def __getstate__(self):  # each process makes its own loader and opens its volumes
         state = dict(self.__dict__)
         state["_loader"], state["_loader_key"] = None, None
+        state["_volumes"] = None
         return state
 
 

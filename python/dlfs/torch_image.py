@@ -17,7 +17,7 @@ import os as _os
 import torch as _torch
 
 from . import _dlfs
-from ._torch_common import distributed_rank_world as _distributed_rank_world
+from . import distributed as _distributed
 from ._torch_common import make_pipeline  # noqa: F401 (part of this module's API)
 
 __all__ = ["ImageLoader", "make_pipeline"]
@@ -29,7 +29,8 @@ _PIPELINE_KEYS = {"resize", "color", "format", "raw_shape", "max_pixels", "dct_s
 _LOADER_KEYS = {"drop_last", "prefetch_batches", "queue_depth", "io_threads", "engine",
                 "direct_io", "verify_checksums", "coalesce", "decode_prefetch",
                 "skip_bad_samples", "field", "cache_budget", "cache_shared", "max_bad_samples",
-                "quarantine", "weights", "epoch_samples", "cycle"}
+                "quarantine", "weights", "epoch_samples", "cycle", "shard_local",
+                "cluster_cache", "window_batches", "read_ahead", "target_map"}
 
 
 class ImageLoader:
@@ -41,7 +42,7 @@ class ImageLoader:
     ImageLoader(volume, batch_size, *, size, crop="center"|"random-resized",
                 flip=False, dtype="uint8"|"float32", layout="NHWC"|"NCHW",
                 mean=None, std=None, seed=0, shuffle=True, rank=None,
-                world_size=None, root=None, decode_threads=None,
+                world_size=None, comm=None, root=None, decode_threads=None,
                 **loader_options)
 
     - size: output images are size x size. crop="center" is torchvision's
@@ -53,9 +54,14 @@ class ImageLoader:
       layout: per image H, W, C ("NHWC") or C, H, W ("NCHW").
     - Random choices are a pure function of (seed, epoch, sample index): the
       same batches come out whatever decode_threads is.
-    - rank, world_size: from torch.distributed when initialised, else the
-      RANK / WORLD_SIZE variables, unless given. Every rank gets the same
-      number of batches (see dlfs.Loader on padding and drop_last).
+    - rank, world_size: this process's share; left out, found from the
+      launcher (dlfs.distributed: mpirun and srun through MPI, torchrun,
+      torch.distributed), or comm= (an mpi4py communicator). Under MPI the
+      loader is made collectively (one metadata read for the job, one
+      directory copy per node; shard_local=True and cluster_cache=True as
+      dlfs.Loader's). Every rank gets the same number of batches (see
+      dlfs.Loader on padding and drop_last). epoch_stats() says per epoch
+      where the bytes came from.
     - root: only the samples under this directory of the volume.
     - decode_threads: default one per core.
     - loader_options: color ("auto", "rgb", "gray"), resize, format
@@ -89,7 +95,7 @@ class ImageLoader:
 
     def __init__(self, volume, batch_size, *, size, crop="center", flip=False, dtype="uint8",
                  layout="NHWC", mean=None, std=None, seed=0, shuffle=True, rank=None,
-                 world_size=None, root=None, decode_threads=None, **loader_options):
+                 world_size=None, comm=None, root=None, decode_threads=None, **loader_options):
         self.return_indices = bool(loader_options.pop("return_indices", False))
         self.return_sources = bool(loader_options.pop("return_sources", False))
         unknown = set(loader_options) - _PIPELINE_KEYS - _LOADER_KEYS
@@ -99,18 +105,26 @@ class ImageLoader:
         self.pipeline = _dlfs.ImagePipeline(size, crop=crop, flip=flip, dtype=dtype,
                                             layout=layout, mean=mean, std=std, seed=seed,
                                             **pipe_kw)
-        r, w = _distributed_rank_world()
-        self.rank = r if rank is None else rank
-        self.world_size = w if world_size is None else world_size
+        job = _distributed.resolve(comm, rank, world_size)
+        self.job = job
+        self.rank, self.world_size = job.rank, job.world_size
+
+        def open_volume(v):
+            if isinstance(v, _dlfs.Volume):
+                return v
+            return _dlfs.Volume(_os.fspath(v), comm=job.comm if job.mpi else None,
+                                shard_local=bool(loader_options.get("shard_local")),
+                                target_map=loader_options.get("target_map"),
+                                directory="node" if job.distributed else "private",
+                                node_name=job.node_name)
+
         mixture = isinstance(volume, (list, tuple))
         if mixture:
-            volume = [v if isinstance(v, _dlfs.Volume) else _dlfs.Volume(_os.fspath(v))
-                      for v in volume]
+            volume = [open_volume(v) for v in volume]
             if root:
                 raise ValueError("ImageLoader: root selects samples of one volume, not of a "
                                  "mixture")
-        vol = volume[0] if mixture else (
-            volume if isinstance(volume, _dlfs.Volume) else _dlfs.Volume(_os.fspath(volume)))
+        vol = volume[0] if mixture else open_volume(volume)
         self.volume = volume if mixture else vol
         self.classes = vol.classes
         indices = vol.indices(root) if root else None
@@ -118,8 +132,10 @@ class ImageLoader:
             loader_options["decode_threads"] = decode_threads
         self._loader = _dlfs.ImageLoader(volume if mixture else vol, batch_size,
                                          pipeline=self.pipeline, shuffle=shuffle,
-                                         seed=seed, rank=self.rank, world_size=self.world_size,
-                                         indices=indices, **loader_options)
+                                         seed=seed, indices=indices,
+                                         **job.loader_keywords(), **loader_options)
+        if job.mpi:
+            _distributed.track(self._loader)
         self.batch_size = batch_size
 
     def set_epoch(self, epoch):
@@ -145,6 +161,20 @@ class ImageLoader:
         """Samples left out under skip_bad_samples (unreadable, failed checksum,
         undecodable): [{volume, index, path, reason}]."""
         return self._loader.quarantine()
+
+    def epoch_stats(self):
+        """Per epoch: samples and where their bytes came from (dlfs.Loader.epoch_stats())."""
+        return self._loader.epoch_stats()
+
+    def close(self):
+        """Stops the loader's threads and frees its buffers now."""
+        self._loader.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
     def state_dict(self):
         """Where the iteration is (a dict of ints, bools and strings), as
