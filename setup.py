@@ -5,8 +5,9 @@ version (from project() in CMakeLists.txt, its one place) and a build_ext
 that drives CMake:
 
 - By default it configures build/pip-<python> (a Release build of just the
-  library and the module: no CLI, tests, benchmarks, MPI or FUSE; ccache when
-  installed) and builds the target _dlfs there. The directory is kept, so a
+  library and the module: no CLI, tests, benchmarks or FUSE; MPI when
+  libopenmpi-dev and liblmdb-dev are installed, for the loaders' comm= and
+  mpirun/srun jobs; ccache when installed) and builds the target _dlfs there. The directory is kept, so a
   second `pip install .` only recompiles what changed. A first build compiles
   the whole library: a few minutes on two cores.
 - With DLFS_CMAKE_BUILD_DIR set to an existing CMake build of this tree
@@ -67,7 +68,7 @@ class CMakeBuild(build_ext):
     def configure(build_dir):
         args = ["cmake", "-S", ROOT, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release",
                 "-DDLFS_BUILD_TESTS=OFF", "-DDLFS_BUILD_BENCHMARKS=OFF", "-DDLFS_BUILD_CLI=OFF",
-                "-DDLFS_WITH_MPI=OFF", "-DDLFS_WITH_FUSE=OFF", "-DDLFS_BUILD_PYTHON=ON",
+                "-DDLFS_WITH_MPI=AUTO", "-DDLFS_WITH_FUSE=OFF", "-DDLFS_BUILD_PYTHON=ON",
                 f"-DPython_EXECUTABLE={sys.executable}"]
         if shutil.which("ninja"):
             args += ["-G", "Ninja"]

@@ -12,8 +12,9 @@ PACKAGES=(
   libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev
   # per-field compression (format v2)
   libzstd-dev
-  # MPI (LMDBIO reader, distribution): Debian's OpenMPI
-  libopenmpi-dev openmpi-bin
+  # MPI (LMDBIO reader, distribution): Debian's OpenMPI; mpi4py for the Python
+  # loaders' comm= (its C API header) and the distributed tests
+  libopenmpi-dev openmpi-bin python3-mpi4py
   # Python bindings (built for Debian's /usr/bin/python3) and the FUSE view
   pybind11-dev python3-dev python3-numpy python3-torch libfuse3-dev fuse3
   # tests and benchmarks

@@ -1,0 +1,248 @@
+"""Distributed training from Python: the loaders under mpirun (4 ranks on two
+fake nodes, DLFS_RANKS_PER_NODE=2) and under torchrun's variables (4
+processes started here, no MPI), each a real DDP training of a small model
+(tests/python/distributed_job.py): every sample read exactly once per epoch
+across the job, in the C++ loader's order, the loss going down, one
+directory copy per node, shard-local reading and the cluster cache, an
+elastic resume from 4 ranks to 2, bounded memory on a 1M-sample volume, and
+a failing rank ending the whole job. Skipped without mpirun or without MPI
+in the module."""
+import json
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+dlfs = pytest.importorskip("dlfs")
+pytest.importorskip("torch")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+JOB = os.path.join(HERE, "distributed_job.py")
+MPIRUN = shutil.which("mpirun")
+SAMPLES = 512
+pytestmark = [
+    pytest.mark.skipif(MPIRUN is None, reason="mpirun (openmpi-bin) not installed"),
+    pytest.mark.skipif(not dlfs._dlfs._mpi_built, reason="dlfs built without MPI"),
+]
+
+
+def _env(tmp_path, **extra):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OMPI_", "PMIX_", "PMI_", "SLURM_", "RANK", "WORLD_SIZE",
+                                "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_"))}
+    shm = tmp_path / "shm"
+    shm.mkdir(exist_ok=True)
+    env.update(DLFS_RANKS_PER_NODE="2", DLFS_CACHE_DIR=str(shm), OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join(p for p in sys.path if p), **extra)
+    return env
+
+
+def mpirun(tmp_path, *args, np=4, timeout=240):
+    """The job under `mpirun -np N`; (returncode, stderr, seconds, reports by rank)."""
+    out = tmp_path / f"out-{time.monotonic_ns()}"
+    out.mkdir()
+    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", str(np), sys.executable,
+           JOB, "--out", str(out), *map(str, args)]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, timeout=timeout, env=_env(tmp_path))
+    return proc.returncode, proc.stderr.decode(), time.monotonic() - start, _reports(out)
+
+
+def torchrun_style(tmp_path, *args, n=4, timeout=240):
+    """The job as n processes with torchrun's variables (no MPI)."""
+    out = tmp_path / f"out-{time.monotonic_ns()}"
+    out.mkdir()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for r in range(n):
+        env = _env(tmp_path, RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r),
+                   LOCAL_WORLD_SIZE=str(n), GROUP_RANK="0", MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port))
+        procs.append(subprocess.Popen([sys.executable, JOB, "--out", str(out), *map(str, args)],
+                                      env=env, stderr=subprocess.PIPE))
+    errors = [p.communicate(timeout=timeout)[1].decode() for p in procs]
+    assert all(p.returncode == 0 for p in procs), errors
+    return _reports(out)
+
+
+def _reports(out):
+    reports = {}
+    for name in os.listdir(out):
+        if name.startswith("rank") and name.endswith(".json"):
+            with open(out / name) as f:
+                r = json.load(f)
+            reports[r["rank"]] = r
+    return reports
+
+
+@pytest.fixture(scope="module")
+def volumes(tmp_path_factory, dlfs_bin):
+    """512 16x16 PNGs in 4 classes (a bright band per class), each holding its
+    sample index in its first two pixels; packed into one target and two."""
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("dist") / "img"
+    rng = np.random.default_rng(0)
+    for i in range(SAMPLES):
+        c = i % 4
+        img = rng.integers(0, 60, (16, 16)).astype(np.uint8)
+        img[4 * c:4 * c + 4, :] += 150
+        img[0, 0], img[0, 1] = i & 255, i >> 8
+        (root / f"c{c}").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(img, "L").save(root / f"c{c}" / f"{i:04d}.png")
+    one, two = root.parent / "one.dlfs", root.parent / "two.dlfs"
+    subprocess.run([dlfs_bin, "pack", str(root), "-o", str(one), "-q"], check=True)
+    subprocess.run([dlfs_bin, "pack", str(root), "-o", str(two), "-q", "--targets", "2"],
+                   check=True)
+    # The sample index each image holds, by volume index (packing sorts by path).
+    vol = dlfs.Volume(str(one))
+    held = {}
+    for v in range(len(vol)):
+        pixels = dlfs.decode_image(np.frombuffer(vol.read(v), np.uint8), color="gray")
+        held[v] = int(pixels[0, 0, 0]) + 256 * int(pixels[0, 1, 0])
+    return one, two, held
+
+
+def cpp_order(run, volume, seed, epoch, rank, world):
+    """What the C++ loader reads on `rank`: `dlfs epoch`."""
+    out = run("epoch", volume, "--seed", seed, "--epoch", epoch, "--rank", rank, "--world",
+              world, check=0)
+    return [int(x) for x in out.stdout.split()]
+
+
+def check_every_sample_once(reports, held, key, epochs):
+    for e in range(epochs):
+        read = [i for r in reports.values() for i in r["epochs"][e][key]]
+        if key == "images":  # volume indices; the dataset's bytes name the sample held
+            read = [held[i] for i in read]
+        assert sorted(read) == list(range(SAMPLES)), (key, e)
+
+
+def test_ddp_under_mpirun(tmp_path, volumes, run):
+    one, _, held = volumes
+    rc, err, _, reports = mpirun(tmp_path, "--volume", one, "--train", "--comm", "mpi4py")
+    assert rc == 0, err
+    assert sorted(reports) == [0, 1, 2, 3]
+    for r in reports.values():
+        assert r["launcher"] == "mpi" and r["mpi"] and r["world"] == 4
+        # One directory copy per fake node (and the dataset's, through
+        # comm=MPI.COMM_WORLD, is the same one).
+        assert len(r["dir_regions"]) == 2
+        assert [n[-6:] for n in r["dir_regions"]] == ["-node0", "-node1"]
+    check_every_sample_once(reports, held, "images", 2)
+    check_every_sample_once(reports, held, "dataset", 2)
+    for rank, r in reports.items():
+        for e in range(2):
+            want = cpp_order(run, one, 5, e, rank, 4)
+            assert r["epochs"][e]["images"] == want
+            assert r["epochs"][e]["dataset"] == [held[i] for i in want]
+    # Both loaders train the same replicated model: the job's loss goes down.
+    loss = [np.mean([r["epochs"][e][k] for r in reports.values()])
+            for e in range(2) for k in ("image_loss", "dataset_loss")]
+    assert loss[-1] < loss[0] * 0.8, loss
+
+
+@pytest.mark.parametrize("mode", ["shard_local", "cluster_cache"])
+def test_shard_local_and_cluster_cache_read_the_same_samples(tmp_path, volumes, run, mode):
+    one, two, held = volumes
+    rc, err, _, reports = mpirun(tmp_path, "--volume", two if mode == "shard_local" else one,
+                                 "--mode", mode, "--epochs", 3)
+    assert rc == 0, err
+    for rank, r in reports.items():
+        for e in range(3):
+            want = cpp_order(run, one, 5, e, rank, 4)
+            assert r["epochs"][e]["images"] == want, (mode, rank, e)
+            assert r["epochs"][e]["dataset"] == [held[i] for i in want]
+    stats = [[r["epochs"][e]["image_stats"] for r in reports.values()] for e in range(3)]
+    data_bytes = dlfs.Volume(str(one)).info()["bytes"]
+    if mode == "shard_local":
+        # Node 1 holds no target of the first: every sample it reads comes from node 0.
+        assert sum(s["peer_bytes"] for s in stats[0]) > 0
+    else:
+        # The nodes' caches hold the volume after the first epoch: the third
+        # reads at most 5 % of it from storage.
+        assert sum(s["storage_bytes"] for s in stats[2]) <= 0.05 * data_bytes, stats[2]
+        assert sum(s["cache_bytes"] + s["peer_bytes"] for s in stats[2]) > 0
+
+
+def test_elastic_resume_from_4_ranks_to_2(tmp_path, volumes):
+    one, _, held = volumes
+    rc, err, _, first = mpirun(tmp_path, "--volume", one, "--epochs", 1, "--stop-after", 2)
+    assert rc == 0, err
+    state = next(tmp_path.glob("out-*/state.json"))
+    rc, err, _, rest = mpirun(tmp_path, "--volume", one, "--epochs", 1, "--resume", state, np=2)
+    assert rc == 0, err
+    before = [i for r in first.values() for i in r["epochs"][0]["dataset"]]
+    after = [i for r in rest.values() for i in r["epochs"][0]["dataset"]]
+    assert len(before) == 4 * 2 * 32
+    assert sorted(before + after) == list(range(SAMPLES))  # 512: no padding either time
+
+
+def test_torchrun_style_job_shares_one_directory_per_node(tmp_path, volumes, run):
+    one, _, held = volumes
+    # A 1M-sample volume (38 MB directory) for the memory figure.
+    idx = tmp_path / "idx"
+    idx.mkdir()
+    n = 1_000_000
+    with open(idx / "train-images-idx3-ubyte", "wb") as f:
+        f.write(struct.pack(">IIII", 0x803, n, 2, 2) + bytes(4 * n))
+    with open(idx / "train-labels-idx1-ubyte", "wb") as f:
+        f.write(struct.pack(">II", 0x801, n) + (np.arange(n) % 10).astype(np.uint8).tobytes())
+    big = tmp_path / "big.dlfs"
+    run("pack", idx, "-o", big, "-q", check=0)
+    directory = dlfs.Volume(str(big)).info()["directory_bytes"]
+
+    reports = torchrun_style(tmp_path, "--volume", one, "--train", "--memory-volume", big)
+    for r in reports.values():
+        assert r["launcher"] == "torchrun" and not r["mpi"]
+        assert len(r["memory"]["dir_regions"]) == 2 and len(r["dir_regions"]) == 2
+    check_every_sample_once(reports, held, "images", 2)
+    check_every_sample_once(reports, held, "dataset", 2)
+    for rank, r in reports.items():
+        assert r["epochs"][1]["images"] == cpp_order(run, one, 5, 1, rank, 4)
+    # Each process used to hold the directory twice (dataset and loader):
+    # 7.7x its size for 4 ranks. Now the node keeps one copy.
+    private = sum(r["memory"]["private"] for r in reports.values())
+    print(f"4 ranks: {private / 1e6:.1f} MB private, "
+          f"{sum(r['memory']['pss'] for r in reports.values()) / 1e6:.1f} MB PSS; "
+          f"directory {directory / 1e6:.1f} MB")
+    assert private <= 1.5 * directory, (private, directory)
+
+
+def test_a_rank_with_a_bad_path_fails_the_whole_job(tmp_path, volumes):
+    one, _, _ = volumes
+    rc, err, seconds, _ = mpirun(tmp_path, "--volume", one, "--fail", "bad-path", timeout=120)
+    assert rc != 0 and seconds < 60
+    assert "one.dlfs.missing" in err and "rank 1" in err, err
+
+
+def test_an_exception_on_one_rank_aborts_the_job(tmp_path, volumes):
+    one, _, _ = volumes
+    rc, err, seconds, _ = mpirun(tmp_path, "--volume", one, "--fail", "exception", timeout=120)
+    assert rc != 0 and seconds < 60
+    assert "rank 1 stopped with RuntimeError: a bug in the training loop" in err, err
+    assert "aborting the MPI job" in err
+
+
+def test_without_mpi4py_the_module_works_and_comm_says_what_to_install(tmp_path, volumes):
+    one, _, _ = volumes
+    code = (
+        "import sys; sys.modules['mpi4py'] = None\n"  # as if python3-mpi4py were not installed
+        "import dlfs\n"
+        f"l = dlfs.Loader({str(one)!r}, 64)\n"
+        "assert sum(len(b) for b in l) == 512 and l.job.launcher == 'none'\n"
+        "try:\n"
+        f"    dlfs.Loader({str(one)!r}, 64, comm=object())\n"
+        "except ImportError as e:\n"
+        "    assert 'python3-mpi4py' in str(e), e\n"
+        "else:\n"
+        "    raise AssertionError('comm= without mpi4py did not raise')\n")
+    subprocess.run([sys.executable, "-c", code], check=True, env=_env(tmp_path))
