@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "cli.h"
+#include "dlfs/launch.h"
 #include "dlfs/version.h"
 #ifdef DLFS_HAVE_MPI
 #include "dlfs/mpi.h"
@@ -52,11 +53,11 @@ int WriteOutput(const std::string& path, std::span<const std::byte> data) {
 
 bool LaunchedByMpirun() {
 #ifdef DLFS_HAVE_MPI
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"}) {
-    if (std::getenv(var) != nullptr) return true;
-  }
-#endif
+  const Result<LaunchInfo> launch = DetectLaunch();  // mpirun, or srun with PMIx
+  return launch.ok() && launch->mpi_launch;
+#else
   return false;
+#endif
 }
 
 int RunWithMpi(const std::function<int(int rank, int world)>& body) {
