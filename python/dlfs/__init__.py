@@ -44,7 +44,8 @@ metadata, each node keeps one copy of the directory, and the ranks check
 that they read the same permutation; shard_local=True reads each node's own
 targets and exchanges the rest over MPI, cluster_cache=True makes the nodes'
 caches one cache of the volume (window_batches, read_ahead: docs/deploy.md).
-Without MPI the processes of a node share one copy of the directory.
+Without MPI the processes of a node share one copy of the directory
+(directory="node"; directory="private" keeps this process's own).
 target_map={1: "/dev/nvme1n1"} (or "1=PATH,...") finds targets elsewhere.
 epoch_stats() says per epoch where the bytes came from; close() (or a with
 block) frees the loader now.

@@ -490,13 +490,18 @@ class LoaderDataset(_tud.IterableDataset):
         """Sets the epoch the next iteration reads, in every worker."""
         self.epoch = epoch
 
+    def _directory(self, worker=False):
+        """Where this process keeps the directory: directory= when given, else
+        one copy per node when several processes read (ranks or workers)."""
+        given = self.loader_options.get("directory")
+        return given or ("node" if self._job.distributed or worker else "private")
+
     def _open(self, path):
         job = self._job
         sharded = bool(self.loader_options.get("shard_local"))
         return _dlfs.Volume(path, comm=job.comm if job.mpi else None, shard_local=sharded,
                             target_map=self.loader_options.get("target_map"),
-                            directory="node" if job.distributed else "private",
-                            node_name=job.node_name)
+                            directory=self._directory(), node_name=job.node_name)
 
     def _rank_world(self):
         return self._job.rank, self._job.world_size
@@ -537,12 +542,11 @@ class LoaderDataset(_tud.IterableDataset):
                 # The main process of an MPI rank: made collectively, over the
                 # volumes opened at construction (every rank iterates).
                 volume = self._volumes if isinstance(self.path, list) else self._volumes[0]
-                options.update(comm=job.comm, directory="node", node_name=job.node_name)
+                options.update(comm=job.comm, node_name=job.node_name)
                 rank_world = {}
             else:
                 volume = self.path
-                options.update(directory="node" if job.distributed or worker else "private",
-                               node_name=job.node_name)
+                options.update(directory=self._directory(worker), node_name=job.node_name)
                 rank_world = {"rank": rank, "world_size": world}
             self._loader = _dlfs.Loader(volume, self.batch_size, shuffle=self.shuffle,
                                         seed=self.seed, drop_last=self.drop_last,
@@ -628,6 +632,15 @@ class LoaderDataset(_tud.IterableDataset):
                 for record in bad[self._published:]:
                     f.write(_json.dumps(record) + "\n")
             self._published = len(bad)
+
+    def epoch_stats(self):
+        """Per epoch iterated in this process, as dlfs.Loader.epoch_stats(): the
+        samples and where their bytes came from (storage, the node cache,
+        other nodes, the network). With DataLoader workers each worker counts
+        its own reads: this process's list is then empty."""
+        if self._loader is None or self._loader_key[0] != _os.getpid():
+            return []
+        return self._loader.epoch_stats()
 
     def quarantine(self):
         """Samples left out as bad (skip_bad_samples) by this process and the

@@ -30,7 +30,7 @@ _LOADER_KEYS = {"drop_last", "prefetch_batches", "queue_depth", "io_threads", "e
                 "direct_io", "verify_checksums", "coalesce", "decode_prefetch",
                 "skip_bad_samples", "field", "cache_budget", "cache_shared", "max_bad_samples",
                 "quarantine", "weights", "epoch_samples", "cycle", "shard_local",
-                "cluster_cache", "window_batches", "read_ahead", "target_map"}
+                "cluster_cache", "window_batches", "read_ahead", "target_map", "directory"}
 
 
 class ImageLoader:
@@ -115,7 +115,8 @@ class ImageLoader:
             return _dlfs.Volume(_os.fspath(v), comm=job.comm if job.mpi else None,
                                 shard_local=bool(loader_options.get("shard_local")),
                                 target_map=loader_options.get("target_map"),
-                                directory="node" if job.distributed else "private",
+                                directory=loader_options.get("directory") or
+                                ("node" if job.distributed else "private"),
                                 node_name=job.node_name)
 
         mixture = isinstance(volume, (list, tuple))
@@ -133,7 +134,7 @@ class ImageLoader:
         self._loader = _dlfs.ImageLoader(volume if mixture else vol, batch_size,
                                          pipeline=self.pipeline, shuffle=shuffle,
                                          seed=seed, indices=indices,
-                                         **job.loader_keywords(), **loader_options)
+                                         **{**job.loader_keywords(), **loader_options})
         if job.mpi:
             _distributed.track(self._loader)
         self.batch_size = batch_size

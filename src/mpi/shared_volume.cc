@@ -119,7 +119,11 @@ Result<std::shared_ptr<Volume>> OpenShared(MPI_Comm comm, const std::string& pat
   }
   MPI_Bcast(&copy, 1, MPI_INT, 0, topo.node());
   if (copy == kPrivate) {
-    // Memory per rank rather than per node, and said so.
+    // Memory per rank rather than per node, and said so on every rank.
+    uint64_t length = note.size();
+    MPI_Bcast(&length, 1, MPI_UINT64_T, 0, topo.node());
+    note.resize(length);
+    MPI_Bcast(note.data(), static_cast<int>(length), MPI_CHAR, 0, topo.node());
     if (topo.local_rank() != 0) {
       std::shared_ptr<std::byte> own = AllocateLarge(header.bytes);
       if (!own) return Status::Unavailable(path + ": cannot allocate the directory");

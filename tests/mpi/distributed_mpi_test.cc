@@ -193,7 +193,7 @@ uint64_t DistinctDirectoryCopies(const Volume& v) {
   return distinct.size();
 }
 
-// A collective open puts one directory copy in each node's shared window,
+// A collective open puts one directory copy in each node's region,
 // reads the metadata from storage on one rank only, and reads back the same
 // samples as a private open.
 TEST_F(DistributedTest, CollectiveOpenSharesTheDirectoryPerNode) {
@@ -226,6 +226,72 @@ TEST_F(DistributedTest, CollectiveOpenSharesTheDirectoryPerNode) {
     EXPECT_EQ(*a, *b);
     EXPECT_EQ((*shared)->directory().Path(i), own->directory().Path(i));
   }
+}
+
+// Where no node region can be made (here: no such directory for regions),
+// the collective open still works: each rank gets a copy of its own, from
+// its node leader, and the note says so.
+TEST_F(DistributedTest, CollectiveOpenWithoutSharedMemoryGivesEachRankACopy) {
+  TwoFakeNodes nodes;
+  ::setenv("DLFS_CACHE_DIR", (*dir_ / "no/such/dir").c_str(), 1);
+  SharedOpenStats stats;
+  auto shared = OpenShared(MPI_COMM_WORLD, *dir_ / "one.dlfs", {}, &stats);
+  ::unsetenv("DLFS_CACHE_DIR");
+  ASSERT_OK(shared);
+  EXPECT_NE(stats.note.find("a copy per rank instead"), std::string::npos) << stats.note;
+  EXPECT_EQ((*shared)->directory_region(), "");
+  EXPECT_EQ(DistinctDirectoryCopies(**shared), static_cast<uint64_t>(Ranks()));
+  auto own = OpenVolume("one.dlfs");
+  ASSERT_TRUE(own);
+  for (uint64_t i = 0; i < kSamples; i += 53) {
+    auto a = (*shared)->Read(i);
+    auto b = own->Read(i);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(*a, *b);
+  }
+}
+
+// A weighted mixture under MPI: each rank reads what a mixture of its rank
+// alone reads, and ranks that disagree on the weights are refused together.
+TEST_F(DistributedTest, MixtureUnderMpiReadsEachRanksShare) {
+  auto one = OpenVolume("one.dlfs");
+  auto two = OpenVolume("two.dlfs");
+  ASSERT_TRUE(one && two);
+  MixtureOptions m;
+  m.weights = {3, 1};
+  m.sampler.batch_size = 32;
+  m.sampler.seed = 4;
+  LoaderOptions o;
+  o.cache_budget = 0;
+  auto mixed = CreateMixture(MPI_COMM_WORLD, {one, two}, m, o);
+  ASSERT_OK(mixed);
+  MixtureOptions alone = m;
+  alone.sampler.rank = static_cast<uint32_t>(Rank());
+  alone.sampler.world_size = static_cast<uint32_t>(Ranks());
+  auto expected = MixtureSource::Create({one, two}, alone, o);
+  ASSERT_OK(expected);
+  (*mixed)->SetEpoch(1);
+  (*expected)->SetEpoch(1);
+  Batch a, b;
+  uint64_t batches = 0;
+  while (true) {
+    auto more_a = (*mixed)->Next(&a);
+    auto more_b = (*expected)->Next(&b);
+    ASSERT_TRUE(more_a.ok() && more_b.ok());
+    ASSERT_EQ(*more_a, *more_b);
+    if (!*more_a) break;
+    ++batches;
+    EXPECT_TRUE(
+        std::equal(a.indices().begin(), a.indices().end(), b.indices().begin(), b.indices().end()));
+    EXPECT_TRUE(
+        std::equal(a.sources().begin(), a.sources().end(), b.sources().begin(), b.sources().end()));
+  }
+  EXPECT_GT(batches, 0u);
+  m.weights = {Rank() == 2 ? 2.0 : 3.0, 1};
+  auto refused = CreateMixture(MPI_COMM_WORLD, {one, two}, m, o);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("ranks disagree on weights"), std::string::npos)
+      << refused.status().ToString();
 }
 
 TEST_F(DistributedTest, CollectiveOpenErrorsReachEveryRank) {
