@@ -21,8 +21,11 @@ In this order:
   launcher (SLURM_PROCID under mpirun, say).
 - Otherwise one process, exactly as before.
 
-What each gets: under MPI one rank reads the volume's metadata for the
-whole job and each node keeps one copy of the directory; the ranks check
+Under MPI a loader is made collectively: every rank of the communicator
+makes it, in the same order (a loader only some ranks make — evaluation on
+rank 0, say — takes rank=0, world_size=1, which detects nothing). What each
+gets: under MPI one rank reads the volume's metadata for the whole job and
+each node keeps one copy of the directory; the ranks check
 that they read the same permutation; shard_local= and cluster_cache= move
 samples between nodes; errors are collective (every rank raises the same
 one); and an uncaught exception on one rank aborts the job (MPI_Abort)
@@ -89,12 +92,6 @@ class Job:
         if self.mpi:
             out["comm"] = self.comm
         return out
-
-    def worker_keywords(self, worker, workers):
-        """Those of DataLoader worker `worker` of `workers`: its share of this
-        rank's, never MPI, the node's directory."""
-        return {"rank": self.rank * workers + worker, "world_size": self.world_size * workers,
-                "directory": "node", "node_name": self.node_name}
 
     def __getstate__(self):  # DataLoader workers get the layout, not the communicator
         state = dict(self.__dict__)

@@ -62,6 +62,9 @@ class VolumeDataset(_tud.Dataset):
     root: only the samples under this directory of the volume (e.g. "train").
     Each process (DataLoader workers included) opens its own handle to the
     volume on first use after fork, so workers never share file descriptors.
+    directory: "node" shares one copy of the volume's directory among the
+    node's processes (the default when a launcher started several), else
+    "private".
     As torchvision's ImageFolder: `classes` (names, by label), `class_to_idx`
     ({name: label}) and `targets` (the label of every item, a list of ints;
     -1 where a sample has none).
@@ -88,8 +91,14 @@ class VolumeDataset(_tud.Dataset):
 
     def __init__(self, path, transform=None, target_transform=None, root=None, verify=True,
                  batch_transform=None, shared_memory=True, shared_slots=6, decode=None,
-                 fields=None):
+                 fields=None, directory=None):
         self.path = _os.fspath(path)
+        # One directory copy per node when a launcher started several
+        # processes (read from its variables: no MPI, nothing collective).
+        if directory is None:
+            info = _distributed.launch_info()
+            directory = "node" if info["world_size"] > 1 or info["mpi_launch"] else "private"
+        self.directory = directory
         if isinstance(fields, str):
             fields = (fields,)
         self.fields = tuple(fields) if fields is not None else None
@@ -102,7 +111,7 @@ class VolumeDataset(_tud.Dataset):
         self.shared_memory = shared_memory
         self.shared_slots = shared_slots
         self._slots, self._slots_pid = None, None
-        vol = _dlfs.Volume(self.path)  # fail early, in the parent, on a bad path
+        vol = _dlfs.Volume(self.path, directory=directory)  # fail early, in the parent
         if self.fields is not None:
             _check_fields(vol, self.path, self.fields)
             if target_transform is not None:
@@ -124,7 +133,8 @@ class VolumeDataset(_tud.Dataset):
 
     def _volume(self):
         if self._pid != _os.getpid():
-            self._vol, self._pid = _dlfs.Volume(self.path), _os.getpid()
+            self._vol = _dlfs.Volume(self.path, directory=self.directory)
+            self._pid = _os.getpid()
         return self._vol
 
     def __len__(self):
