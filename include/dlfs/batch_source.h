@@ -47,20 +47,13 @@
 #include <string_view>
 #include <vector>
 
+#include "dlfs/bad_sample.h"
 #include "dlfs/batch.h"
 #include "dlfs/io_engine.h"
 #include "dlfs/sampler.h"
 #include "dlfs/status.h"
 
 namespace dlfs {
-
-// A sample a source left out of its batch (LoaderOptions::skip_bad_samples).
-struct BadSample {
-  uint64_t index = 0;
-  std::string path;    // in the volume
-  std::string volume;  // the volume's file (empty: not known)
-  std::string reason;  // why: the read's, checksum's or decoder's error
-};
 
 // A source's position, and what its order depends on.
 struct SourceState {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "dlfs/batch_source.h"
+#include "dlfs/bad_sample.h"
 #include "dlfs/status.h"
 #include "dlfs/volume.h"
 

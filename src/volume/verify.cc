@@ -1,13 +1,12 @@
 #include "dlfs/verify.h"
 
-#include <algorithm>
-#include <cstdio>
-#include <numeric>
+#include <span>
 #include <vector>
 
 #include "common/clock.h"
 #include "common/file_util.h"
 #include "volume/field_decode.h"
+#include "volume/scan.h"
 
 namespace dlfs {
 
@@ -23,49 +22,11 @@ Status VerifyVolume(const Volume& volume, const VerifyOptions& options, VerifyRe
   const SampleDirectory& dir = volume.directory();
   report->total_samples = dir.size();
   report->total_bytes = volume.info().data_bytes;
-  std::vector<uint64_t> order(dir.size());
-  std::iota(order.begin(), order.end(), uint64_t{0});
-  // Target by target, each in offset order: large sequential reads per file.
-  std::sort(order.begin(), order.end(), [&](uint64_t a, uint64_t b) {
-    const SampleInfo x = dir.sample(a), y = dir.sample(b);
-    return x.target != y.target ? x.target < y.target : x.offset < y.offset;
-  });
-
-  std::vector<std::byte> window, sample, decoded;
-  uint32_t win_target = 0;
-  uint64_t win_begin = 0, win_end = 0;  // range of target win_target held in `window`
-  uint64_t failed_end = 0;              // the window's read failed: read alone below this
-  for (uint64_t i : order) {
-    const SampleInfo s = dir.sample(i);
-    if (s.target != win_target || s.offset < win_begin || s.offset + s.length > win_end) {
-      const TargetInfo& target = volume.info().target_details[s.target];
-      const uint64_t want = std::max<uint64_t>(kWindow, s.length);
-      const uint64_t n = std::min(want, target.size - s.offset);
-      window.resize(n);
-      Status st = volume.ReadTarget(s.target, window.data(), n, s.offset, target.path);
-      win_target = s.target;
-      win_begin = s.offset;
-      win_end = s.offset + n;
-      // Part of the window could not be read: which samples are lost is
-      // only known sample by sample, so every sample in this window is read
-      // on its own (the healthy ones verify as usual).
-      failed_end = st.ok() ? 0 : win_end;
-    }
-    Status check;
-    std::span<const std::byte> bytes{window.data() + (s.offset - win_begin), s.length};
-    if (s.offset < failed_end) {
-      sample.resize(s.length);
-      // "v.dlfs: sample 7 'train/00007': read at offset 20480: Input/output error"
-      std::string what = volume.path() + ": sample " + std::to_string(i) + " '" + dir.Path(i) + "'";
-      if (s.target != 0) {
-        what += " on target " + std::to_string(s.target) + " (" +
-                volume.info().target_details[s.target].path + ")";
-      }
-      check = volume.ReadTarget(s.target, sample.data(), s.length, s.offset, what);
-      bytes = sample;
-    }
+  const volume_internal::VolumeScan scan(volume, kWindow);
+  std::vector<std::byte> window, decoded;
+  auto check_sample = [&](uint64_t i, std::span<const std::byte> bytes, Status check) {
     ++report->samples_checked;
-    report->bytes_checked += s.length;
+    report->bytes_checked += bytes.size();
     // Format v2: every field's own CRC first (so a damaged sample's message
     // names the field), and every compressed field decodes to its recorded
     // length; then the sample's CRC.
@@ -95,6 +56,14 @@ Status VerifyVolume(const Volume& volume, const VerifyOptions& options, VerifyRe
         options.on_progress(*report);
       }
     }
+  };
+  for (size_t w = 0; w < scan.windows(); ++w) {
+    // A window that cannot be read is read sample by sample: the samples
+    // whose own bytes cannot be read are the bad ones.
+    (void)scan.Read(w, &window,
+                    [&](uint64_t i, std::span<const std::byte> bytes, const Status& read) {
+                      check_sample(i, bytes, read);
+                    });
   }
   report->backup_superblock = volume.CheckBackupSuperblock();
   report->seconds = Now() - start;

@@ -1,0 +1,46 @@
+// VolumeScan: a volume's samples in storage order, read in large windows —
+// what `dlfs verify` and the node cache's sequential fill share. Windows
+// are numbered, so processes that share the work (the ranks of a node
+// filling one cache) can claim them one by one and get the same windows.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "dlfs/status.h"
+#include "dlfs/volume.h"
+
+namespace dlfs::volume_internal {
+
+class VolumeScan {
+ public:
+  // The samples of `volume` sorted by (target, offset) and cut into windows
+  // of about `window_bytes` (a sample is never split; one larger than that
+  // is a window of its own). O(n log n) in the samples; 8 bytes per sample.
+  VolumeScan(const Volume& volume, uint64_t window_bytes);
+
+  size_t windows() const { return starts_.empty() ? 0 : starts_.size() - 1; }
+  // Bytes read for window w (its samples' extent, gaps included).
+  uint64_t window_bytes(size_t w) const;
+
+  // What Read hands each sample: its stored bytes, or the error reading
+  // them (IOError naming the sample); `bytes` lives until visit returns.
+  using Visit =
+      std::function<void(uint64_t index, std::span<const std::byte> bytes, const Status& read)>;
+  // Reads window `w` in one read into *buffer and visits its samples in
+  // storage order. Where that read fails (EIO from a bad range), each of
+  // its samples is read on its own, so exactly those whose own bytes
+  // cannot be read get an error. Returns the window read's status (the
+  // samples were visited either way). REQUIRES: w < windows().
+  Status Read(size_t w, std::vector<std::byte>* buffer, const Visit& visit) const;
+
+ private:
+  const Volume& volume_;
+  std::vector<uint64_t> order_;  // sample indices in storage order
+  std::vector<size_t> starts_;   // window w is order_[starts_[w] .. starts_[w + 1])
+};
+
+}  // namespace dlfs::volume_internal
