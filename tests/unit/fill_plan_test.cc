@@ -1,0 +1,70 @@
+// DecideFill: the node cache is filled when what it saves over the epochs
+// to come exceeds what reading and copying the bytes cost, with costs as
+// measured on a VM (slow fresh memory) and on a bare node.
+#include "cache/fill_plan.h"
+
+#include <gtest/gtest.h>
+
+namespace dlfs {
+namespace fill_plan_test {
+
+using cache_internal::DecideFill;
+using cache_internal::FillCosts;
+using cache_internal::FillInputs;
+
+constexpr double kGB = 1e9;
+
+// Fashion-MNIST (55 MB) on this VM: 6 s/GB to touch fresh memory, an epoch
+// of 4 KiB random reads costing the reader ~0.3 s.
+const FillCosts kSmallOnVm{.scan = 0.3 / kGB, .fill = 6.0 / kGB, .read = 0.3 / 0.055 / kGB};
+// 16,000 x 100 KB (1.6 GB) on the same VM: an epoch of 1.6 s.
+const FillCosts kLargeOnVm{.scan = 0.3 / kGB, .fill = 6.0 / kGB, .read = 1.0 / kGB};
+// The same volume on a bare node, where fresh memory costs 0.5 s/GB.
+const FillCosts kLargeOnBareNode{.scan = 0.3 / kGB, .fill = 0.5 / kGB, .read = 1.0 / kGB};
+
+TEST(FillPlanTest, PaysWhenLaterEpochsSaveMoreThanTheFillCosts) {
+  FillInputs in{.cacheable_bytes = 55'000'000, .costs = kSmallOnVm};
+  in.epochs_after = 1;  // --epochs 2: one epoch to gain, less than the fill's cost
+  EXPECT_FALSE(DecideFill(in).fill) << DecideFill(in).reason;
+  in.epochs_after = 4;  // --epochs 5
+  EXPECT_TRUE(DecideFill(in).fill) << DecideFill(in).reason;
+  in.epochs_after = 19;
+  EXPECT_TRUE(DecideFill(in).fill);
+}
+
+TEST(FillPlanTest, SlowMemoryNeedsMoreEpochsThanABareNode) {
+  FillInputs in{.cacheable_bytes = 1'600'000'000, .epochs_after = 2, .costs = kLargeOnVm};
+  EXPECT_FALSE(DecideFill(in).fill) << DecideFill(in).reason;  // --epochs 3 here
+  in.costs = kLargeOnBareNode;
+  EXPECT_TRUE(DecideFill(in).fill) << DecideFill(in).reason;  // pays there
+  in.costs = kLargeOnVm;
+  in.epochs_after = 9;  // --epochs 10
+  EXPECT_TRUE(DecideFill(in).fill) << DecideFill(in).reason;
+}
+
+TEST(FillPlanTest, ReadsThatCostNothingAreNotWorthCaching) {
+  // A compute-bound loop never waits for data: caching saves it nothing.
+  FillInputs in{.cacheable_bytes = 1'000'000,
+                .epochs_after = 100,
+                .costs = {.scan = 0.3 / kGB, .fill = 6.0 / kGB, .read = 0}};
+  EXPECT_FALSE(DecideFill(in).fill);
+}
+
+TEST(FillPlanTest, AGivenBudgetIsFilledWhateverItCosts) {
+  FillInputs in{
+      .cacheable_bytes = 1'600'000'000, .epochs_after = 0, .requested = true, .costs = kLargeOnVm};
+  const auto d = DecideFill(in);
+  EXPECT_TRUE(d.fill);
+  EXPECT_NEAR(d.cost_seconds, 1.6 * 6.3, 1e-6);
+  EXPECT_EQ(d.saving_seconds, 0);
+  EXPECT_NE(d.reason.find("budget given"), std::string::npos) << d.reason;
+}
+
+TEST(FillPlanTest, NothingToFillIsNeverAFill) {
+  FillInputs in{.cacheable_bytes = 0, .epochs_after = 50, .requested = true, .costs = kSmallOnVm};
+  EXPECT_FALSE(DecideFill(in).fill);
+  EXPECT_NE(DecideFill(in).reason.find("nothing to fill"), std::string::npos);
+}
+
+}  // namespace fill_plan_test
+}  // namespace dlfs
