@@ -20,7 +20,7 @@ namespace dlfs::cache_internal {
 namespace {
 
 constexpr char kMagic[8] = {'D', 'L', 'F', 'S', 'N', 'C', '0', '1'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: the sequential fill's window claims
 constexpr uint64_t kHeaderBytes = 4096;
 constexpr uint64_t kAlign = 64;                 // each sample starts on a cache line
 constexpr uint64_t kBlock = uint64_t{2} << 20;  // fallocate granularity
@@ -50,6 +50,11 @@ struct NodeCache::Header {
   std::atomic<uint64_t> samples;
   std::atomic<uint32_t> full;
   std::atomic<int32_t> sharers[kSharerSlots];  // pids attached
+  // The sequential fill (sequential_fill.h): windows of fill_window_bytes
+  // in storage order, claimed one by one by the node's processes.
+  uint64_t fill_window_bytes;
+  std::atomic<uint64_t> fill_next;  // next window to claim
+  std::atomic<uint64_t> fill_done;  // windows whose samples were offered
 };
 static_assert(sizeof(NodeCache::Header) <= kHeaderBytes);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
@@ -119,6 +124,7 @@ std::shared_ptr<NodeCache> NodeCache::Open(const Volume& volume, const NodeCache
     h->data_offset = layout.data_offset;
     h->capacity = layout.capacity;
     h->file_bytes = layout.file_bytes;
+    h->fill_window_bytes = kFillWindowBytes;
   };
   auto attach_mapping = [&](uint64_t bytes) {
     c->file_bytes_ = bytes;
@@ -358,6 +364,25 @@ bool NodeCache::Admit(uint64_t index, std::span<const std::byte> bytes) {
   // This process put them there: no need to check them again on first use.
   checked_[index / 64].fetch_or(uint64_t{1} << (index % 64), std::memory_order_relaxed);
   return true;
+}
+
+std::optional<uint64_t> NodeCache::ClaimFillWindow(uint64_t windows) {
+  if (full()) return std::nullopt;
+  uint64_t next = header_->fill_next.load(std::memory_order_relaxed);
+  while (next < windows) {
+    if (header_->fill_next.compare_exchange_weak(next, next + 1, std::memory_order_relaxed)) {
+      return next;
+    }
+  }
+  return std::nullopt;
+}
+
+void NodeCache::FillWindowDone() { header_->fill_done.fetch_add(1, std::memory_order_release); }
+
+uint64_t NodeCache::fill_window_bytes() const { return header_->fill_window_bytes; }
+
+uint64_t NodeCache::fill_windows_done() const {
+  return header_->fill_done.load(std::memory_order_acquire);
 }
 
 bool NodeCache::full() const {

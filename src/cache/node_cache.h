@@ -58,6 +58,11 @@
 
 namespace dlfs::cache_internal {
 
+// The sequential fill's window (NodeCache::fill_window_bytes): large enough
+// for reads at the device's sequential speed, small enough that the node's
+// processes share the work evenly.
+inline constexpr uint64_t kFillWindowBytes = uint64_t{4} << 20;
+
 struct NodeCacheOptions {
   uint64_t budget = 0;  // bytes of samples at most; 0: no cache
   // One region per node and volume, shared (false: this process's own
@@ -112,6 +117,17 @@ class NodeCache {
   bool Admit(uint64_t index, std::span<const std::byte> bytes);
   // No more samples fit (or filling stopped: no memory left in /dev/shm).
   bool full() const;
+
+  // The sequential fill's share of the work (sequential_fill.h): the next
+  // of `windows` windows of the volume in storage order no process of the
+  // node has claimed, or nullopt when none is left (or the cache is full).
+  // Every process of the node cuts the volume into the same windows:
+  // fill_window_bytes() each, fixed when the region was made.
+  std::optional<uint64_t> ClaimFillWindow(uint64_t windows);
+  // A claimed window's samples were all offered (Admit).
+  void FillWindowDone();
+  uint64_t fill_window_bytes() const;
+  uint64_t fill_windows_done() const;
 
   NodeCacheStats stats() const;
   // The region's file; empty for a private cache.

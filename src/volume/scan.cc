@@ -38,6 +38,14 @@ uint64_t VolumeScan::window_bytes(size_t w) const {
   return end - first.offset;
 }
 
+uint32_t VolumeScan::window_target(size_t w) const {
+  return volume_.directory().sample(order_[starts_[w]]).target;
+}
+
+uint64_t VolumeScan::window_offset(size_t w) const {
+  return volume_.directory().sample(order_[starts_[w]]).offset;
+}
+
 Status VolumeScan::Read(size_t w, std::vector<std::byte>* buffer, const Visit& visit) const {
   const SampleDirectory& dir = volume_.directory();
   const SampleInfo first = dir.sample(order_[starts_[w]]);

@@ -25,6 +25,9 @@ class VolumeScan {
   size_t windows() const { return starts_.empty() ? 0 : starts_.size() - 1; }
   // Bytes read for window w (its samples' extent, gaps included).
   uint64_t window_bytes(size_t w) const;
+  // Where window w lies: its target and first byte.
+  uint32_t window_target(size_t w) const;
+  uint64_t window_offset(size_t w) const;
 
   // What Read hands each sample: its stored bytes, or the error reading
   // them (IOError naming the sample); `bytes` lives until visit returns.

@@ -1,0 +1,209 @@
+#include "cache/sequential_fill.h"
+
+#include <fcntl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <system_error>
+#include <vector>
+
+#include "common/clock.h"
+#include "volume/scan.h"
+
+namespace dlfs::cache_internal {
+
+namespace {
+
+double ThreadCpuSeconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
+}
+
+}  // namespace
+
+// Everything the thread shares; leaked, not destroyed, in a child of fork().
+struct SequentialFill::State {
+  std::shared_ptr<NodeCache> cache;
+  std::shared_ptr<const Volume> volume;
+  Options options;
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  bool started = false;
+  bool stop = false;
+  bool finished = false;  // the thread has nothing more to do
+  Stats stats;
+  std::thread thread;
+};
+
+SequentialFill::SequentialFill(std::shared_ptr<NodeCache> cache,
+                               std::shared_ptr<const Volume> volume, Options options)
+    : pid_(::getpid()), state_(std::make_unique<State>()) {
+  State& s = *state_;
+  s.cache = std::move(cache);
+  s.volume = std::move(volume);
+  s.options = std::move(options);
+  s.stats.running = true;
+  try {
+    s.thread = std::thread([&s] { Run(s); });
+  } catch (const std::system_error&) {
+    s.finished = true;  // no thread: the cache fills no further
+    s.stats.running = false;
+  }
+  if (s.options.requested) Start();
+}
+
+SequentialFill::~SequentialFill() {
+  if (::getpid() != pid_) {
+    (void)state_.release();  // the parent's thread and locks: leave them alone
+    return;
+  }
+  {
+    std::lock_guard lock(state_->mu);
+    state_->stop = true;
+  }
+  state_->cv.notify_all();
+  if (state_->thread.joinable()) state_->thread.join();
+}
+
+void SequentialFill::Start() {
+  {
+    std::lock_guard lock(state_->mu);
+    if (state_->started) return;
+    state_->started = true;
+  }
+  state_->cv.notify_all();
+}
+
+void SequentialFill::WaitFilled(double stall_seconds) {
+  State& s = *state_;
+  uint64_t seen = s.cache->fill_windows_done();
+  double moved = Now();
+  std::unique_lock lock(s.mu);
+  while (!s.stop) {
+    const uint64_t windows = s.stats.windows, done = s.cache->fill_windows_done();
+    // Done here and on the node: no window left, every claimed one in.
+    if (s.finished && (s.stats.windows == 0 || done >= windows || !s.stats.decision.fill)) return;
+    if (done != seen) {
+      seen = done;
+      moved = Now();
+    } else if (s.finished && Now() - moved > stall_seconds) {
+      return;  // another process's window never finished: it died
+    }
+    s.cv.wait_for(lock, std::chrono::milliseconds(5));
+  }
+}
+
+SequentialFill::Stats SequentialFill::stats() const {
+  std::lock_guard lock(state_->mu);
+  return state_->stats;
+}
+
+void SequentialFill::Run(State& s) {
+  {
+    std::unique_lock lock(s.mu);
+    s.cv.wait(lock, [&] { return s.stop || s.started; });
+    if (s.stop) {
+      s.finished = true;
+      s.stats.running = false;
+      return;
+    }
+  }
+  NodeCache& cache = *s.cache;
+  const Volume& volume = *s.volume;
+  const volume_internal::VolumeScan scan(volume, cache.fill_window_bytes());
+  {
+    std::lock_guard lock(s.mu);
+    s.stats.windows = scan.windows();
+  }
+  const double cpu0 = ThreadCpuSeconds();
+  std::vector<std::byte> buffer;
+  // Reads and copies one window: its read and copy times go to the stats.
+  auto fill_window = [&](uint64_t w) {
+    const double t0 = Now();
+    double read_done = 0;
+    (void)scan.Read(w, &buffer,
+                    [&](uint64_t index, std::span<const std::byte> bytes, const Status& read) {
+                      if (read_done == 0) read_done = Now();
+                      if (read.ok())
+                        (void)cache.Admit(index, bytes);  // checked against the directory there
+                    });
+    const double t1 = Now();
+    if (read_done == 0) read_done = t1;
+    // Read once for the cache: keep it out of the page cache (the node
+    // cache holds it now; twice would be memory for nothing).
+    const int fd = volume.target_fd(scan.window_target(w));
+    if (fd >= 0) {
+      (void)::posix_fadvise(fd, static_cast<off_t>(scan.window_offset(w)),
+                            static_cast<off_t>(scan.window_bytes(w)), POSIX_FADV_DONTNEED);
+    }
+    cache.FillWindowDone();
+    std::lock_guard lock(s.mu);
+    ++s.stats.windows_filled;
+    s.stats.bytes_read += scan.window_bytes(w);
+    s.stats.scan_seconds += read_done - t0;
+    s.stats.fill_seconds += t1 - read_done;
+    s.stats.cpu_seconds = ThreadCpuSeconds() - cpu0;
+  };
+  auto stopped = [&] {
+    std::lock_guard lock(s.mu);
+    return s.stop;
+  };
+
+  // The probe: one window, which measures reading and copying here.
+  std::optional<uint64_t> w = cache.ClaimFillWindow(scan.windows());
+  if (w) fill_window(*w);
+  bool fill = false;
+  if (w && !stopped()) {
+    FillInputs in;
+    in.requested = s.options.requested;
+    in.epochs_after = s.options.epochs_after;
+    Stats st;
+    {
+      std::lock_guard lock(s.mu);
+      st = s.stats;
+    }
+    const double bytes = std::max<double>(st.bytes_read, 1);
+    in.costs.scan = st.scan_seconds / bytes;
+    in.costs.fill = st.fill_seconds / bytes;
+    const NodeCacheStats cs = cache.stats();
+    in.cacheable_bytes = std::min(volume.info().data_bytes, cs.capacity) -
+                         std::min(std::min(volume.info().data_bytes, cs.capacity), cs.used);
+    if (!in.requested) {
+      // What each later epoch saves per cached byte: what the caller has
+      // waited per byte it got. Measured over a window's worth of batches
+      // at least (the first batches of a run wait for the pipeline to fill).
+      const double deadline = Now() + 2.0;
+      ReaderProgress p = s.options.progress ? s.options.progress() : ReaderProgress{};
+      while (p.payload_bytes < st.bytes_read && Now() < deadline && !stopped()) {
+        std::unique_lock lock(s.mu);
+        s.cv.wait_for(lock, std::chrono::milliseconds(10));
+        lock.unlock();
+        p = s.options.progress ? s.options.progress() : ReaderProgress{};
+      }
+      in.costs.read = p.payload_bytes ? p.caller_wait_seconds / p.payload_bytes : 0;
+    }
+    const FillDecision d = DecideFill(in);
+    fill = d.fill;
+    std::lock_guard lock(s.mu);
+    s.stats.decided = true;
+    s.stats.decision = d;
+  }
+  while (fill && !stopped() && !cache.full()) {
+    w = cache.ClaimFillWindow(scan.windows());
+    if (!w) break;
+    fill_window(*w);
+  }
+  {
+    std::lock_guard lock(s.mu);
+    s.finished = true;
+    s.stats.running = false;
+    s.stats.cpu_seconds = ThreadCpuSeconds() - cpu0;
+  }
+  s.cv.notify_all();
+}
+
+}  // namespace dlfs::cache_internal

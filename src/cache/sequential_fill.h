@@ -1,0 +1,92 @@
+// SequentialFill: fills a node cache by reading its volume in large
+// windows in storage order (VolumeScan), on a thread of its own, instead of
+// keeping what the epochs' random reads happen to bring in — which, in a
+// loop bound by reading, barely fills a cache at all.
+//
+// The node's processes share the work: each claims the next window of the
+// region (NodeCache::ClaimFillWindow), so the volume is read once per node
+// however many ranks fill. The loader serves a sample from the cache as
+// soon as its window is in, so an epoch being read gains from the fill
+// while it runs.
+//
+// Whether to fill is decided here, per process, by DecideFill
+// (fill_plan.h): the first window claimed is the probe that measures what
+// reading and copying cost on this machine; what the reader's caller has
+// waited per byte so far is what each later epoch would save per cached
+// byte. A cache the user asked for (an explicit budget) is filled without
+// asking. Whatever is filled stays cached; a fill that does not pay stops
+// after its probe.
+//
+// Thread safety: stats() from any thread; the destructor stops the thread
+// after its current window. In a child of fork() (where the thread does
+// not exist) the destructor leaves everything alone.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "cache/fill_plan.h"
+#include "cache/node_cache.h"
+#include "dlfs/volume.h"
+
+namespace dlfs::cache_internal {
+
+class SequentialFill {
+ public:
+  // What the reader has handed out so far: the seconds its caller waited
+  // for data and the sample bytes it got. Called on the fill's thread.
+  struct ReaderProgress {
+    double caller_wait_seconds = 0;
+    uint64_t payload_bytes = 0;
+  };
+  struct Options {
+    double epochs_after = kAssumedEpochsAfter;  // epochs read after the current one
+    bool requested = false;                     // an explicit budget: fill regardless
+    std::function<ReaderProgress()> progress;
+  };
+  // Starts the thread at once (a requested fill) or when Start() is called
+  // (the reader's first batch: the decision needs its progress).
+  SequentialFill(std::shared_ptr<NodeCache> cache, std::shared_ptr<const Volume> volume,
+                 Options options);
+  ~SequentialFill();
+  SequentialFill(const SequentialFill&) = delete;
+  SequentialFill& operator=(const SequentialFill&) = delete;
+
+  // The reader has begun: filling (or measuring whether to) may start.
+  void Start();
+  // Blocks until no window is left to claim and every window claimed on
+  // the node is done, or the fill stopped, or nothing moved for
+  // `stall_seconds` (a process that claimed a window died). For a requested
+  // fill at the end of the first epoch.
+  void WaitFilled(double stall_seconds = 2.0);
+
+  struct Stats {
+    uint64_t windows = 0;         // of the volume
+    uint64_t windows_filled = 0;  // by this process
+    uint64_t bytes_read = 0;      // by this process
+    double scan_seconds = 0;      // reading them
+    double fill_seconds = 0;      // copying them into the cache
+    double cpu_seconds = 0;       // of the fill's thread
+    bool decided = false;
+    FillDecision decision;
+    bool running = false;
+  };
+  Stats stats() const;
+
+ private:
+  struct State;
+  static void Run(State& s);
+
+  const pid_t pid_;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace dlfs::cache_internal
