@@ -29,6 +29,15 @@ inline constexpr int kExitError = 2;
 // Prints "dlfs: MESSAGE" to stderr; returns kExitError.
 int Fail(const Status& st);
 
+// The library names the loader's and sampler's options by their fields
+// (dlfs/loader.h, dlfs/sampler.h); `epoch` and `bench` say their flags.
+inline constexpr Rewording kLoaderFlags[] = {
+    {"batch_size must", "--batch must"},        {"a smaller batch_size", "a smaller --batch"},
+    {"world_size must", "--world must"},        {"below world_size", "below --world"},
+    {"queue_depth must", "--queue-depth must"}, {"io_threads must", "--io-threads must"},
+    {"fewer io_threads", "fewer --io-threads"},
+};
+
 // The volume a verb opens, and how (where its targets are on this node).
 struct VolumeArgs {
   std::string path;

@@ -282,13 +282,15 @@ class MixtureSource::Impl {
 
   SourceStats Stats() const {
     SourceStats total;
-    uint64_t buffers = 0;
+    uint64_t buffers = 0, budgets = 0;
     for (const auto& l : loaders_) {
       SourceStats s = l->source_stats();
       buffers += s.buffer_bytes;
+      budgets += s.cache_budget;
       total += s;
     }
     total.buffer_bytes = buffers;
+    total.cache_budget = budgets;
     return total;
   }
 

@@ -13,16 +13,6 @@ namespace dlfs {
 
 using nlohmann::json;
 
-std::string HumanBytes(double b) {
-  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
-  int u = 0;
-  while (b >= 1000 && u < 4) {
-    b /= 1000;
-    ++u;
-  }
-  return report_internal::Printf(u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
-}
-
 namespace {
 
 // "1:05" or "2:03:04".
