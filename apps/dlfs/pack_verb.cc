@@ -31,6 +31,9 @@ constexpr Rewording kPackFlags[] = {
     {"the all_files option applies", "--all-files applies"},
     {"the lmdb_payload_only option applies", "--datum-payload applies"},
     {"all_files packs", "--all-files packs"},
+    {"the skip_hidden option applies", "--skip-hidden applies"},
+    {"skip_hidden left out", "--skip-hidden left out"},
+    {"skip_hidden leaves", "--skip-hidden leaves"},
     {"(target_paths)", "(--target-path)"},
     {"target_paths (or none)", "--target-path options (or none)"},
     {"a trained dictionary needs zstd compression", "--dict needs --compress zstd[:LEVEL]"},
@@ -76,8 +79,12 @@ void AddPack(CLI::App& app, int* exit_code) {
   AddParsed(p, "--class-names", &args->options.class_names, ParseClassNames,
             "Names of labels 0, 1, ...: \"a,b,c\" or @FILE with one name per line");
   p->add_flag("--all-files", args->options.all_files,
-              "imagefolder: pack every regular file (hidden ones and files at the root too),\n"
-              "not only the images torchvision's ImageFolder would load");
+              "imagefolder: pack every regular file (files at the root too), not only the\n"
+              "images torchvision's ImageFolder would load");
+  p->add_flag("--skip-hidden", args->options.skip_hidden,
+              "imagefolder: leave out hidden files and directories (names starting with '.',\n"
+              "e.g. .ipynb_checkpoints), which torchvision's ImageFolder reads: the labels\n"
+              "then differ from torchvision's where a hidden directory is at the top");
   p->add_flag("--datum-payload", args->options.lmdb_payload_only,
               "lmdb: store only each Caffe Datum's data (e.g. the JPEG), not the whole record");
   p->add_option("--targets", args->options.volume.targets,
