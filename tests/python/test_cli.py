@@ -163,8 +163,18 @@ def test_pack_unreadable_source(run, tree, tmp_path):
     assert b"cat/003.png" in proc.stderr
     assert not vol.exists()
     proc = run("pack", root, "-o", vol, "--skip-unreadable", check=0)
-    assert b"skipped 1" in proc.stdout
+    assert b"skipped 1 unreadable source, e.g." in proc.stdout, proc.stdout
     assert json.loads(run("info", vol, "--json", check=0).stdout)["samples"] == 5
+
+
+def test_pack_into_a_missing_directory_names_the_output_not_a_temporary(run, tree, tmp_path):
+    """Issue 41: README's first Python command packs into out/, which a fresh
+    checkout lacks; the error named out/x.dlfs.tmp.PID.0."""
+    root, _ = tree
+    err = run("pack", root, "-o", tmp_path / "out" / "x.dlfs", check=2).stderr.decode()
+    assert f"{tmp_path}/out/x.dlfs: cannot create it: directory {tmp_path}/out does not exist" \
+        in err, err
+    assert ".tmp." not in err
 
 
 def test_pack_class_names(run, tmp_path):

@@ -119,6 +119,18 @@ def test_bad_input_names_the_sample(tmp_path):
         assert len(vol) == 0
 
 
+def test_a_missing_directory_is_named_not_a_temporary_file(tmp_path):
+    for make in (lambda out: dlfs.Writer(out),
+                 lambda out: dlfs.pack(tmp_path / "src", out)):
+        (tmp_path / "src" / "c").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "src" / "c" / "1.png").write_bytes(b"x")
+        with pytest.raises(FileNotFoundError) as e:
+            make(tmp_path / "nodir" / "d.dlfs")
+        assert f"{tmp_path}/nodir/d.dlfs: cannot create it: directory {tmp_path}/nodir does " \
+            "not exist" in str(e.value)
+        assert ".tmp." not in str(e.value)
+
+
 def test_options_force_alignment_targets(tmp_path):
     path = tmp_path / "w.dlfs"
     path.write_bytes(b"precious")
