@@ -4,10 +4,13 @@ when dlfs was built without MPI."""
 import json
 import time
 import os
+import pathlib
 import shutil
 import subprocess
 
 import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 MPIRUN = shutil.which("mpirun")
 pytestmark = pytest.mark.skipif(MPIRUN is None, reason="mpirun (openmpi-bin) not installed")
@@ -95,6 +98,11 @@ def test_bench_flags_that_need_mpirun(run, volumes):
         assert "mpirun" in err, err
     err = run("bench", one, "--shard-local", "--cluster-cache", check=2).stderr.decode()
     assert "excludes" in err, err
+    # --help says what the code does and docs/deploy.md says (issue 41): target t
+    # belongs to node t mod nodes (ShardLocalPlacement), not the other way round.
+    help_text = " ".join(run("bench", "--help", check=0).stdout.decode().split())
+    assert "node n reads only the targets t with t mod nodes = n" in help_text, help_text
+    assert "Target *t* belongs to node *t mod nodes*" in (REPO / "docs/deploy.md").read_text()
 
 
 def test_bench_cluster_cache_reports_storage_and_peer_bytes(mpi, volumes, tmp_path):
