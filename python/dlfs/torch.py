@@ -179,7 +179,9 @@ class VolumeDataset(_tud.Dataset):
             if shared is not None:
                 return shared
         batch = vol.read_many(self.indices[positions].tolist(), self.verify)
-        samples = batch.samples
+        # Writable, as in every other path, whether or not the node cache
+        # (another process's, maybe) held a sample: its views are read-only.
+        samples = [s if s.flags.writeable else s.copy() for s in batch.samples]
         if self.decode is not None:
             samples = [_torch.from_numpy(self.decode(s, self.epoch, int(i)))
                        for s, i in zip(samples, self.indices[positions])]
