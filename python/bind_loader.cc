@@ -99,8 +99,10 @@ io_uring (or a pread pool where io_uring is unavailable).
   batch raising. The list goes into state_dict(), so a resumed run leaves
   the same samples out, and later epochs leave them out unread. Past
   max_bad_samples of them every batch raises CorruptVolumeError naming them.
-- quarantine: samples to leave out from the start: indices, or the records
-  of `dlfs verify --json` or quarantine() (not counted in max_bad_samples).
+- quarantine: samples to leave out from the start, with or without
+  skip_bad_samples (not counted in max_bad_samples): indices, records with
+  an "index" (quarantine()'s), or the document `dlfs verify --json` writes
+  (json.load of it) or its "bad_samples". ValueError for anything else.
 
 - A list of volumes (paths or Volume objects) is a weighted mixture:
   weights (default equal) say each volume's share of an epoch of
