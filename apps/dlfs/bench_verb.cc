@@ -137,7 +137,7 @@ int RunBench(BenchArgs& args) {
   std::vector<std::string> paths = {args.volume.path};
   paths.insert(paths.end(), args.mixture.begin(), args.mixture.end());
   auto run = BenchVolumes(paths, o);
-  if (!run.ok()) return Fail(run.status().Reworded(kBenchFlags).Reworded(kLoaderFlags));
+  if (!run.ok()) return Fail(run.status().Reworded(kBenchFlags));
   Print(FormatVolumeBenchReport(paths, o, *run, FormatOf(args.json)));
   return kExitOk;
 }

@@ -101,7 +101,7 @@ int RunEpochMpi(const EpochArgs& args) {
   return RunWithMpi([&](int rank, int world) {
     auto all = GatherEpochIndices(MPI_COMM_WORLD, args.volume.path, args.volume.open, args.sampler,
                                   args.epoch);
-    if (!all.ok()) return FailOnRank0(rank, all.status().Reworded(kLoaderFlags));
+    if (!all.ok()) return FailOnRank0(rank, all.status());
     if (rank == 0) Print(FormatEpochIndices(*all, world));
     return kExitOk;
   });
@@ -116,7 +116,7 @@ int RunEpoch(const EpochArgs& args) {
   auto vol = OpenVolume(args.volume);
   if (!vol.ok()) return Fail(vol.status());
   auto sampler = Sampler::Create((*vol)->size(), args.sampler);
-  if (!sampler.ok()) return Fail(sampler.status().Reworded(kLoaderFlags));
+  if (!sampler.ok()) return Fail(sampler.status());
   Print(FormatEpochIndices(sampler->RankIndices(args.epoch), 0));
   return kExitOk;
 }

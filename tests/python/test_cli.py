@@ -23,6 +23,25 @@ def test_usage_errors_exit_2(run):
     assert run("pack", "x", "-o", "y", "--from", "zip").returncode == 2
 
 
+def test_errors_say_the_flags_not_the_library_fields(run, volume):
+    """Issue 41: the CLI said world_size, batch_size, queue_depth, and "A subcommand
+    is required" for a mistyped verb."""
+    vol, _ = volume
+    err = run("frobnicate", check=2).stderr.decode()
+    assert err.startswith("dlfs: unknown verb 'frobnicate'; the verbs are pack, info, ls, cat, "
+                          "verify, epoch, bench, lmdb"), err
+    assert run(check=2).stderr.decode().startswith("dlfs: no verb given; the verbs are pack")
+    for args, said in [(("epoch", vol, "--world", 0), "--world must be at least 1"),
+                       (("epoch", vol, "--rank", 2, "--world", 2), "is not below --world 2"),
+                       (("bench", vol, "--batch", 0), "--batch must be at least 1"),
+                       (("bench", vol, "--queue-depth", 0), "--queue-depth must be at least 1"),
+                       (("bench", vol, "--io-threads", 0), "--io-threads must be between")]:
+        err = run(*args, check=2).stderr.decode()
+        assert said in err, (args, err)
+        assert not any(f in err for f in ("world_size", "batch_size", "queue_depth",
+                                          "io_threads")), err
+
+
 def test_info_json_fields(run, volume):
     vol, files = volume
     info = json.loads(run("info", vol, "--json", check=0).stdout)

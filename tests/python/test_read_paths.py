@@ -174,10 +174,13 @@ def test_multi_field_volume_is_refused_naming_its_fields(multi_field, run):
         with pytest.raises(Exception, match=message):
             v.read_many([0, 1])
         assert v.read_field(0, "bin") == _pixels(0).tobytes()
-    with pytest.raises(Exception, match=message):
+    with pytest.raises(Exception, match=message) as e:
         dlfs.Loader(multi_field, 2)
+    assert "name the fields to read (fields=[NAME, ...])" in str(e.value)  # Python's words
     proc = run("bench", multi_field, "--cache-budget", "0")
-    assert proc.returncode == 2 and b"name the fields to read" in proc.stderr
+    # The CLI's words (issue 41: it said "e.g. fields=['bin', 'cls']").
+    assert proc.returncode == 2 and b"name the fields to read (--fields NAME,NAME...)" in \
+        proc.stderr, proc.stderr
     err = run("cat", multi_field, "--index", 0, check=2).stderr.decode()
     assert re.search(message, err) and "or write one field with --field NAME" in err, err
     assert run("cat", multi_field, "--index", 0, "--field", "bin", check=0).stdout == \
