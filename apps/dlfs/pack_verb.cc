@@ -37,7 +37,8 @@ constexpr Rewording kPackFlags[] = {
     {"(target_paths)", "(--target-path)"},
     {"target_paths (or none)", "--target-path options (or none)"},
     {"a trained dictionary needs zstd compression", "--dict needs --compress zstd[:LEVEL]"},
-    {"compression '", "--compress '"}};
+    {"compression '", "--compress '"},
+    {"align must", "--align must"}};
 
 int RunPack(PackArgs& args) {
   PackOptions& options = args.options;

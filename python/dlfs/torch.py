@@ -138,6 +138,9 @@ class VolumeDataset(_tud.Dataset):
         if not isinstance(index, (int, _np.integer)) and not (
                 isinstance(index, _torch.Tensor) and index.dim() == 0):
             return self._batch(vol, index)
+        if not -len(self.indices) <= int(index) < len(self.indices):
+            raise IndexError(f"{self.path}: item {int(index)} out of range (the dataset has "
+                             f"{len(self.indices)} items)")
         i = int(self.indices[index])
         if self.fields is not None:
             item = self._fields_of(vol, i)
