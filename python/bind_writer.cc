@@ -237,6 +237,7 @@ void RegisterPack(py::module_& m) {
         d["ignored_examples"] = s.ignored_examples;
         d["skipped_hidden"] = s.skipped_hidden;
         d["empty_classes"] = s.empty_classes;
+        d["renamed_classes"] = s.renamed_classes;
         d["dictionary_bytes"] = s.dictionary_bytes;
         d["seconds"] = s.seconds;
         return d;

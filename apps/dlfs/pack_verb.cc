@@ -38,7 +38,9 @@ constexpr Rewording kPackFlags[] = {
     {"target_paths (or none)", "--target-path options (or none)"},
     {"a trained dictionary needs zstd compression", "--dict needs --compress zstd[:LEVEL]"},
     {"compression '", "--compress '"},
-    {"align must", "--align must"}};
+    {"align must", "--align must"},
+    {": class_names gives", ": --class-names gives"},
+    {"class_names renamed", "--class-names renamed"}};
 
 int RunPack(PackArgs& args) {
   PackOptions& options = args.options;
@@ -78,7 +80,9 @@ void AddPack(CLI::App& app, int* exit_code) {
   p->add_flag("--skip-unreadable", args->options.skip_unreadable,
               "Skip (and count) source files that cannot be read instead of stopping");
   AddParsed(p, "--class-names", &args->options.class_names, ParseClassNames,
-            "Names of labels 0, 1, ...: \"a,b,c\" or @FILE with one name per line");
+            "Names of labels 0, 1, ...: \"a,b,c\" or @FILE with one name per line. An\n"
+            "ImageFolder tree's classes are its directories: one name per directory, in\n"
+            "sorted order, renames them");
   p->add_flag("--all-files", args->options.all_files,
               "imagefolder: pack every regular file (files at the root too), not only the\n"
               "images torchvision's ImageFolder would load");

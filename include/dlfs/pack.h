@@ -102,7 +102,9 @@ struct PackOptions {
   VolumeBuilder::Options volume;
   bool skip_unreadable = false;  // count and skip sources that fail to read
   // Class names for label ids 0..n-1, overriding what the importer knows
-  // (idx and tar sources carry only numbers).
+  // (idx, tar and lmdb sources carry only numbers). For an imagefolder
+  // tree, whose directories name its classes, one name per directory (in
+  // sorted order) renames them; another count is InvalidArgument.
   std::vector<std::string> class_names;
   // tar: keep only these fields (WebDataset extensions without the dot,
   // e.g. {"jpg", "cls"}); empty keeps all. Labels still come from ".cls".
@@ -153,6 +155,9 @@ struct PackStats {
   // imagefolder: classes without a sample (torchvision's ImageFolder
   // refuses such a tree: "Found no valid file for the classes ...").
   std::vector<std::string> empty_classes;
+  // imagefolder with class_names: "DIRECTORY -> NAME" for each class
+  // directory given another name.
+  std::vector<std::string> renamed_classes;
   double seconds = 0;
 };
 

@@ -201,6 +201,26 @@ Status ImportImageFolder(const std::string& root_in, PackContext& ctx) {
   }
   if (classes.size() >= format::kNone - 1)
     return Status::InvalidArgument(root + ": too many classes");
+  // The directories name the classes; class_names may rename them, one
+  // for one, but never silently add or leave out a class.
+  if (const std::vector<std::string>& names = ctx.options().class_names;
+      !names.empty() && names.size() != classes.size()) {
+    std::string dirs;
+    for (size_t c = 0; c < classes.size() && c < 8; ++c) dirs += (c ? ", " : "") + classes[c];
+    if (classes.size() > 8) dirs += ", ...";
+    return Status::InvalidArgument(
+        root + ": class_names gives " + std::to_string(names.size()) + " names for " +
+        std::to_string(classes.size()) + " class directories (" + dirs +
+        "); an ImageFolder tree's classes are its directories: give one name per directory, in "
+        "sorted order, to rename them, or none");
+  }
+  if (!ctx.options().class_names.empty()) {
+    for (size_t c = 0; c < classes.size(); ++c) {
+      if (classes[c] != ctx.options().class_names[c]) {
+        ctx.Renamed(classes[c], ctx.options().class_names[c]);
+      }
+    }
+  }
   if (classes.empty() && !all_files) {
     return Status::InvalidArgument(
         root + ": no class directories (ImageFolder reads ROOT/CLASS/IMAGE; files directly in " +

@@ -50,6 +50,10 @@ class PackContext {
   // examples.
   enum class Ignored { kNotImage, kAtRoot, kHidden, kHiddenClass };
   void Ignore(Ignored why, const std::string& rel_path);
+  // imagefolder: a class directory that class_names renames.
+  void Renamed(const std::string& directory, const std::string& name) {
+    stats_.renamed_classes.push_back(directory + " -> " + name);
+  }
   // imagefolder: the classes left without a sample.
   void set_empty_classes(std::vector<std::string> names) {
     stats_.empty_classes = std::move(names);

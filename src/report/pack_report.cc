@@ -1,4 +1,6 @@
 // `dlfs pack`'s progress line and summary (dlfs/report.h).
+#include <algorithm>
+
 #include "dlfs/report.h"
 #include "report/report_util.h"
 
@@ -65,6 +67,15 @@ std::string FormatPackReport(const PackStats& stats, const std::string& source,
               "directory at the top, hidden ones included"
             : "the samples may differ from torchvision's ImageFolder, which loads hidden image "
               "files");
+  }
+  if (!stats.renamed_classes.empty()) {
+    std::vector<std::string> first(
+        stats.renamed_classes.begin(),
+        stats.renamed_classes.begin() + std::min<size_t>(stats.renamed_classes.size(), 5));
+    out +=
+        Printf("class_names renamed %s: %s%s\n",
+               Count(stats.renamed_classes.size(), "class directory", "class directories").c_str(),
+               list(first).c_str(), stats.renamed_classes.size() > 5 ? ", ..." : "");
   }
   if (!stats.empty_classes.empty()) {
     bool hidden = false;

@@ -139,3 +139,25 @@ def test_a_class_without_images_is_said_as_torchvision_refuses_it(run, tmp_path)
             "a tree; --skip-hidden leaves hidden directories out)") in out, out
     out = run("pack", root, "-o", tmp_path / "s.dlfs", "--skip-hidden", check=0).stdout.decode()
     assert "without a sample" not in out
+
+
+def test_class_names_rename_the_directories_one_for_one_or_are_refused(run, tmp_path):
+    """Issue 41: --class-names x,y on 3 directories gave 0=x, 1=y, 2=2, and ten
+    names on three directories gave ten classes, without a word."""
+    root = tmp_path / "tree"
+    for rel in ["cat/1.png", "dog/2.png", "emu/3.png"]:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(b"x")
+    for names in ("x,y", ",".join(f"n{i}" for i in range(10))):
+        err = run("pack", root, "-o", tmp_path / "v.dlfs", "--class-names", names,
+                  check=2).stderr.decode()
+        count = len(names.split(","))
+        assert (f"{root}: --class-names gives {count} names for 3 class directories (cat, dog, "
+                "emu); an ImageFolder tree's classes are its directories") in err, err
+        assert not (tmp_path / "v.dlfs").exists()
+    out = run("pack", root, "-o", tmp_path / "v.dlfs", "--class-names", "Cat,dog,Emu",
+              check=0).stdout.decode()
+    assert "--class-names renamed 2 class directories: cat -> Cat, emu -> Emu" in out, out
+    info = json.loads(run("info", tmp_path / "v.dlfs", "--json", check=0).stdout)
+    assert info["class_names"] == ["Cat", "dog", "Emu"]
+    assert _ls(run, tmp_path / "v.dlfs") == {"cat/1.png": 0, "dog/2.png": 1, "emu/3.png": 2}
