@@ -206,6 +206,12 @@ TEST_F(NbdTargetTest, WritesInPlaceChecksItsSizeAndWithdraws) {
   EXPECT_EQ(t->size(), bytes_.size());
   const std::vector<std::byte> data = RandomBytes(9000, 9);
   ASSERT_OK(t->Write(data.data(), data.size(), 4096));
+  // Past the end: the size check, not libnbd's "request out of bounds".
+  EXPECT_THAT(t->Write(data.data(), data.size(), bytes_.size() - 100),
+              StatusIs(StatusCode::kInvalidArgument,
+                       uri + ": export has " + std::to_string(bytes_.size()) +
+                           " bytes, fewer than the target written to it (which reaches byte " +
+                           std::to_string(bytes_.size() - 100 + data.size()) + " so far)"));
   ASSERT_OK(t->Resize(bytes_.size(), "target 1"));
   const Status small = t->Resize(bytes_.size() + 1, "target 1");
   EXPECT_EQ(small.code(), StatusCode::kInvalidArgument);
