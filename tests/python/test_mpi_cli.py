@@ -202,6 +202,21 @@ def test_lmdb_read_errors(mpi, tmp_path):
     assert "multiple" in bad
 
 
+def test_a_collective_error_names_the_failing_rank_on_every_rank(mpi, tmp_path):
+    # docs/deploy.md: "every rank gets the same error, prefixed with the failing rank";
+    # rank 0's own failure had no prefix, and rank 0 prints the job's error (issue 41).
+    err = mpi("bench", tmp_path / "missing.dlfs", check=2).stderr.decode()
+    assert f"dlfs: rank 0: {tmp_path}/missing.dlfs" in err, err
+
+
+def test_lmdb_read_offers_only_the_engines_that_read_a_file(run):
+    # An LMDB is a local file: --engine nbd was offered and always failed (issue 41).
+    help_text = run("lmdb", "read", "--help", check=0).stdout.decode()
+    assert "{auto,uring,pread}" in help_text, help_text
+    err = run("lmdb", "read", "db", "--engine", "nbd", check=2).stderr.decode()
+    assert "nbd not in {auto,uring,pread}" in err, err
+
+
 def _mpmd(dlfs_bin, contexts):
     """Runs `mpirun CONTEXT : CONTEXT ...` (each a list: mpirun options, then dlfs arguments)
     without DLFS_RANKS_PER_NODE in the environment. mpirun's own --timeout and the
