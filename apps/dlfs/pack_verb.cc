@@ -70,8 +70,12 @@ int RunPack(PackArgs& args) {
 void AddPack(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<PackArgs>();
   auto* p = app.add_subcommand(
-      "pack", "Pack a data set (ImageFolder tree, IDX files, tar shards) into a volume");
-  p->add_option("source", args->source, "Data set to pack: a directory or a tar shard")->required();
+      "pack",
+      "Pack a data set (ImageFolder tree, IDX files, tar shards, LMDB database) into a volume");
+  p->add_option(
+       "source", args->source,
+       "Data set to pack: a directory, a tar shard, or an LMDB (its directory or data.mdb)")
+      ->required();
   p->add_option("-o,--output", args->output, "Volume file to create")->required();
   AddEnumOption(p, "--from", &args->options.from, kSourceKindNames, "Importer");
   AddDefaulted(p, "--align", args->options.volume.align,
