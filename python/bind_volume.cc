@@ -76,6 +76,8 @@ py::dict InfoDict(const Volume& v) {
   py::dict d;
   d["path"] = s.path;
   d["format_version"] = i.format_version;
+  // "v2" when the volume uses the features docs/format.md calls format v2.
+  d["format"] = s.incompat_flags.empty() ? "v1" : "v2";
   d["uuid"] = i.uuid;
   d["samples"] = i.sample_count;
   d["directories"] = i.dir_count;
@@ -196,7 +198,8 @@ void DefVolumeFile(VolumeClass& c) {
       .def("__len__", &Volume::size, "Number of samples.")
       .def_property_readonly("filename", &Volume::path, "The volume file.")
       .def("info", &InfoDict,
-           "Summary: samples, bytes, classes, format_version, targets, incompat_flags, "
+           "Summary: samples, bytes, classes, format (v1, or v2 with its features), "
+           "format_version, targets, incompat_flags, "
            "fields (name, samples, compressed, stored_bytes, bytes), ...")
       .def(
           "verify",
