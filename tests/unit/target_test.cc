@@ -120,8 +120,14 @@ TEST(FileTargetTest, AMissingPathIsNamedInTheError) {
               StatusIs(StatusCode::kNotFound, "target 2 (" + path + ")"));
   EXPECT_THAT(OpenTarget(tmp.path(), TargetMode::kRead),
               StatusIs(StatusCode::kInvalidArgument, "is a directory"));
-  EXPECT_THAT(OpenTarget(tmp / "no/such/dir/t.bin", TargetMode::kCreate),
-              StatusIs(StatusCode::kNotFound, tmp / "no/such/dir/t.bin.tmp."));
+  // Named as the caller named it, with the directory that is missing; the
+  // temporary file's name would only confuse (issue 41).
+  const Result<std::unique_ptr<Target>> created =
+      OpenTarget(tmp / "no/such/dir/t.bin", TargetMode::kCreate);
+  EXPECT_THAT(created, StatusIs(StatusCode::kNotFound,
+                                tmp / "no/such/dir/t.bin: cannot create it: directory " +
+                                    tmp / "no/such/dir does not exist"));
+  EXPECT_EQ(created.status().message().find(".tmp."), std::string::npos);
 }
 
 TEST(TargetNameTest, PathsAreRelativeToTargetZeroAndUrisAreAsGiven) {
