@@ -13,6 +13,7 @@
 
 #include "bindings.h"
 #include "dlfs/decode.h"
+#include "dlfs/sample_image.h"
 #include "status_bridge.h"
 
 namespace py = pybind11;
@@ -37,7 +38,8 @@ with torchvision's semantics:
   given); layout "NHWC" (per image H, W, C) or "NCHW" (C, H, W).
 - color: "auto" (the image's own: 1 channel for gray, 3 for colour), "rgb"
   or "gray". format: "auto" (JPEG/PNG by signature, else raw when
-  raw_shape=(H, W[, C]) is given), "jpeg", "png" or "raw".
+  raw_shape is given: (H, W[, C]), or "HxW[xC]" as --raw-shape takes
+  it), "jpeg", "png" or "raw".
 - Random choices are a function of (seed, epoch, index) only.
 - Images over max_pixels pixels are refused from their header.
 
@@ -74,11 +76,33 @@ struct PipelineArgs {
   bool flip;
   std::optional<std::vector<float>> mean, std;
   uint64_t seed;
-  std::optional<std::vector<uint32_t>> raw_shape;
+  py::object raw_shape;
   uint64_t max_pixels;
   bool dct_scaling;
   std::vector<double> scale, ratio;
 };
+
+// raw_shape=: None, (H, W[, C]), or the text --raw-shape takes ("28x28").
+RawShape RawShapeArg(const py::handle& value) {
+  if (value.is_none()) return {};
+  if (py::isinstance<py::str>(value)) {
+    Result<RawShape> parsed = ParseRawShape(value.cast<std::string>());
+    if (!parsed.ok()) Check(parsed.status().WithContext("raw_shape"));
+    return *parsed;
+  }
+  std::vector<uint32_t> r;
+  try {
+    r = value.cast<std::vector<uint32_t>>();
+  } catch (const py::cast_error&) {
+  }
+  if ((r.size() != 2 && r.size() != 3) || r[0] == 0 || r[1] == 0) {
+    throw py::value_error(
+        "raw_shape: (height, width), (height, width, channels) or 'HxW[xC]' "
+        "as --raw-shape takes it, e.g. '28x28'; got " +
+        py::repr(value).cast<std::string>());
+  }
+  return {r[0], r[1], r.size() == 3 ? r[2] : 1};
+}
 
 ImageOptions MakeImageOptions(const PipelineArgs& a) {
   ImageOptions o;
@@ -100,13 +124,7 @@ ImageOptions MakeImageOptions(const PipelineArgs& a) {
   if (a.std) o.output.std = *a.std;
   o.decode.color = ParseName(kColorModeNames, a.color, "color");
   o.decode.format = ParseName(kImageFormatNames, a.format, "format");
-  if (a.raw_shape) {
-    const auto& r = *a.raw_shape;
-    if (r.size() != 2 && r.size() != 3) {
-      throw py::value_error("raw_shape is (height, width) or (height, width, channels)");
-    }
-    o.decode.raw = {r[0], r[1], r.size() == 3 ? r[2] : 1};
-  }
+  o.decode.raw = RawShapeArg(a.raw_shape);
   o.decode.max_pixels = a.max_pixels;
   o.decode.dct_scaling = a.dct_scaling;
   return o;
@@ -203,8 +221,8 @@ void RegisterImagePipeline(py::module_& m) {
                       const std::string& dtype, const std::string& layout,
                       std::optional<std::vector<float>> mean, std::optional<std::vector<float>> std,
                       uint64_t seed, const std::string& color, const std::string& format,
-                      std::optional<std::vector<uint32_t>> raw_shape, uint64_t max_pixels,
-                      bool dct_scaling, std::vector<double> scale, std::vector<double> ratio) {
+                      py::object raw_shape, uint64_t max_pixels, bool dct_scaling,
+                      std::vector<double> scale, std::vector<double> ratio) {
             const PipelineArgs a{.size = size,
                                  .crop = crop,
                                  .dtype = dtype,
@@ -311,17 +329,13 @@ void RegisterImageCodecs(py::module_& m) {
   m.def(
       "decode_image",
       [](py::buffer data, const std::string& format, const std::string& color, uint32_t scale,
-         std::optional<std::vector<uint32_t>> raw_shape, uint64_t max_pixels) {
+         const py::object& raw_shape, uint64_t max_pixels) {
         py::buffer_info info = ContiguousBytes(data);
         DecodeOptions o;
         o.format = ParseName(kImageFormatNames, format, "format");
         o.color = ParseName(kColorModeNames, color, "color");
         o.max_pixels = max_pixels;
-        if (raw_shape) {
-          const auto& r = *raw_shape;
-          if (r.size() != 2 && r.size() != 3) throw py::value_error("raw_shape is (H, W[, C])");
-          o.raw = {r[0], r[1], r.size() == 3 ? r[2] : 1};
-        }
+        o.raw = RawShapeArg(raw_shape);
         Result<Image> img = Status::Cancelled("not run");
         {
           py::gil_scoped_release release;

@@ -61,8 +61,11 @@ io_uring (or a pread pool where io_uring is unavailable).
   without drop_last the order is padded by wrapping (as
   torch DistributedSampler) so all ranks get the same number of batches.
 - prefetch_batches: batches read ahead while you work on the current one;
-  fewer (with a RuntimeWarning) when their buffers would take more than an
-  eighth of the memory this process may use (its cgroup's limit included).
+  fewer (with a RuntimeWarning saying how much the buffers take, the
+  figure stats()["buffer_pool_bytes"] reports) when their buffers would
+  take more than an eighth of the memory this process may use (its cgroup's
+  limit included), down to one batch. Where even that does not fit in three
+  quarters of it, ValueError before reading: a smaller batch_size lowers it.
 - queue_depth, io_threads, engine ("auto", "uring", "pread"), direct_io:
   the I/O engine; engine_description says what runs.
 - verify_checksums: check each sample's CRC32C; a mismatch raises
@@ -97,8 +100,10 @@ io_uring (or a pread pool where io_uring is unavailable).
   batch raising. The list goes into state_dict(), so a resumed run leaves
   the same samples out, and later epochs leave them out unread. Past
   max_bad_samples of them every batch raises CorruptVolumeError naming them.
-- quarantine: samples to leave out from the start: indices, or the records
-  of `dlfs verify --json` or quarantine() (not counted in max_bad_samples).
+- quarantine: samples to leave out from the start, with or without
+  skip_bad_samples (not counted in max_bad_samples): indices, records with
+  an "index" (quarantine()'s), or the document `dlfs verify --json` writes
+  (json.load of it) or its "bad_samples". ValueError for anything else.
 
 - A list of volumes (paths or Volume objects) is a weighted mixture:
   weights (default equal) say each volume's share of an epoch of
@@ -259,6 +264,7 @@ py::dict StatsDict(const SourceStats& s) {
   d["io_bytes"] = s.io.bytes;
   d["device_reads"] = s.io.ops;
   d["buffer_pool_bytes"] = s.buffer_bytes;
+  d["cache_budget"] = s.cache_budget;
   d["cache_bytes"] = s.cache_bytes;
   d["cache_used_bytes"] = s.cache_used_bytes;
   d["cache_hits"] = s.cache_hits;

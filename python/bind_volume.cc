@@ -85,6 +85,8 @@ py::dict InfoDict(const Volume& v) {
   py::dict d;
   d["path"] = s.path;
   d["format_version"] = i.format_version;
+  // "v2" when the volume uses the features docs/format.md calls format v2.
+  d["format"] = s.incompat_flags.empty() ? "v1" : "v2";
   d["uuid"] = i.uuid;
   d["samples"] = i.sample_count;
   d["directories"] = i.dir_count;
@@ -103,24 +105,19 @@ py::dict InfoDict(const Volume& v) {
   return d;
 }
 
-uint64_t CheckIndex(const Volume& v, int64_t index) {
-  if (index < 0) index += static_cast<int64_t>(v.size());
-  if (index < 0 || static_cast<uint64_t>(index) >= v.size()) {
-    throw py::index_error("sample index out of range");
-  }
-  return static_cast<uint64_t>(index);
-}
-
 // Index `index` of `v` (negative: from the end); IndexError naming the
-// volume's size.
-uint64_t ReadIndex(const Volume& v, int64_t index) {
+// volume and its size.
+uint64_t CheckIndex(const Volume& v, int64_t index) {
+  const int64_t given = index;
   if (index < 0) index += static_cast<int64_t>(v.size());
   if (index < 0 || static_cast<uint64_t>(index) >= v.size()) {
-    throw py::index_error("sample index out of range (volume has " + std::to_string(v.size()) +
+    throw py::index_error(v.path() + ": sample index " + std::to_string(given) +
+                          " out of range (the volume has " + std::to_string(v.size()) +
                           " samples)");
   }
   return static_cast<uint64_t>(index);
 }
+uint64_t ReadIndex(const Volume& v, int64_t index) { return CheckIndex(v, index); }
 
 // Sample `index` into `dst` (its SampleSize), without the GIL.
 void ReadSampleInto(const Volume& v, uint64_t index, std::span<std::byte> dst, bool verify) {
@@ -229,7 +226,8 @@ void DefVolumeFile(VolumeClass& c) {
       .def("__len__", &Volume::size, "Number of samples.")
       .def_property_readonly("filename", &Volume::path, "The volume file.")
       .def("info", &InfoDict,
-           "Summary: samples, bytes, classes, format_version, targets, incompat_flags, "
+           "Summary: samples, bytes, classes, format (v1, or v2 with its features), "
+           "format_version, targets, incompat_flags, "
            "fields (name, samples, compressed, stored_bytes, bytes), ...")
       .def(
           "verify",
@@ -364,14 +362,21 @@ void DefVolumeDirectory(VolumeClass& c) {
       .def(
           "lookup",
           [](const Volume& v, const std::string& path) {
-            return Unwrap(v.directory().Lookup(path));
+            Result<uint64_t> index = v.directory().Lookup(path);
+            if (!index.ok()) Check(index.status().WithContext(v.path()));
+            return *index;
           },
           py::arg("path"), "Index of the sample at `path`; KeyError if there is none.")
       .def(
           "indices",
           [](const Volume& v, const std::string& dir) {
-            const PathEntry e = Unwrap(v.directory().Resolve(dir));
-            if (!e.is_dir) Check(Status::InvalidArgument("'" + dir + "' is a sample"));
+            Result<PathEntry> found = v.directory().Resolve(dir);
+            if (!found.ok()) Check(found.status().WithContext(v.path()));
+            const PathEntry e = *found;
+            if (!e.is_dir) {
+              Check(Status::InvalidArgument(v.path() + ": '" + dir +
+                                            "' is a sample, not a directory"));
+            }
             const std::vector<uint64_t> idx = v.directory().SamplesUnder(e.index);
             return py::array_t<int64_t>(static_cast<py::ssize_t>(idx.size()),
                                         reinterpret_cast<const int64_t*>(idx.data()));

@@ -32,7 +32,10 @@ constexpr Rewording kKeywords[] = {
     {"the fields option applies", "fields= applies"},
     {"the all_files option applies", "all_files=True applies"},
     {"the lmdb_payload_only option applies", "datum_payload=True applies"},
-    {"all_files packs", "all_files=True packs"}};
+    {"all_files packs", "all_files=True packs"},
+    {"the skip_hidden option applies", "skip_hidden=True applies"},
+    {"skip_hidden left out", "skip_hidden=True left out"},
+    {"skip_hidden leaves", "skip_hidden=True leaves"}};
 
 // "a,b" or a list of names (fields=, class_names=); `spec_parser` parses
 // the string form.
@@ -175,7 +178,7 @@ void RegisterPack(py::module_& m) {
          bool force, uint32_t align, bool skip_unreadable, const py::object& class_names,
          bool all_files, std::optional<py::function> on_progress, const py::object& fields,
          const std::string& compress, bool dict, std::optional<uint32_t> targets,
-         std::vector<std::string> target_paths, bool datum_payload) {
+         std::vector<std::string> target_paths, bool datum_payload, bool skip_hidden) {
         PackOptions o;
         o.from = Unwrap(ParseSourceKind(source_kind));
         o.volume.overwrite = force;
@@ -189,6 +192,7 @@ void RegisterPack(py::module_& m) {
         o.volume.targets = targets.value_or(0);  // 0: implied by target_paths
         o.volume.target_paths = std::move(target_paths);
         o.lmdb_payload_only = datum_payload;
+        o.skip_hidden = skip_hidden;
         // Every ~100 ms: Ctrl-C (and an exception in on_progress) stops
         // packing, leaving nothing behind, and is raised here.
         std::atomic<bool> cancel{false};
@@ -231,6 +235,9 @@ void RegisterPack(py::module_& m) {
         d["removed_temporaries"] = s.removed_temporaries;  // of killed earlier packs
         d["ignored"] = s.ignored();
         d["ignored_examples"] = s.ignored_examples;
+        d["skipped_hidden"] = s.skipped_hidden;
+        d["empty_classes"] = s.empty_classes;
+        d["renamed_classes"] = s.renamed_classes;
         d["dictionary_bytes"] = s.dictionary_bytes;
         d["seconds"] = s.seconds;
         return d;
@@ -241,7 +248,7 @@ void RegisterPack(py::module_& m) {
       py::arg("all_files") = false, py::arg("on_progress") = py::none(), py::kw_only(),
       py::arg("fields") = py::list(), py::arg("compress") = "none", py::arg("dict") = false,
       py::arg("targets") = py::none(), py::arg("target_paths") = std::vector<std::string>{},
-      py::arg("datum_payload") = false,
+      py::arg("datum_payload") = false, py::arg("skip_hidden") = false,
       R"doc(Packs a data set into a new volume (like `dlfs pack`) and returns stats.
 
 source_kind: "auto", "imagefolder", "idx", "tar" or "lmdb". Raises
@@ -252,7 +259,10 @@ Keyword-only, as dlfs pack's flags: fields (tar: a list or "jpg,cls"),
 compress ("none", "zstd", "zstd:LEVEL"), dict (train a zstd dictionary;
 needs zstd), targets and target_paths (spread over several files; targets
 None: one more than target_paths names),
-datum_payload (lmdb: only each Caffe Datum's data). ValueError for a bad
+datum_payload (lmdb: only each Caffe Datum's data), skip_hidden
+(imagefolder: leave out hidden files and directories, which torchvision's
+ImageFolder reads; the labels then differ from torchvision's where a
+hidden directory is at the top). ValueError for a bad
 option. on_progress(dict) is called about every 100 ms (samples, bytes,
 total_samples, ...); dlfs.pack's progress=True uses it. Ctrl-C stops
 packing and leaves no volume.)doc");

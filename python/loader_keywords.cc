@@ -25,10 +25,39 @@ std::map<uint32_t, std::string> TargetMap(const py::object& map) {
                        py::repr(map).cast<std::string>());
 }
 
-std::vector<uint64_t> QuarantineIndices(const py::handle& list) {
+// quarantine=: sample indices, records with an "index" (quarantine()'s,
+// or `dlfs verify --json`'s "bad_samples"), or that whole document.
+std::vector<uint64_t> QuarantineIndices(const py::handle& value) {
+  const auto bad = [&](const std::string& what) {
+    return py::value_error(
+        "quarantine: expected sample indices, records with an \"index\" (quarantine(), the "
+        "\"bad_samples\" of dlfs verify --json) or the document dlfs verify --json writes; " +
+        what);
+  };
+  py::handle list = value;
+  if (py::isinstance<py::dict>(value)) {
+    const py::dict doc = value.cast<py::dict>();
+    if (!doc.contains("bad_samples")) throw bad("got a dict without \"bad_samples\"");
+    list = doc["bad_samples"];
+  }
+  if (py::isinstance<py::str>(list) || py::isinstance<py::bytes>(list) ||
+      !py::isinstance<py::iterable>(list)) {
+    throw bad("got " + py::repr(value).cast<std::string>());
+  }
   std::vector<uint64_t> out;
   for (py::handle item : list) {
-    py::handle index = py::isinstance<py::dict>(item) ? item.cast<py::dict>()["index"] : item;
+    py::handle index = item;
+    if (py::isinstance<py::dict>(item)) {
+      const py::dict record = item.cast<py::dict>();
+      if (!record.contains("index")) {
+        throw bad("a record without \"index\": " + py::repr(item).cast<std::string>());
+      }
+      index = record["index"];
+    }
+    if (!py::isinstance<py::int_>(index) || py::isinstance<py::bool_>(index) ||
+        index.cast<py::int_>() < py::int_(0)) {
+      throw bad("got the item " + py::repr(item).cast<std::string>());
+    }
     out.push_back(index.cast<uint64_t>());
   }
   return out;

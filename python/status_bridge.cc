@@ -12,8 +12,15 @@ namespace {
 
 PyObject* g_corrupt_error = nullptr;  // dlfs.CorruptVolumeError, alive with the module
 
+// The library names options by their C++ fields; most keywords are spelled
+// the same, these are said differently from Python.
+constexpr Rewording kKeywordSpellings[] = {
+    {"(the fields option)", "(fields=[NAME, ...])"},
+    {"(the fields option, one name)", "(field=NAME)"},
+    {"set cycle to", "pass cycle=True to"}};
+
 void TranslateStatus(const Status& st) {
-  const std::string& msg = st.message();
+  const std::string msg = Reworded(st.message(), kKeywordSpellings);
   switch (st.code()) {
     case StatusCode::kCorruption:
       PyErr_SetString(g_corrupt_error, msg.c_str());

@@ -12,7 +12,8 @@
 //   anything else               -> OSError(errno, message), whose errno picks
 //                                  the subclass (FileNotFoundError, ...); EEXIST
 //                                  for kAlreadyExists, EIO when there is none
-// The message is the Status's, unchanged.
+// The message is the Status's, with the few option names Python spells
+// otherwise reworded as keywords (status_bridge.cc).
 #pragma once
 
 #include <pybind11/pybind11.h>

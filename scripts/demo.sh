@@ -6,6 +6,10 @@
 # and the same epoch fed by torchvision's ImageFolder over the same PNGs —
 # to compare the input pipelines (both decode PNGs).
 #   scripts/demo.sh [WORKDIR]     (default: ./out)
+if [[ ${1-} == -h || ${1-} == --help ]]; then  # the comment above, and nothing else
+  sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"
+  exit 0
+fi
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -13,6 +13,10 @@
 # harness ran clean. See docs/reliability.md. Lower a long run's priority
 # (nice) rather than pausing it: libFuzzer's per-input timeout and slow-unit
 # report count wall time, so a SIGSTOP shows up as a timeout.
+if [[ ${1-} == -h || ${1-} == --help ]]; then  # the comment above, and nothing else
+  sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"
+  exit 0
+fi
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

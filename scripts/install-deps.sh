@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Installs what dlfs needs to build, test and run its demo on Debian 12.
 # Runs apt-get only when something is missing (needs root then).
+if [[ ${1-} == -h || ${1-} == --help ]]; then  # the comment above, and nothing else
+  sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"
+  exit 0
+fi
 set -euo pipefail
 
 PACKAGES=(

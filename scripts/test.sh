@@ -14,6 +14,10 @@
 #   scripts/test.sh            everything
 #   DLFS_NO_SANITIZE=1 ...     skip stages 2-3, run the GoogleTest suite and MPI programs in stage 1
 #   DLFS_FUZZ_SECONDS=N ...    fuzz each harness N s in stage 2 (default 5)
+if [[ ${1-} == -h || ${1-} == --help ]]; then  # the comment above, and nothing else
+  sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"
+  exit 0
+fi
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -169,8 +169,8 @@ void AddBench(CLI::App& app, int* exit_code) {
               "Drop the page cache before each epoch (root), else fadvise(DONTNEED) the volume");
   b->add_flag("--json", args->json, "One JSON object instead of text");
   b->add_flag("--shard-local", args->job.shard_local,
-              "mpirun: each node reads only target (node index mod targets); other samples "
-              "come from their node over MPI");
+              "mpirun: node n reads only the targets t with t mod nodes = n (its node-local\n"
+              "shard); a sample on another node's target comes from that node over MPI");
   b->add_flag("--cluster-cache", args->job.source.cluster_cache,
               "mpirun: the nodes' caches (--cache-budget each) form one cache; a sample\n"
               "another node keeps comes from it over MPI, storage serves only what no\n"

@@ -26,8 +26,23 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitDamaged = 1;
 inline constexpr int kExitError = 2;
 
-// Prints "dlfs: MESSAGE" to stderr; returns kExitError.
+// Prints "dlfs: MESSAGE" to stderr, the library's option names reworded
+// as flags (kLoaderFlags, below); returns kExitError.
 int Fail(const Status& st);
+
+// The library names the loader's and sampler's options by their fields
+// (dlfs/loader.h, dlfs/sampler.h, dlfs/mixture.h); Fail() says their flags
+// instead, for every verb.
+inline constexpr Rewording kLoaderFlags[] = {
+    {"(the fields option)", "(--fields NAME,NAME...)"},
+    {"(the fields option, one name)", "(--fields NAME)"},
+    {"set cycle to", "use --cycle to"},
+    {"(epoch_samples)", "(--epoch-samples)"},
+    {"batch_size must", "--batch must"},        {"a smaller batch_size", "a smaller --batch"},
+    {"world_size must", "--world must"},        {"below world_size", "below --world"},
+    {"queue_depth must", "--queue-depth must"}, {"io_threads must", "--io-threads must"},
+    {"fewer io_threads", "fewer --io-threads"},
+};
 
 // The volume a verb opens, and how (where its targets are on this node).
 struct VolumeArgs {

@@ -12,6 +12,11 @@
 namespace dlfs::cli {
 namespace {
 
+// An LMDB is a local file: the engines that read one (not nbd).
+constexpr EnumName<EngineKind> kLocalEngineNames[] = {kEngineKindNames[0], kEngineKindNames[1],
+                                                      kEngineKindNames[2]};
+static_assert(kEngineKindNames[3].value == EngineKind::kNbd);
+
 struct LmdbReadArgs {
   std::string db;
   LmdbReadOptions options;
@@ -80,7 +85,7 @@ void AddLmdb(CLI::App& app, int* exit_code) {
   lr->add_option("--readers-per-node", reader.readers_per_node,
                  "Readers per node (lmm-dm and later; lmm always has one)")
       ->capture_default_str();
-  AddEnumOption(lr, "--engine", &reader.engine, kEngineKindNames,
+  AddEnumOption(lr, "--engine", &reader.engine, kLocalEngineNames,
                 "Explicit reads (dio modes); auto picks uring where available");
   AddOffFlag(lr, "--buffered", &reader.direct_io,
              "Explicit reads (dio modes) through the page cache (no O_DIRECT)");

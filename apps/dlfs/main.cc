@@ -17,7 +17,7 @@
 namespace dlfs::cli {
 
 int Fail(const Status& st) {
-  std::fprintf(stderr, "dlfs: %s\n", st.message().c_str());
+  std::fprintf(stderr, "dlfs: %s\n", st.Reworded(kLoaderFlags).message().c_str());
   return kExitError;
 }
 
@@ -83,6 +83,24 @@ int main(int argc, char** argv) {
   for (auto add :
        {AddPack, AddInfo, AddLs, AddCat, AddVerify, AddEpoch, AddBench, AddLmdb, AddMount}) {
     add(app, &rc);
+  }
+  // The first word names the verb: an unknown one (or none) is said in those
+  // words, with the verbs there are (CLI11 would say "A subcommand is
+  // required" for a mistyped verb).
+  if (argc < 2 || argv[1][0] != '-') {
+    const std::string verb = argc < 2 ? "" : argv[1];
+    std::string verbs;
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      verbs += (verbs.empty() ? "" : ", ") + sub->get_name();
+      known = known || sub->get_name() == verb;
+    }
+    if (!known) {
+      std::fprintf(stderr, "dlfs: %s; the verbs are %s (dlfs VERB --help)\n",
+                   verb.empty() ? "no verb given" : ("unknown verb '" + verb + "'").c_str(),
+                   verbs.c_str());
+      return kExitError;
+    }
   }
   try {
     app.parse(argc, argv);

@@ -31,10 +31,16 @@ constexpr Rewording kPackFlags[] = {
     {"the all_files option applies", "--all-files applies"},
     {"the lmdb_payload_only option applies", "--datum-payload applies"},
     {"all_files packs", "--all-files packs"},
+    {"the skip_hidden option applies", "--skip-hidden applies"},
+    {"skip_hidden left out", "--skip-hidden left out"},
+    {"skip_hidden leaves", "--skip-hidden leaves"},
     {"(target_paths)", "(--target-path)"},
     {"target_paths (or none)", "--target-path options (or none)"},
     {"a trained dictionary needs zstd compression", "--dict needs --compress zstd[:LEVEL]"},
-    {"compression '", "--compress '"}};
+    {"compression '", "--compress '"},
+    {"align must", "--align must"},
+    {": class_names gives", ": --class-names gives"},
+    {"class_names renamed", "--class-names renamed"}};
 
 int RunPack(PackArgs& args) {
   PackOptions& options = args.options;
@@ -64,8 +70,12 @@ int RunPack(PackArgs& args) {
 void AddPack(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<PackArgs>();
   auto* p = app.add_subcommand(
-      "pack", "Pack a data set (ImageFolder tree, IDX files, tar shards) into a volume");
-  p->add_option("source", args->source, "Data set to pack: a directory or a tar shard")->required();
+      "pack",
+      "Pack a data set (ImageFolder tree, IDX files, tar shards, LMDB database) into a volume");
+  p->add_option(
+       "source", args->source,
+       "Data set to pack: a directory, a tar shard, or an LMDB (its directory or data.mdb)")
+      ->required();
   p->add_option("-o,--output", args->output, "Volume file to create")->required();
   AddEnumOption(p, "--from", &args->options.from, kSourceKindNames, "Importer");
   AddDefaulted(p, "--align", args->options.volume.align,
@@ -74,10 +84,16 @@ void AddPack(CLI::App& app, int* exit_code) {
   p->add_flag("--skip-unreadable", args->options.skip_unreadable,
               "Skip (and count) source files that cannot be read instead of stopping");
   AddParsed(p, "--class-names", &args->options.class_names, ParseClassNames,
-            "Names of labels 0, 1, ...: \"a,b,c\" or @FILE with one name per line");
+            "Names of labels 0, 1, ...: \"a,b,c\" or @FILE with one name per line. An\n"
+            "ImageFolder tree's classes are its directories: one name per directory, in\n"
+            "sorted order, renames them");
   p->add_flag("--all-files", args->options.all_files,
-              "imagefolder: pack every regular file (hidden ones and files at the root too),\n"
-              "not only the images torchvision's ImageFolder would load");
+              "imagefolder: pack every regular file (files at the root too), not only the\n"
+              "images torchvision's ImageFolder would load");
+  p->add_flag("--skip-hidden", args->options.skip_hidden,
+              "imagefolder: leave out hidden files and directories (names starting with '.',\n"
+              "e.g. .ipynb_checkpoints), which torchvision's ImageFolder reads: the labels\n"
+              "then differ from torchvision's where a hidden directory is at the top");
   p->add_flag("--datum-payload", args->options.lmdb_payload_only,
               "lmdb: store only each Caffe Datum's data (e.g. the JPEG), not the whole record");
   p->add_option("--targets", args->options.volume.targets,

@@ -152,7 +152,9 @@ void AddLs(CLI::App& app, int* exit_code) {
   l->add_option("dir", args->dir, "Directory inside the volume (default: the root)");
   l->add_flag("-r,--recursive", args->recursive, "List every sample below DIR instead");
   l->add_flag("--json", args->json,
-              "JSON lines: samples as {path,index,size,label,class}, directories as {path,type}");
+              "JSON lines: samples as {path,index,size,label,class} (class when labelled;\n"
+              "format v2 adds fields: [{name,size,stored,codec}]), directories as\n"
+              "{path,type,samples,subdirs}");
   l->callback([args, exit_code] {
     auto vol = OpenVolume(args->volume);
     if (!vol.ok()) return void(*exit_code = Fail(vol.status()));

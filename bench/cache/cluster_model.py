@@ -104,6 +104,9 @@ class Model:
 
 
 def main():
+    if sys.argv[1:] in (["-h"], ["--help"]):
+        print(__doc__)
+        return
     path = sys.argv[1] if len(sys.argv) > 1 else "/tmp/dlfs-cluster-bench/runs.jsonl"
     with open(path) as f:
         runs = [json.loads(line) for line in f if line.strip()]

@@ -10,6 +10,7 @@
 set -euo pipefail
 if (($# < 3)) || [[ $1 == -h || $1 == --help ]]; then
   sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+  [[ ${1-} == -h || ${1-} == --help ]] && exit 0
   exit 2
 fi
 old=$1 new=$2 vol=$3 reps=${4:-5}

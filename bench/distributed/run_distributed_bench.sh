@@ -18,6 +18,10 @@
 # REPS (3). Needs the 10M volume (made here with dlfs_directory_bench) and
 # the 2-target volume made by bench/distributed/multi_target_bench.py
 # ($DLFS_BENCH_DIR/multi-target/t2.dlfs), or TWO_TARGETS=path.
+if [[ ${1-} == -h || ${1-} == --help ]]; then  # the comment above, and nothing else
+  sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"
+  exit 0
+fi
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)

@@ -39,6 +39,10 @@
 #   DLFS_BUILD_DIR   CMake build directory (<repo>/build)
 #   RESULTS_JSON     all runs as JSON lines ($DLFS_BENCH_DIR/fields_bench.jsonl)
 #   KEEP=1           keep the work directory
+if [[ ${1-} == -h || ${1-} == --help ]]; then  # the comment above, and nothing else
+  sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"
+  exit 0
+fi
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

@@ -52,6 +52,10 @@
 #   RESULTS_JSON    where the JSON goes ($DLFS_BENCH_DIR/io_bench.json)
 #   PLOT            where the PNG plot goes (<repo>/docs/io_bench.png; SMALL:
 #                   $DLFS_BENCH_DIR/io_bench.png)
+if [[ ${1-} == -h || ${1-} == --help ]]; then  # the comment above, and nothing else
+  sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"
+  exit 0
+fi
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

@@ -52,7 +52,11 @@
 #   CIFAR_ITERS / IMAGENET_ITERS        iterations per run (100 / 40)
 #   CIFAR_RECORDS / IMAGENET_RECORDS    database sizes (60000 / 3000)
 #   RESULTS          JSON lines output ($DLFS_BENCH_DIR/lmdbio_pfs.jsonl)
-#   PLOT             the plot (<repo>/docs/img/lmdbio-speedup.png; "" for none)
+#   PLOT             the plot (<repo>/docs/lmdbio_speedup.png; "" for none)
+if [[ ${1-} == -h || ${1-} == --help ]]; then  # the comment above, and nothing else
+  sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"
+  exit 0
+fi
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -68,7 +72,7 @@ bandwidth=${BANDWIDTH_MBPS:-400}
 dbs=${DBS:-cifar imagenet}
 modes=${MODES:-baseline lmm lmm-dm lmm-dio lmm-dio-prov lmm-dio-prov-coal lmm-dio-prov-coal-stag}
 results=${RESULTS:-$bench_dir/lmdbio_pfs.jsonl}
-plot=${PLOT-$repo/docs/img/lmdbio-speedup.png}
+plot=${PLOT-$repo/docs/lmdbio_speedup.png}
 python=/usr/bin/python3
 backing=$bench_dir/dbs
 mnt=$bench_dir/mnt

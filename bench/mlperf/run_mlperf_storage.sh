@@ -12,6 +12,10 @@
 # Environment: WORKLOADS (resnet50 cosmoflow unet3d), ACCELERATOR (h100),
 # EPOCHS (5), DATA (/tmp/dlfs-mlperf-storage), GIB_resnet50 / GIB_cosmoflow /
 # GIB_unet3d (data set sizes: 4, 4, 16), FIO_SECONDS (20).
+if [[ ${1-} == -h || ${1-} == --help ]]; then  # the comment above, and nothing else
+  sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"
+  exit 0
+fi
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 [[ $(id -u) == 0 ]] || { echo "run_mlperf_storage: needs root (cgroups, drop_caches)" >&2; exit 1; }

@@ -33,6 +33,10 @@
 #   SERVER_THREADS   nbdkit -t (64)
 #   DLFS_BUILD_DIR   CMake build directory (<repo>/build)
 #   RESULTS_JSON     all runs as JSON ($DLFS_BENCH_DIR/nbd_bench.json)
+if [[ ${1-} == -h || ${1-} == --help ]]; then  # the comment above, and nothing else
+  sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"
+  exit 0
+fi
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

@@ -17,6 +17,10 @@
 #   FILES CLASSES MEAN_KB SEED   tree shape (20000, 100, 110, 0); the tree is
 #                   generated once by bench/data/make_imagenet_like.py and reused
 #   KEEP=1          keep the archive and the volume of the last repetition
+if [[ ${1-} == -h || ${1-} == --help ]]; then  # the comment above, and nothing else
+  sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"
+  exit 0
+fi
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)

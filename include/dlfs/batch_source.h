@@ -127,6 +127,7 @@ struct SourceStats {
   // Levels: a difference of snapshots keeps the later one's.
   uint32_t engines = 0;                  // engines summed in io (ring-empty time is per engine)
   uint64_t buffer_bytes = 0;             // batch buffers allocated
+  uint64_t cache_budget = 0;             // node cache budget chosen (0: none)
   uint64_t cache_bytes = 0;              // node cache capacity (0: none)
   uint64_t cache_used_bytes = 0;         // bytes of samples in it (every process's)
   uint32_t cache_sharers = 0;            // processes attached to it

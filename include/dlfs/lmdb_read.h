@@ -60,8 +60,11 @@ struct LmdbReadReport {
   uint32_t digest = 0;
   std::optional<LmdbReadCheck> check;  // with options.check
   // With options.counters_file: each numeric counter's increase over the
-  // iterations, in the file's order.
+  // iterations, in the file's order, for those that changed; the values of
+  // those that did not (settings such as pfs-emu's latency_us, or counters
+  // that stayed put) in `unchanged`.
   std::vector<std::pair<std::string, double>> counters;
+  std::vector<std::pair<std::string, double>> unchanged;
 };
 
 // Collective over `comm`: every rank calls it with the same options (and a

@@ -32,11 +32,17 @@
 // is set. Nothing is read before the first SetEpoch() or Next().
 //
 // Memory: the batch buffers (a pool per I/O thread, sized from the volume's
-// mean sample size, ~prefetch_batches + 2 batches in all; at most an eighth
-// of what the process may use, fewer batches read ahead where that is
-// short, see cache_note()) are allocated,
+// sample sizes, ~prefetch_batches + 3 batches in all) are allocated,
 // touched and registered with the engines when the loader is created, so
-// reads and checksums never pay page faults. A sample is a span into its
+// reads and checksums never pay page faults. They take at most an eighth of
+// what the process may use (dlfs/memory.h): where that is short, fewer
+// batches are read ahead, down to two buffers per I/O thread (one batch read
+// while the caller uses the previous one), which may take up to three
+// quarters of it; cache_note() says so, with the figure source_stats()
+// reports. Where two do not fit, Create fails with InvalidArgument naming
+// what a batch needs and batch_size. The pools never grow past that plan:
+// an I/O thread waits for a buffer to come back instead, unless the caller
+// holds every other one and waits for that batch. A sample is a span into its
 // batch's buffer; the buffer returns to the pool when the last Batch copy
 // referring to it is destroyed, so views stay valid for as long as the
 // caller keeps the Batch — even after the Loader is gone. A caller holding

@@ -49,6 +49,10 @@ uint64_t ResolveCacheBudget(uint64_t requested, const MemoryLimit& limit,
 // ResolveCacheBudget(kAutoCacheBudget, ReadMemoryLimit()).
 uint64_t DefaultCacheBudget();
 
+// "54.9 MB", "512 B": decimal units, one decimal above bytes; how memory
+// figures appear in messages and reports, so that both print one number alike.
+std::string HumanBytes(double bytes);
+
 // "auto" (kAutoCacheBudget), or bytes with an optional K, M, G or T suffix
 // (powers of 1024; "KB"/"KiB" alike): what --cache-budget, cache_budget=
 // strings and DLFS_CACHE_BUDGET take. InvalidArgument naming the text.

@@ -58,9 +58,11 @@ struct MountOptions {
   uint64_t whole_sample_limit = 64 << 20;
 };
 
-// Mounts `volume` at `mountpoint` and serves it until unmounted
-// (`fusermount3 -u MOUNTPOINT`, or SIGINT/SIGTERM in the foreground).
-// Returns when the file system is unmounted; an error if mounting failed.
+// Mounts `volume` at `mountpoint` (an existing empty directory, relative
+// paths resolved now) and serves it until unmounted (`fusermount3 -u
+// MOUNTPOINT`, or SIGINT/SIGTERM in the foreground). Returns when the file
+// system is unmounted; an error if mounting failed, InvalidArgument naming
+// `mountpoint` when it is not a directory or not empty.
 Status MountVolume(std::shared_ptr<Volume> volume, const std::string& mountpoint,
                    const MountOptions& options);
 

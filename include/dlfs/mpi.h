@@ -87,9 +87,10 @@ void WaitPolitely(MPI_Request* request, MPI_Status* status = MPI_STATUS_IGNORE);
 // A barrier over `comm` that waits with WaitPolitely.
 void BarrierPolitely(MPI_Comm comm);
 
-// Collective over `comm`: the status of the lowest-ranked rank whose `local`
-// status is not OK (prefixed with "rank R: " on the other ranks), or OK on
-// every rank. Lets every rank return the same error without a hang.
+// Collective over `comm`: the status of the lowest-ranked rank R whose
+// `local` status is not OK, its message prefixed with "rank R: " on every
+// rank (R's included), or OK on every rank. Lets every rank return the same
+// error without a hang.
 Status AgreeOnStatus(MPI_Comm comm, const Status& local);
 
 // One setting that every rank of a job must hold the same, for

@@ -2,18 +2,22 @@
 //
 // Importers (the `from` option):
 //   imagefolder  a class-per-directory tree, as torchvision's ImageFolder
-//                reads it: label = index of the top-level directory in
-//                sorted (byte-wise) order; every file below it with one of
-//                torchvision's image extensions (IMG_EXTENSIONS: .jpg .jpeg
-//                .png .ppm .bmp .pgm .tif .tiff .webp, any case) is a sample
-//                stored under its relative path. Left out (and counted in
-//                PackStats): other files, hidden files and directories (a
-//                name starting with '.'; torchvision would keep those with
-//                an image extension, e.g. macOS "._x.jpg", and make a hidden
-//                top-level directory a class), and files directly at the
-//                root. A tree without a class directory is an error. With
-//                all_files, every regular file is a sample, hidden ones
-//                included, and files at the root get no label.
+//                (0.14, Debian 12's) reads it: the classes are the top-level
+//                directories, hidden ones included (Jupyter's
+//                ".ipynb_checkpoints"), label = index in sorted (byte-wise)
+//                order; every file below one with one of torchvision's
+//                image extensions (IMG_EXTENSIONS: .jpg .jpeg .png .ppm .bmp
+//                .pgm .tif .tiff .webp, any case; hidden ones such as macOS
+//                "._x.jpg" included) is a sample stored under its relative
+//                path. Left out (and counted in PackStats): other files and
+//                files directly at the root. A tree without a class
+//                directory is an error; classes without a sample, which
+//                torchvision refuses, are listed in PackStats. With
+//                skip_hidden, hidden files and directories (a name starting
+//                with '.') are left out too, as dlfs did before: labels then
+//                differ from torchvision's where a hidden directory is at
+//                the top. With all_files, every regular file is a sample,
+//                and files at the root get no label.
 //   idx          MNIST / Fashion-MNIST IDX files (optionally .gz) in a
 //                directory: each "<split>-images-idx3-ubyte" with its
 //                "<split>-labels-idx1-ubyte"; each image's raw bytes become
@@ -98,7 +102,9 @@ struct PackOptions {
   VolumeBuilder::Options volume;
   bool skip_unreadable = false;  // count and skip sources that fail to read
   // Class names for label ids 0..n-1, overriding what the importer knows
-  // (idx and tar sources carry only numbers).
+  // (idx, tar and lmdb sources carry only numbers). For an imagefolder
+  // tree, whose directories name its classes, one name per directory (in
+  // sorted order) renames them; another count is InvalidArgument.
   std::vector<std::string> class_names;
   // tar: keep only these fields (WebDataset extensions without the dot,
   // e.g. {"jpg", "cls"}); empty keeps all. Labels still come from ".cls".
@@ -109,6 +115,10 @@ struct PackOptions {
   // imagefolder: every regular file is a sample, not only what
   // torchvision's ImageFolder would load (see above).
   bool all_files = false;
+  // imagefolder: leave out hidden files and directories, which
+  // torchvision's ImageFolder reads (see above): the labels then differ
+  // from torchvision's where a hidden directory is at the top.
+  bool skip_hidden = false;
   // Called about every 100 ms from the packing thread.
   std::function<void(const PackProgress&)> on_progress;
   // When set to true from another thread or a signal handler, packing stops
@@ -130,13 +140,24 @@ struct PackStats {
   // before this one started (VolumeBuilder::removed_temporaries).
   std::vector<std::string> removed_temporaries;
   // imagefolder: entries left out because ImageFolder would not load them
-  // (not with all_files): files without an image extension, hidden files
-  // and directories (each counted once), files at the root.
+  // (not with all_files): files without an image extension, files at the
+  // root.
   uint64_t ignored_not_image = 0;
-  uint64_t ignored_hidden = 0;
   uint64_t ignored_at_root = 0;
   std::vector<std::string> ignored_examples;  // relative paths, the first few
-  uint64_t ignored() const { return ignored_not_image + ignored_hidden + ignored_at_root; }
+  uint64_t ignored() const { return ignored_not_image + ignored_at_root; }
+  // imagefolder with skip_hidden: hidden files and directories left out
+  // (each counted once), of which top-level directories (classes
+  // torchvision has), with the first few paths.
+  uint64_t skipped_hidden = 0;
+  uint64_t skipped_hidden_classes = 0;
+  std::vector<std::string> skipped_hidden_examples;
+  // imagefolder: classes without a sample (torchvision's ImageFolder
+  // refuses such a tree: "Found no valid file for the classes ...").
+  std::vector<std::string> empty_classes;
+  // imagefolder with class_names: "DIRECTORY -> NAME" for each class
+  // directory given another name.
+  std::vector<std::string> renamed_classes;
   double seconds = 0;
 };
 

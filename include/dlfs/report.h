@@ -30,6 +30,7 @@
 #include "dlfs/directory.h"
 #include "dlfs/lmdb.h"
 #include "dlfs/loader.h"
+#include "dlfs/memory.h"  // HumanBytes
 #include "dlfs/pack.h"
 #include "dlfs/summary.h"
 #include "dlfs/verify.h"
@@ -37,9 +38,6 @@
 namespace dlfs {
 
 enum class ReportFormat { kText, kJson };
-
-// "54.9 MB", "512 B": decimal units, one decimal above bytes.
-std::string HumanBytes(double bytes);
 
 // One progress line: "\r  VERB N[ of TOTAL] samples[ (P%)], BYTES[, R
 // samples/s, B/s]EXTRA[, ETA m:ss]" and the terminal's erase-to-end-of-line,

@@ -17,9 +17,15 @@ Loaders find their share of a distributed job themselves (mpirun, srun,
 torchrun, torch.distributed) or take comm= (an mpi4py communicator):
 see dlfs.distributed.
 Errors: FileNotFoundError / OSError for I/O, ValueError for bad arguments,
-KeyError for a path not in the volume, dlfs.CorruptVolumeError when stored
-bytes fail an integrity check. Messages name the file and the problem.
+TypeError for an argument of the wrong type or an unknown keyword, KeyError
+for a path not in the volume, IndexError for an index out of range,
+NotImplementedError for what a volume holds but a call cannot give (several
+fields read as one sample, a newer format feature), dlfs.CorruptVolumeError
+when stored bytes fail an integrity check. Messages name the volume or file
+and the problem.
 """
+import difflib
+import numbers
 import os
 
 from ._dlfs import Batch, CorruptVolumeError, Volume, __version__
@@ -67,13 +73,57 @@ block) frees the loader now.
             distributed.track(self)
 
 
+# dlfs.pack's options, in the order they may be given by position, and the
+# types each takes.
+_PACK_OPTIONS = {
+    "source_kind": (str,), "force": (bool,), "align": (int,), "skip_unreadable": (bool,),
+    "class_names": (list, tuple, str), "all_files": (bool,), "fields": (list, tuple, str),
+    "compress": (str,), "dict": (bool,), "targets": (int, type(None)),
+    "target_paths": (list, tuple), "datum_payload": (bool,), "skip_hidden": (bool,),
+}
+_PACK_POSITIONAL = ["source_kind", "force", "align", "skip_unreadable", "class_names", "all_files"]
+
+
+def _pack_options(args, options):
+    """The keywords of _pack from pack()'s arguments; TypeError naming an
+    unknown keyword or a value of the wrong type (as Python functions do),
+    instead of pybind11's "incompatible function arguments"."""
+    if len(args) > len(_PACK_POSITIONAL):
+        raise TypeError(f"dlfs.pack() takes at most {len(_PACK_POSITIONAL) + 2} positional "
+                        f"arguments ({len(args) + 2} given)")
+    for name, value in zip(_PACK_POSITIONAL, args):
+        if name in options:
+            raise TypeError(f"dlfs.pack() got multiple values for argument '{name}'")
+        options[name] = value
+    for name, value in options.items():
+        if name not in _PACK_OPTIONS:
+            close = difflib.get_close_matches(name, _PACK_OPTIONS, n=1)
+            raise TypeError(f"dlfs.pack() got an unexpected keyword argument '{name}'"
+                            + (f" (did you mean '{close[0]}'?)" if close else "")
+                            + f"; its options are {', '.join(_PACK_OPTIONS)}")
+        kinds = _PACK_OPTIONS[name]
+        accepted = tuple(numbers.Integral if k is int else k for k in kinds)
+        if not isinstance(value, accepted) or (isinstance(value, bool) and bool not in kinds):
+            raise TypeError(f"dlfs.pack(): {name} takes "
+                            + " or ".join("None" if k is type(None) else k.__name__
+                                          for k in kinds)
+                            + f", not {type(value).__name__} ({value!r})")
+    if "target_paths" in options:
+        options["target_paths"] = [os.fspath(p) for p in options["target_paths"]]
+    if isinstance(options.get("class_names"), tuple):
+        options["class_names"] = list(options["class_names"])
+    if isinstance(options.get("fields"), tuple):
+        options["fields"] = list(options["fields"])
+    return options
+
+
 def pack(source, output, *args, progress=False, **options):
     """Packs a data set into a new volume, as `dlfs pack` does; returns stats.
 
     pack(source, output, source_kind="auto", force=False, align=1,
          skip_unreadable=False, class_names=[], all_files=False,
          progress=False, *, fields=[], compress="none", dict=False,
-         targets=None, target_paths=[], datum_payload=False)
+         targets=None, target_paths=[], datum_payload=False, skip_hidden=False)
 
     source_kind: "auto", "imagefolder", "idx", "tar" or "lmdb". imagefolder
     packs what torchvision's ImageFolder loads (image files below class
@@ -85,17 +135,21 @@ def pack(source, output, *args, progress=False, **options):
     3 %), dict (train a zstd dictionary on the first fields; needs zstd),
     targets (spread over 1..8 files; target_paths names targets 1, 2, ...,
     else OUTPUT.t1, ...), datum_payload (lmdb: only each Caffe Datum's
-    data). A bad option raises ValueError naming it. progress=True shows
+    data), skip_hidden (imagefolder: leave out hidden files and
+    directories, which torchvision's ImageFolder reads: labels then differ
+    from torchvision's where a hidden directory is at the top). An unknown
+    option or a value of the wrong type raises TypeError naming it, a bad
+    value ValueError naming it. progress=True shows
     samples done out of the total, rate and ETA (tqdm when installed, else
     a line on stderr). Ctrl-C stops packing and leaves no volume. The stats
     dict has samples, bytes, classes, skipped, ignored (files ImageFolder
-    would not load), dictionary_bytes and seconds.
+    would not load), skipped_hidden, empty_classes, dictionary_bytes and
+    seconds.
     """
     source, output = os.fspath(source), os.fspath(output)
-    if "target_paths" in options:
-        options["target_paths"] = [os.fspath(p) for p in options["target_paths"]]
+    options = _pack_options(args, options)
     if not progress:
-        return _pack(source, output, *args, **options)
+        return _pack(source, output, **options)
     bar = None
 
     def on_progress(p):
@@ -111,7 +165,7 @@ def pack(source, output, *args, progress=False, **options):
             bar.update_to(p["source_bytes"], samples=p["samples"])
 
     try:
-        return _pack(source, output, *args, on_progress=on_progress, **options)
+        return _pack(source, output, on_progress=on_progress, **options)
     finally:
         if bar is not None:
             bar.close()

@@ -149,6 +149,9 @@ class VolumeDataset(_tud.Dataset):
         if not isinstance(index, (int, _np.integer)) and not (
                 isinstance(index, _torch.Tensor) and index.dim() == 0):
             return self._batch(vol, index)
+        if not -len(self.indices) <= int(index) < len(self.indices):
+            raise IndexError(f"{self.path}: item {int(index)} out of range (the dataset has "
+                             f"{len(self.indices)} items)")
         i = int(self.indices[index])
         if self.fields is not None:
             item = self._fields_of(vol, i)
@@ -190,7 +193,9 @@ class VolumeDataset(_tud.Dataset):
             if shared is not None:
                 return shared
         batch = vol.read_many(self.indices[positions].tolist(), self.verify)
-        samples = batch.samples
+        # Writable, as in every other path, whether or not the node cache
+        # (another process's, maybe) held a sample: its views are read-only.
+        samples = [s if s.flags.writeable else s.copy() for s in batch.samples]
         if self.decode is not None:
             samples = [_torch.from_numpy(self.decode(s, self.epoch, int(i)))
                        for s, i in zip(samples, self.indices[positions])]

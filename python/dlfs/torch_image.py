@@ -33,6 +33,28 @@ _LOADER_KEYS = {"drop_last", "prefetch_batches", "queue_depth", "io_threads", "e
                 "cluster_cache", "window_batches", "read_ahead", "target_map", "directory"}
 
 
+class _Stats(dict):
+    """ImageLoader.stats: call it for the dict (as dlfs.Loader.stats()); used
+    as the dict itself it warns, for one release."""
+
+    def __call__(self):
+        return dict(self)
+
+    def _warn(self):
+        import warnings
+        warnings.warn("ImageLoader.stats is a method, as dlfs.Loader.stats(): call it "
+                      "(loader.stats()); reading it as a dict goes in the next release",
+                      DeprecationWarning, stacklevel=3)
+
+    def __getitem__(self, key):
+        self._warn()
+        return dict.__getitem__(self, key)
+
+    def get(self, key, default=None):
+        self._warn()
+        return dict.get(self, key, default)
+
+
 class ImageLoader:
     """Iterable of (images, labels) torch tensors for this rank, one epoch per
     iteration: the C++ loader reads the samples (io_uring, read ahead) and a
@@ -65,10 +87,11 @@ class ImageLoader:
     - root: only the samples under this directory of the volume.
     - decode_threads: default one per core.
     - loader_options: color ("auto", "rgb", "gray"), resize, format
-      ("auto", "jpeg", "png", "raw"), raw_shape=(H, W[, C]) for raw samples,
+      ("auto", "jpeg", "png", "raw"), raw_shape=(H, W[, C]) or "HxW[xC]"
+      (as --raw-shape) for raw samples,
       max_pixels, dct_scaling, scale, ratio, skip_bad_samples (leave
       unreadable, corrupt or undecodable samples out of their batch, count
-      them in .stats and list them in quarantine(), instead of raising;
+      them in stats() and list them in quarantine(), instead of raising;
       max_bad_samples and quarantine= as dlfs.Loader's), decode_prefetch (batches queued for decoding),
       return_indices (yield (images, labels, indices)), return_sources (add
       each image's volume: its position in a list of volumes), and dlfs.Loader's
@@ -189,8 +212,11 @@ class ImageLoader:
 
     @property
     def stats(self):
-        """{'images', 'skipped', 'skipped_examples'} over the loader's life."""
-        return self._loader.stats
+        """stats(): where the time went and what was decoded, over the loader's
+        life, as dlfs.Loader.stats() (a method there too). Read as an
+        attribute (loader.stats["images"], as before issue 41) it is the same
+        dict, with a DeprecationWarning: that form goes in the next release."""
+        return _Stats(self._loader.stats)
 
     @property
     def decode_threads(self):

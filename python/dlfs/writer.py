@@ -28,9 +28,10 @@ class Writer:
     targets: spread the samples over this many files (path, path.t1, ...),
         e.g. one per NVMe device; each sample goes whole to the file holding
         the fewest bytes so far.
-    alignment: every sample starts at a multiple of this many bytes (a power
+    align: every sample starts at a multiple of this many bytes (a power
         of two up to 1 MiB; 4096 lets O_DIRECT reads fetch a sample without
-        its neighbours). None packs samples back to back.
+        its neighbours), as dlfs.pack(align=) and `dlfs pack --align`. None
+        packs samples back to back. alignment= is the same, its earlier name.
     force: replace an existing volume at `path` (when closing).
     compress: "zstd" or "zstd:LEVEL" (1..22; default level 3) compresses
         each field (a plain sample is one field), keeping it raw where that
@@ -66,14 +67,19 @@ class Writer:
     Not thread-safe: use one writer from one thread.
     """
 
-    def __init__(self, path, class_names=None, targets=1, alignment=None, force=False,
-                 progress=False, compress=None, dict=False):
+    def __init__(self, path, class_names=None, targets=1, align=None, force=False,
+                 progress=False, compress=None, dict=False, *, alignment=None):
+        if alignment is not None:
+            if align is not None and align != alignment:
+                raise ValueError(f"dlfs.Writer: align={align} and alignment={alignment} differ "
+                                 "(alignment= is align='s earlier name)")
+            align = alignment
         self.path = os.fspath(path)
         self.class_names = list(class_names) if class_names is not None else None
         self._class_ids = ({name: i for i, name in enumerate(self.class_names)}
                            if self.class_names is not None else {})
         self._writer = _VolumeWriter(self.path, int(targets),
-                                     1 if alignment is None else int(alignment), bool(force),
+                                     1 if align is None else int(align), bool(force),
                                      self.class_names or [], compress or "", bool(dict))
         self._progress = Progress(f"writing {self.path}") if progress else None
 

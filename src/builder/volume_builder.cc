@@ -37,7 +37,7 @@ Status ValidateComponent(std::string_view c, std::string_view path) {
 Status CheckOptions(const std::string& path, const VolumeBuilder::Options& options) {
   const uint32_t a = options.align;
   if (a == 0 || (a & (a - 1)) != 0 || a > format::kMaxDataAlignment) {
-    return Status::InvalidArgument("alignment must be a power of two from 1 to 1 MiB, not " +
+    return Status::InvalidArgument("align must be a power of two from 1 to 1 MiB, not " +
                                    std::to_string(a));
   }
   if (path.empty()) return Status::InvalidArgument("empty volume path");

@@ -50,13 +50,19 @@ void CacheFiller::Offer(std::shared_ptr<const Batch::Data> read) {
       try {
         s.thread = std::thread([&s] { Run(s); });
       } catch (const std::system_error&) {
-        s.stop = true;  // no thread: the cache stays as it is
+        s.stop = true;                     // no thread: the cache stays as it is
+        read = std::move(s.queue.back());  // released outside the lock
         s.queue.clear();
         return;
       }
     }
   }
   s.cv.notify_one();
+}
+
+bool CacheFiller::holding() const {
+  std::lock_guard lock(state_->mu);
+  return !state_->queue.empty() && state_->queue.front() != nullptr;
 }
 
 void CacheFiller::Run(State& s) {
@@ -92,15 +98,25 @@ void CacheFiller::Run(State& s) {
       (void)s.cache->Admit(job->indices[k], job->samples[k]);
     }
     const double busy = Now() - t0;
-    job.reset();
     {
-      std::lock_guard lock(s.mu);
-      s.queue.pop_front();  // the batch's buffer may now be reused
-      if (s.cache->full()) {
+      // The batch's buffer may now be reused. Its last reference goes
+      // outside the lock: returning a buffer wakes the reader, which may
+      // ask holding() under a lock of its own.
+      std::deque<std::shared_ptr<const Batch::Data>> dropped;
+      std::unique_lock lock(s.mu);
+      dropped.push_back(std::move(s.queue.front()));
+      s.queue.pop_front();
+      const bool full = s.cache->full();
+      if (full) {
         s.stop = true;  // nothing more to do; Offer drops what comes
+        for (auto& q : s.queue) dropped.push_back(std::move(q));
         s.queue.clear();
-        return;
       }
+      lock.unlock();
+      job.reset();
+      dropped.clear();
+      if (s.on_release) s.on_release();
+      if (full) return;
     }
     const Mark now = mark();
     const double wall = now.wall - last.wall;

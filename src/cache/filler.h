@@ -58,6 +58,15 @@ class CacheFiller {
   // (and so its buffer) until its samples are copied.
   void Offer(std::shared_ptr<const Batch::Data> read);
 
+  // Whether the filler holds an offered batch (and so its buffer) now.
+  bool holding() const;
+  // Called on the filler's thread, holding none of its locks, each time it
+  // lets go of a batch (holding() may have turned false). Set before the
+  // first Offer.
+  void set_on_release(std::function<void()> on_release) {
+    state_->on_release = std::move(on_release);
+  }
+
   // The default for memory_short: what this process may still use
   // (dlfs/memory.h) is under a quarter of its cgroup's limit, or under
   // 256 MiB of MemAvailable where no cgroup limits it.
@@ -74,7 +83,8 @@ class CacheFiller {
     std::shared_ptr<NodeCache> cache;
     std::function<Progress()> progress;
     std::function<bool()> memory_short;
-    std::mutex mu;
+    std::function<void()> on_release;
+    mutable std::mutex mu;
     std::condition_variable cv;
     std::deque<std::shared_ptr<const Batch::Data>> queue;  // at most kHeld (or a resting marker)
     bool stop = false;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <optional>
@@ -144,12 +145,13 @@ uint64_t ResolveCacheBudget(uint64_t requested, const MemoryLimit& limit, std::s
   if (requested == kAutoCacheBudget) return usable / 4;
   if (requested > usable / 2) {
     if (note) {
-      *note = "cache budget of " + std::to_string(requested) + " bytes reduced to " +
-              std::to_string(usable / 2) + ", half of the memory this job may still use (" +
+      const auto mb = [](uint64_t b) { return HumanBytes(static_cast<double>(b)); };
+      *note = "cache budget of " + mb(requested) + " reduced to " + mb(usable / 2) +
+              ", half of the memory this job may still use (" +
               (limit.cgroup_limit > 0 && usable < limit.mem_available
-                   ? "limit " + std::to_string(limit.cgroup_limit) + " in " + limit.cgroup + ", " +
-                         std::to_string(limit.cgroup_usage) + " in use"
-                   : "MemAvailable " + std::to_string(limit.mem_available)) +
+                   ? "limit " + mb(limit.cgroup_limit) + " in " + limit.cgroup + ", " +
+                         mb(limit.cgroup_usage) + " in use"
+                   : "MemAvailable " + mb(limit.mem_available)) +
               ")";
     }
     return usable / 2;
@@ -158,6 +160,18 @@ uint64_t ResolveCacheBudget(uint64_t requested, const MemoryLimit& limit, std::s
 }
 
 uint64_t DefaultCacheBudget() { return ResolveCacheBudget(kAutoCacheBudget, ReadMemoryLimit()); }
+
+std::string HumanBytes(double b) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  int u = 0;
+  while (b >= 1000 && u < 4) {
+    b /= 1000;
+    ++u;
+  }
+  char out[32];
+  std::snprintf(out, sizeof out, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
+  return out;
+}
 
 Result<uint64_t> ParseByteBudget(std::string_view text) {
   if (text == "auto") return kAutoCacheBudget;

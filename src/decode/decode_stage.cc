@@ -239,7 +239,7 @@ class DecodeStage::Impl {
       job.input_error = Status::InvalidArgument(
           "decode: the input batches hold " + std::to_string(in.field_count()) +
           " fields per sample; the decode stage decodes one image per sample: read only the "
-          "image field (fields=[\"jpg\"])");
+          "image field (the fields option, one name)");
       return;
     }
     if (n == 0) return;

@@ -20,6 +20,7 @@
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <malloc.h>
 #include <unistd.h>
@@ -27,6 +28,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <list>
 #include <memory>
@@ -530,6 +532,36 @@ void StatFs(fuse_req_t req, fuse_ino_t) {
 
 void ReadOnly(fuse_req_t req) { fuse_reply_err(req, EROFS); }
 
+// The mount point as an absolute path, once it is known to be an existing
+// empty directory. Absolute because libfuse unmounts by that name at exit,
+// from whatever working directory it has then; empty because a mount hides
+// what the directory holds.
+Result<std::string> ResolveMountpoint(const std::string& mountpoint) {
+  char* real = ::realpath(mountpoint.c_str(), nullptr);
+  if (real == nullptr) return Status::FromErrno(errno, mountpoint);
+  std::string path = real;
+  std::free(real);
+  DIR* d = ::opendir(path.c_str());
+  if (d == nullptr) {
+    if (errno == ENOTDIR) {
+      return Status::InvalidArgument(mountpoint +
+                                     ": not a directory (mount on an existing empty directory)");
+    }
+    return Status::FromErrno(errno, mountpoint);
+  }
+  uint64_t entries = 0;
+  while (const dirent* e = ::readdir(d)) {
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) ++entries;
+  }
+  ::closedir(d);
+  if (entries > 0) {
+    return Status::InvalidArgument(mountpoint + ": not empty (" + std::to_string(entries) +
+                                   (entries == 1 ? " entry" : " entries") +
+                                   " the mount would hide); mount on an empty directory");
+  }
+  return path;
+}
+
 }  // namespace
 
 Status MountVolume(std::shared_ptr<Volume> volume, const std::string& mountpoint,
@@ -545,6 +577,7 @@ Status MountVolume(std::shared_ptr<Volume> volume, const std::string& mountpoint
   // through the kernel; contention on many cores is not measured yet. Must
   // run before the worker threads start; the mount owns the process from
   // here anyway (signal handlers, daemonizing).
+  DLFS_ASSIGN_OR_RETURN(const std::string where_path, ResolveMountpoint(mountpoint));
   mallopt(M_ARENA_MAX, 1);
   Context ctx;
   ctx.volume = std::move(volume);
@@ -603,7 +636,7 @@ Status MountVolume(std::shared_ptr<Volume> volume, const std::string& mountpoint
     return Status::InvalidArgument("fuse_session_new rejected the mount options");
   }
   const std::string where = ctx.volume->path() + " at " + mountpoint;
-  if (fuse_session_mount(se, mountpoint.c_str()) != 0) {
+  if (fuse_session_mount(se, where_path.c_str()) != 0) {
     fuse_session_destroy(se);
     fuse_opt_free_args(&fargs);
     return Status::IOError("cannot mount " + where + " (see the message above)");

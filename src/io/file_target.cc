@@ -172,7 +172,22 @@ Result<std::unique_ptr<Target>> Create(const std::string& path, bool overwrite) 
       (void)LockWhole(fd);
       return std::unique_ptr<Target>(new FileTarget(path, fd, std::move(tmp), overwrite));
     }
-    if (errno != EEXIST) return Status::FromErrno(errno, tmp);
+    if (errno != EEXIST) {
+      // Named by the file the caller asked for, not the temporary one.
+      const int err = errno;
+      const std::string dir = std::filesystem::path(path).parent_path().string();
+      struct stat st {};
+      if (err == ENOENT || err == ENOTDIR) {
+        if (!dir.empty() && (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))) {
+          const Status base = Status::FromErrno(err, path);
+          return Status(base.code(),
+                        path + ": cannot create it: directory " + dir +
+                            (err == ENOTDIR ? " is not a directory" : " does not exist"),
+                        err);
+        }
+      }
+      return Status::FromErrno(err, path + " (creating " + tmp + ")");
+    }
   }
   return Status::AlreadyExists(path + ": cannot pick a temporary file name");
 }

@@ -28,7 +28,15 @@ class NbdTarget final : public Target {
   // the read timeout); later reads fail.
   void Close() override { c_->Close(); }
 
+  // An export cannot grow (docs/format.md §6.1): a write past its end is
+  // the size check, made as soon as the data reaches it.
   Status Write(const void* buf, size_t n, uint64_t offset) override {
+    if (offset > c_->size() || n > c_->size() - offset) {
+      return Status::InvalidArgument(name() + ": export has " + std::to_string(c_->size()) +
+                                     " bytes, fewer than the target written to it (which reaches "
+                                     "byte " +
+                                     std::to_string(offset + n) + " so far)");
+    }
     return c_->Write(buf, n, offset, name());
   }
 

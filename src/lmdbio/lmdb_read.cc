@@ -183,8 +183,11 @@ Result<LmdbReadReport> RunLmdbRead(MPI_Comm comm, const std::string& db,
         const auto& counter = (*c)[k];
         const auto was = std::find_if(counters_before.begin(), counters_before.end(),
                                       [&](const auto& b) { return b.first == counter.first; });
-        if (was != counters_before.end()) {
+        if (was == counters_before.end()) continue;
+        if (counter.second != was->second) {
           report.counters.emplace_back(counter.first, counter.second - was->second);
+        } else {
+          report.unchanged.emplace_back(counter.first, counter.second);
         }
       }
     }

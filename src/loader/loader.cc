@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <system_error>
 
@@ -22,6 +23,40 @@ void AddSeconds(std::atomic<uint64_t>& ns, double seconds) {
   ns.fetch_add(static_cast<uint64_t>(seconds * 1e9), std::memory_order_relaxed);
 }
 
+// The sizes of the samples a loader reads (all, or `subset`): what its
+// batch buffers are planned for.
+struct SampleSizes {
+  uint64_t mean = 0, largest = 0;
+  double stddev = 0;
+};
+SampleSizes MeasureSampleSizes(const Volume& volume, const std::vector<uint64_t>& subset) {
+  const SampleDirectory& dir = volume.directory();
+  const uint64_t n = subset.empty() ? volume.size() : subset.size();
+  SampleSizes s;
+  if (n == 0) return s;
+  double sum = 0, squares = 0;
+  for (uint64_t k = 0; k < n; ++k) {
+    const uint64_t len = dir.sample(subset.empty() ? k : subset[k]).length;
+    sum += static_cast<double>(len);
+    squares += static_cast<double>(len) * static_cast<double>(len);
+    s.largest = std::max(s.largest, len);
+  }
+  const double mean = sum / static_cast<double>(n);
+  s.mean = static_cast<uint64_t>(std::ceil(mean));
+  s.stddev = std::sqrt(std::max(0.0, squares / static_cast<double>(n) - mean * mean));
+  return s;
+}
+
+// "limit 128.0 MB in FILE, 6.2 MB in use" or "MemAvailable 21.9 GB": where
+// MemoryLimit::usable() comes from, for messages.
+std::string MemoryWhere(const MemoryLimit& m) {
+  if (m.cgroup_limit > 0 && (m.mem_available == 0 || m.usable() < m.mem_available)) {
+    return "limit " + HumanBytes(static_cast<double>(m.cgroup_limit)) + " in " + m.cgroup + ", " +
+           HumanBytes(static_cast<double>(m.cgroup_usage)) + " in use";
+  }
+  return "MemAvailable " + HumanBytes(static_cast<double>(m.mem_available));
+}
+
 }  // namespace
 
 Loader::Impl::~Impl() {
@@ -32,6 +67,8 @@ Loader::Impl::~Impl() {
   work_cv_.notify_all();
   for (auto& w : workers_) {
     if (w->thread.joinable()) w->thread.join();
+    // Batches the caller keeps may come back after the loader is gone.
+    w->pool->SetOnRelease({});
   }
   filler_.reset();  // before the engines it asks for their bytes
 }
@@ -156,7 +193,14 @@ Result<bool> Loader::Impl::Next(Batch* out) {
   resume_pending_ = false;
   if (!start_error_.ok()) return start_error_;
   if (consumer_ >= epoch_end_) return false;
-  ready_cv_.wait(lock, [&] { return ready_.count(consumer_) > 0; });
+  if (ready_.count(consumer_) == 0) {
+    // An I/O thread waiting for a slab to come back reads this batch
+    // anyway once the caller waits for it (loader_io.cc).
+    caller_waiting_ = true;
+    work_cv_.notify_all();
+    ready_cv_.wait(lock, [&] { return ready_.count(consumer_) > 0; });
+    caller_waiting_ = false;
+  }
   auto node = ready_.extract(consumer_);
   ++consumer_;
   lock.unlock();
@@ -203,6 +247,7 @@ SourceStats Loader::Impl::Stats() const {
   s.verify_seconds = verify_ns_.load(std::memory_order_relaxed) / 1e9;
   s.next_wait_seconds = next_wait_ns_.load(std::memory_order_relaxed) / 1e9;
   if (cache_) {
+    s.cache_budget = cache_budget_;
     const cache_internal::NodeCacheStats c = cache_->stats();
     s.cache_bytes = c.capacity;
     s.cache_used_bytes = c.used;
@@ -296,24 +341,30 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
   // Memory: the batch buffers first (they are needed to read at all), then
   // the node cache's budget from what they leave.
   const MemoryLimit memory = ReadMemoryLimit();
-  const loader_internal::BufferPlan plan = loader_internal::PlanBuffers(
+  const SampleSizes sizes = MeasureSampleSizes(*volume, options.subset);
+  Result<loader_internal::BufferPlan> planned = loader_internal::PlanBuffers(
       {.window = impl->window_,
        .threads = options.io_threads,
        .held = 2 + (options.cache_budget != 0 ? cache_internal::CacheFiller::kHeld : 0),
        .batch_size = options.sampler.batch_size,
-       .mean_sample = volume->size() ? volume->info().data_bytes / volume->size() : 0,
+       .mean_sample = sizes.mean,
+       .largest_sample = sizes.largest,
+       .sample_stddev = sizes.stddev,
        .alignment = first.alignment(),
-       .budget = memory.usable() / 8});
+       .usable = memory.usable(),
+       .usable_from = MemoryWhere(memory)});
+  if (!planned.ok()) return planned.status().WithContext(volume->path());
+  const loader_internal::BufferPlan& plan = *planned;
   impl->window_ = plan.window;
   MemoryLimit after_buffers = memory;
-  const uint64_t buffers = uint64_t{plan.per_thread} * options.io_threads * plan.slab;
-  after_buffers.mem_available -= std::min(after_buffers.mem_available, buffers);
-  after_buffers.cgroup_usage += buffers;
+  after_buffers.mem_available -= std::min(after_buffers.mem_available, plan.total);
+  after_buffers.cgroup_usage += plan.total;
 
   std::string budget_note;
   cache_internal::NodeCacheOptions co;
   co.budget = ResolveCacheBudget(options.cache_budget, after_buffers, &budget_note);
   co.shared = options.cache_shared;
+  impl->cache_budget_ = co.budget;
   impl->cache_ = NodeCache::Open(*volume, co, &impl->cache_note_);
   if (!budget_note.empty()) {
     impl->cache_note_ = budget_note + (impl->cache_note_.empty() ? "" : "; " + impl->cache_note_);
@@ -327,6 +378,11 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
       for (const auto& w : raw->workers_) p.device_bytes += w->engine->stats().bytes;
       return p;
     });
+    // A reader waiting for a slab the filler held may go on (loader_io.cc).
+    impl->filler_->set_on_release([raw] {
+      { std::lock_guard lock(raw->mu_); }
+      raw->work_cv_.notify_all();
+    });
   }
   if (!plan.note.empty()) {
     impl->cache_note_ += (impl->cache_note_.empty() ? "" : "; ") + plan.note;
@@ -337,6 +393,14 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
                                  std::to_string(plan.per_thread) + " batch buffers of " +
                                  std::to_string(plan.slab) + " bytes");
     }
+    // Held to the plan: the I/O thread waits for a slab to come back rather
+    // than allocate another (loader_io.cc).
+    w->pool->set_cap(w->pool->bytes());
+    Loader::Impl* raw = impl.get();
+    w->pool->SetOnRelease([raw] {
+      { std::lock_guard lock(raw->mu_); }
+      raw->work_cv_.notify_all();
+    });
   }
   impl->description_ = std::move(description);
   impl->setup_seconds_ = Now() - t0;

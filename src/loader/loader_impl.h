@@ -140,6 +140,7 @@ class Loader::Impl {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::shared_ptr<NodeCache> cache_;  // null: none
   std::string cache_note_;
+  uint64_t cache_budget_ = 0;  // as resolved from the options and the memory left
   const uint32_t subset_crc_ = SubsetCrc(options_.subset);
   std::vector<uint32_t> field_ids_;  // LoaderOptions::fields resolved; empty: whole samples
   const std::shared_ptr<loader_internal::DecodedBuffers> decoded_buffers_ =
@@ -160,6 +161,7 @@ class Loader::Impl {
   std::map<uint64_t, Result<std::shared_ptr<Batch::Data>>> ready_;
   Status start_error_;
   bool resume_pending_ = false;  // LoadState's position, not yet used or moved
+  bool caller_waiting_ = false;  // Next() waits for ticket consumer_
   // The rest of an epoch after an elastic resume (its epoch's tickets before
   // first_seq are never read), and the parts read before it; kept until
   // another position is set.

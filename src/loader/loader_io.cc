@@ -40,6 +40,10 @@ void Loader::Impl::Run(Worker& w) {
   uint64_t next = w.index;  // next ticket this thread starts
   uint64_t next_id = 0;
   std::unordered_map<uint64_t, std::unique_ptr<InFlight>> flying;  // by batch id
+  // A batch planned but waiting for room in the pool (its cap, the loader's
+  // memory plan): read once a slab comes back, or once the caller waits for
+  // it (then the caller holds every other slab: waiting would never end).
+  std::unique_ptr<InFlight> stalled;
   std::vector<ReadCompletion> done;
   std::vector<ReadRequest> requests;
   while (true) {
@@ -54,55 +58,71 @@ void Loader::Impl::Run(Worker& w) {
           my_gen = gen_;
           next = w.index;
           for (auto& [id, b] : flying) b->abandoned = true;
+          stalled.reset();
           // Their reads not yet started need not be done at all.
           w.engine->Cancel([&](uint64_t tag) { return flying.count(tag >> kReadBits) > 0; });
         }
+        if (stalled && stalled->ticket < consumer_) stalled.reset();       // skipped
         if (next < consumer_) next += (consumer_ - next + n - 1) / n * n;  // skipped ahead
-        start = batches_ > 0 && next < consumer_ + window_;
+        if (stalled) {
+          start =
+              w.pool->Fits(stalled->read->buffer_bytes()) ||
+              (caller_waiting_ && stalled->ticket == consumer_ && !(filler_ && filler_->holding()));
+        } else {
+          start = batches_ > 0 && next < consumer_ + window_;
+        }
         if (start || w.engine->pending() > 0) break;
         work_cv_.wait(lock);
       }
       if (stop_) break;
       ticket = next;
       gen = my_gen;
-      if (start) epoch = base_epoch_ + ticket / batches_;
+      if (start && !stalled) epoch = base_epoch_ + ticket / batches_;
       part = part_;
     }
     Status st;
     if (start) {
-      next += n;
-      auto b = std::make_unique<InFlight>();
-      b->gen = gen;
-      b->ticket = ticket;
-      b->epoch = epoch;
-      b->seq = ticket % batches_;
-      b->order = orders_.Get(epoch, std::move(part));
-      if (!b->order->error.ok()) {
-        Publish(*b, b->order->error);
-        continue;
-      }
-      const uint64_t bs = options_.sampler.batch_size;
-      const uint64_t first =
-          b->order->starts.empty() ? (b->seq - b->order->first_seq) * bs : b->order->starts[b->seq];
-      const uint64_t count = b->order->starts.empty()
-                                 ? std::min<uint64_t>(bs, b->order->indices.size() - first)
-                                 : b->order->starts[b->seq + 1] - first;
-      b->indices = std::span<const uint64_t>(b->order->indices.data() + first, count);
-      std::span<const uint64_t> to_read = b->indices;
-      if (cache_) {
-        // Samples the node cache holds are not read.
-        b->cached.resize(count);
-        for (uint64_t k = 0; k < count; ++k) {
-          b->cached[k] = cache_->Find(b->indices[k]);
-          if (!b->cached[k]) b->misses.push_back(b->indices[k]);
+      std::unique_ptr<InFlight> b = std::move(stalled);
+      if (!b) {
+        next += n;
+        b = std::make_unique<InFlight>();
+        b->gen = gen;
+        b->ticket = ticket;
+        b->epoch = epoch;
+        b->seq = ticket % batches_;
+        b->order = orders_.Get(epoch, std::move(part));
+        if (!b->order->error.ok()) {
+          Publish(*b, b->order->error);
+          continue;
         }
-        to_read = b->misses;
+        const uint64_t bs = options_.sampler.batch_size;
+        const uint64_t first = b->order->starts.empty() ? (b->seq - b->order->first_seq) * bs
+                                                        : b->order->starts[b->seq];
+        const uint64_t count = b->order->starts.empty()
+                                   ? std::min<uint64_t>(bs, b->order->indices.size() - first)
+                                   : b->order->starts[b->seq + 1] - first;
+        b->indices = std::span<const uint64_t>(b->order->indices.data() + first, count);
+        std::span<const uint64_t> to_read = b->indices;
+        if (cache_) {
+          // Samples the node cache holds are not read.
+          b->cached.resize(count);
+          for (uint64_t k = 0; k < count; ++k) {
+            b->cached[k] = cache_->Find(b->indices[k]);
+            if (!b->cached[k]) b->misses.push_back(b->indices[k]);
+          }
+          to_read = b->misses;
+        }
+        loader_internal::PlanOptions po = po_;
+        po.alignment = w.engine->alignment();
+        b->read = std::make_unique<BatchRead>(*volume_, to_read, po);
+        if (!to_read.empty() && !w.pool->Fits(b->read->buffer_bytes())) {
+          stalled = std::move(b);  // the loop above decides when to read it
+          continue;
+        }
       }
-      loader_internal::PlanOptions po = po_;
-      po.alignment = w.engine->alignment();
-      b->read = std::make_unique<BatchRead>(*volume_, to_read, po);
-      b->slab = to_read.empty() ? nullptr : w.pool->Acquire(b->read->buffer_bytes());
-      if (to_read.empty()) {
+      const bool nothing_to_read = cache_ ? b->misses.empty() : b->indices.empty();
+      b->slab = nothing_to_read ? nullptr : w.pool->Acquire(b->read->buffer_bytes());
+      if (nothing_to_read) {
         // Wholly cached: nothing to read.
         b->started = Now();
         Finish(w, ~uint64_t{0}, *b, &requests);

@@ -282,13 +282,15 @@ class MixtureSource::Impl {
 
   SourceStats Stats() const {
     SourceStats total;
-    uint64_t buffers = 0;
+    uint64_t buffers = 0, budgets = 0;
     for (const auto& l : loaders_) {
       SourceStats s = l->source_stats();
       buffers += s.buffer_bytes;
+      budgets += s.cache_budget;
       total += s;
     }
     total.buffer_bytes = buffers;
+    total.cache_budget = budgets;
     return total;
   }
 
@@ -369,7 +371,8 @@ Result<std::unique_ptr<MixtureSource>> MixtureSource::Create(
           volumes[v]->path() + " has " + std::to_string(n) + " samples, fewer than its share " +
           std::to_string(shares[v]) + " of an epoch of " + std::to_string(samples) + " (weight " +
           Weight(w[v]) + ")" +
-          (n == 0 ? "" : ": let it cycle, or ask for fewer samples per epoch"));
+          (n == 0 ? "" : ": set cycle to let it start over, or ask for fewer samples per epoch "
+                         "(epoch_samples)"));
     }
   }
   SamplerOptions by_position = options.sampler;

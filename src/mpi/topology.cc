@@ -62,9 +62,9 @@ Status AgreeOnStatus(MPI_Comm comm, const Status& local) {
   std::string message = local.message();
   message.resize(static_cast<size_t>(header[1]));
   MPI_Bcast(message.data(), header[1], MPI_CHAR, first, comm);
-  if (rank == first) return local;
   return Status(static_cast<StatusCode>(header[0]),
-                "rank " + std::to_string(first) + ": " + message);
+                "rank " + std::to_string(first) + ": " + message,
+                rank == first ? local.sys_errno() : 0);
 }
 
 namespace {

@@ -1,7 +1,8 @@
 // ImageFolder importer: a class-per-directory tree, read the way
-// torchvision.datasets.ImageFolder reads it: the same classes, labels and
-// samples (files with an image extension below a class directory), hidden
-// entries left out; `all_files` packs every regular file instead.
+// torchvision.datasets.ImageFolder (0.14) reads it: the same classes, labels
+// and samples (files with an image extension below a class directory),
+// hidden entries included; `skip_hidden` leaves those out, `all_files`
+// packs every regular file instead.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -85,11 +86,16 @@ Result<std::vector<Entry>> ListSorted(const std::string& dir) {
 class Walker {
  public:
   Walker(const std::string& root, PackContext& ctx, bool counting = false)
-      : root_(root), ctx_(ctx), counting_(counting), all_files_(ctx.options().all_files) {
+      : root_(root),
+        ctx_(ctx),
+        counting_(counting),
+        all_files_(ctx.options().all_files),
+        skip_hidden_(ctx.options().skip_hidden) {
     if (!counting_) buf_.resize(kReadChunk);
   }
 
   uint64_t counted() const { return counted_; }
+  bool counting() const { return counting_; }
 
   Status AddFile(const std::string& rel, uint32_t label) {
     if (counting_) {
@@ -145,7 +151,7 @@ class Walker {
     } else {
       for (const Entry& e : *listing) {
         const std::string child = rel + "/" + e.name;
-        if (!all_files_ && IsHidden(e.name)) {
+        if (skip_hidden_ && IsHidden(e.name)) {
           Ignore(PackContext::Ignored::kHidden, child);
         } else if (e.is_dir) {
           result = AddTree(child, label);
@@ -170,6 +176,7 @@ class Walker {
   PackContext& ctx_;
   const bool counting_;
   const bool all_files_;
+  const bool skip_hidden_;
   uint64_t counted_ = 0;
   std::vector<std::byte> buf_;
   std::set<std::pair<dev_t, ino_t>> active_;
@@ -182,9 +189,11 @@ Status ImportImageFolder(const std::string& root_in, PackContext& ctx) {
   while (root.size() > 1 && root.back() == '/') root.pop_back();
   DLFS_ASSIGN_OR_RETURN(std::vector<Entry> top, ListSorted(root));
   const bool all_files = ctx.options().all_files;
-  // Classes: the top-level directories (not hidden ones, unless all_files).
+  const bool skip_hidden = ctx.options().skip_hidden;
+  // Classes: the top-level directories (torchvision's find_classes: every
+  // entry that is a directory, hidden ones too).
   const auto is_class = [&](const Entry& e) {
-    return e.is_dir && (all_files || !IsHidden(e.name));
+    return e.is_dir && !(skip_hidden && IsHidden(e.name));
   };
   std::vector<std::string> classes;
   for (const Entry& e : top) {
@@ -192,6 +201,26 @@ Status ImportImageFolder(const std::string& root_in, PackContext& ctx) {
   }
   if (classes.size() >= format::kNone - 1)
     return Status::InvalidArgument(root + ": too many classes");
+  // The directories name the classes; class_names may rename them, one
+  // for one, but never silently add or leave out a class.
+  if (const std::vector<std::string>& names = ctx.options().class_names;
+      !names.empty() && names.size() != classes.size()) {
+    std::string dirs;
+    for (size_t c = 0; c < classes.size() && c < 8; ++c) dirs += (c ? ", " : "") + classes[c];
+    if (classes.size() > 8) dirs += ", ...";
+    return Status::InvalidArgument(
+        root + ": class_names gives " + std::to_string(names.size()) + " names for " +
+        std::to_string(classes.size()) + " class directories (" + dirs +
+        "); an ImageFolder tree's classes are its directories: give one name per directory, in "
+        "sorted order, to rename them, or none");
+  }
+  if (!ctx.options().class_names.empty()) {
+    for (size_t c = 0; c < classes.size(); ++c) {
+      if (classes[c] != ctx.options().class_names[c]) {
+        ctx.Renamed(classes[c], ctx.options().class_names[c]);
+      }
+    }
+  }
   if (classes.empty() && !all_files) {
     return Status::InvalidArgument(
         root + ": no class directories (ImageFolder reads ROOT/CLASS/IMAGE; files directly in " +
@@ -199,17 +228,23 @@ Status ImportImageFolder(const std::string& root_in, PackContext& ctx) {
   }
   ctx.builder().SetClassNames(classes);
   // Walks the tree: adds (or, counting, counts) every sample.
+  std::vector<std::string> empty_classes;
   const auto walk = [&](Walker& walker) -> Status {
     uint32_t label = 0;
     for (const Entry& e : top) {
       if (is_class(e)) {
+        const uint64_t before = ctx.builder().sample_count();
         DLFS_RETURN_IF_ERROR(walker.AddTree(e.name, label++));
-      } else if (all_files && !e.is_dir) {
+        if (!walker.counting() && ctx.builder().sample_count() == before) {
+          empty_classes.push_back(e.name);
+        }
+      } else if (skip_hidden && IsHidden(e.name)) {
+        walker.Ignore(e.is_dir ? PackContext::Ignored::kHiddenClass : PackContext::Ignored::kHidden,
+                      e.name);
+      } else if (all_files) {
         DLFS_RETURN_IF_ERROR(walker.AddFile(e.name, kNoLabel));
       } else {
-        walker.Ignore(
-            IsHidden(e.name) ? PackContext::Ignored::kHidden : PackContext::Ignored::kAtRoot,
-            e.name);
+        walker.Ignore(PackContext::Ignored::kAtRoot, e.name);
       }
     }
     return Status::Ok();
@@ -224,12 +259,14 @@ Status ImportImageFolder(const std::string& root_in, PackContext& ctx) {
   // As torchvision, which refuses such a tree: most likely the wrong
   // directory, or files ImageFolder cannot load.
   if (!all_files && ctx.builder().sample_count() == 0 && ctx.stats().skipped == 0) {
-    return Status::InvalidArgument(root + ": no image files (" +
-                                   std::to_string(ctx.stats().ignored()) +
-                                   " other files or hidden entries ignored); ImageFolder loads " +
-                                   "ROOT/CLASS/.../NAME.{jpg,jpeg,png,ppm,bmp,pgm,tif,tiff,webp}; "
-                                   "all_files packs every file");
+    return Status::InvalidArgument(
+        root + ": no image files (other entries left out: " +
+        std::to_string(ctx.stats().ignored() + ctx.stats().skipped_hidden) +
+        "); ImageFolder loads " +
+        "ROOT/CLASS/.../NAME.{jpg,jpeg,png,ppm,bmp,pgm,tif,tiff,webp}; "
+        "all_files packs every file");
   }
+  ctx.set_empty_classes(std::move(empty_classes));
   return Status::Ok();
 }
 

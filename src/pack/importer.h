@@ -46,9 +46,18 @@ class PackContext {
   void BeginSource(const std::string& file);
 
   // An entry left out by design (imagefolder: ImageFolder would not load
-  // it): counted in the stats, with the first few as examples.
-  enum class Ignored { kNotImage, kHidden, kAtRoot };
+  // it, or skip_hidden): counted in the stats, with the first few as
+  // examples.
+  enum class Ignored { kNotImage, kAtRoot, kHidden, kHiddenClass };
   void Ignore(Ignored why, const std::string& rel_path);
+  // imagefolder: a class directory that class_names renames.
+  void Renamed(const std::string& directory, const std::string& name) {
+    stats_.renamed_classes.push_back(directory + " -> " + name);
+  }
+  // imagefolder: the classes left without a sample.
+  void set_empty_classes(std::vector<std::string> names) {
+    stats_.empty_classes = std::move(names);
+  }
 
  private:
   VolumeBuilder& builder_;

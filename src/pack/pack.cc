@@ -49,18 +49,23 @@ void PackContext::BeginSource(const std::string& file) {
 }
 
 void PackContext::Ignore(Ignored why, const std::string& rel_path) {
+  std::vector<std::string>* examples = &stats_.ignored_examples;
   switch (why) {
     case Ignored::kNotImage:
       ++stats_.ignored_not_image;
       break;
-    case Ignored::kHidden:
-      ++stats_.ignored_hidden;
-      break;
     case Ignored::kAtRoot:
       ++stats_.ignored_at_root;
       break;
+    case Ignored::kHiddenClass:
+      ++stats_.skipped_hidden_classes;
+      [[fallthrough]];
+    case Ignored::kHidden:
+      ++stats_.skipped_hidden;
+      examples = &stats_.skipped_hidden_examples;
+      break;
   }
-  if (stats_.ignored_examples.size() < 5) stats_.ignored_examples.push_back(rel_path);
+  if (examples->size() < 5) examples->push_back(rel_path);
 }
 
 Status PackContext::Tick() {
@@ -221,6 +226,9 @@ Result<PackStats> Pack(const std::string& source, const std::string& volume_path
   }
   if (options.all_files && stats.from != SourceKind::kImageFolder) {
     return refuse("all_files", "ImageFolder trees");
+  }
+  if (options.skip_hidden && stats.from != SourceKind::kImageFolder) {
+    return refuse("skip_hidden", "ImageFolder trees");
   }
   if (options.lmdb_payload_only && stats.from != SourceKind::kLmdb) {
     return refuse("lmdb_payload_only", "LMDB databases");

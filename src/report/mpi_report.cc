@@ -162,10 +162,13 @@ json LmdbReadJson(const std::string& db, const LmdbReadOptions& options,
             {"read_bytes", sum.counters.read_bytes},
             {"record_bytes", sum.counters.record_bytes},
             {"per_rank", per_rank}};
-  if (!report.counters.empty()) {
+  if (!report.counters.empty() || !report.unchanged.empty()) {
     json counters = json::object();
     for (const auto& [name, value] : report.counters) counters[name] = value;
     j["counters"] = counters;
+    json unchanged = json::object();
+    for (const auto& [name, value] : report.unchanged) unchanged[name] = value;
+    j["counters_unchanged"] = unchanged;
   }
   if (report.check) {
     j["check"] = {{"mismatches", report.check->mismatches},
@@ -213,6 +216,13 @@ std::string FormatLmdbReadReport(const std::string& db, const LmdbReadOptions& o
   out += Printf("bytes        %llu read for %llu of records\n",
                 static_cast<unsigned long long>(sum.counters.read_bytes),
                 static_cast<unsigned long long>(sum.counters.record_bytes));
+  if (!report.unchanged.empty()) {
+    std::string values;
+    for (const auto& [name, value] : report.unchanged) {
+      values += Printf("%s%s %.15g", values.empty() ? "" : ", ", name.c_str(), value);
+    }
+    out += Printf("unchanged    %s\n", values.c_str());
+  }
   for (const auto& [name, value] : report.counters) {
     out += Printf("counter      %s +%.15g\n", name.c_str(), value);
   }

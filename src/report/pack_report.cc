@@ -1,9 +1,12 @@
 // `dlfs pack`'s progress line and summary (dlfs/report.h).
+#include <algorithm>
+
 #include "dlfs/report.h"
 #include "report/report_util.h"
 
 namespace dlfs {
 
+using report_internal::Count;
 using report_internal::Printf;
 
 std::string FormatPackProgress(const PackProgress& p) {
@@ -37,26 +40,54 @@ std::string FormatPackReport(const PackStats& stats, const std::string& source,
     for (const std::string& path : paths) list += (list.empty() ? "" : ", ") + path;
     out += Printf("%zu targets: %s\n", paths.size(), list.c_str());
   }
+  const auto list = [](const std::vector<std::string>& names) {
+    std::string out;
+    for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+    return out;
+  };
   if (stats.ignored() > 0) {
     // What ImageFolder would not load either: one line, with examples.
-    std::string why, examples;
+    std::string why;
     const auto part = [&](uint64_t n, const char* what) {
       if (n > 0) why += (why.empty() ? "" : ", ") + std::to_string(n) + " " + what;
     };
     part(stats.ignored_not_image, "without an image extension");
-    part(stats.ignored_hidden, "hidden");
     part(stats.ignored_at_root, "at the root (no class)");
-    for (const std::string& e : stats.ignored_examples) {
-      examples += (examples.empty() ? "" : ", ") + e;
-    }
+    out += Printf("ignored %s that ImageFolder would not load: %s (e.g. %s); all_files packs %s\n",
+                  Count(stats.ignored(), "entry", "entries").c_str(), why.c_str(),
+                  list(stats.ignored_examples).c_str(), stats.ignored() == 1 ? "it" : "them");
+  }
+  if (stats.skipped_hidden > 0) {
     out += Printf(
-        "ignored %llu entries that ImageFolder would not load: %s (e.g. %s); all_files packs "
-        "them\n",
-        static_cast<unsigned long long>(stats.ignored()), why.c_str(), examples.c_str());
+        "skip_hidden left out %s (e.g. %s): %s\n",
+        Count(stats.skipped_hidden, "hidden entry", "hidden entries").c_str(),
+        list(stats.skipped_hidden_examples).c_str(),
+        stats.skipped_hidden_classes > 0
+            ? "the labels differ from torchvision's ImageFolder, which makes a class of each "
+              "directory at the top, hidden ones included"
+            : "the samples may differ from torchvision's ImageFolder, which loads hidden image "
+              "files");
+  }
+  if (!stats.renamed_classes.empty()) {
+    std::vector<std::string> first(
+        stats.renamed_classes.begin(),
+        stats.renamed_classes.begin() + std::min<size_t>(stats.renamed_classes.size(), 5));
+    out +=
+        Printf("class_names renamed %s: %s%s\n",
+               Count(stats.renamed_classes.size(), "class directory", "class directories").c_str(),
+               list(first).c_str(), stats.renamed_classes.size() > 5 ? ", ..." : "");
+  }
+  if (!stats.empty_classes.empty()) {
+    bool hidden = false;
+    for (const std::string& c : stats.empty_classes) hidden = hidden || c.rfind('.', 0) == 0;
+    out += Printf("%s without a sample: %s (torchvision's ImageFolder refuses such a tree%s)\n",
+                  Count(stats.empty_classes.size(), "class", "classes").c_str(),
+                  list(stats.empty_classes).c_str(),
+                  hidden ? "; skip_hidden leaves hidden directories out" : "");
   }
   if (stats.skipped > 0) {
-    out += Printf("skipped %llu unreadable sources, e.g.:\n",
-                  static_cast<unsigned long long>(stats.skipped));
+    out += Printf("skipped %s, e.g.:\n",
+                  Count(stats.skipped, "unreadable source", "unreadable sources").c_str());
     for (const std::string& e : stats.skipped_examples) out += "  " + e + "\n";
   }
   return out;

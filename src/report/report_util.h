@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdarg>
+#include <cstdint>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -26,6 +27,11 @@ namespace dlfs::report_internal {
   }
   va_end(again);
   return out;
+}
+
+// "1 entry", "3 entries": a count and its noun.
+inline std::string Count(uint64_t n, const char* one, const char* many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
 }
 
 // The document and a newline; invalid UTF-8 (paths are bytes) becomes

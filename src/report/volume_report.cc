@@ -13,16 +13,6 @@ namespace dlfs {
 
 using nlohmann::json;
 
-std::string HumanBytes(double b) {
-  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
-  int u = 0;
-  while (b >= 1000 && u < 4) {
-    b /= 1000;
-    ++u;
-  }
-  return report_internal::Printf(u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
-}
-
 namespace {
 
 // "1:05" or "2:03:04".
@@ -61,6 +51,7 @@ json SummaryJson(const VolumeSummary& s) {
   }
   return {{"path", s.path},
           {"format_version", i.format_version},
+          {"format", s.incompat_flags.empty() ? "v1" : "v2"},
           {"uuid", i.uuid},
           {"samples", i.sample_count},
           {"directories", i.dir_count},
@@ -83,7 +74,16 @@ std::string SummaryText(const VolumeSummary& s) {
   const VolumeInfo& i = s.info;
   std::string out;
   out += Printf("volume       %s\n", s.path.c_str());
-  out += Printf("format       dlfs v%u, uuid %s\n", i.format_version, i.uuid.c_str());
+  // Format v2 is version 1 with optional features behind incompat flags
+  // (docs/format.md): say v2 where the volume uses them.
+  std::string features;
+  for (const std::string& f : s.incompat_flags) features += (features.empty() ? "" : ", ") + f;
+  if (features.empty()) {
+    out += Printf("format       dlfs v%u, uuid %s\n", i.format_version, i.uuid.c_str());
+  } else {
+    out += Printf("format       dlfs v2 (version %u with %s), uuid %s\n", i.format_version,
+                  features.c_str(), i.uuid.c_str());
+  }
   out += Printf("samples      %llu in %llu directories\n",
                 static_cast<unsigned long long>(i.sample_count),
                 static_cast<unsigned long long>(i.dir_count));
@@ -95,8 +95,6 @@ std::string SummaryText(const VolumeSummary& s) {
   out += Printf("directory    %s (%.1f bytes per sample)\n", HumanBytes(i.directory_bytes).c_str(),
                 s.directory_bytes_per_sample());
   out += Printf("alignment    %u\n", i.data_alignment);
-  std::string features;
-  for (const std::string& f : s.incompat_flags) features += (features.empty() ? "" : ", ") + f;
   out += Printf("features     %s\n", features.empty() ? "none (v1 layout)" : features.c_str());
   if (!s.fields.empty()) {
     // The field table: how many samples have each field, and what it costs.

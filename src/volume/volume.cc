@@ -493,8 +493,8 @@ Status Volume::PlainSamples() const {
     names += (f > 0 ? ", '" : "'") + std::string(directory_.field_name(f)) + "'";
   }
   return Status::NotSupported(path_ + ": its samples have several fields (" + names +
-                              "): name the fields to read (e.g. fields=[" + names +
-                              "]), or read one field by name");
+                              "): name the fields to read (the fields option), or read one "
+                              "field by name");
 }
 
 Result<uint64_t> Volume::SampleSize(uint64_t index) const {

@@ -23,6 +23,25 @@ def test_usage_errors_exit_2(run):
     assert run("pack", "x", "-o", "y", "--from", "zip").returncode == 2
 
 
+def test_errors_say_the_flags_not_the_library_fields(run, volume):
+    """Issue 41: the CLI said world_size, batch_size, queue_depth, and "A subcommand
+    is required" for a mistyped verb."""
+    vol, _ = volume
+    err = run("frobnicate", check=2).stderr.decode()
+    assert err.startswith("dlfs: unknown verb 'frobnicate'; the verbs are pack, info, ls, cat, "
+                          "verify, epoch, bench, lmdb"), err
+    assert run(check=2).stderr.decode().startswith("dlfs: no verb given; the verbs are pack")
+    for args, said in [(("epoch", vol, "--world", 0), "--world must be at least 1"),
+                       (("epoch", vol, "--rank", 2, "--world", 2), "is not below --world 2"),
+                       (("bench", vol, "--batch", 0), "--batch must be at least 1"),
+                       (("bench", vol, "--queue-depth", 0), "--queue-depth must be at least 1"),
+                       (("bench", vol, "--io-threads", 0), "--io-threads must be between")]:
+        err = run(*args, check=2).stderr.decode()
+        assert said in err, (args, err)
+        assert not any(f in err for f in ("world_size", "batch_size", "queue_depth",
+                                          "io_threads")), err
+
+
 def test_info_json_fields(run, volume):
     vol, files = volume
     info = json.loads(run("info", vol, "--json", check=0).stdout)
@@ -163,8 +182,18 @@ def test_pack_unreadable_source(run, tree, tmp_path):
     assert b"cat/003.png" in proc.stderr
     assert not vol.exists()
     proc = run("pack", root, "-o", vol, "--skip-unreadable", check=0)
-    assert b"skipped 1" in proc.stdout
+    assert b"skipped 1 unreadable source, e.g." in proc.stdout, proc.stdout
     assert json.loads(run("info", vol, "--json", check=0).stdout)["samples"] == 5
+
+
+def test_pack_into_a_missing_directory_names_the_output_not_a_temporary(run, tree, tmp_path):
+    """Issue 41: README's first Python command packs into out/, which a fresh
+    checkout lacks; the error named out/x.dlfs.tmp.PID.0."""
+    root, _ = tree
+    err = run("pack", root, "-o", tmp_path / "out" / "x.dlfs", check=2).stderr.decode()
+    assert f"{tmp_path}/out/x.dlfs: cannot create it: directory {tmp_path}/out does not exist" \
+        in err, err
+    assert ".tmp." not in err
 
 
 def test_pack_class_names(run, tmp_path):

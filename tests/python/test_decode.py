@@ -495,8 +495,13 @@ def test_bad_samples_raise_naming_them_or_are_skipped(bad_volume):
                             return_indices=True)
     got = [i for _, _, idx in loader for i in idx.tolist()]
     assert got == [0, 4]
-    assert loader.stats["skipped"] == 3 and loader.stats["images"] == 2
-    assert any("sample 2 (a/002.jpg)" in m for m in loader.stats["skipped_examples"])
+    stats = loader.stats()  # a method, as dlfs.Loader.stats() (issue 41)
+    assert stats["skipped"] == 3 and stats["images"] == 2
+    assert any("sample 2 (a/002.jpg)" in m for m in stats["skipped_examples"])
+    assert type(stats) is dict
+    # Read as an attribute, as before: the same numbers, for one release, with a warning.
+    with pytest.warns(DeprecationWarning, match=r"call it \(loader.stats\(\)\)"):
+        assert loader.stats["skipped"] == 3
 
 
 # ---- CLI -------------------------------------------------------------------------

@@ -285,6 +285,7 @@ def test_info_shows_feature_flags_and_the_field_table(run, tmp_path, compress):
     info = json.loads(run("info", vol, "--json", check=0).stdout)
     assert info == dlfs.Volume(str(vol)).info()  # one document for both
     assert info["incompat_flags"] == (["fields", "zstd"] if compress else ["fields"])
+    assert info["format"] == "v2" and info["format_version"] == 1
     expected = {}
     for name, data in members.items():
         field = name.split(".", 1)[1]

@@ -107,23 +107,32 @@ def test_damaged_sample_reads_fail_with_eio(run, volume, tmp_path):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_foreground_mount_unmounts_on_signal(dlfs_bin, run, volume, tmp_path, sig):
+@pytest.mark.parametrize("relative", [False, True])
+def test_foreground_mount_unmounts_on_signal(dlfs_bin, run, volume, tmp_path, sig, relative):
     reason = _fuse_unavailable(run)
     if reason:
         pytest.skip(reason)
     vol, _ = volume
     mnt = tmp_path / "mnt3"
     mnt.mkdir()
-    proc = subprocess.Popen([dlfs_bin, "mount", "-f", str(vol), str(mnt)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    if not _wait_mounted(mnt):
-        proc.kill()
-        pytest.skip("mount did not come up: " + proc.communicate()[1].decode())
-    assert sorted(os.listdir(mnt)) == ["Emu", "cat", "dog"]
-    proc.send_signal(sig)
-    _, err = proc.communicate(timeout=20)
-    assert proc.returncode == 0, err.decode()
-    assert not os.path.ismount(mnt)
+    # A relative mount point (issue 41) was left mounted and dead: libfuse
+    # unmounted "mnt3" from another working directory.
+    proc = subprocess.Popen([os.path.abspath(dlfs_bin), "mount", "-f", str(vol),
+                             "mnt3" if relative else str(mnt)],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        if not _wait_mounted(mnt):
+            proc.kill()
+            pytest.skip("mount did not come up: " + proc.communicate()[1].decode())
+        assert sorted(os.listdir(mnt)) == ["Emu", "cat", "dog"]
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=20)
+        assert proc.returncode == 0, err.decode()
+        assert b"failed to unmount" not in err, err.decode()
+        assert not os.path.ismount(mnt)
+    finally:
+        if os.path.ismount(mnt):
+            subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
 
 
 def test_mount_errors(run, volume, tmp_path):
@@ -133,7 +142,19 @@ def test_mount_errors(run, volume, tmp_path):
     proc = run("mount", tmp_path / "missing.dlfs", tmp_path)
     assert proc.returncode == 2 and b"missing.dlfs" in proc.stderr
     proc = run("mount", vol, tmp_path / "no-such-dir")
+    assert proc.returncode == 2 and b"no-such-dir" in proc.stderr
+    # --help promises "an existing empty directory": a file or a directory
+    # with entries (which the mount would hide) is refused, naming it.
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("mine")
+    proc = run("mount", vol, tmp_path / "full")
+    if os.path.ismount(tmp_path / "full"):  # (what it did before issue 41)
+        subprocess.run(["fusermount3", "-u", str(tmp_path / "full")], capture_output=True)
+        pytest.fail("mounted over a directory that was not empty")
     assert proc.returncode == 2
+    assert f"{tmp_path / 'full'}: not empty".encode() in proc.stderr, proc.stderr
+    proc = run("mount", vol, tmp_path / "full" / "keep.txt")
+    assert proc.returncode == 2 and b"keep.txt: not a directory" in proc.stderr, proc.stderr
 
 
 def test_large_samples_are_verified_before_any_byte_is_served(run, tmp_path):

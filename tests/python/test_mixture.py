@@ -95,12 +95,22 @@ def test_resume_equals_the_uninterrupted_run_and_elastic_resume(volumes):
 
 
 def test_cycle_and_epoch_samples(volumes):
-    with pytest.raises(ValueError, match="b.dlfs has 800 samples, fewer than its share 1500"):
+    with pytest.raises(ValueError, match="b.dlfs has 800 samples, fewer than its share 1500") as e:
         mix(volumes, weights=[1, 1], epoch_samples=3000)
+    # In Python's words (issue 41: it said "let it cycle").
+    assert "pass cycle=True to let it start over, or ask for fewer samples per epoch " \
+        "(epoch_samples)" in str(e.value)
     m = mix(volumes, weights=[1, 1], epoch_samples=3000, cycle=True)
     got = epoch(m)
     b = [i for s, i in got if s == 1]
     assert len(b) == 1500 and set(b) == set(range(800))  # b went round about twice
+
+
+def test_cli_says_its_flags(volumes, run):
+    err = run("bench", *volumes, "--weights", "1,1", "--epoch-samples", 3000,
+              check=2).stderr.decode()
+    assert "use --cycle to let it start over, or ask for fewer samples per epoch " \
+        "(--epoch-samples)" in err, err
 
 
 def test_bad_weights_and_foreign_states_are_refused(volumes):

@@ -4,10 +4,13 @@ when dlfs was built without MPI."""
 import json
 import time
 import os
+import pathlib
 import shutil
 import subprocess
 
 import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 MPIRUN = shutil.which("mpirun")
 pytestmark = pytest.mark.skipif(MPIRUN is None, reason="mpirun (openmpi-bin) not installed")
@@ -95,6 +98,11 @@ def test_bench_flags_that_need_mpirun(run, volumes):
         assert "mpirun" in err, err
     err = run("bench", one, "--shard-local", "--cluster-cache", check=2).stderr.decode()
     assert "excludes" in err, err
+    # --help says what the code does and docs/deploy.md says (issue 41): target t
+    # belongs to node t mod nodes (ShardLocalPlacement), not the other way round.
+    help_text = " ".join(run("bench", "--help", check=0).stdout.decode().split())
+    assert "node n reads only the targets t with t mod nodes = n" in help_text, help_text
+    assert "Target *t* belongs to node *t mod nodes*" in (REPO / "docs/deploy.md").read_text()
 
 
 def test_bench_cluster_cache_reports_storage_and_peer_bytes(mpi, volumes, tmp_path):
@@ -192,6 +200,21 @@ def test_lmdb_read_errors(mpi, tmp_path):
     assert "none" in err
     bad = mpi("lmdb", "read", tmp_path / "none", "-b", 6, check=2).stderr.decode()
     assert "multiple" in bad
+
+
+def test_a_collective_error_names_the_failing_rank_on_every_rank(mpi, tmp_path):
+    # docs/deploy.md: "every rank gets the same error, prefixed with the failing rank";
+    # rank 0's own failure had no prefix, and rank 0 prints the job's error (issue 41).
+    err = mpi("bench", tmp_path / "missing.dlfs", check=2).stderr.decode()
+    assert f"dlfs: rank 0: {tmp_path}/missing.dlfs" in err, err
+
+
+def test_lmdb_read_offers_only_the_engines_that_read_a_file(run):
+    # An LMDB is a local file: --engine nbd was offered and always failed (issue 41).
+    help_text = run("lmdb", "read", "--help", check=0).stdout.decode()
+    assert "{auto,uring,pread}" in help_text, help_text
+    err = run("lmdb", "read", "db", "--engine", "nbd", check=2).stderr.decode()
+    assert "nbd not in {auto,uring,pread}" in err, err
 
 
 def _mpmd(dlfs_bin, contexts):

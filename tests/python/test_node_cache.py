@@ -271,6 +271,36 @@ def test_map_style_reads_use_the_node_cache(volume, cache_dir):
         del loader
 
 
+def test_readme_map_style_recipe_gives_writable_samples_with_or_without_the_cache(volume,
+                                                                                cache_dir):
+    """Issue 41: the README's VolumeDataset + BatchSampler recipe (batch_size=None,
+    num_workers=0) handed out read-only arrays, and torch warned, only when
+    another process held the node cache: what a user saw depended on other jobs."""
+    torch = pytest.importorskip("torch")
+    import dlfs.torch
+
+    def samples():
+        ds = dlfs.torch.VolumeDataset(volume)
+        sampler = torch.utils.data.BatchSampler(torch.utils.data.RandomSampler(ds), 64, False)
+        out = []
+        with warnings.catch_warnings():
+            # The DataLoader turns each array into a tensor (default_convert):
+            # torch's "not writable" warning fails the test.
+            warnings.simplefilter("error")
+            for batch, _ in torch.utils.data.DataLoader(ds, sampler=sampler, batch_size=None):
+                assert all(isinstance(s, torch.Tensor) for s in batch)
+                out += batch
+        return out
+
+    assert len(samples()) == 400  # no cache filled yet
+    with dlfs.Volume(volume) as vol:
+        holder = dlfs.Loader(vol, 16, cache_budget=1 << 30)
+        _fill(holder, vol.info()["bytes"])
+        assert not vol.read_many([0])[0].flags.writeable  # served from the cache
+        assert len(samples()) == 400
+        del holder
+
+
 def test_cache_budget_takes_what_cache_budget_flag_takes(volume, cache_dir):
     with dlfs.Volume(volume) as vol:
         def budget(value):

@@ -89,6 +89,25 @@ def test_verify_json_lists_what_a_loader_takes(damaged, run):
     assert run("verify", "--json", "-q", damaged).stdout  # still JSON on stdout
 
 
+def test_quarantine_takes_the_document_verify_writes(damaged, run, tmp_path):
+    """Issue 41: README's `quarantine=json.load(open("bad.json"))` raised pybind11's
+    "Unable to cast Python instance to C++ type"."""
+    (tmp_path / "bad.json").write_bytes(run("verify", "--json", "-q", damaged).stdout)
+    with open(tmp_path / "bad.json") as f:
+        doc = json.load(f)
+    for options in ({"skip_bad_samples": True}, {}):  # listed ones are left out either way
+        loader = dlfs.Loader(damaged, 16, shuffle=False, quarantine=doc, cache_budget=0,
+                             direct_io=False, **options)
+        assert _epoch(loader) == [i for i in range(N) if i not in BAD]
+        assert [r["index"] for r in loader.quarantine()] == list(BAD)
+    for wrong, what in (({"samples_checked": 3}, 'without "bad_samples"'),
+                        ("7,50", "got '7,50'"), ([{"path": "x"}], 'without "index"'),
+                        ([-1], "got the item -1"), (7, "got 7")):
+        with pytest.raises(ValueError, match="quarantine: expected sample indices") as e:
+            dlfs.Loader(damaged, 16, quarantine=wrong, cache_budget=0)
+        assert what in str(e.value)
+
+
 def test_image_loader_quarantines_unreadable_and_undecodable(damaged):
     pytest.importorskip("torch")
     import dlfs.torch as dt

@@ -4,6 +4,7 @@ samples packed raw, with --compress zstd and with --compress zstd --dict
 API and compared with the source files. A volume of several fields is
 refused by the plain paths with a message that lists its fields."""
 import io
+import json
 import os
 import re
 import shutil
@@ -166,6 +167,31 @@ def multi_field(tmp_path_factory, dlfs_bin):
     return str(vol)
 
 
+def test_info_says_format_v2_for_a_volume_with_v2_features(multi_field, source, run, tmp_path):
+    # docs/format.md: format v2 is version 1 with the fields / zstd features (issue 41:
+    # info said "dlfs v1" for them).
+    text = run("info", multi_field, check=0).stdout.decode()
+    assert "format       dlfs v2 (version 1 with fields" in text, text
+    assert json.loads(run("info", multi_field, "--json", check=0).stdout)["format"] == "v2"
+    run("pack", source[0], "-o", tmp_path / "plain.dlfs", "-q", "--all-files", check=0)
+    text = run("info", tmp_path / "plain.dlfs", check=0).stdout.decode()
+    assert "format       dlfs v1, uuid" in text, text
+    plain = json.loads(run("info", tmp_path / "plain.dlfs", "--json", check=0).stdout)
+    assert plain["format"] == "v1" and plain["format_version"] == 1
+
+
+def test_ls_help_names_every_json_key_it_prints(multi_field, run):
+    help_text = run("ls", "--help", check=0).stdout.decode()
+    named = set(re.findall(r"[a-z_]+", help_text.split("--json", 1)[1]))
+    for line in run("ls", multi_field, "-r", "--json", check=0).stdout.splitlines():
+        row = json.loads(line)
+        assert set(row) <= named, (set(row) - named, help_text)
+        for field in row.get("fields", []):
+            assert set(field) <= named, (set(field) - named, help_text)
+    rows = [json.loads(l) for l in run("ls", multi_field, "--json", check=0).stdout.splitlines()]
+    assert all(set(r) <= named for r in rows)  # directories: {path, type}
+
+
 def test_multi_field_volume_is_refused_naming_its_fields(multi_field, run):
     message = r"several fields \('bin', 'cls'\): name the fields to read"
     with dlfs.Volume(multi_field) as v:
@@ -174,10 +200,13 @@ def test_multi_field_volume_is_refused_naming_its_fields(multi_field, run):
         with pytest.raises(Exception, match=message):
             v.read_many([0, 1])
         assert v.read_field(0, "bin") == _pixels(0).tobytes()
-    with pytest.raises(Exception, match=message):
+    with pytest.raises(Exception, match=message) as e:
         dlfs.Loader(multi_field, 2)
+    assert "name the fields to read (fields=[NAME, ...])" in str(e.value)  # Python's words
     proc = run("bench", multi_field, "--cache-budget", "0")
-    assert proc.returncode == 2 and b"name the fields to read" in proc.stderr
+    # The CLI's words (issue 41: it said "e.g. fields=['bin', 'cls']").
+    assert proc.returncode == 2 and b"name the fields to read (--fields NAME,NAME...)" in \
+        proc.stderr, proc.stderr
     err = run("cat", multi_field, "--index", 0, check=2).stderr.decode()
     assert re.search(message, err) and "or write one field with --field NAME" in err, err
     assert run("cat", multi_field, "--index", 0, "--field", "bin", check=0).stdout == \

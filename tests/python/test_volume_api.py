@@ -102,3 +102,47 @@ def test_pack_stops_on_an_exception_from_progress(tmp_path):
         dlfs._dlfs.pack(str(tmp_path / "t"), str(tmp_path / "v.dlfs"), on_progress=fail)
     assert not (tmp_path / "v.dlfs").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t"]
+
+
+def test_api_seams_name_the_volume_and_take_one_vocabulary(tmp_path):
+    """Issue 41: errors that did not name the volume, pybind11's argument dumps,
+    and options spelled differently from the CLI."""
+    torch = pytest.importorskip("torch")
+    import dlfs.torch
+    path = tmp_path / "v.dlfs"
+    with dlfs.Writer(path, align=512) as w:
+        for i in range(4):
+            w.add(f"train/{i:05d}", bytes([i]) * 784, label=i % 2)
+    vol = dlfs.Volume(path)
+    with pytest.raises(KeyError, match=f"{path}: no sample or directory 'train/zzz'"):
+        vol.lookup("train/zzz")
+    with pytest.raises(KeyError, match=f"{path}: no sample or directory 'nope'"):
+        vol.indices("nope")
+    with pytest.raises(KeyError, match=f"{path}: no sample or directory 'nope'"):
+        dlfs.torch.VolumeDataset(path, root="nope")
+    with pytest.raises(ValueError, match=f"{path}: 'train/00001' is a sample, not a directory"):
+        vol.indices("train/00001")
+    with pytest.raises(IndexError, match=rf"{path}: sample index 9 out of range \(the volume "
+                                         r"has 4 samples\)"):
+        vol[9]
+    with pytest.raises(IndexError, match=f"{path}: item 7 out of range"):
+        dlfs.torch.VolumeDataset(path)[7]
+    # dlfs.pack: an unknown keyword or a wrong type is a TypeError naming it.
+    src = tmp_path / "src" / "c"
+    src.mkdir(parents=True)
+    (src / "1.png").write_bytes(b"x")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'aling' "
+                                        r"\(did you mean 'align'\?\)"):
+        dlfs.pack(src.parent, tmp_path / "p.dlfs", aling=512)
+    with pytest.raises(TypeError, match="targets takes int or None, not str"):
+        dlfs.pack(src.parent, tmp_path / "p.dlfs", targets="2")
+    assert dlfs.pack(src.parent, tmp_path / "p.dlfs", "imagefolder", align=512)["samples"] == 1
+    # raw_shape takes the CLI's form too, as cache_budget does.
+    pixels = bytes(range(256)) * 3 + bytes(16)
+    assert dlfs.decode_image(pixels, raw_shape="28x28").shape == (28, 28, 1)
+    assert dlfs.decode_image(pixels, raw_shape=(28, 28)).shape == (28, 28, 1)
+    with pytest.raises(ValueError, match="raw_shape: a raw shape is HxW or HxWxC"):
+        dlfs.decode_image(pixels, raw_shape="28y28")
+    loader = dlfs.torch.ImageLoader(path, 2, size=28, raw_shape="28x28", shuffle=False)
+    images, labels = next(iter(loader))
+    assert tuple(images.shape) == (2, 28, 28, 1) and labels.tolist() == [0, 1]

@@ -119,20 +119,42 @@ def test_bad_input_names_the_sample(tmp_path):
         assert len(vol) == 0
 
 
+def test_a_missing_directory_is_named_not_a_temporary_file(tmp_path):
+    for make in (lambda out: dlfs.Writer(out),
+                 lambda out: dlfs.pack(tmp_path / "src", out)):
+        (tmp_path / "src" / "c").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "src" / "c" / "1.png").write_bytes(b"x")
+        with pytest.raises(FileNotFoundError) as e:
+            make(tmp_path / "nodir" / "d.dlfs")
+        assert f"{tmp_path}/nodir/d.dlfs: cannot create it: directory {tmp_path}/nodir does " \
+            "not exist" in str(e.value)
+        assert ".tmp." not in str(e.value)
+
+
 def test_options_force_alignment_targets(tmp_path):
     path = tmp_path / "w.dlfs"
     path.write_bytes(b"precious")
     with pytest.raises(FileExistsError, match="already exists"):
         dlfs.Writer(path)
     assert path.read_bytes() == b"precious"
-    with dlfs.Writer(path, force=True, alignment=4096, targets=2) as w:
+    with dlfs.Writer(path, force=True, align=4096, targets=2) as w:
         for i in range(8):
             w.add(f"s/{i}", bytes([i]) * 1000)
     info = dlfs.Volume(path).info()
     assert info["alignment"] == 4096 and len(info["targets"]) == 2 and info["samples"] == 8
     assert sorted(os.listdir(tmp_path)) == ["w.dlfs", "w.dlfs.t1"]
-    with pytest.raises(ValueError, match="alignment"):
-        dlfs.Writer(tmp_path / "x.dlfs", alignment=3)
+    # One name for it (issue 41): align=, as dlfs.pack and --align; alignment= still works.
+    with pytest.raises(ValueError, match="align must be a power of two"):
+        dlfs.Writer(tmp_path / "x.dlfs", align=3)
+    (tmp_path / "src" / "c").mkdir(parents=True)
+    (tmp_path / "src" / "c" / "1.png").write_bytes(b"x")
+    with pytest.raises(ValueError, match="align must be a power of two"):
+        dlfs.pack(tmp_path / "src", tmp_path / "y.dlfs", align=3)
+    with dlfs.Writer(tmp_path / "z.dlfs", alignment=4096) as w:
+        w.add("s/0", b"x")
+    assert dlfs.Volume(tmp_path / "z.dlfs").info()["alignment"] == 4096
+    with pytest.raises(ValueError, match="differ"):
+        dlfs.Writer(tmp_path / "z2.dlfs", align=512, alignment=4096)
 
 
 def test_memory_stays_bounded_while_streaming(tmp_path):

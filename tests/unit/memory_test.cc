@@ -112,7 +112,7 @@ TEST(CacheBudgetTest, DefaultIsAQuarterAndLargeBudgetsAreClamped) {
   EXPECT_EQ(ResolveCacheBudget(100 << 20, m, &note), uint64_t{100} << 20);
   EXPECT_EQ(ResolveCacheBudget(0, m, &note), 0u);
   EXPECT_EQ(ResolveCacheBudget(4 * kGiB, m, &note), kGiB / 2);
-  EXPECT_NE(note.find("reduced to 536870912"), std::string::npos) << note;
+  EXPECT_NE(note.find("reduced to 536.9 MB"), std::string::npos) << note;
   EXPECT_NE(note.find("job/memory.limit_in_bytes"), std::string::npos) << note;
 }
 
@@ -144,63 +144,132 @@ TEST(CacheBudgetTest, ParsesSizes) {
 }
 
 // The batch buffers of a loader within its share of memory.
+uint64_t Pages(uint64_t bytes) { return (bytes + 4095) / 4096 * 4096; }
+
 TEST(PlanBuffersTest, UnchangedWhenTheyFit) {
   using loader_internal::PlanBuffers;
-  const loader_internal::BufferPlan p = PlanBuffers({.window = 4,
-                                                     .held = 3,
-                                                     .batch_size = 256,
-                                                     .mean_sample = 100000,
-                                                     .alignment = 4096,
-                                                     .budget = 8 * kGiB});
+  ASSERT_OK_AND_ASSIGN(const loader_internal::BufferPlan p, PlanBuffers({.window = 4,
+                                                                         .held = 3,
+                                                                         .batch_size = 256,
+                                                                         .mean_sample = 100000,
+                                                                         .alignment = 4096,
+                                                                         .usable = 64 * kGiB}));
   EXPECT_EQ(p.window, 4u);
   EXPECT_EQ(p.per_thread, 7u);
-  EXPECT_EQ(p.slab, (100000 + 4096) * 256 / 4 * 5 + 4096);  // a quarter to spare
+  EXPECT_EQ(p.slab, Pages((100000 + 4096) * 256 / 4 * 5 + 4096));  // a quarter to spare
+  EXPECT_EQ(p.total, 7 * p.slab);
   EXPECT_EQ(p.note, "");
   // No limit known: as asked.
-  EXPECT_EQ(PlanBuffers({.window = 4, .held = 3, .batch_size = 256, .mean_sample = 100000}).window,
-            4u);
+  ASSERT_OK_AND_ASSIGN(
+      const loader_internal::BufferPlan unknown,
+      PlanBuffers({.window = 4, .held = 3, .batch_size = 256, .mean_sample = 100000}));
+  EXPECT_EQ(unknown.window, 4u);
 }
 
 TEST(PlanBuffersTest, ShortOfMemoryReadsAheadLess) {
   using loader_internal::PlanBuffers;
   // resnet50 as MLPerf Storage has it: 400 samples of 114,660 bytes.
-  const uint64_t slab = (114660 + 4096) * 400 + 4096;  // no spare quarter
-  const loader_internal::BufferPlan p = PlanBuffers({.window = 4,
-                                                     .held = 3,
-                                                     .batch_size = 400,
-                                                     .mean_sample = 114660,
-                                                     .alignment = 4096,
-                                                     .budget = 5 * slab + 100});
+  const uint64_t slab = Pages((114660 + 4096) * 400 + 4096);  // no spare quarter
+  ASSERT_OK_AND_ASSIGN(const loader_internal::BufferPlan p,
+                       PlanBuffers({.window = 4,
+                                    .held = 3,
+                                    .batch_size = 400,
+                                    .mean_sample = 114660,
+                                    .largest_sample = 114660,
+                                    .alignment = 4096,
+                                    .usable = 8 * (5 * slab + 100)}));
   EXPECT_EQ(p.window, 2u);  // 2 + 3 held = 5 slabs
   EXPECT_EQ(p.per_thread, 5u);
   EXPECT_EQ(p.slab, slab);
-  EXPECT_LE(p.per_thread * p.slab, 5 * slab + 100);
-  EXPECT_NE(p.note.find("read-ahead shortened from 4 to 2 batches"), std::string::npos) << p.note;
+  EXPECT_EQ(p.total, 5 * slab);
+  EXPECT_NE(p.note.find("read-ahead shortened from 4 to 2 batches so that the batch buffers, " +
+                        HumanBytes(static_cast<double>(p.total)) + " (5 of "),
+            std::string::npos)
+      << p.note;
 
   // Two I/O threads: each pool holds its share of the window and its own held slabs.
-  const loader_internal::BufferPlan two = PlanBuffers({.window = 4,
-                                                       .threads = 2,
-                                                       .held = 2,
-                                                       .batch_size = 400,
-                                                       .mean_sample = 114660,
-                                                       .alignment = 4096,
-                                                       .budget = 6 * slab});
+  ASSERT_OK_AND_ASSIGN(const loader_internal::BufferPlan two,
+                       PlanBuffers({.window = 4,
+                                    .threads = 2,
+                                    .held = 2,
+                                    .batch_size = 400,
+                                    .mean_sample = 114660,
+                                    .alignment = 4096,
+                                    .usable = 8 * 6 * slab}));
   EXPECT_EQ(two.window, 2u);  // 2 threads x (1 + 2)
-  EXPECT_LE(uint64_t{two.per_thread} * 2 * two.slab, 6 * slab);
+  EXPECT_EQ(two.total, uint64_t{two.per_thread} * 2 * two.slab);
+  EXPECT_LE(two.total, 6 * slab);
 }
 
-TEST(PlanBuffersTest, EvenOneBatchTooLargeReservesTheLeast) {
+TEST(PlanBuffersTest, SlabsCoverTheSpreadOfSampleSizes) {
   using loader_internal::PlanBuffers;
-  // unet3d: 7 samples of ~147 MB against a 400 MB share.
-  const loader_internal::BufferPlan p = PlanBuffers({.window = 4,
-                                                     .held = 3,
-                                                     .batch_size = 7,
-                                                     .mean_sample = 146600628,
-                                                     .alignment = 4096,
-                                                     .budget = 400 << 20});
+  // ~100 KB samples, standard deviation 66 KB (bench/data's log-normal),
+  // batches of 256: 4 sigma of a batch is 4 * 16 * 66 KB above the mean.
+  ASSERT_OK_AND_ASSIGN(const loader_internal::BufferPlan p, PlanBuffers({.window = 4,
+                                                                         .held = 3,
+                                                                         .batch_size = 256,
+                                                                         .mean_sample = 100000,
+                                                                         .largest_sample = 900000,
+                                                                         .sample_stddev = 66000,
+                                                                         .alignment = 4096,
+                                                                         .usable = 400 << 20}));
+  EXPECT_EQ(p.slab, Pages((100000 + 4096) * 256 + 4096 + 4 * 16 * 66000));
+  // Few, large samples: the largest among mean ones.
+  ASSERT_OK_AND_ASSIGN(const loader_internal::BufferPlan few,
+                       PlanBuffers({.window = 4,
+                                    .held = 3,
+                                    .batch_size = 2,
+                                    .mean_sample = 10 << 20,
+                                    .largest_sample = 30 << 20,
+                                    .sample_stddev = 1 << 20,
+                                    .alignment = 4096,
+                                    .usable = 400 << 20}));
+  EXPECT_EQ(few.slab, Pages((30 << 20) + 4096 + (10 << 20) + 4096 + 4096));
+}
+
+TEST(PlanBuffersTest, TwoBuffersBeyondTheEighthAreSaidWithTheirFigure) {
+  using loader_internal::PlanBuffers;
+  // unet3d: 7 samples of ~147 MB in a 3.2 GiB limit; 2 buffers of ~1 GB.
+  ASSERT_OK_AND_ASSIGN(const loader_internal::BufferPlan p,
+                       PlanBuffers({.window = 4,
+                                    .held = 3,
+                                    .batch_size = 7,
+                                    .mean_sample = 146600628,
+                                    .largest_sample = 146600628,
+                                    .alignment = 4096,
+                                    .usable = uint64_t{3200} << 20}));
   EXPECT_EQ(p.window, 1u);
   EXPECT_EQ(p.per_thread, 2u);
-  EXPECT_NE(p.note.find("exceed"), std::string::npos) << p.note;
+  EXPECT_EQ(p.total, 2 * p.slab);
+  EXPECT_EQ(p.note, "the batch buffers, " + HumanBytes(static_cast<double>(p.total)) + " (2 of " +
+                        HumanBytes(static_cast<double>(p.slab)) + "), exceed the " +
+                        HumanBytes((uint64_t{3200} << 20) / 8) +
+                        " they may take, an eighth of the " + HumanBytes(uint64_t{3200} << 20) +
+                        " this process may use: reading one batch ahead");
+}
+
+TEST(PlanBuffersTest, RefusedWhereTwoBuffersDoNotFit) {
+  using loader_internal::PlanBuffers;
+  const Result<loader_internal::BufferPlan> p = PlanBuffers({.window = 4,
+                                                             .held = 3,
+                                                             .batch_size = 7,
+                                                             .mean_sample = 146600628,
+                                                             .largest_sample = 146600628,
+                                                             .alignment = 4096,
+                                                             .usable = 2 * kGiB});
+  EXPECT_THAT(p.status(),
+              testing::StatusIs(StatusCode::kInvalidArgument, "a batch of 7 samples needs"));
+  EXPECT_THAT(p.status(),
+              testing::StatusIs(StatusCode::kInvalidArgument, "a smaller batch_size lowers"));
+  const Result<loader_internal::BufferPlan> threads = PlanBuffers({.window = 4,
+                                                                   .threads = 2,
+                                                                   .held = 3,
+                                                                   .batch_size = 7,
+                                                                   .mean_sample = 146600628,
+                                                                   .alignment = 4096,
+                                                                   .usable = 4 * kGiB});
+  EXPECT_THAT(threads.status(),
+              testing::StatusIs(StatusCode::kInvalidArgument, "or fewer io_threads"));
 }
 
 }  // namespace memory_test

@@ -452,7 +452,9 @@ TEST_F(NbdTest, PackWritesTargetsToExports) {
   auto tiny = Serve(tmp_ / "tiny", {.read_only = false});
   spec.volume.target_paths = {tiny->uri(), s2->uri()};
   const Status st = testing::WriteSyntheticVolume(tmp_ / "small.dlfs", spec);
-  ASSERT_THAT(st, StatusIs(StatusCode::kIOError, tiny->uri()));
+  ASSERT_THAT(st, StatusIs(StatusCode::kInvalidArgument,
+                           tiny->uri() + ": export has 65536 bytes, "
+                                         "fewer than the target written to it"));
 
   // A read-only export cannot be packed onto.
   auto ro = Serve(d1);

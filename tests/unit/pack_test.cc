@@ -85,25 +85,41 @@ TEST(PackImageFolderTest, OnlyWhatImageFolderLoadsIsPacked) {
   o.on_progress = [&](const PackProgress& p) { reports.push_back(p); };
   auto stats = PackQuiet(src, tmp / "v.dlfs", o);
   ASSERT_OK(stats);
-  EXPECT_EQ(stats->samples, 4u);
-  EXPECT_EQ(stats->classes, 2u);
-  EXPECT_EQ(stats->ignored_not_image, 2u);  // README.md, notes.txt
-  EXPECT_EQ(stats->ignored_hidden, 5u);     // .DS_Store ._3.jpg .cache .complete .ipynb_checkpoints
-  EXPECT_EQ(stats->ignored_at_root, 1u);    // root.png
+  // As torchvision 0.14: hidden directories are classes, hidden images samples.
+  EXPECT_EQ(stats->samples, 7u);
+  EXPECT_EQ(stats->classes, 3u);
+  EXPECT_EQ(stats->ignored_not_image, 3u);  // .DS_Store, README.md, notes.txt
+  EXPECT_EQ(stats->ignored_at_root, 2u);    // .complete, root.png
+  EXPECT_EQ(stats->skipped_hidden, 0u);
   EXPECT_EQ(stats->ignored_examples.front(), ".complete");  // in walking order
+  EXPECT_TRUE(stats->empty_classes.empty());
   // Progress counted the samples before packing them.
   ASSERT_FALSE(reports.empty());
-  EXPECT_EQ(reports.front().total_samples, 4u);
+  EXPECT_EQ(reports.front().total_samples, 7u);
   auto v = Volume::Open(tmp / "v.dlfs");
   ASSERT_OK(v);
   const SampleDirectory& d = (*v)->directory();
-  EXPECT_EQ(d.class_name(0), "cat");
-  EXPECT_EQ(d.class_name(1), "dog");
-  for (const char* p : {"cat/1.JPG", "cat/2.jpeg", "cat/sub/5.TIFF", "dog/x.webp"}) {
+  EXPECT_EQ(d.class_name(0), ".ipynb_checkpoints");
+  EXPECT_EQ(d.class_name(1), "cat");
+  EXPECT_EQ(d.class_name(2), "dog");
+  for (const char* p : {".ipynb_checkpoints/6.png", "cat/1.JPG", "cat/2.jpeg", "cat/._3.jpg",
+                        "cat/.cache/4.png", "cat/sub/5.TIFF", "dog/x.webp"}) {
     auto idx = d.Lookup(p);
     ASSERT_OK(idx) << p;
     EXPECT_EQ(*(*v)->Read(*idx), Bytes(p));
   }
+
+  // skip_hidden: what dlfs packed before issue 41.
+  PackOptions skip;
+  skip.skip_hidden = true;
+  stats = PackQuiet(src, tmp / "skip.dlfs", skip);
+  ASSERT_OK(stats);
+  EXPECT_EQ(stats->samples, 4u);
+  EXPECT_EQ(stats->classes, 2u);
+  EXPECT_EQ(stats->ignored_not_image, 2u);  // README.md, notes.txt
+  EXPECT_EQ(stats->skipped_hidden, 5u);     // .DS_Store ._3.jpg .cache .complete .ipynb_checkpoints
+  EXPECT_EQ(stats->skipped_hidden_classes, 1u);  // .ipynb_checkpoints
+  EXPECT_EQ(stats->ignored_at_root, 1u);         // root.png
 
   // all_files: every regular file; hidden directories are classes too.
   PackOptions all;
@@ -119,7 +135,7 @@ TEST(PackImageFolderTest, TreeWithoutClassDirectoryIsAnError) {
   TempDir tmp;
   const std::string src = tmp / "flat";
   testing::WriteFile(src + "/1.png", Bytes("1"));
-  testing::WriteFile(src + "/.hidden/2.png", Bytes("2"));
+  testing::WriteFile(src + "/.2.png", Bytes("2"));
   PackOptions o;
   o.from = SourceKind::kImageFolder;
   auto r = PackQuiet(src, tmp / "v.dlfs", o);
@@ -134,7 +150,18 @@ TEST(PackImageFolderTest, TreeWithoutClassDirectoryIsAnError) {
   // Class directories, but nothing ImageFolder loads in them.
   testing::WriteFile(tmp / "txt/a/notes.txt", Bytes("n"));
   r = PackQuiet(tmp / "txt", tmp / "t.dlfs");
-  ASSERT_THAT(r, StatusIs(StatusCode::kInvalidArgument, "no image files (1 other files"));
+  ASSERT_THAT(r,
+              StatusIs(StatusCode::kInvalidArgument, "no image files (other entries left out: 1)"));
+
+  // A hidden directory is a class (as torchvision's), unless skip_hidden.
+  testing::WriteFile(tmp / "hidden/.only/1.png", Bytes("1"));
+  stats = PackQuiet(tmp / "hidden", tmp / "h.dlfs");
+  ASSERT_OK(stats);
+  EXPECT_EQ(stats->classes, 1u);
+  PackOptions skip;
+  skip.skip_hidden = true;
+  ASSERT_THAT(PackQuiet(tmp / "hidden", tmp / "h2.dlfs", skip),
+              StatusIs(StatusCode::kInvalidArgument, "no class directories"));
 }
 
 TEST(PackImageFolderTest, UnreadableSourceIsNamedOrSkipped) {

@@ -120,8 +120,14 @@ TEST(FileTargetTest, AMissingPathIsNamedInTheError) {
               StatusIs(StatusCode::kNotFound, "target 2 (" + path + ")"));
   EXPECT_THAT(OpenTarget(tmp.path(), TargetMode::kRead),
               StatusIs(StatusCode::kInvalidArgument, "is a directory"));
-  EXPECT_THAT(OpenTarget(tmp / "no/such/dir/t.bin", TargetMode::kCreate),
-              StatusIs(StatusCode::kNotFound, tmp / "no/such/dir/t.bin.tmp."));
+  // Named as the caller named it, with the directory that is missing; the
+  // temporary file's name would only confuse (issue 41).
+  const Result<std::unique_ptr<Target>> created =
+      OpenTarget(tmp / "no/such/dir/t.bin", TargetMode::kCreate);
+  EXPECT_THAT(created, StatusIs(StatusCode::kNotFound,
+                                tmp / "no/such/dir/t.bin: cannot create it: directory " +
+                                    tmp / "no/such/dir does not exist"));
+  EXPECT_EQ(created.status().message().find(".tmp."), std::string::npos);
 }
 
 TEST(TargetNameTest, PathsAreRelativeToTargetZeroAndUrisAreAsGiven) {
@@ -206,6 +212,12 @@ TEST_F(NbdTargetTest, WritesInPlaceChecksItsSizeAndWithdraws) {
   EXPECT_EQ(t->size(), bytes_.size());
   const std::vector<std::byte> data = RandomBytes(9000, 9);
   ASSERT_OK(t->Write(data.data(), data.size(), 4096));
+  // Past the end: the size check, not libnbd's "request out of bounds".
+  EXPECT_THAT(t->Write(data.data(), data.size(), bytes_.size() - 100),
+              StatusIs(StatusCode::kInvalidArgument,
+                       uri + ": export has " + std::to_string(bytes_.size()) +
+                           " bytes, fewer than the target written to it (which reaches byte " +
+                           std::to_string(bytes_.size() - 100 + data.size()) + " so far)"));
   ASSERT_OK(t->Resize(bytes_.size(), "target 1"));
   const Status small = t->Resize(bytes_.size() + 1, "target 1");
   EXPECT_EQ(small.code(), StatusCode::kInvalidArgument);
