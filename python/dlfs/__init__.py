@@ -12,7 +12,9 @@
 
 dlfs.torch has PyTorch datasets (VolumeDataset, LoaderDataset) and
 ImageLoader (decoded image batches). ImagePipeline, decode_image and
-encode_png decode single images in C++ (JPEG, PNG, raw pixels).
+encode_png decode single images in C++ (JPEG, PNG, raw pixels);
+prepare_image shows what pack-time image preparation (Writer's and pack's
+max_side, jpeg_quality, image_format, ...) makes of one image.
 Errors: FileNotFoundError / OSError for I/O, ValueError for bad arguments,
 KeyError for a path not in the volume, dlfs.CorruptVolumeError when stored
 bytes fail an integrity check. Messages name the file and the problem.
@@ -20,13 +22,13 @@ bytes fail an integrity check. Messages name the file and the problem.
 import os
 
 from ._dlfs import Batch, CorruptVolumeError, Loader, Volume, __version__
-from ._dlfs import ImagePipeline, decode_image, encode_png
+from ._dlfs import ImagePipeline, decode_image, encode_png, prepare_image
 from ._dlfs import pack as _pack
 from ._progress import Progress as _Progress
 from .writer import Writer
 
 __all__ = ["Volume", "Loader", "Batch", "CorruptVolumeError", "Writer", "pack", "__version__",
-           "ImagePipeline", "decode_image", "encode_png"]
+           "ImagePipeline", "decode_image", "encode_png", "prepare_image"]
 
 
 def pack(source, output, *args, progress=False, **options):
@@ -35,7 +37,10 @@ def pack(source, output, *args, progress=False, **options):
     pack(source, output, source_kind="auto", force=False, align=1,
          skip_unreadable=False, class_names=[], all_files=False,
          progress=False, *, fields=[], compress="none", dict=False,
-         targets=None, target_paths=[], datum_payload=False)
+         targets=None, target_paths=[], datum_payload=False, max_side=None,
+         resize_filter="bilinear", jpeg_quality=None, always_reencode=False,
+         image_format="keep", smart_threshold=196608, jpeg_probability=0.5,
+         image_seed=0, image_color="rgb", prepare_threads=0)
 
     source_kind: "auto", "imagefolder", "idx", "tar" or "lmdb". imagefolder
     packs what torchvision's ImageFolder loads (image files below class
@@ -47,7 +52,9 @@ def pack(source, output, *args, progress=False, **options):
     3 %), dict (train a zstd dictionary on the first fields; needs zstd),
     targets (spread over 1..8 files; target_paths names targets 1, 2, ...,
     else OUTPUT.t1, ...), datum_payload (lmdb: only each Caffe Datum's
-    data). A bad option raises ValueError naming it. progress=True shows
+    data), and image preparation (max_side ... prepare_threads, as
+    dlfs.Writer's keywords: see help(dlfs.Writer); stats["images"] says
+    what it did). A bad option raises ValueError naming it. progress=True shows
     samples done out of the total, rate and ETA (tqdm when installed, else
     a line on stderr). Ctrl-C stops packing and leaves no volume. The stats
     dict has samples, bytes, classes, skipped, ignored (files ImageFolder
