@@ -68,7 +68,9 @@ std::string FormatVolumeSummary(const VolumeSummary& summary, ReportFormat forma
 
 // `dlfs ls`: one line for sample `index`: "INDEX\tSIZE\tLABEL\tPATH" (and
 // "\tFIELDS" in a volume with fields; LABEL "-" for none), or a one-line JSON
-// object {path, index, size, label, class[, fields]}.
+// object {path, index, size, label, class[, fields][, prepared]} — prepared
+// (volumes with an images section): the sample's changed images, each
+// {field, stored, resized, width, height} with the original's size.
 std::string FormatSampleLine(const SampleDirectory& directory, uint64_t index, ReportFormat format);
 // One line for directory `dir`: "PATH/", or {path, type: "dir", samples,
 // subdirs}.

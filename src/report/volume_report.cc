@@ -261,6 +261,21 @@ std::string FormatSampleLine(const SampleDirectory& d, uint64_t i, ReportFormat 
       }
       j["fields"] = fields;
     }
+    if (d.images()) {
+      // What pack-time preparation changed in this sample: per image field,
+      // what it holds now and the original's size (docs/format.md §4.9.2).
+      json prepared = json::array();
+      for (uint32_t f = 0; f < d.field_count(); ++f) {
+        if (const std::optional<ImageOrigin> o = d.FindImageOrigin(i, f)) {
+          prepared.push_back({{"field", std::string(d.field_name(f))},
+                              {"stored", NameOf(kStoredImageNames, o->stored)},
+                              {"resized", o->resized},
+                              {"width", o->width},
+                              {"height", o->height}});
+        }
+      }
+      j["prepared"] = prepared;
+    }
     return report_internal::Dump(j, -1);
   }
   const std::string label = s.label == kNoLabel ? "-" : std::to_string(s.label);

@@ -273,6 +273,13 @@ def test_provenance_in_info(run, tmp_path):
     sizes = {rel: Image.open(io.BytesIO(d)).size for rel, d in files.items()}
     assert images["resized"] == sum(max(s) > 64 for s in sizes.values())
     assert images["largest_original_side"] == max(max(s) for s in sizes.values())
+    # Per sample, `dlfs ls --json` gives what it holds now and the original's size.
+    rows = [json.loads(l) for l in run("ls", "-r", "--json", vol, check=0).stdout.splitlines()]
+    assert len(rows) == 24
+    for row in rows:
+        w, h = sizes[row["path"]]
+        assert row["prepared"] == [{"field": "", "stored": "raw", "resized": max(w, h) > 64,
+                                    "width": w, "height": h}]
     # Every sample is raw, at most 64 px, PIL's resize of the original.
     v = dlfs.Volume(str(vol))
     for i in range(len(v)):
