@@ -98,7 +98,9 @@ int Coefficients(int in_size, float in0, float in1, int out_size, int first, int
     xmax -= xmin;
     double ww = 0.0;
     for (int x = 0; x < xmax; ++x) {
-      w[x] = fl.f((x + xmin - center + 0.5) * ss);
+      // Bilinear (the decode stage's) inlined; the others through the pointer.
+      const double t = (x + xmin - center + 0.5) * ss;
+      w[x] = filter == ResizeFilter::kBilinear ? Bilinear(t) : fl.f(t);
       ww += w[x];
     }
     int32_t* k = &coeffs[size_t(i) * ksize];
