@@ -14,6 +14,8 @@ training JPEGs.
 instead: 94 % of the images have a longer side of 300-500 px (aspect 1:1 to
 3:2, a quarter of them portrait), 5 % 600-1300 px and 1 % 2000-2800 px, at
 quality 85-96; about 420 x 380 px on average, with a mean file of ~110 KB.
+--sizes large: longer side 600-1600 px (aspect as above), quality 90 — the
+"600-1,600 px photo-like JPEGs" the pack-time preparation issue started from.
 
 Every image is a function of (--seed, its index) alone, so the same options
 give byte-identical trees in any order and with any --jobs. The tree is
@@ -60,6 +62,11 @@ def photo(seed, index, sizes="fixed"):
     quality = QUALITY
     if sizes == "imagenet":
         w, h, quality = imagenet_size(np.random.default_rng([seed, index, 1]))
+    elif sizes == "large":
+        r = np.random.default_rng([seed, index, 2])
+        longer = int(r.integers(600, 1601))
+        shorter = int(longer / float(r.choice([4 / 3, 4 / 3, 3 / 2, 5 / 4, 1.0])))
+        w, h = (shorter, longer) if r.random() < 0.25 else (longer, shorter)
     y, x = np.mgrid[0:h, 0:w].astype(np.float32)
     img = np.zeros((h, w, 3), np.float32)
     for c in range(3):  # a smooth background per channel
@@ -105,8 +112,9 @@ def main(argv):
     p.add_argument("--files", type=int, default=20000, help="files in total (default 20000)")
     p.add_argument("--classes", type=int, default=100, help="class directories (default 100)")
     p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
-    p.add_argument("--sizes", choices=["fixed", "imagenet"], default="fixed",
-                   help="350-500 px at quality 90 (default), or ImageNet's distribution")
+    p.add_argument("--sizes", choices=["fixed", "imagenet", "large"], default="fixed",
+                   help="350-500 px at quality 90 (default), ImageNet's distribution, or "
+                        "600-1600 px")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                    help="processes (default: the cores)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")

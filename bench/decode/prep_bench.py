@@ -27,8 +27,14 @@ cache in memory (FFCV's "from RAM"). Variants alternate within each
 repetition; the table gives the median of --reps. Volume sizes and pack
 times are beside them (packing on --pack-threads).
 
+Then, without I/O or the loader: dlfs' ImagePipeline on every variant's
+samples from memory, one thread (build/bench/dlfs_decode_limit --pipeline
+224), the decode work alone.
+
   /usr/bin/python3 bench/decode/prep_bench.py                        # 5000 images
   /usr/bin/python3 bench/decode/prep_bench.py --images 600 --reps 1   # smoke run
+  /usr/bin/python3 bench/decode/prep_bench.py --sizes large --images 400 --pipeline-only
+                    # 600-1600 px JPEGs, the decode work alone
 
 Prints a Markdown table (paste into docs/benchmarks.md) and writes the raw
 results as JSON next to the data. Run from the repository root after
@@ -47,6 +53,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("DLFS_BUILD", os.path.join(REPO, "build"))
 DLFS = os.path.join(BUILD, "dlfs")
+LIMIT = os.path.join(BUILD, "bench", "dlfs_decode_limit")
 PY = "/usr/bin/python3"
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 VARIANTS = {
@@ -103,16 +110,16 @@ def volume_bytes(vol):
 def prepare(args):
     """Generates the tree (once) and packs every variant (once, timed)."""
     os.makedirs(args.dir, exist_ok=True)
-    tree = os.path.join(args.dir, f"imagenet-{args.images}")
+    tree = os.path.join(args.dir, f"{args.sizes}-{args.images}")
     if not os.path.exists(tree):
         sh([PY, os.path.join(REPO, "bench", "data", "make_photo_jpegs.py"), "--files",
-            args.images, "--classes", min(100, args.images), "--sizes", "imagenet", tree])
+            args.images, "--classes", min(100, args.images), "--sizes", args.sizes, tree])
     files = [os.path.join(d, f) for d, _, fs in os.walk(tree) for f in fs]
     sizes = [os.path.getsize(f) for f in files]
     data = {"tree": tree, "files": len(files), "mean_file_bytes": statistics.mean(sizes),
             "tree_bytes": sum(sizes), "variants": {}}
     for name, flags in VARIANTS.items():
-        vol = os.path.join(args.dir, f"imagenet-{args.images}-{name.replace(' ', '_')}.dlfs")
+        vol = os.path.join(args.dir, f"{args.sizes}-{args.images}-{name.replace(' ', '_')}.dlfs")
         meta = vol + ".json"
         if not os.path.exists(meta):
             t0 = time.perf_counter()
@@ -129,6 +136,47 @@ def prepare(args):
                                   "pack_seconds": m["pack_seconds"], "report": m["report"],
                                   "images": info["images"]}
     return data
+
+
+def pipeline_limits(args, data):
+    """Each variant's samples as files, then ImagePipeline on them from memory, one
+    thread: {variant: {dtype: (images/s, CPU s per 1000)}}, medians of 3."""
+    sys.path.insert(0, os.path.join(BUILD, "python"))
+    import dlfs
+    out = {}
+    for name, v in data["variants"].items():
+        if "zstd" in name:  # decoded, its samples are raw 256's
+            continue
+        files = v["volume"] + ".files"
+        if not os.path.exists(files):
+            os.makedirs(files + ".tmp", exist_ok=True)
+            vol = dlfs.Volume(v["volume"])
+            for i in range(len(vol)):  # decoded bytes (zstd undone): what the stage decodes
+                with open(os.path.join(files + ".tmp", f"{i:06d}"), "wb") as f:
+                    f.write(vol[i][0])
+            os.rename(files + ".tmp", files)
+        out[name] = {}
+        for dtype, flags in (("float32", ["--float"]), ("uint8", [])):
+            text = subprocess.run([LIMIT, files, "--threads", "1", "--reps", "3", "--pipeline",
+                                   "224", "--crop", "random-resized", "--flip", *flags],
+                                  check=True, capture_output=True, text=True).stdout
+            reps = [json.loads(l) for l in text.splitlines() if l.startswith("{")]
+            out[name][dtype] = (statistics.median(r["images_per_s"] for r in reps),
+                                statistics.median(r["cpu_s_per_1000"] for r in reps))
+            print(f"pipeline: {name} {dtype}: {out[name][dtype][0]:,.0f} images/s",
+                  file=sys.stderr, flush=True)
+    return out
+
+
+def print_pipeline(data, limits):
+    print(f"\nImagePipeline alone (no I/O, no loader), 1 thread, from memory; "
+          f"{data['files']} images, RandomResizedCrop 224 + flip; median of 3:\n")
+    print("| variant | float32 NCHW images/s | × original | uint8 NHWC images/s | × original |")
+    print("|---|---:|---:|---:|---:|")
+    for name, r in limits.items():
+        f, u = r["float32"][0], r["uint8"][0]
+        print(f"| {name} | {f:,.0f} | {f / limits['original']['float32'][0]:.2f} | {u:,.0f} | "
+              f"{u / limits['original']['uint8'][0]:.2f} |")
 
 
 def timed(args, vol, dtype):
@@ -150,6 +198,10 @@ def main():
     ap.add_argument("--threads", type=int, default=2, help="decode threads (default 2)")
     ap.add_argument("--pack-threads", type=int, default=os.cpu_count() or 1,
                     help="threads preparing images when packing (default: the cores)")
+    ap.add_argument("--sizes", choices=["imagenet", "large", "fixed"], default="imagenet",
+                    help="make_photo_jpegs.py --sizes (default imagenet)")
+    ap.add_argument("--pipeline-only", action="store_true",
+                    help="only the ImagePipeline-from-memory table (no loader runs)")
     ap.add_argument("--dtypes", default="float32,uint8",
                     help="outputs to measure: float32 (NCHW, normalised), uint8 (NHWC)")
     ap.add_argument("--run", action="store_true", help=argparse.SUPPRESS)
@@ -160,6 +212,10 @@ def main():
         return run_one(args)
 
     data = prepare(args)
+    limits = pipeline_limits(args, data)
+    if args.pipeline_only:
+        print_pipeline(data, limits)
+        return 0
     dtypes = args.dtypes.split(",")
     modes = [f"{d} epoch {e}" for d in dtypes for e in (1, 2)]
     runs = {(v, m): [] for v in VARIANTS for m in modes}
@@ -182,9 +238,10 @@ def main():
             "args": {k: v for k, v in vars(args).items() if v is not None and k != "run"}}
     path = os.path.join(args.dir, f"results-{int(time.time())}.json")
     with open(path, "w") as f:
-        json.dump({"meta": meta, "data": data,
+        json.dump({"meta": meta, "data": data, "pipeline": limits,
                    "runs": {f"{v}|{m}": r for (v, m), r in runs.items()}}, f, indent=1)
     print_table(meta, data, runs, modes, args)
+    print_pipeline(data, limits)
     print(f"\n(raw results: {path})")
 
 
