@@ -87,8 +87,18 @@ Result<tjhandle> Tj(ImageWorkspace::State& ws) {
   return static_cast<tjhandle>(ws.tj);
 }
 
-Status JpegError(tjhandle tj, std::string_view what) {
-  return Status::InvalidArgument("JPEG: " + std::string(what) + ": " + tjGetErrorStr2(tj));
+// A failed TurboJPEG call, as an error; the workspace's decompressor is
+// destroyed (a new one is made by the next Tj()). TurboJPEG 2.1's
+// tjDecompressHeader3 returns from an error without aborting libjpeg's
+// decompressor, which stays in the middle of the failed header: the next
+// image's markers were then read as its continuation ("Bogus Huffman table
+// definition"), so one damaged sample made the next valid JPEGs on that
+// thread fail.
+Status JpegError(ImageWorkspace::State& ws, tjhandle tj, std::string_view what) {
+  Status st = Status::InvalidArgument("JPEG: " + std::string(what) + ": " + tjGetErrorStr2(tj));
+  tjDestroy(tj);
+  ws.tj = nullptr;
+  return st;
 }
 
 bool IsCmyk(int colorspace) { return colorspace == TJCS_CMYK || colorspace == TJCS_YCCK; }
@@ -170,7 +180,7 @@ Result<ImageInfo> ProbeJpeg(ImageWorkspace::State& ws, std::span<const std::byte
   int w = 0, h = 0, subsamp = 0, colorspace = 0;
   if (tjDecompressHeader3(tj, reinterpret_cast<const unsigned char*>(data.data()), data.size(), &w,
                           &h, &subsamp, &colorspace) != 0) {
-    return JpegError(tj, "bad header");
+    return JpegError(ws, tj, "bad header");
   }
   DLFS_RETURN_IF_ERROR(
       CheckSize(static_cast<uint32_t>(w), static_cast<uint32_t>(h), o).WithContext("JPEG"));
@@ -213,7 +223,7 @@ Result<PixelView> DecodeJpeg(ImageWorkspace::State& ws, std::span<const std::byt
   const auto* buf = reinterpret_cast<const unsigned char*>(data.data());
   int w = 0, h = 0, subsamp = 0, colorspace = 0;
   if (tjDecompressHeader3(tj, buf, data.size(), &w, &h, &subsamp, &colorspace) != 0) {
-    return JpegError(tj, "bad header");
+    return JpegError(ws, tj, "bad header");
   }
   DLFS_RETURN_IF_ERROR(SameSize(w, h, info).WithContext("JPEG"));
   const uint32_t sw = ScaledDim(info.width, scale_denom);
@@ -228,7 +238,7 @@ Result<PixelView> DecodeJpeg(ImageWorkspace::State& ws, std::span<const std::byt
   if (tjDecompress2(tj, buf, data.size(), out, static_cast<int>(sw), 0, static_cast<int>(sh), pf,
                     TJFLAG_LIMITSCANS) != 0) {
     if (tjGetErrorCode(tj) != TJERR_WARNING || !HarmlessWarning(tj)) {
-      return JpegError(tj, "cannot decode");
+      return JpegError(ws, tj, "cannot decode");
     }
   }
   if (cmyk) {
@@ -619,7 +629,7 @@ Result<DecodedRegion> DecodeRegion(ImageWorkspace::State& ws, std::span<const st
   int w = 0, h = 0, subsamp = 0, colorspace = 0;
   const auto* buf = reinterpret_cast<const unsigned char*>(data.data());
   if (tjDecompressHeader3(tj, buf, data.size(), &w, &h, &subsamp, &colorspace) != 0) {
-    return JpegError(tj, "bad header");
+    return JpegError(ws, tj, "bad header");
   }
   DLFS_RETURN_IF_ERROR(SameSize(w, h, info).WithContext("JPEG"));
   const bool cmyk = IsCmyk(colorspace);

@@ -42,7 +42,10 @@ Result<std::vector<std::byte>> EncodeJpeg(ImageWorkspace::State& ws, const Pixel
   if (tjCompress2(tj, v.data, static_cast<int>(v.width), static_cast<int>(v.stride),
                   static_cast<int>(v.height), v.channels == 1 ? TJPF_GRAY : TJPF_RGB, &out, &size,
                   subsamp, quality, TJFLAG_ACCURATEDCT | TJFLAG_NOREALLOC) != 0) {
-    return Status::InvalidArgument(std::string("JPEG: cannot encode: ") + tjGetErrorStr2(tj));
+    Status st = Status::InvalidArgument(std::string("JPEG: cannot encode: ") + tjGetErrorStr2(tj));
+    tjDestroy(tj);  // a fresh compressor for the next image, whatever state this one is in
+    ws.tj_compress = nullptr;
+    return st;
   }
   const auto* b = reinterpret_cast<const std::byte*>(out);
   return std::vector<std::byte>(b, b + size);

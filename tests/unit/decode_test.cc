@@ -367,6 +367,34 @@ std::vector<std::byte> WithPngSize(std::vector<std::byte> p, uint32_t w, uint32_
   return p;
 }
 
+// A JPEG whose header fails (tables, frame, no scan) must not spoil the
+// workspace: TurboJPEG 2.1 left its decompressor in the failed header, and
+// the next valid JPEG decoded on that thread failed ("Bogus Huffman table
+// definition"). Found by the prepare fuzzer.
+TEST(DecodeTest, AFailedHeaderDoesNotSpoilTheNextImage) {
+  const std::vector<std::byte> good = Jpeg(Gradient(48, 32, 3, 2));
+  std::vector<std::byte> no_scan;
+  for (size_t i = 0; i + 1 < good.size(); ++i) {
+    if (good[i] == std::byte{0xff} && good[i + 1] == std::byte{0xda}) {
+      no_scan.assign(good.begin(), good.begin() + static_cast<ptrdiff_t>(i));
+      break;
+    }
+  }
+  ASSERT_FALSE(no_scan.empty());
+  no_scan.push_back(std::byte{0xff});  // an end marker, so only the header fails
+  no_scan.push_back(std::byte{0xd9});
+  ImageWorkspace ws, fresh;
+  ASSERT_OK_AND_ASSIGN(const Image want, DecodeImage(fresh, good, {}));
+  const ImagePipeline p = MakePipeline(Options(16, CropMode::kRandomResized));
+  for (int round = 0; round < 3; ++round) {
+    EXPECT_THAT(DecodeImage(ws, no_scan, {}), StatusIs(StatusCode::kInvalidArgument, "JPEG"));
+    ASSERT_OK_AND_ASSIGN(const Image got, DecodeImage(ws, good, {}));
+    EXPECT_EQ(got.pixels, want.pixels);
+    EXPECT_THAT(p.Run(ws, no_scan, 0, 0), StatusIs(StatusCode::kInvalidArgument, "JPEG"));
+    EXPECT_OK(p.Run(ws, good, 0, 0));
+  }
+}
+
 TEST(DecodeTest, HostileAndMalformedImagesAreErrorsNotCrashes) {
   ImageWorkspace ws;
   const ImagePipeline p = MakePipeline(Options(32, CropMode::kRandomResized));
