@@ -18,7 +18,10 @@
 //   width and height and the channels asked for, and raw ones have the
 //   exact raw length; unchanged results carry no bytes;
 // - raw image bytes cut, grown or with a damaged header are refused
-//   (InvalidArgument), never read past.
+//   (InvalidArgument), never read past;
+// - whatever the input did, the workspace still decodes a valid JPEG to
+//   the same pixels as a fresh one (a damaged header once left TurboJPEG's
+//   decompressor mid-header: fuzz/regressions/prepare/).
 #include <algorithm>
 #include <cstring>
 #include <exception>
@@ -42,6 +45,37 @@ void ExpectRefused(const Status& st, const char* what) {
   }
 }
 
+// One workspace for every input, as a decode thread keeps one.
+ImageWorkspace& Workspace() {
+  static ImageWorkspace ws;
+  return ws;
+}
+
+// A small valid JPEG (made by the encoder under test) and its pixels as a
+// fresh workspace decodes them.
+struct Reference {
+  std::vector<std::byte> jpeg;
+  Image pixels;
+};
+const Reference& TheReference() {
+  static const Reference r = [] {
+    Image img{16, 12, 3, std::vector<uint8_t>(16 * 12 * 3)};
+    for (size_t i = 0; i < img.pixels.size(); ++i) img.pixels[i] = static_cast<uint8_t>(i * 7);
+    ImageWorkspace fresh;
+    const Result<std::vector<std::byte>> png = EncodePng(img);
+    ImagePrepOptions o;
+    o.mode = ImageStoreMode::kJpeg;
+    const Result<PreparedImage> p =
+        png.ok() ? PrepareImage(fresh, *png, o, "", "") : Result<PreparedImage>(png.status());
+    if (!p.ok() || !p->changed) dlfs::fuzz::Broken("cannot make the reference JPEG");
+    ImageWorkspace other;
+    const Result<Image> decoded = DecodeImage(other, p->bytes, {});
+    if (!decoded.ok()) dlfs::fuzz::Broken("cannot decode the reference JPEG");
+    return Reference{p->bytes, *decoded};
+  }();
+  return r;
+}
+
 void Run(const uint8_t* data, size_t size) {
   if (size < kHeaderBytes) return;
   ImagePrepOptions o;
@@ -58,7 +92,7 @@ void Run(const uint8_t* data, size_t size) {
   o.jpeg_probability = (data[3] >> 4) / 16.0;
   const std::span<const std::byte> image(reinterpret_cast<const std::byte*>(data) + kHeaderBytes,
                                          size - kHeaderBytes);
-  static ImageWorkspace ws;
+  ImageWorkspace& ws = Workspace();
   const Result<PreparedImage> r = PrepareImage(ws, image, o, "sample", "");
   if (!r.ok()) {
     ExpectRefused(r.status(), "PrepareImage refused nothing");
@@ -106,9 +140,19 @@ void Run(const uint8_t* data, size_t size) {
 
 }  // namespace
 
+// The workspace after the input still decodes the reference as a fresh one.
+void CheckWorkspace() {
+  const Reference& ref = TheReference();
+  const Result<Image> again = DecodeImage(Workspace(), ref.jpeg, {});
+  if (!again.ok() || again->pixels != ref.pixels.pixels) {
+    dlfs::fuzz::Broken("the workspace no longer decodes a valid JPEG as a fresh one does");
+  }
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     Run(data, size);
+    CheckWorkspace();
   } catch (const std::exception& e) {
     dlfs::fuzz::Broken(e.what());
   }
