@@ -16,6 +16,12 @@ values as ImageFolder's ToTensor().
         --test out/fashion-mnist-test.dlfs --png-dir out/fashion-mnist-png
 
 (scripts/demo.sh does all of this.)
+
+--prepared NAME=TRAIN,TEST trains the same way from volumes whose images were
+prepared at pack time (e.g. `dlfs pack ... --image-format raw --image-color
+gray`, or `--image-format jpeg --jpeg-quality 90`) and compares their test
+accuracy with the original volumes' (the same seeds and batches, so raw
+pixels, which are the PNGs' own, give the same model).
 """
 import argparse
 import os
@@ -129,6 +135,8 @@ def main():
     ap.add_argument("--decode-threads", type=int, default=None,
                     help="ImageLoader decode threads (default: one per core)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--prepared", action="append", default=[], metavar="NAME=TRAIN,TEST",
+                    help="also train from these prepared volumes and compare accuracy")
     args = ap.parse_args()
     torch.set_num_threads(max(1, os.cpu_count() or 1))
 
@@ -137,6 +145,17 @@ def main():
     a = run("dlfs ImageLoader (PNG, C++ decode)",
             *dlfs_loaders(args.train, args.test, args.batch_size, args.seed,
                           args.decode_threads), args.seed)
+    for spec in args.prepared:
+        name, _, volumes = spec.partition("=")
+        train, _, test = volumes.partition(",")
+        p = run(f"dlfs ImageLoader ({name})",
+                *dlfs_loaders(train, test, args.batch_size, args.seed, args.decode_threads),
+                args.seed)
+        diff = 100 * (p["acc"] - a["acc"])
+        print(f"prepared ({name}) / original: test accuracy {p['acc']:.2%} vs {a['acc']:.2%} "
+              f"({diff:+.2f} points: {'within' if abs(diff) <= 0.5 else 'NOT within'} ±0.5); "
+              f"input pipeline {p['input_samples_per_s'] / a['input_samples_per_s']:.2f}x the "
+              f"samples/s", flush=True)
     if not args.png_dir:
         return 0
     b = run("torchvision ImageFolder (PNG files)", *imagefolder_loaders(

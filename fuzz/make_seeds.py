@@ -27,7 +27,8 @@ import lmdb
 from PIL import Image
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-HARNESSES = ["volume_file", "volume_metadata", "volume_resealed", "lmdb", "idx", "tar", "decode"]
+HARNESSES = ["volume_file", "volume_metadata", "volume_resealed", "lmdb", "idx", "tar", "decode",
+             "prepare"]
 
 
 def write(out, harness, name, data):
@@ -486,6 +487,30 @@ def regressions(out):
                     (hostile / "idx-huge" / "train-labels-idx1-ubyte").read_bytes()))
 
 
+# ---- prepare: images behind the harness's option bytes ----------------------
+
+def prepare_seeds(out):
+    images = {
+        "jpeg-rgb": pil_bytes(gradient(48, 32, "RGB"), "JPEG", quality=85),
+        "jpeg-gray": pil_bytes(gradient(33, 17, "L"), "JPEG", quality=85),
+        "jpeg-cmyk": pil_bytes(gradient(24, 24, "CMYK"), "JPEG", quality=85),
+        "png-rgb": pil_bytes(gradient(30, 20, "RGB"), "PNG"),
+        "png-palette": pil_bytes(gradient(30, 20, "RGB").convert("P", colors=16), "PNG"),
+        "png-gray16": png_bytes(20, 14, 0, 16, lambda x, y: ((x * 3001 + y * 17) % 65536,)),
+    }
+    # max_side, mode/filter/flags, quality, limits: keep; raw at 16 px
+    # bicubic; JPEG q 60 gray; smart; proportion; always re-encode; a tiny
+    # pixel limit.
+    option_sets = [bytes([0, 0, 0, 14]), bytes([15, 0b00001010, 0, 14]),
+                   bytes([7, 0b10000001, 128 + 59, 14]), bytes([20, 0b00011011, 0, 0x8e]),
+                   bytes([11, 0b00100100, 0, 0x7e]), bytes([0, 0b01000000, 200, 14]),
+                   bytes([5, 2, 0, 3])]
+    for name, data in images.items():
+        for k, opts in enumerate(option_sets):
+            write(out, "prepare", f"{name}-{k}", opts + data)
+        write(out, "prepare", f"{name}-half", option_sets[1] + data[:len(data) // 2])
+
+
 def main():
     if len(sys.argv) != 3:
         raise SystemExit(__doc__)
@@ -499,6 +524,7 @@ def main():
     idxs(out)
     tars(out)
     decode_seeds(out)
+    prepare_seeds(out)
     regressions(out)
     for harness in HARNESSES:
         n = len(list((out / harness).iterdir()))

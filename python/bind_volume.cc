@@ -55,6 +55,35 @@ py::object LabelOrNone(uint32_t label) {
   return label == kNoLabel ? py::object(py::none()) : py::object(py::int_(label));
 }
 
+// The images section as `dlfs info --json` gives it (src/report's
+// ImagesJson): None without one.
+py::object ImagesDict(const std::optional<ImagesUsage>& images) {
+  if (!images) return py::none();
+  const ImagePrepOptions& o = images->recorded.options;
+  const auto when = [](bool yes, py::object value) { return yes ? value : py::none(); };
+  py::dict d;
+  d["max_side"] = o.max_side;
+  d["filter"] = when(o.max_side != 0, py::str(std::string(NameOf(kResizeFilterNames, o.filter))));
+  d["mode"] = std::string(NameOf(kImageStoreModeNames, o.mode));
+  d["jpeg_quality"] = o.jpeg_quality;
+  d["always_reencode"] = o.always_reencode;
+  d["color"] = std::string(NameOf(kColorModeNames, o.color));
+  d["smart_threshold"] = when(o.mode == ImageStoreMode::kSmart, py::int_(o.smart_threshold));
+  d["jpeg_probability"] =
+      when(o.mode == ImageStoreMode::kProportion, py::float_(o.jpeg_probability));
+  d["seed"] = when(o.mode == ImageStoreMode::kProportion, py::int_(o.seed));
+  d["images"] = images->recorded.images;
+  d["changed"] = images->recorded.changed;
+  d["resized"] = images->resized;
+  py::dict stored;
+  stored["jpeg"] = images->as_jpeg;
+  stored["png"] = images->as_png;
+  stored["raw"] = images->as_raw;
+  d["stored"] = stored;
+  d["largest_original_side"] = images->largest_original_side;
+  return d;
+}
+
 // The same document as `dlfs info --json` (both come from SummarizeVolume).
 py::dict InfoDict(const Volume& v) {
   const VolumeSummary s = SummarizeVolume(v);
@@ -100,6 +129,8 @@ py::dict InfoDict(const Volume& v) {
   d["target_details"] = targets;
   d["created_unix_ns"] = i.created_unix_ns;
   d["incompat_flags"] = s.incompat_flags;
+  d["compat_flags"] = s.compat_flags;
+  d["images"] = ImagesDict(s.images);
   d["fields"] = fields;
   d["dictionary_bytes"] = s.dictionary_bytes;
   return d;

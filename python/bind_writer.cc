@@ -15,6 +15,7 @@
 
 #include "bindings.h"
 #include "dlfs/builder.h"
+#include "dlfs/image_prep.h"
 #include "dlfs/pack.h"
 #include "dlfs/version.h"
 #include "status_bridge.h"
@@ -35,7 +36,53 @@ constexpr Rewording kKeywords[] = {
     {"all_files packs", "all_files=True packs"},
     {"the skip_hidden option applies", "skip_hidden=True applies"},
     {"skip_hidden left out", "skip_hidden=True left out"},
-    {"skip_hidden leaves", "skip_hidden=True leaves"}};
+    {"skip_hidden leaves", "skip_hidden=True leaves"},
+    {"(set skip_unreadable to leave out", "(pass skip_unreadable=True to leave out"},
+    {"needs the lmdb_payload_only option", "needs datum_payload=True"}};
+
+// The image preparation keywords of dlfs.pack and dlfs.Writer (the flags of
+// `dlfs pack`), as ImagePrepOptions; ValueError for a bad one.
+ImagePrepOptions ImagePrep(std::optional<uint32_t> max_side, const std::string& resize_filter,
+                           std::optional<uint32_t> jpeg_quality, bool always_reencode,
+                           const std::string& image_format, uint64_t smart_threshold,
+                           double jpeg_probability, uint64_t image_seed,
+                           const std::string& image_color, uint32_t prepare_threads) {
+  ImagePrepOptions o;
+  if (max_side && *max_side == 0) throw py::value_error("max_side must be at least 1 (or None)");
+  if (jpeg_quality && (*jpeg_quality == 0 || *jpeg_quality > 100)) {
+    throw py::value_error("jpeg_quality is 1..100 (or None)");
+  }
+  o.max_side = max_side.value_or(0);
+  o.filter = Unwrap(ParseEnum(kResizeFilterNames, resize_filter, "resize_filter"));
+  o.jpeg_quality = jpeg_quality.value_or(0);
+  o.always_reencode = always_reencode;
+  o.mode = Unwrap(ParseEnum(kImageStoreModeNames, image_format, "image_format"));
+  o.smart_threshold = smart_threshold;
+  o.jpeg_probability = jpeg_probability;
+  o.seed = image_seed;
+  o.color = Unwrap(ParseEnum(kColorModeNames, image_color, "image_color"));
+  o.threads = prepare_threads;
+  Check(CheckImagePrepOptions(o));
+  return o;
+}
+
+// The same from dlfs.Writer's keywords, passed on as a dict.
+ImagePrepOptions ImagePrep(const py::dict& k) {
+  const ImagePrepOptions d;
+  const auto get = [&k](const char* key, auto fallback) {
+    return k.contains(key) && !k[key].is_none() ? k[key].cast<decltype(fallback)>() : fallback;
+  };
+  const auto opt = [&k](const char* key) {
+    return k.contains(key) && !k[key].is_none() ? std::optional<uint32_t>(k[key].cast<uint32_t>())
+                                                : std::nullopt;
+  };
+  return ImagePrep(opt("max_side"), get("resize_filter", std::string("bilinear")),
+                   opt("jpeg_quality"), get("always_reencode", false),
+                   get("image_format", std::string("keep")),
+                   get("smart_threshold", d.smart_threshold),
+                   get("jpeg_probability", d.jpeg_probability), get("image_seed", d.seed),
+                   get("image_color", std::string("rgb")), get("prepare_threads", d.threads));
+}
 
 // "a,b" or a list of names (fields=, class_names=); `spec_parser` parses
 // the string form.
@@ -70,7 +117,8 @@ class ByteView {
 class PyWriter {
  public:
   PyWriter(const std::string& path, uint32_t targets, uint32_t alignment, bool force,
-           std::vector<std::string> class_names, const std::string& compress, bool dict)
+           std::vector<std::string> class_names, const std::string& compress, bool dict,
+           const py::dict& images)
       : path_(path) {
     VolumeBuilder::Options o;
     // The builder's 0 means "as many as target_paths name"; a Writer names none.
@@ -81,6 +129,9 @@ class PyWriter {
     Result<VolumeBuilder::Options::Compression> compression = ParseCompression(compress, dict);
     Check(compression.status());
     o.compress = std::move(*compression);
+    o.images = ImagePrep(images);
+    o.images.skip_unreadable =
+        images.contains("skip_unreadable") && images["skip_unreadable"].cast<bool>();
     Result<std::unique_ptr<VolumeBuilder>> r = Status::Cancelled("not run");
     {
       py::gil_scoped_release release;
@@ -123,14 +174,18 @@ class PyWriter {
         for (size_t k = 0; k < views.size() && st.ok(); ++k) {
           st = fields ? b.AddField(names[k], views[k]->bytes()) : b.Append(views[k]->bytes());
         }
-        if (st.ok()) st = b.EndSample();
         if (!st.ok()) {
           b.AbortSample();
           st = st.WithContext(path_ + ": sample '" + sample_path + "'");
+        } else {
+          // With image preparation the error may be an earlier sample's:
+          // it names that sample itself.
+          st = b.EndSample();
+          if (!st.ok()) st = st.WithContext(path_);
         }
       }
     }
-    Check(st);
+    Check(st.Reworded(kKeywords));
   }
 
   // Publishes the volume; the writer is closed afterwards, whatever happens.
@@ -143,7 +198,7 @@ class PyWriter {
       st = b->Finish();
       b.reset();
     }
-    Check(st);
+    Check(st.Reworded(kKeywords));
   }
 
   // Drops everything written so far: no volume, no temporary files.
@@ -156,6 +211,18 @@ class PyWriter {
   bool closed() const { return builder_ == nullptr; }
   uint64_t samples() const { return builder_ ? builder_->sample_count() : 0; }
   uint64_t bytes() const { return builder_ ? builder_->data_bytes() : 0; }
+  // What image preparation did so far: {"images", "changed", ...}.
+  py::dict image_stats() const {
+    py::dict d;
+    if (!builder_) return d;
+    const ImagePrepStats& s = builder_->image_stats();
+    d["images"] = s.images;
+    d["changed"] = s.changed;
+    d["resized"] = s.resized;
+    d["skipped"] = s.skipped;
+    d["skipped_examples"] = s.skipped_examples;
+    return d;
+  }
   std::vector<std::string> temp_paths() const {
     return builder_ ? builder_->temp_paths() : std::vector<std::string>{};
   }
@@ -178,7 +245,11 @@ void RegisterPack(py::module_& m) {
          bool force, uint32_t align, bool skip_unreadable, const py::object& class_names,
          bool all_files, std::optional<py::function> on_progress, const py::object& fields,
          const std::string& compress, bool dict, std::optional<uint32_t> targets,
-         std::vector<std::string> target_paths, bool datum_payload, bool skip_hidden) {
+         std::vector<std::string> target_paths, bool datum_payload, bool skip_hidden,
+         std::optional<uint32_t> max_side, const std::string& resize_filter,
+         std::optional<uint32_t> jpeg_quality, bool always_reencode,
+         const std::string& image_format, uint64_t smart_threshold, double jpeg_probability,
+         uint64_t image_seed, const std::string& image_color, uint32_t prepare_threads) {
         PackOptions o;
         o.from = Unwrap(ParseSourceKind(source_kind));
         o.volume.overwrite = force;
@@ -193,6 +264,9 @@ void RegisterPack(py::module_& m) {
         o.volume.target_paths = std::move(target_paths);
         o.lmdb_payload_only = datum_payload;
         o.skip_hidden = skip_hidden;
+        o.volume.images =
+            ImagePrep(max_side, resize_filter, jpeg_quality, always_reencode, image_format,
+                      smart_threshold, jpeg_probability, image_seed, image_color, prepare_threads);
         // Every ~100 ms: Ctrl-C (and an exception in on_progress) stops
         // packing, leaving nothing behind, and is raised here.
         std::atomic<bool> cancel{false};
@@ -239,6 +313,17 @@ void RegisterPack(py::module_& m) {
         d["empty_classes"] = s.empty_classes;
         d["renamed_classes"] = s.renamed_classes;
         d["dictionary_bytes"] = s.dictionary_bytes;
+        py::dict images;
+        images["images"] = s.images.images;
+        images["changed"] = s.images.changed;
+        images["resized"] = s.images.resized;
+        images["as_jpeg"] = s.images.as_jpeg;
+        images["as_png"] = s.images.as_png;
+        images["as_raw"] = s.images.as_raw;
+        images["bytes_in"] = s.images.bytes_in;
+        images["bytes_out"] = s.images.bytes_out;
+        images["skipped"] = s.images.skipped;
+        d["images"] = images;
         d["seconds"] = s.seconds;
         return d;
       },
@@ -249,6 +334,13 @@ void RegisterPack(py::module_& m) {
       py::arg("fields") = py::list(), py::arg("compress") = "none", py::arg("dict") = false,
       py::arg("targets") = py::none(), py::arg("target_paths") = std::vector<std::string>{},
       py::arg("datum_payload") = false, py::arg("skip_hidden") = false,
+      py::arg("max_side") = py::none(),
+      py::arg("resize_filter") = "bilinear", py::arg("jpeg_quality") = py::none(),
+      py::arg("always_reencode") = false, py::arg("image_format") = "keep",
+      py::arg("smart_threshold") = ImagePrepOptions{}.smart_threshold,
+      py::arg("jpeg_probability") = ImagePrepOptions{}.jpeg_probability,
+      py::arg("image_seed") = ImagePrepOptions{}.seed, py::arg("image_color") = "rgb",
+      py::arg("prepare_threads") = 0,
       R"doc(Packs a data set into a new volume (like `dlfs pack`) and returns stats.
 
 source_kind: "auto", "imagefolder", "idx", "tar" or "lmdb". Raises
@@ -262,10 +354,67 @@ None: one more than target_paths names),
 datum_payload (lmdb: only each Caffe Datum's data), skip_hidden
 (imagefolder: leave out hidden files and directories, which torchvision's
 ImageFolder reads; the labels then differ from torchvision's where a
-hidden directory is at the top). ValueError for a bad
-option. on_progress(dict) is called about every 100 ms (samples, bytes,
+hidden directory is at the top). Image preparation, as
+dlfs pack's --max-side etc. (see help(dlfs.Writer)): max_side, resize_filter
+("bilinear", "bicubic", "lanczos", "box", "hamming"), jpeg_quality,
+always_reencode, image_format ("keep", "jpeg", "raw", "smart", "proportion"),
+smart_threshold, jpeg_probability, image_seed, image_color ("rgb", "gray",
+"auto"), prepare_threads (0: one per core); stats["images"] says what it did.
+ValueError for a bad option. on_progress(dict) is called about every 100 ms (samples, bytes,
 total_samples, ...); dlfs.pack's progress=True uses it. Ctrl-C stops
 packing and leaves no volume.)doc");
+}
+
+void RegisterPrepareImage(py::module_& m) {
+  m.def(
+      "prepare_image",
+      [](const py::handle& data, const std::string& path, const std::string& field,
+         std::optional<uint32_t> max_side, const std::string& resize_filter,
+         std::optional<uint32_t> jpeg_quality, bool always_reencode,
+         const std::string& image_format, uint64_t smart_threshold, double jpeg_probability,
+         uint64_t image_seed, const std::string& image_color) {
+        const ImagePrepOptions o =
+            ImagePrep(max_side, resize_filter, jpeg_quality, always_reencode, image_format,
+                      smart_threshold, jpeg_probability, image_seed, image_color, 0);
+        ByteView view(data);
+        Result<PreparedImage> r = Status::Cancelled("not run");
+        {
+          py::gil_scoped_release release;
+          thread_local ImageWorkspace ws;
+          r = PrepareImage(ws, view.bytes(), o, path, field);
+        }
+        const PreparedImage p = Unwrap(std::move(r));
+        const std::span<const std::byte> out =
+            p.changed ? std::span<const std::byte>(p.bytes) : view.bytes();
+        py::dict d;
+        d["data"] = py::bytes(reinterpret_cast<const char*>(out.data()), out.size());
+        d["changed"] = p.changed;
+        d["stored"] = p.changed
+                          ? py::object(py::str(std::string(NameOf(kStoredImageNames, p.stored))))
+                          : py::object(py::none());
+        d["resized"] = p.resized;
+        d["width"] = p.width;
+        d["height"] = p.height;
+        d["original"] =
+            py::dict(py::arg("format") = std::string(NameOf(kImageFormatNames, p.original.format)),
+                     py::arg("width") = p.original.width, py::arg("height") = p.original.height,
+                     py::arg("channels") = p.original.channels);
+        return d;
+      },
+      py::arg("data"), py::arg("path") = "", py::arg("field") = "", py::kw_only(),
+      py::arg("max_side") = py::none(), py::arg("resize_filter") = "bilinear",
+      py::arg("jpeg_quality") = py::none(), py::arg("always_reencode") = false,
+      py::arg("image_format") = "keep",
+      py::arg("smart_threshold") = ImagePrepOptions{}.smart_threshold,
+      py::arg("jpeg_probability") = ImagePrepOptions{}.jpeg_probability,
+      py::arg("image_seed") = ImagePrepOptions{}.seed, py::arg("image_color") = "rgb",
+      R"doc(Prepares one image (JPEG or PNG bytes) as dlfs.Writer's and dlfs.pack's
+image keywords say, and returns a dict: data (the bytes a volume would store:
+new ones, or the original's when nothing changed), changed, stored ("jpeg",
+"png", "raw" or None), resized, width and height (stored), original (format,
+width, height, channels). path and field name the sample for
+image_format="proportion". ValueError for bad options or an image that cannot
+be prepared.)doc");
 }
 
 }  // namespace
@@ -276,19 +425,22 @@ void RegisterWriter(py::module_& m) {
   py::class_<PyWriter>(m, "_VolumeWriter",
                        "The engine of dlfs.Writer (see help(dlfs.Writer)); use that instead.")
       .def(py::init<const std::string&, uint32_t, uint32_t, bool, std::vector<std::string>,
-                    const std::string&, bool>(),
+                    const std::string&, bool, const py::dict&>(),
            py::arg("path"), py::arg("targets"), py::arg("alignment"), py::arg("force"),
-           py::arg("class_names"), py::arg("compress") = "", py::arg("dict") = false)
+           py::arg("class_names"), py::arg("compress") = "", py::arg("dict") = false,
+           py::arg("images") = py::dict())
       .def("add", &PyWriter::Add, py::arg("path"), py::arg("data"), py::arg("label"))
       .def("close", &PyWriter::Close)
       .def("abort", &PyWriter::Abort)
       .def_property_readonly("closed", &PyWriter::closed)
       .def_property_readonly("samples", &PyWriter::samples)
       .def_property_readonly("bytes", &PyWriter::bytes)
+      .def_property_readonly("image_stats", &PyWriter::image_stats)
       .def_property_readonly("temp_paths", &PyWriter::temp_paths)
       .def_property_readonly("path", &PyWriter::path);
 
   RegisterPack(m);
+  RegisterPrepareImage(m);
 }
 
 }  // namespace dlfs::python

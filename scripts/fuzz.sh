@@ -24,7 +24,7 @@ seconds=${1:-60}
 shift || true
 harnesses=("$@")
 if ((${#harnesses[@]} == 0)); then
-  harnesses=(volume_file volume_metadata volume_resealed lmdb idx tar decode)
+  harnesses=(volume_file volume_metadata volume_resealed lmdb idx tar decode prepare)
 fi
 
 if [[ -n "${FUZZ_CPU:-}" && ! "$FUZZ_CPU" =~ ^[0-9]+$ ]]; then

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "cli.h"
+#include "dlfs/image_prep.h"
 #include "dlfs/pack.h"
 
 namespace dlfs::cli {
@@ -40,7 +41,10 @@ constexpr Rewording kPackFlags[] = {
     {"compression '", "--compress '"},
     {"align must", "--align must"},
     {": class_names gives", ": --class-names gives"},
-    {"class_names renamed", "--class-names renamed"}};
+    {"class_names renamed", "--class-names renamed"},
+    {"needs the lmdb_payload_only option", "needs --datum-payload"},
+    {"jpeg_probability must", "--jpeg-probability must"},
+    {"smart_threshold must", "--smart-threshold must"}};
 
 int RunPack(PackArgs& args) {
   PackOptions& options = args.options;
@@ -118,6 +122,36 @@ void AddPack(CLI::App& app, int* exit_code) {
               "or 10000 fields, store it in the volume and compress every field with it.\n"
               "For many small, similar fields (records, token arrays, raw pixels). Fails on\n"
               "too little data to train on");
+  // Image preparation (dlfs/image_prep.h), FFCV-style.
+  ImagePrepOptions& images = args->options.volume.images;
+  p->add_option("--max-side", images.max_side,
+                "Resize images whose longer side exceeds N pixels so that it is N (the shorter\n"
+                "side in proportion, torchvision's geometry and PIL's pixels; never enlarged)")
+      ->check(CLI::Range(1u, 1u << 20));
+  AddEnumOption(p, "--resize-filter", &images.filter, kResizeFilterNames,
+                "PIL filter for --max-side (antialiased)");
+  p->add_option("--jpeg-quality", images.jpeg_quality,
+                "Re-encode JPEGs at quality Q (1..100), keeping an original that needs no resize\n"
+                "when re-encoding would not make it smaller; encoded JPEGs use 90 without it")
+      ->check(CLI::Range(1u, 100u));
+  p->add_flag("--always-reencode", images.always_reencode,
+              "Re-encode every image, even one that needs no resize, and keep the result even\n"
+              "when it is larger than the original");
+  AddEnumOption(p, "--image-format", &images.mode, kImageStoreModeNames,
+                "How images are stored: keep (their own format), jpeg, raw (decoded uint8 HWC\n"
+                "pixels: no decoding when read), smart (raw up to --smart-threshold bytes of\n"
+                "pixels, JPEG above), proportion (JPEG with probability --jpeg-probability)");
+  AddDefaulted(p, "--smart-threshold", images.smart_threshold,
+               "--image-format smart: the largest image stored raw, in bytes of pixels");
+  AddDefaulted(p, "--jpeg-probability", images.jpeg_probability,
+               "--image-format proportion: the share of images stored as JPEG");
+  AddDefaulted(p, "--image-seed", images.seed,
+               "--image-format proportion: the seed of which images are JPEG");
+  AddEnumOption(p, "--image-color", &images.color, kColorModeNames,
+                "Channels of decoded images: rgb (PIL's convert(\"RGB\")), gray, or auto (1 for\n"
+                "gray sources, 3 for the others)");
+  p->add_option("--prepare-threads", images.threads,
+                "Threads preparing images (default: one per core)");
   p->add_flag("-q,--quiet", args->quiet, "No progress output");
   p->callback([args, exit_code] { *exit_code = RunPack(*args); });
 }

@@ -10,6 +10,13 @@ and mild Gaussian noise (sigma 7). Sides are 350-500 px, quality 90 (PIL's
 default 4:2:0 subsampling); the mean file is about 110 KB, like ImageNet's
 training JPEGs.
 
+--sizes imagenet draws sizes (and qualities) like ImageNet's training set
+instead: 94 % of the images have a longer side of 300-500 px (aspect 1:1 to
+3:2, a quarter of them portrait), 5 % 600-1300 px and 1 % 2000-2800 px, at
+quality 85-96; about 420 x 380 px on average, with a mean file of ~110 KB.
+--sizes large: longer side 600-1600 px (aspect as above), quality 90 — the
+"600-1,600 px photo-like JPEGs" the pack-time preparation issue started from.
+
 Every image is a function of (--seed, its index) alone, so the same options
 give byte-identical trees in any order and with any --jobs. The tree is
 written to OUT_DIR.tmp-<pid> and renamed into place when complete. Needs
@@ -33,10 +40,33 @@ NOISE = 7.0
 TEXTURE = 110.0
 
 
-def photo(seed, index):
+def imagenet_size(rng):
+    """(width, height, quality) as --sizes imagenet draws them."""
+    u = rng.random()
+    if u < 0.01:
+        longer = int(rng.integers(2000, 2801))
+    elif u < 0.06:
+        longer = int(rng.integers(600, 1301))
+    else:
+        longer = int(rng.integers(300, 501))
+    aspect = float(rng.choice([4 / 3, 4 / 3, 3 / 2, 5 / 4, 1.0]))
+    shorter = int(longer / aspect)
+    w, h = (shorter, longer) if rng.random() < 0.25 else (longer, shorter)
+    return w, h, int(rng.integers(85, 97))
+
+
+def photo(seed, index, sizes="fixed"):
     """JPEG bytes of image `index`."""
     rng = np.random.default_rng([seed, index])
     w, h = (int(v) for v in rng.integers(350, 501, 2))
+    quality = QUALITY
+    if sizes == "imagenet":
+        w, h, quality = imagenet_size(np.random.default_rng([seed, index, 1]))
+    elif sizes == "large":
+        r = np.random.default_rng([seed, index, 2])
+        longer = int(r.integers(600, 1601))
+        shorter = int(longer / float(r.choice([4 / 3, 4 / 3, 3 / 2, 5 / 4, 1.0])))
+        w, h = (shorter, longer) if r.random() < 0.25 else (longer, shorter)
     y, x = np.mgrid[0:h, 0:w].astype(np.float32)
     img = np.zeros((h, w, 3), np.float32)
     for c in range(3):  # a smooth background per channel
@@ -64,13 +94,13 @@ def photo(seed, index):
     arr = np.asarray(pil.filter(ImageFilter.GaussianBlur(0.7)), np.float32)
     arr += rng.normal(0, NOISE, arr.shape).astype(np.float32)
     buf = io.BytesIO()
-    Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8)).save(buf, "JPEG", quality=QUALITY)
+    Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8)).save(buf, "JPEG", quality=quality)
     return buf.getvalue()
 
 
 def write_one(job):
-    seed, index, path = job
-    data = photo(seed, index)
+    seed, index, path, sizes = job
+    data = photo(seed, index, sizes)
     with open(path, "wb") as f:
         f.write(data)
     return len(data)
@@ -82,6 +112,9 @@ def main(argv):
     p.add_argument("--files", type=int, default=20000, help="files in total (default 20000)")
     p.add_argument("--classes", type=int, default=100, help="class directories (default 100)")
     p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    p.add_argument("--sizes", choices=["fixed", "imagenet", "large"], default="fixed",
+                   help="350-500 px at quality 90 (default), ImageNet's distribution, or "
+                        "600-1600 px")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                    help="processes (default: the cores)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
@@ -99,7 +132,7 @@ def main(argv):
         cls = f"n{c:08d}"
         os.makedirs(os.path.join(tmp, cls))
         for i in range(per_class + (1 if c < extra else 0)):
-            jobs.append((args.seed, k, os.path.join(tmp, cls, f"{cls}_{i:06d}.JPEG")))
+            jobs.append((args.seed, k, os.path.join(tmp, cls, f"{cls}_{i:06d}.JPEG"), args.sizes))
             k += 1
     start = time.monotonic()
     total = 0

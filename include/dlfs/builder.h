@@ -29,7 +29,21 @@
 // 16 bytes in the table of paths that finds duplicates; per directory, its
 // entry and its path.
 //
-// Thread safety: none; use one builder from one thread.
+// Image preparation (Options::images, dlfs/image_prep.h; docs/format.md
+// §4.9): each finished sample is held in memory and its image fields (the
+// unnamed field, "jpg", "jpeg", "png") are prepared on Options::images.threads
+// threads while the caller adds the next ones; samples are written in the
+// order added, so the volume is the same whatever the number of threads. At
+// most about 2 x threads + 2 samples are held. An image that cannot be
+// prepared is left out of the volume: counted in image_stats() with
+// images.skip_unreadable, else reported as an error naming the sample by
+// the call that takes its result back — the EndSample (or Add) of that
+// sample or of a later one, or Finish — after which the builder stays
+// usable. The volume records the options and each changed image's original
+// size (compat flag IMAGES).
+//
+// Thread safety: none; use one builder from one thread (it runs its own
+// preparation threads inside).
 #pragma once
 
 #include <cstddef>
@@ -104,6 +118,8 @@ class VolumeBuilder {
       // larger than a tenth of what it learns from only overfits.
       size_t dictionary_max_bytes = 112640;
     } compress;
+    // Image preparation (dlfs/image_prep.h): off unless images.enabled().
+    ImagePrepOptions images;
   };
 
   // Trains a zstd dictionary of at most `max_bytes` on `samples` (a few
@@ -169,8 +185,13 @@ class VolumeBuilder {
   // a directory. The builder is unusable afterwards, whatever the result.
   Status Finish();
 
+  // Samples added so far (SetLabel's numbering), those being prepared
+  // included — and, until Finish, those an image preparation left out.
+  // After a successful Finish: the samples in the volume.
   uint64_t sample_count() const;
-  uint64_t data_bytes() const;  // sample bytes added so far
+  uint64_t data_bytes() const;  // sample bytes written (or held for a dictionary) so far
+  // What image preparation did so far (all zero without it).
+  const ImagePrepStats& image_stats() const;
   // Bytes of the zstd dictionary the volume will hold once a field uses
   // it: the given one, or the trained one once trained; 0 for none.
   uint64_t dictionary_bytes() const;

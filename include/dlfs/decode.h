@@ -1,5 +1,7 @@
 // Decoding and augmenting one image sample: JPEG (libjpeg-turbo's TurboJPEG
-// API), PNG (libspng) or raw fixed-shape pixels, then the torchvision
+// API), PNG (libspng), raw pixels with their own header (what `dlfs pack
+// --image-format raw` stores, docs/format.md §4.9.3) or raw fixed-shape
+// pixels (IDX), then the torchvision
 // geometry (Resize + CenterCrop, or RandomResizedCrop; horizontal flip) and
 // the output element type and layout a model takes.
 //
@@ -18,12 +20,16 @@
 //
 // Semantics (what the tests check against PIL and torchvision 0.14):
 // - Decoding equals PIL's: PNG exactly (16-bit samples keep their high byte,
-//   as PIL does for 16-bit RGB; palettes are expanded; alpha is dropped);
+//   as PIL does for 16-bit RGB; 16-bit gray too, unless pil_gray16 asks for
+//   PIL's clipping; palettes are expanded; alpha is dropped);
 //   JPEG within ±1 per channel at full scale (the same libjpeg-turbo with
 //   the same accurate integer IDCT and fancy upsampling), and at reduced
 //   scale as PIL's draft() mode. CMYK JPEGs are converted as PIL converts
 //   them. Colour to gray uses PIL's luma weights (ITU-R 601-2), except that
 //   a colour JPEG decoded to gray takes libjpeg's own Y channel.
+// - Raw pixels are not decoded: the pipeline resamples them in place, so
+//   a sample stored raw gives exactly what the JPEG or PNG it was made from
+//   gives at full scale (dct_scaling off), flips and crops included.
 // - Geometry follows torchvision.transforms on PIL images: Resize(shorter
 //   side) then CenterCrop, or RandomResizedCrop, each resampling with PIL's
 //   antialiased bilinear filter (the same fixed-point arithmetic: equal to
@@ -101,8 +107,11 @@ struct RawShape {
 
 // How bytes become pixels.
 struct DecodeOptions {
-  // kAuto: JPEG or PNG by their signature; anything else is raw when `raw`
-  // is set, else an error.
+  // kAuto: JPEG or PNG by their signature; anything else is headerless raw
+  // pixels of shape `raw` when it is set, else raw pixels with a raw image
+  // header (docs/format.md §4.9.3) when they start with one, else an error.
+  // kRaw: headerless raw pixels of shape `raw` when it is set, else raw
+  // pixels with a header.
   ImageFormat format = ImageFormat::kAuto;
   RawShape raw;
   ColorMode color = ColorMode::kAuto;
@@ -115,6 +124,12 @@ struct DecodeOptions {
   // in both directions — the choice PIL's draft() makes. Much less work for
   // large images; off for decodes identical to a full-scale one.
   bool dct_scaling = true;
+  // 16-bit gray PNGs: false keeps each value's high byte (as 16-bit colour,
+  // and so the image's contrast); true clips values above 255 to 255, as
+  // PIL's convert("RGB") / convert("L") of such an image (PIL's mode "I")
+  // does — what torchvision's ImageFolder loader gives, and what pack-time
+  // image preparation (dlfs/image_prep.h) stores.
+  bool pil_gray16 = false;
 };
 
 // torchvision.transforms.RandomResizedCrop's parameters.

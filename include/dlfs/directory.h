@@ -23,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dlfs/image_prep.h"
 #include "dlfs/status.h"
 
 namespace dlfs {
@@ -34,6 +35,8 @@ struct DirEntry;
 struct ClassEntry;
 struct FieldEntry;
 struct FieldRecord;
+struct ImagesHeader;
+struct ImageRecord;
 }  // namespace format
 
 // Label of a sample that has none (e.g. a file at the root of an ImageFolder).
@@ -73,6 +76,27 @@ struct FieldInfo {
   FieldCodec codec = FieldCodec::kNone;
 };
 
+// How the writer prepared the volume's images (docs/format.md §4.9): the
+// options it recorded, and how many images it looked at and changed.
+struct VolumeImages {
+  // What was asked for; the fields not recorded (threads, skip_unreadable,
+  // max_pixels) have their defaults.
+  ImagePrepOptions options;
+  uint64_t images = 0;   // image fields looked at
+  uint64_t changed = 0;  // of them, stored otherwise than as they came
+};
+
+// One image the writer changed: what its field holds now and the original's
+// size (docs/format.md §4.9.2).
+struct ImageOrigin {
+  uint64_t sample = 0;
+  uint32_t field = 0;  // field id (0 in a volume without fields)
+  StoredImage stored = StoredImage::kJpeg;
+  bool resized = false;
+  uint32_t width = 0;  // of the original image
+  uint32_t height = 0;
+};
+
 // What a path names: a sample or a directory.
 struct PathEntry {
   bool is_dir;
@@ -99,6 +123,9 @@ class SampleDirectory {
     // The superblock's incompat flags: FIELDS means the region has the
     // format-v2 fields header (docs/format.md §4.8); ZSTD allows codecs.
     uint32_t incompat_flags = 0;
+    // The superblock's compat flags: IMAGES means the region has an images
+    // section (docs/format.md §4.9), checked and offered by images().
+    uint32_t compat_flags = 0;
     // Set only when these exact bytes already passed Create in this job
     // (an MPI collective open hands one checked copy to every rank): the
     // header and array bounds are still checked, the per-entry rules are
@@ -167,6 +194,15 @@ class SampleDirectory {
   // The volume's zstd dictionary (empty when it has none).
   std::span<const std::byte> dictionary() const { return {dict_, dict_bytes_}; }
 
+  // ---- Prepared images (compat flag IMAGES, docs/format.md §4.9) ----
+  // The images section, or nullopt when the volume has none.
+  std::optional<VolumeImages> images() const;
+  // The changed images, sorted by (sample, field): k < images()->changed.
+  ImageOrigin image_origin(uint64_t k) const;
+  // Sample i's field `field` when the writer changed it, else nullopt (also
+  // for a volume without an images section). O(log changed).
+  std::optional<ImageOrigin> FindImageOrigin(uint64_t i, uint32_t field = 0) const;
+
   // Total bytes of the region the view reads (what the directory costs in memory).
   uint64_t memory_bytes() const { return region_size_; }
 
@@ -191,6 +227,9 @@ class SampleDirectory {
   const format::FieldRecord* records_ = nullptr;
   const std::byte* dict_ = nullptr;
   uint64_t dict_bytes_ = 0;
+  const format::ImagesHeader* images_ = nullptr;  // null: no images section
+  const format::ImageRecord* image_records_ = nullptr;
+  uint64_t image_record_count_ = 0;
 };
 
 }  // namespace dlfs

@@ -43,6 +43,13 @@
 //                record's value, or only the Datum's data with
 //                lmdb_payload_only.
 //
+// Image preparation (options.volume.images, dlfs/image_prep.h: `dlfs pack
+// --max-side/--jpeg-quality/--image-format`): imagefolder, tar and lmdb
+// (with lmdb_payload_only: the records' encoded images) sources; each image
+// is held whole in memory while threads prepare it. skip_unreadable also
+// leaves out images that cannot be prepared (counted in PackStats::skipped
+// and ::images).
+//
 // Packing streams: sample bytes pass through buffers of at most a few MiB,
 // whatever a sample's size or what a header claims; memory grows only with
 // the directory entries (and, for tar, one entry per labelled key). Counts
@@ -134,6 +141,8 @@ struct PackStats {
   // Bytes of the zstd dictionary trained or given (options.volume.compress);
   // 0 for none.
   uint64_t dictionary_bytes = 0;
+  // What image preparation did (options.volume.images; zero without it).
+  ImagePrepStats images;
   uint64_t skipped = 0;
   std::vector<std::string> skipped_examples;  // "path: reason", the first few
   // Temporary files of killed earlier packs to the same destination, removed
@@ -175,7 +184,9 @@ std::vector<std::string> ParseFieldNames(std::string_view spec);
 // `volume_path` nor at any other target path. InvalidArgument when a target
 // lies inside a directory `source` (packing would read its own output) or
 // is the source file itself, and when an option of another importer is set
-// (fields, all_files, lmdb_payload_only), naming the option.
+// (fields, all_files, lmdb_payload_only), naming the option, and for image
+// preparation of an idx source or of an lmdb one without
+// lmdb_payload_only (Caffe Datums are not images).
 Result<PackStats> Pack(const std::string& source, const std::string& volume_path,
                        const PackOptions& options);
 

@@ -47,12 +47,17 @@ enum class ReportFormat { kText, kJson };
 std::string ProgressLine(std::string_view verb, uint64_t samples, uint64_t total, uint64_t bytes,
                          double seconds, double fraction, std::string_view extra = "");
 
+// Image preparation options in words, as `dlfs pack` and `dlfs info` show
+// them: "max side 256 (bilinear), raw pixels, RGB".
+std::string DescribeImagePrep(const ImagePrepOptions& options);
+
 // `dlfs pack`'s ProgressLine: how far by samples, or (tar) by source bytes.
 std::string FormatPackProgress(const PackProgress& progress);
 // What a finished Pack wrote (text): samples, bytes, classes and time, the
 // trained dictionary, the targets, and the sources left out (what
 // ImageFolder would not load, naming the all_files option; the skipped
-// unreadable ones). `volume` is the PackOptions::volume given to Pack.
+// unreadable ones), and what image preparation did. `volume` is the
+// PackOptions::volume given to Pack.
 std::string FormatPackReport(const PackStats& stats, const std::string& source,
                              const std::string& output, const VolumeBuilder::Options& volume);
 
@@ -61,7 +66,9 @@ std::string FormatVolumeSummary(const VolumeSummary& summary, ReportFormat forma
 
 // `dlfs ls`: one line for sample `index`: "INDEX\tSIZE\tLABEL\tPATH" (and
 // "\tFIELDS" in a volume with fields; LABEL "-" for none), or a one-line JSON
-// object {path, index, size, label, class[, fields]}.
+// object {path, index, size, label, class[, fields][, prepared]} — prepared
+// (volumes with an images section): the sample's changed images, each
+// {field, stored, resized, width, height} with the original's size.
 std::string FormatSampleLine(const SampleDirectory& directory, uint64_t index, ReportFormat format);
 // One line for directory `dir`: "PATH/", or {path, type: "dir", samples,
 // subdirs}.

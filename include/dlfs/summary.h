@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,16 @@ struct FieldUsage {
   uint64_t decoded_bytes = 0;  // bytes after decoding
 };
 
+// The images section (docs/format.md §4.9) and what its records say.
+struct ImagesUsage {
+  VolumeImages recorded;  // the options, images looked at and changed
+  uint64_t resized = 0;
+  uint64_t as_jpeg = 0;  // changed images by what they hold now
+  uint64_t as_png = 0;
+  uint64_t as_raw = 0;
+  uint32_t largest_original_side = 0;  // over the changed images
+};
+
 struct VolumeSummary {
   std::string path;
   VolumeInfo info;                       // from the superblocks
@@ -36,6 +47,10 @@ struct VolumeSummary {
   // The names of the superblock's incompat flags ("fields", "zstd"); empty
   // for a v1 volume.
   std::vector<std::string> incompat_flags;
+  // The names of the compat flags ("images").
+  std::vector<std::string> compat_flags;
+  // The images section, when the volume has one.
+  std::optional<ImagesUsage> images;
   // The field table by field id (sorted by name); empty when the volume has
   // no fields feature (each sample is then one unnamed raw field).
   std::vector<FieldUsage> fields;

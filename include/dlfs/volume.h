@@ -71,6 +71,7 @@ struct VolumeInfo {
   uint64_t directory_bytes = 0;
   uint32_t data_alignment = 1;
   uint32_t incompat_flags = 0;  // format-v2 features: 0x1 fields, 0x2 zstd
+  uint32_t compat_flags = 0;    // 0x1 images (an images section, docs/format.md §4.9)
   // Paths of the targets as opened, indexed by target id (what an IoEngine
   // is created with); target 0 is the path given to Open.
   std::vector<std::string> targets;

@@ -12,7 +12,9 @@
 
 dlfs.torch has PyTorch datasets (VolumeDataset, LoaderDataset) and
 ImageLoader (decoded image batches). ImagePipeline, decode_image and
-encode_png decode single images in C++ (JPEG, PNG, raw pixels).
+encode_png decode single images in C++ (JPEG, PNG, raw pixels);
+prepare_image shows what pack-time image preparation (Writer's and pack's
+max_side, jpeg_quality, image_format, ...) makes of one image.
 Loaders find their share of a distributed job themselves (mpirun, srun,
 torchrun, torch.distributed) or take comm= (an mpi4py communicator):
 see dlfs.distributed.
@@ -30,14 +32,15 @@ import os
 
 from ._dlfs import Batch, CorruptVolumeError, Volume, __version__
 from ._dlfs import Loader as _Loader
-from ._dlfs import ImagePipeline, decode_image, encode_png
+from ._dlfs import ImagePipeline, decode_image, encode_png, prepare_image
 from ._dlfs import pack as _pack
 from ._progress import Progress as _Progress
 from . import distributed
 from .writer import Writer
 
 __all__ = ["Volume", "Loader", "Batch", "CorruptVolumeError", "Writer", "pack", "__version__",
-           "ImagePipeline", "decode_image", "encode_png", "distributed"]
+           "ImagePipeline", "decode_image", "encode_png", "prepare_image",
+           "distributed"]
 
 
 class Loader(_Loader):
@@ -80,6 +83,10 @@ _PACK_OPTIONS = {
     "class_names": (list, tuple, str), "all_files": (bool,), "fields": (list, tuple, str),
     "compress": (str,), "dict": (bool,), "targets": (int, type(None)),
     "target_paths": (list, tuple), "datum_payload": (bool,), "skip_hidden": (bool,),
+    "max_side": (int, type(None)), "resize_filter": (str,), "jpeg_quality": (int, type(None)),
+    "always_reencode": (bool,), "image_format": (str,), "smart_threshold": (int,),
+    "jpeg_probability": (float, int), "image_seed": (int,), "image_color": (str,),
+    "prepare_threads": (int,),
 }
 _PACK_POSITIONAL = ["source_kind", "force", "align", "skip_unreadable", "class_names", "all_files"]
 
@@ -123,7 +130,10 @@ def pack(source, output, *args, progress=False, **options):
     pack(source, output, source_kind="auto", force=False, align=1,
          skip_unreadable=False, class_names=[], all_files=False,
          progress=False, *, fields=[], compress="none", dict=False,
-         targets=None, target_paths=[], datum_payload=False, skip_hidden=False)
+         targets=None, target_paths=[], datum_payload=False, skip_hidden=False,
+         max_side=None, resize_filter="bilinear", jpeg_quality=None,
+         always_reencode=False, image_format="keep", smart_threshold=196608,
+         jpeg_probability=0.5, image_seed=0, image_color="rgb", prepare_threads=0)
 
     source_kind: "auto", "imagefolder", "idx", "tar" or "lmdb". imagefolder
     packs what torchvision's ImageFolder loads (image files below class
@@ -137,7 +147,9 @@ def pack(source, output, *args, progress=False, **options):
     else OUTPUT.t1, ...), datum_payload (lmdb: only each Caffe Datum's
     data), skip_hidden (imagefolder: leave out hidden files and
     directories, which torchvision's ImageFolder reads: labels then differ
-    from torchvision's where a hidden directory is at the top). An unknown
+    from torchvision's where a hidden directory is at the top), and image
+    preparation (max_side ... prepare_threads, as dlfs.Writer's keywords:
+    see help(dlfs.Writer); stats["images"] says what it did). An unknown
     option or a value of the wrong type raises TypeError naming it, a bad
     value ValueError naming it. progress=True shows
     samples done out of the total, rate and ETA (tqdm when installed, else

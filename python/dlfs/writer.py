@@ -44,6 +44,31 @@ class Writer:
     progress: True shows the samples written so far (tqdm when installed,
         Debian's python3-tqdm, else one line on stderr).
 
+    Image preparation (keyword-only; `dlfs pack`'s --max-side etc., FFCV's
+    RGBImageField options; docs/format.md §4.9). Image fields — a plain
+    sample's bytes, or fields named jpg/jpeg/png — are JPEG or PNG files:
+    max_side: cap the longer side at this many pixels (the shorter in
+        proportion, torchvision's Resize(max_size=N) geometry, PIL's pixels;
+        never enlarged). FFCV's max_resolution.
+    resize_filter: PIL's filter for it: "bilinear" (default), "bicubic",
+        "lanczos", "box", "hamming".
+    jpeg_quality: re-encode JPEGs at this quality (1..100); an original
+        that needs no resize is kept when re-encoding would not shrink it.
+        Encoded JPEGs use 90 without it.
+    always_reencode: re-encode every image and keep the result even if larger.
+    image_format: "keep" (each image in its format), "jpeg", "raw" (decoded
+        uint8 HWC pixels with a 16-byte header: read without decoding),
+        "smart" (raw up to smart_threshold bytes of pixels, JPEG above) or
+        "proportion" (JPEG with probability jpeg_probability, chosen by
+        image_seed and the sample's path), as FFCV's write_mode.
+    image_color: channels of decoded images: "rgb" (PIL's convert("RGB"),
+        default), "gray" or "auto" (1 for gray sources).
+    prepare_threads: threads preparing images while add() goes on (0: one
+        per core). add() returns before its image is prepared; an image that
+        cannot be (not JPEG/PNG, damaged) raises from a later add() or
+        close(), naming its sample — or, with skip_unreadable=True, is left
+        out and counted in image_stats.
+
     add(path, data, label=None) adds one sample:
         path  where it goes inside the volume, '/'-separated ("cat/001.jpg");
               directories are implied; volume order is by path, not by add.
@@ -68,7 +93,10 @@ class Writer:
     """
 
     def __init__(self, path, class_names=None, targets=1, align=None, force=False,
-                 progress=False, compress=None, dict=False, *, alignment=None):
+                 progress=False, compress=None, dict=False, *, alignment=None, max_side=None,
+                 resize_filter="bilinear", jpeg_quality=None, always_reencode=False,
+                 image_format="keep", smart_threshold=256 * 256 * 3, jpeg_probability=0.5,
+                 image_seed=0, image_color="rgb", prepare_threads=0, skip_unreadable=False):
         if alignment is not None:
             if align is not None and align != alignment:
                 raise ValueError(f"dlfs.Writer: align={align} and alignment={alignment} differ "
@@ -78,9 +106,15 @@ class Writer:
         self.class_names = list(class_names) if class_names is not None else None
         self._class_ids = ({name: i for i, name in enumerate(self.class_names)}
                            if self.class_names is not None else {})
+        images = {"max_side": max_side, "resize_filter": resize_filter,
+                  "jpeg_quality": jpeg_quality, "always_reencode": bool(always_reencode),
+                  "image_format": image_format, "smart_threshold": int(smart_threshold),
+                  "jpeg_probability": float(jpeg_probability), "image_seed": int(image_seed),
+                  "image_color": image_color, "prepare_threads": int(prepare_threads),
+                  "skip_unreadable": bool(skip_unreadable)}
         self._writer = _VolumeWriter(self.path, int(targets),
                                      1 if align is None else int(align), bool(force),
-                                     self.class_names or [], compress or "", bool(dict))
+                                     self.class_names or [], compress or "", bool(dict), images)
         self._progress = Progress(f"writing {self.path}") if progress else None
 
     def __enter__(self):
@@ -100,6 +134,12 @@ class Writer:
     @property
     def closed(self):
         return self._writer.closed
+
+    @property
+    def image_stats(self):
+        """What image preparation did so far: images, changed, resized,
+        skipped, skipped_examples."""
+        return self._writer.image_stats
 
     @property
     def bytes_written(self):

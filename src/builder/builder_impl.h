@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "builder/image_stage.h"
 #include "dlfs/builder.h"
 #include "format/directory_codec.h"
 #include "format/format.h"
@@ -84,6 +85,34 @@ class VolumeBuilder::Impl {
   bool training_ = false;
   std::vector<std::vector<std::byte>> held_;
   uint64_t held_bytes_ = 0;
+
+  // Image preparation (Options::images; image_stage.*). With a stage,
+  // samples are not placed when begun: their fields are held raw
+  // (cur_fields_) and the finished sample goes to the stage; Commit writes
+  // (or holds, while training) what comes back, in the order added.
+  std::unique_ptr<builder_internal::ImageStage> stage_;
+  std::string cur_path_;  // the open sample's path
+  std::vector<builder_internal::PrepSample::Field> cur_fields_;
+  uint64_t committed_ = 0;     // samples_[0, committed_) came back from the stage
+  std::vector<bool> dropped_;  // by sample number: left out (its image failed)
+  std::vector<format::TreeImage> image_records_;  // sample number, provisional field id
+  ImagePrepStats image_stats_;
+  // Hands the finished sample to the stage, then takes back what is done
+  // (waiting while the stage holds its window's worth).
+  Status SubmitPrepared(builder_internal::PrepSample sample);
+  // Takes back every sample done (all in flight when `all`, waiting); the
+  // first error is returned after the others were taken back too.
+  Status TakePrepared(bool all);
+  // Writes (or holds for training) a sample that came back.
+  Status Commit(builder_internal::PrepSample& s);
+  // Places sample `s` on a target and stores its fields' raw bytes (the
+  // write path of a sample whose bytes are all at hand).
+  Status PlaceAndStore(PendingSample& s, std::span<std::vector<std::byte>> field_bytes);
+  // Finish: removes the samples left out, renumbering the image records.
+  void RemoveDropped();
+  // The images section's header for the options.
+  format::ImagesHeader MakeImagesHeader() const;
+  format::ImagesHeader images_header_{};  // what Tree() points the encoder at
 
   // The paths added so far, so that a duplicate is refused when it is added
   // rather than at Finish: an open-addressed table of sample numbers keyed

@@ -51,8 +51,11 @@ Status VolumeBuilder::Finish() {
 // them, which removes the temporary files.
 Status VolumeBuilder::Impl::Finish() {
   if (in_sample_) return Status::InvalidArgument("Finish with a sample still open");
+  // Every sample back from image preparation (an error fails the volume).
+  if (stage_) DLFS_RETURN_IF_ERROR(TakePrepared(/*all=*/true));
   // A volume smaller than the training set: trained on all of it.
   if (training_ && !samples_.empty()) DLFS_RETURN_IF_ERROR(TrainAndWrite());
+  if (stage_) RemoveDropped();
   DLFS_ASSIGN_OR_RETURN(Layout layout, EndDataRegions());
   // Order: the canonical order, refusing paths no directory can hold.
   const format::DirectoryTree tree = Tree();
@@ -82,6 +85,11 @@ Result<VolumeBuilder::Impl::Layout> VolumeBuilder::Impl::EndDataRegions() {
 
 format::DirectoryTree VolumeBuilder::Impl::Tree() {
   format::DirectoryTree tree{names_, dirs_, samples_, class_names_, class_count()};
+  if (stage_) {
+    images_header_ = MakeImagesHeader();
+    tree.images = &images_header_;
+    tree.image_records = image_records_;
+  }
   // A volume of whole raw samples (one unnamed raw field each) is format v1.
   bool v1 = field_names_.empty() || (field_names_.size() == 1 && field_names_[0].empty());
   for (const format::TreeField& f : fields_) v1 = v1 && f.codec == 0;
@@ -99,6 +107,7 @@ format::DirectoryTree VolumeBuilder::Impl::Tree() {
     sorted.push_back(field_names_[order[k]]);
   }
   for (format::TreeField& f : fields_) f.field = new_id[f.field];
+  for (format::TreeImage& r : image_records_) r.field = static_cast<uint16_t>(new_id[r.field]);
   field_names_ = std::move(sorted);
   field_ids_.clear();
   tree.with_fields = true;
@@ -142,6 +151,7 @@ Result<format::Superblock> VolumeBuilder::Impl::Describe(const Layout& layout) c
                                 std::chrono::system_clock::now().time_since_epoch())
                                 .count());
   sb.incompat_flags = incompat_flags_;
+  sb.compat_flags = stage_ ? format::kCompatImages : 0;
   sb.sample_count = samples_.size();
   sb.dir_count = dirs_.size();
   sb.class_count = class_count();

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <functional>
 #include <optional>
+#include <thread>
 
 #include "builder/builder_impl.h"
 #include "common/crc32c.h"
@@ -121,20 +122,146 @@ Status VolumeBuilder::Impl::TrainAndWrite() {
   DLFS_ASSIGN_OR_RETURN(dict_, format::ZstdDictionary::Create(*dict, options_.compress.level));
   options_.compress.dictionary = std::move(*dict);
   training_ = false;
-  for (PendingSample& s : samples_) {
-    s.target = PickTarget();
-    TargetFile& tf = targets_[s.target];
-    DLFS_RETURN_IF_ERROR(Pad(tf, options_.align));
-    s.offset = tf.Tell();
-    for (uint64_t k = s.first_field; k < s.first_field + s.field_count; ++k) {
-      DLFS_RETURN_IF_ERROR(StoreField(s, fields_[k], held_[k]));
-      std::vector<std::byte>().swap(held_[k]);
-    }
-    data_bytes_ += s.length;
+  // With image preparation only the samples back from the stage are held;
+  // those left out hold nothing and are not placed.
+  const uint64_t held_samples = stage_ ? committed_ : samples_.size();
+  for (uint64_t n = 0; n < held_samples; ++n) {
+    if (stage_ && dropped_[n]) continue;
+    PendingSample& s = samples_[n];
+    DLFS_RETURN_IF_ERROR(PlaceAndStore(
+        s, std::span<std::vector<std::byte>>(held_.data() + s.first_field, s.field_count)));
   }
   std::vector<std::vector<std::byte>>().swap(held_);
   held_bytes_ = 0;
   return Status::Ok();
+}
+
+Status VolumeBuilder::Impl::PlaceAndStore(PendingSample& s,
+                                          std::span<std::vector<std::byte>> field_bytes) {
+  s.target = PickTarget();
+  TargetFile& tf = targets_[s.target];
+  DLFS_RETURN_IF_ERROR(Pad(tf, options_.align));
+  s.offset = tf.Tell();
+  for (uint32_t j = 0; j < s.field_count; ++j) {
+    format::TreeField& f = fields_[s.first_field + j];
+    std::vector<std::byte>& bytes = field_bytes[j];
+    if (options_.compress.zstd) {
+      DLFS_RETURN_IF_ERROR(StoreField(s, f, bytes));
+    } else {
+      if (bytes.size() > 0xFFFFFFFFu) {
+        return Status::InvalidArgument("field larger than 4 GiB - 1 bytes");
+      }
+      DLFS_RETURN_IF_ERROR(WriteBytes(s, &f, bytes));
+      f.decoded_length = f.stored_length;
+    }
+    std::vector<std::byte>().swap(bytes);
+  }
+  data_bytes_ += s.length;
+  return Status::Ok();
+}
+
+Status VolumeBuilder::Impl::SubmitPrepared(builder_internal::PrepSample sample) {
+  Status st;
+  // Room in the window first: what is taken back is written meanwhile.
+  while (stage_->in_flight() >= stage_->window() && st.ok()) {
+    std::optional<builder_internal::PrepSample> done = stage_->TakeNext(/*wait=*/true);
+    st = Commit(*done);
+  }
+  stage_->Submit(std::move(sample));
+  if (!st.ok()) {
+    Status rest = TakePrepared(/*all=*/false);  // keep the stage moving
+    (void)rest;
+    return st;
+  }
+  return TakePrepared(/*all=*/false);
+}
+
+Status VolumeBuilder::Impl::TakePrepared(bool all) {
+  Status first;
+  while (std::optional<builder_internal::PrepSample> done = stage_->TakeNext(all)) {
+    Status st = Commit(*done);
+    if (first.ok()) first = st;
+  }
+  return first;
+}
+
+Status VolumeBuilder::Impl::Commit(builder_internal::PrepSample& p) {
+  PendingSample& s = samples_[p.sample];
+  ++committed_;
+  if (!p.status.ok()) {
+    // Left out: nothing of it is written; training keeps the held fields
+    // aligned with fields_ by holding nothing for them.
+    dropped_[p.sample] = true;
+    if (training_) held_.resize(held_.size() + p.fields.size());
+    if (!options_.images.skip_unreadable) return p.status;
+    ++image_stats_.skipped;
+    if (image_stats_.skipped_examples.size() < 10) {
+      image_stats_.skipped_examples.push_back(p.status.message());
+    }
+    return Status::Ok();
+  }
+  std::vector<std::vector<std::byte>> bytes;
+  bytes.reserve(p.fields.size());
+  for (builder_internal::PrepSample::Field& f : p.fields) {
+    if (f.image) {
+      const PreparedImage& r = f.result;
+      ++image_stats_.images;
+      image_stats_.bytes_in += f.given_bytes;
+      image_stats_.bytes_out += f.bytes.size();
+      if (r.changed) {
+        ++image_stats_.changed;
+        image_stats_.resized += r.resized;
+        image_stats_.as_jpeg += r.stored == StoredImage::kJpeg;
+        image_stats_.as_png += r.stored == StoredImage::kPng;
+        image_stats_.as_raw += r.stored == StoredImage::kRaw;
+        image_records_.push_back(format::TreeImage{
+            static_cast<uint32_t>(p.sample), static_cast<uint16_t>(fields_[f.index].field),
+            static_cast<uint8_t>(r.stored),
+            static_cast<uint8_t>(r.resized ? format::kImageRecordResized : 0), r.original.width,
+            r.original.height});
+      }
+    }
+    bytes.push_back(std::move(f.bytes));
+  }
+  if (!training_) return PlaceAndStore(s, bytes);
+  for (std::vector<std::byte>& b : bytes) {
+    held_bytes_ += b.size();
+    held_.push_back(std::move(b));
+  }
+  if (held_bytes_ >= options_.compress.training_bytes ||
+      held_.size() >= options_.compress.training_fields) {
+    return TrainAndWrite();
+  }
+  return Status::Ok();
+}
+
+void VolumeBuilder::Impl::RemoveDropped() {
+  std::vector<uint32_t> renumber(samples_.size());
+  size_t kept = 0;
+  for (size_t n = 0; n < samples_.size(); ++n) {
+    renumber[n] = static_cast<uint32_t>(kept);
+    if (!dropped_[n]) samples_[kept++] = samples_[n];
+  }
+  samples_.resize(kept);
+  dropped_.assign(kept, false);
+  // Only samples that were written have records.
+  for (format::TreeImage& r : image_records_) r.sample = renumber[r.sample];
+}
+
+format::ImagesHeader VolumeBuilder::Impl::MakeImagesHeader() const {
+  const ImagePrepOptions& o = options_.images;
+  format::ImagesHeader h{};
+  h.image_count = image_stats_.images;
+  h.max_side = o.max_side;
+  h.filter = o.max_side != 0 ? static_cast<uint8_t>(o.filter) : 0;
+  h.mode = static_cast<uint8_t>(o.mode);
+  h.jpeg_quality = static_cast<uint8_t>(o.jpeg_quality);
+  h.color = static_cast<uint8_t>(o.color);
+  h.flags = o.always_reencode ? format::kImageFlagAlwaysReencode : 0;
+  h.smart_threshold = o.mode == ImageStoreMode::kSmart ? o.smart_threshold : 0;
+  h.jpeg_probability = o.mode == ImageStoreMode::kProportion ? o.jpeg_probability : 0;
+  h.seed = o.mode == ImageStoreMode::kProportion ? o.seed : 0;
+  return h;
 }
 
 size_t VolumeBuilder::Impl::Probe(uint32_t dir, std::string_view name) const {
@@ -208,10 +335,17 @@ Result<std::unique_ptr<VolumeBuilder>> VolumeBuilder::Create(const std::string& 
   DLFS_RETURN_IF_ERROR(CheckOptions(path, options));
   auto impl = std::make_unique<Impl>();
   DLFS_RETURN_IF_ERROR(impl->SetUpCompression(options.compress));
+  if (options.images.enabled()) DLFS_RETURN_IF_ERROR(CheckImagePrepOptions(options.images));
   impl->path_ = path;
   impl->options_ = std::move(options);
   DLFS_RETURN_IF_ERROR(impl->NameTargets());
   DLFS_RETURN_IF_ERROR(impl->CreateTargets());
+  const ImagePrepOptions& images = impl->options_.images;
+  if (images.enabled()) {
+    const uint32_t threads =
+        images.threads != 0 ? images.threads : std::max(1u, std::thread::hardware_concurrency());
+    impl->stage_ = std::make_unique<builder_internal::ImageStage>(images, threads);
+  }
   return std::unique_ptr<VolumeBuilder>(new VolumeBuilder(std::move(impl)));
 }
 
@@ -304,11 +438,14 @@ Status VolumeBuilder::BeginSample(std::string_view path, uint32_t label) {
                                    "' (already added as " + m.DescribeSample(*earlier) + ")");
   }
   if (m.samples_.size() >= format::kNone - 1) return Status::InvalidArgument("too many samples");
-  // A sample held for dictionary training is placed when it is written.
-  const uint32_t target = m.training_ ? 0 : m.PickTarget();
+  // A sample held for dictionary training or image preparation is placed
+  // when it is written.
+  const bool held = m.training_ || m.stage_;
+  const uint32_t target = held ? 0 : m.PickTarget();
   Impl::TargetFile& tf = m.targets_[target];
-  if (!m.training_) DLFS_RETURN_IF_ERROR(m.Pad(tf, m.options_.align));
-  m.cur_ = PendingSample{m.training_ ? 0 : tf.Tell(),
+  if (!held) DLFS_RETURN_IF_ERROR(m.Pad(tf, m.options_.align));
+  if (m.stage_) m.cur_path_ = path;
+  m.cur_ = PendingSample{held ? 0 : tf.Tell(),
                          target,
                          0,
                          0,
@@ -333,7 +470,7 @@ Status VolumeBuilder::Append(std::span<const std::byte> data) {
     DLFS_RETURN_IF_ERROR(BeginField(""));
     m.implicit_field_ = true;
   }
-  if (m.options_.compress.zstd) {
+  if (m.options_.compress.zstd || m.stage_) {
     if (data.size() > uint64_t{0xFFFFFFFFu} - m.field_buf_.size()) {
       return Status::InvalidArgument("field larger than 4 GiB - 1 bytes");
     }
@@ -377,7 +514,15 @@ Status VolumeBuilder::BeginField(std::string_view name) {
 Status VolumeBuilder::EndField() {
   Impl& m = *impl_;
   if (!m.in_field_) return Status::InvalidArgument("EndField without BeginField");
-  if (m.training_) {
+  if (m.stage_) {
+    // Held raw until the sample goes to the stage (EndSample).
+    std::string name = m.field_names_[m.cur_field_.field];
+    const bool image = IsImageField(name);
+    const uint64_t given = m.field_buf_.size();
+    m.cur_fields_.push_back(
+        {m.fields_.size(), std::move(name), image, std::move(m.field_buf_), given, {}});
+    m.field_buf_.clear();
+  } else if (m.training_) {
     // Held raw until the dictionary is trained (TrainAndWrite).
     m.cur_field_.decoded_length = static_cast<uint32_t>(m.field_buf_.size());
     m.held_bytes_ += m.field_buf_.size();
@@ -448,10 +593,20 @@ Status VolumeBuilder::EndSample() {
   m.in_sample_ = false;
   m.samples_.push_back(m.cur_);
   m.IndexLastSample();
-  m.data_bytes_ += m.cur_.length;
   if (m.cur_.label != format::kNone) {
     m.max_label_plus_one_ = std::max(m.max_label_plus_one_, m.cur_.label + 1);
   }
+  if (m.stage_) {
+    m.dropped_.push_back(false);
+    builder_internal::PrepSample p;
+    p.sample = m.samples_.size() - 1;
+    p.path = std::move(m.cur_path_);
+    if (!m.sources_.empty()) p.source = m.sources_.back().second;
+    p.fields = std::move(m.cur_fields_);
+    m.cur_fields_.clear();
+    return m.SubmitPrepared(std::move(p));
+  }
+  m.data_bytes_ += m.cur_.length;
   if (m.training_ && (m.held_bytes_ >= m.options_.compress.training_bytes ||
                       m.held_.size() >= m.options_.compress.training_fields)) {
     return m.TrainAndWrite();
@@ -468,7 +623,9 @@ void VolumeBuilder::AbortSample() {
   m.field_buf_.clear();
   m.fields_.resize(m.cur_.first_field);
   m.names_.resize(m.cur_.name_offset);
-  if (m.training_) {
+  if (m.stage_) {
+    m.cur_fields_.clear();  // nothing was written
+  } else if (m.training_) {
     for (size_t k = m.cur_.first_field; k < m.held_.size(); ++k) m.held_bytes_ -= m.held_[k].size();
     m.held_.resize(m.cur_.first_field);
   } else {
@@ -492,6 +649,7 @@ Status VolumeBuilder::SetLabel(uint64_t n, uint32_t label) {
 
 uint64_t VolumeBuilder::sample_count() const { return impl_->samples_.size(); }
 uint64_t VolumeBuilder::data_bytes() const { return impl_->data_bytes_; }
+const ImagePrepStats& VolumeBuilder::image_stats() const { return impl_->image_stats_; }
 uint64_t VolumeBuilder::dictionary_bytes() const {
   return impl_->options_.compress.dictionary.size();
 }

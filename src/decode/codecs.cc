@@ -1,5 +1,7 @@
 #include "decode/codecs.h"
 
+#include "format/format.h"
+
 // jpeglib.h needs size_t and FILE first.
 #include <cstdio>
 // clang-format off
@@ -21,6 +23,7 @@ namespace dlfs {
 ImageWorkspace::ImageWorkspace() : state_(std::make_unique<State>()) {}
 ImageWorkspace::~ImageWorkspace() {
   if (state_->tj != nullptr) tjDestroy(state_->tj);
+  if (state_->tj_compress != nullptr) tjDestroy(state_->tj_compress);
 }
 
 namespace decode_internal {
@@ -35,6 +38,9 @@ bool IsJpeg(std::span<const std::byte> d) {
 }
 bool IsPng(std::span<const std::byte> d) {
   return d.size() >= 8 && std::memcmp(d.data(), kPngSignature, 8) == 0;
+}
+bool IsRawImage(std::span<const std::byte> d) {
+  return d.size() >= 4 && std::memcmp(d.data(), format::kRawImageMagic, 4) == 0;
 }
 
 Status TooLarge(uint64_t w, uint64_t h, const DecodeOptions& o) {
@@ -81,8 +87,18 @@ Result<tjhandle> Tj(ImageWorkspace::State& ws) {
   return static_cast<tjhandle>(ws.tj);
 }
 
-Status JpegError(tjhandle tj, std::string_view what) {
-  return Status::InvalidArgument("JPEG: " + std::string(what) + ": " + tjGetErrorStr2(tj));
+// A failed TurboJPEG call, as an error; the workspace's decompressor is
+// destroyed (a new one is made by the next Tj()). TurboJPEG 2.1's
+// tjDecompressHeader3 returns from an error without aborting libjpeg's
+// decompressor, which stays in the middle of the failed header: the next
+// image's markers were then read as its continuation ("Bogus Huffman table
+// definition"), so one damaged sample made the next valid JPEGs on that
+// thread fail.
+Status JpegError(ImageWorkspace::State& ws, tjhandle tj, std::string_view what) {
+  Status st = Status::InvalidArgument("JPEG: " + std::string(what) + ": " + tjGetErrorStr2(tj));
+  tjDestroy(tj);
+  ws.tj = nullptr;
+  return st;
 }
 
 bool IsCmyk(int colorspace) { return colorspace == TJCS_CMYK || colorspace == TJCS_YCCK; }
@@ -164,7 +180,7 @@ Result<ImageInfo> ProbeJpeg(ImageWorkspace::State& ws, std::span<const std::byte
   int w = 0, h = 0, subsamp = 0, colorspace = 0;
   if (tjDecompressHeader3(tj, reinterpret_cast<const unsigned char*>(data.data()), data.size(), &w,
                           &h, &subsamp, &colorspace) != 0) {
-    return JpegError(tj, "bad header");
+    return JpegError(ws, tj, "bad header");
   }
   DLFS_RETURN_IF_ERROR(
       CheckSize(static_cast<uint32_t>(w), static_cast<uint32_t>(h), o).WithContext("JPEG"));
@@ -207,7 +223,7 @@ Result<PixelView> DecodeJpeg(ImageWorkspace::State& ws, std::span<const std::byt
   const auto* buf = reinterpret_cast<const unsigned char*>(data.data());
   int w = 0, h = 0, subsamp = 0, colorspace = 0;
   if (tjDecompressHeader3(tj, buf, data.size(), &w, &h, &subsamp, &colorspace) != 0) {
-    return JpegError(tj, "bad header");
+    return JpegError(ws, tj, "bad header");
   }
   DLFS_RETURN_IF_ERROR(SameSize(w, h, info).WithContext("JPEG"));
   const uint32_t sw = ScaledDim(info.width, scale_denom);
@@ -222,7 +238,7 @@ Result<PixelView> DecodeJpeg(ImageWorkspace::State& ws, std::span<const std::byt
   if (tjDecompress2(tj, buf, data.size(), out, static_cast<int>(sw), 0, static_cast<int>(sh), pf,
                     TJFLAG_LIMITSCANS) != 0) {
     if (tjGetErrorCode(tj) != TJERR_WARNING || !HarmlessWarning(tj)) {
-      return JpegError(tj, "cannot decode");
+      return JpegError(ws, tj, "cannot decode");
     }
   }
   if (cmyk) {
@@ -373,15 +389,18 @@ Result<ImageInfo> ProbePng(std::span<const std::byte> data, const DecodeOptions&
 
 // Writes `pixels` samples of `in_channels` channels (gray, gray+alpha, RGB
 // or RGBA, `sample_bytes` 1 or 2 host-endian) as `channels` 8-bit channels:
-// 16-bit samples keep their high byte (PIL's "RGB;16B" unpacking), alpha is
-// dropped, gray is replicated, colour becomes PIL's luma.
+// 16-bit samples keep their high byte (PIL's "RGB;16B" unpacking) — except
+// 16-bit gray with `clip16`, which is clipped to 255 as PIL converts its
+// mode "I" — alpha is dropped, gray is replicated, colour becomes PIL's luma.
 void Convert(const uint8_t* in, uint32_t in_channels, uint32_t sample_bytes, uint8_t* out,
-             uint32_t channels, size_t pixels) {
+             uint32_t channels, size_t pixels, bool clip16 = false) {
   const bool color_in = in_channels >= 3;
+  const bool clip = clip16 && in_channels == 1;
   auto at = [&](size_t i, uint32_t c) -> uint8_t {
     if (sample_bytes == 1) return in[i * in_channels + c];
     uint16_t v;
     std::memcpy(&v, in + 2 * (i * in_channels + c), 2);
+    if (clip) return static_cast<uint8_t>(v > 255 ? 255 : v);
     return static_cast<uint8_t>(v >> 8);
   };
   for (size_t i = 0; i < pixels; ++i) {
@@ -442,8 +461,8 @@ Result<PixelView> DecodePng(ImageWorkspace::State& ws, std::span<const std::byte
   err = spng_decode_image(ctx.get(), dst, len, fmt, 0);
   if (err != 0) return PngError(err, "cannot decode");
   if (!direct) {
-    Convert(dst, in_channels, sample_bytes, Reserve(ws.pixels, pixels * channels), channels,
-            pixels);
+    Convert(dst, in_channels, sample_bytes, Reserve(ws.pixels, pixels * channels), channels, pixels,
+            o.pil_gray16);
   }
   return PixelView{ws.pixels.data(), ihdr.width, ihdr.height, channels,
                    size_t{ihdr.width} * channels};
@@ -451,6 +470,7 @@ Result<PixelView> DecodePng(ImageWorkspace::State& ws, std::span<const std::byte
 
 // ---- raw -------------------------------------------------------------------
 
+// Headerless raw pixels of the options' shape.
 Status CheckRaw(std::span<const std::byte> data, const DecodeOptions& o) {
   const RawShape& r = o.raw;
   if (r.empty()) {
@@ -466,20 +486,81 @@ Status CheckRaw(std::span<const std::byte> data, const DecodeOptions& o) {
   return CheckSize(r.width, r.height, o).WithContext("raw");
 }
 
+// Raw pixels of `data`: with a header (no shape given), or of the options'
+// shape.
+Result<RawPixels> RawOf(std::span<const std::byte> data, const DecodeOptions& o) {
+  if (o.raw.empty()) return ParseRawImage(data, o.max_pixels);
+  DLFS_RETURN_IF_ERROR(CheckRaw(data, o));
+  return RawPixels{reinterpret_cast<const uint8_t*>(data.data()), o.raw.width, o.raw.height,
+                   o.raw.channels};
+}
+
 }  // namespace
+
+Result<RawPixels> ParseRawImage(std::span<const std::byte> data, uint64_t max_pixels) {
+  format::RawImageHeader h;
+  if (data.size() < sizeof h) {
+    return Status::InvalidArgument("raw image: " + std::to_string(data.size()) +
+                                   " bytes, shorter than its 16-byte header");
+  }
+  std::memcpy(&h, data.data(), sizeof h);
+  if (std::memcmp(h.magic, format::kRawImageMagic, 4) != 0) {
+    return Status::InvalidArgument("raw image: bad magic (no raw image header)");
+  }
+  if (h.version != format::kRawImageVersion) {
+    return Status::InvalidArgument("raw image: version " + std::to_string(h.version) +
+                                   " is not supported (1 is)");
+  }
+  if (h.channels != 1 && h.channels != 3) {
+    return Status::InvalidArgument("raw image: " + std::to_string(h.channels) +
+                                   " channels (1 or 3)");
+  }
+  if (h.reserved != 0) return Status::InvalidArgument("raw image: reserved bytes not zero");
+  DecodeOptions limit;
+  limit.max_pixels = max_pixels;
+  DLFS_RETURN_IF_ERROR(CheckSize(h.width, h.height, limit).WithContext("raw image"));
+  // At most max_pixels * 3 (< 2^64 for any limit below 2^62), then compared.
+  const uint64_t want = uint64_t{h.width} * h.height * h.channels;
+  if (data.size() - sizeof h != want) {
+    return Status::InvalidArgument("raw image: " + std::to_string(data.size() - sizeof h) +
+                                   " bytes of pixels, expected " + std::to_string(h.height) + "x" +
+                                   std::to_string(h.width) + "x" + std::to_string(h.channels) +
+                                   " = " + std::to_string(want));
+  }
+  return RawPixels{reinterpret_cast<const uint8_t*>(data.data()) + sizeof h, h.width, h.height,
+                   h.channels};
+}
+
+std::vector<std::byte> RawImageBytes(const uint8_t* pixels, uint32_t width, uint32_t height,
+                                     uint32_t channels, size_t stride) {
+  format::RawImageHeader h{};
+  std::memcpy(h.magic, format::kRawImageMagic, 4);
+  h.version = format::kRawImageVersion;
+  h.channels = static_cast<uint8_t>(channels);
+  h.height = height;
+  h.width = width;
+  const size_t row = size_t{width} * channels;
+  std::vector<std::byte> out(sizeof h + row * height);
+  std::memcpy(out.data(), &h, sizeof h);
+  for (uint32_t y = 0; y < height; ++y) {
+    std::memcpy(out.data() + sizeof h + y * row, pixels + y * stride, row);
+  }
+  return out;
+}
 
 Result<ImageFormat> DetectFormat(std::span<const std::byte> data, const DecodeOptions& o) {
   if (o.format != ImageFormat::kAuto) return o.format;
   if (IsJpeg(data)) return ImageFormat::kJpeg;
   if (IsPng(data)) return ImageFormat::kPng;
-  if (!o.raw.empty()) return ImageFormat::kRaw;
+  // An explicit shape first: headerless pixels may start with anything.
+  if (!o.raw.empty() || IsRawImage(data)) return ImageFormat::kRaw;
   char head[40] = "";
   for (size_t i = 0; i < data.size() && i < 8; ++i) {
     std::snprintf(head + 3 * i, 4, "%s%02x", i ? " " : "", static_cast<unsigned>(data[i]));
   }
   return Status::InvalidArgument("neither JPEG nor PNG (" + std::to_string(data.size()) +
                                  " bytes, starting " + (data.empty() ? "empty" : head) +
-                                 ") and no raw shape given");
+                                 "), nor raw pixels with a header, and no raw shape given");
 }
 
 Result<ImageInfo> Probe(ImageWorkspace::State& ws, std::span<const std::byte> data,
@@ -493,8 +574,8 @@ Result<ImageInfo> Probe(ImageWorkspace::State& ws, std::span<const std::byte> da
       if (!IsPng(data)) return Status::InvalidArgument("not a PNG (no PNG signature)");
       return ProbePng(data, o);
     case ImageFormat::kRaw: {
-      DLFS_RETURN_IF_ERROR(CheckRaw(data, o));
-      return ImageInfo{ImageFormat::kRaw, o.raw.width, o.raw.height, o.raw.channels};
+      DLFS_ASSIGN_OR_RETURN(const RawPixels raw, RawOf(data, o));
+      return ImageInfo{ImageFormat::kRaw, raw.width, raw.height, raw.channels};
     }
     case ImageFormat::kAuto:
       break;
@@ -511,14 +592,16 @@ Result<PixelView> Decode(ImageWorkspace::State& ws, std::span<const std::byte> d
     case ImageFormat::kPng:
       return DecodePng(ws, data, info, o, channels);
     case ImageFormat::kRaw: {
-      DLFS_RETURN_IF_ERROR(CheckRaw(data, o));
-      DLFS_RETURN_IF_ERROR(SameSize(o.raw.width, o.raw.height, info).WithContext("raw"));
-      const auto* in = reinterpret_cast<const uint8_t*>(data.data());
-      if (o.raw.channels == channels) {
-        return PixelView{in, info.width, info.height, channels, size_t{info.width} * channels};
+      // Not decoded: the pixels are used where they lie (converted only to
+      // other channels).
+      DLFS_ASSIGN_OR_RETURN(const RawPixels raw, RawOf(data, o));
+      DLFS_RETURN_IF_ERROR(SameSize(raw.width, raw.height, info).WithContext("raw"));
+      if (raw.channels == channels) {
+        return PixelView{raw.pixels, info.width, info.height, channels,
+                         size_t{info.width} * channels};
       }
       const size_t pixels = size_t{info.width} * info.height;
-      Convert(in, o.raw.channels, 1, Reserve(ws.pixels, pixels * channels), channels, pixels);
+      Convert(raw.pixels, raw.channels, 1, Reserve(ws.pixels, pixels * channels), channels, pixels);
       return PixelView{ws.pixels.data(), info.width, info.height, channels,
                        size_t{info.width} * channels};
     }
@@ -546,7 +629,7 @@ Result<DecodedRegion> DecodeRegion(ImageWorkspace::State& ws, std::span<const st
   int w = 0, h = 0, subsamp = 0, colorspace = 0;
   const auto* buf = reinterpret_cast<const unsigned char*>(data.data());
   if (tjDecompressHeader3(tj, buf, data.size(), &w, &h, &subsamp, &colorspace) != 0) {
-    return JpegError(tj, "bad header");
+    return JpegError(ws, tj, "bad header");
   }
   DLFS_RETURN_IF_ERROR(SameSize(w, h, info).WithContext("JPEG"));
   const bool cmyk = IsCmyk(colorspace);

@@ -16,6 +16,7 @@ namespace dlfs {
 // allocates nothing.
 struct ImageWorkspace::State {
   void* tj = nullptr;           // TurboJPEG decompressor, created on first JPEG
+  void* tj_compress = nullptr;  // TurboJPEG compressor (image preparation), on first use
   std::vector<uint8_t> pixels;  // the decoded image
   std::vector<uint8_t> convert;
   std::vector<uint8_t> horizontal;  // resampler: after the horizontal pass
@@ -25,6 +26,8 @@ struct ImageWorkspace::State {
   std::vector<int32_t> bounds_x, bounds_y;
   std::vector<double> weights;
   std::vector<int32_t> accumulator;
+  std::vector<uint8_t> resized;  // image preparation: the resized image
+  std::vector<uint8_t> encoded;  // image preparation: TurboJPEG's output
 };
 
 namespace decode_internal {
@@ -38,6 +41,25 @@ struct PixelView {
   uint32_t channels = 0;
   size_t stride = 0;
 };
+
+// Raw pixels (docs/format.md §4.9.3): where they are and their shape.
+struct RawPixels {
+  const uint8_t* pixels = nullptr;  // height x width x channels, dense
+  uint32_t width = 0;
+  uint32_t height = 0;
+  uint32_t channels = 0;
+};
+
+// Parses raw image bytes (header and pixels): InvalidArgument for a bad
+// magic, version, channel count or reserved field, no pixels, more than
+// `max_pixels` pixels, or a length other than 16 + h x w x c. The pixels
+// point into `data`.
+Result<RawPixels> ParseRawImage(std::span<const std::byte> data, uint64_t max_pixels);
+
+// Raw image bytes of `height` rows of width x channels pixels, rows `stride`
+// bytes apart. REQUIRES: channels 1 or 3, width and height >= 1.
+std::vector<std::byte> RawImageBytes(const uint8_t* pixels, uint32_t width, uint32_t height,
+                                     uint32_t channels, size_t stride);
 
 // The format of `data` (kAuto resolved), or an error.
 Result<ImageFormat> DetectFormat(std::span<const std::byte> data, const DecodeOptions& options);

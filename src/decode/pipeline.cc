@@ -149,9 +149,6 @@ Result<ImagePipeline> ImagePipeline::Create(const ImageOptions& o) {
   if (!raw.empty() && raw.channels != 1 && raw.channels != 3) {
     return Invalid("raw samples have 1 or 3 channels, not " + std::to_string(raw.channels));
   }
-  if (o.decode.format == ImageFormat::kRaw && raw.empty()) {
-    return Invalid("raw format needs a raw shape (height, width, channels)");
-  }
   if (o.decode.max_pixels == 0) return Invalid("max_pixels must be at least 1");
   return ImagePipeline(o);
 }

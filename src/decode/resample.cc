@@ -18,9 +18,57 @@ inline uint8_t Clip8(int32_t v) {
   return static_cast<uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
+// Pillow's filters (Resample.c), each with its support.
+double Box(double x) { return x > -0.5 && x <= 0.5 ? 1.0 : 0.0; }
+
 double Bilinear(double x) {
   if (x < 0.0) x = -x;
   return x < 1.0 ? 1.0 - x : 0.0;
+}
+
+double Hamming(double x) {
+  if (x < 0.0) x = -x;
+  if (x == 0.0) return 1.0;
+  if (x >= 1.0) return 0.0;
+  x = x * M_PI;
+  return std::sin(x) / x * (0.54 + 0.46 * std::cos(x));
+}
+
+double Bicubic(double x) {
+  constexpr double a = -0.5;
+  if (x < 0.0) x = -x;
+  if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
+  if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
+  return 0.0;
+}
+
+double Sinc(double x) {
+  if (x == 0.0) return 1.0;
+  x = x * M_PI;
+  return std::sin(x) / x;
+}
+
+double Lanczos(double x) { return -3.0 <= x && x < 3.0 ? Sinc(x) * Sinc(x / 3) : 0.0; }
+
+struct Filter {
+  double (*f)(double);
+  double support;
+};
+
+Filter FilterOf(ResizeFilter f) {
+  switch (f) {
+    case ResizeFilter::kBox:
+      return {Box, 0.5};
+    case ResizeFilter::kHamming:
+      return {Hamming, 1.0};
+    case ResizeFilter::kBicubic:
+      return {Bicubic, 2.0};
+    case ResizeFilter::kLanczos:
+      return {Lanczos, 3.0};
+    case ResizeFilter::kBilinear:
+      break;
+  }
+  return {Bilinear, 1.0};
 }
 
 // Pillow's precompute_coeffs + normalize_coeffs_8bpc for outputs
@@ -28,11 +76,12 @@ double Bilinear(double x) {
 // long) to out_size. bounds gets (first tap, tap count) per output; coeffs
 // ksize fixed-point weights per output. Returns ksize.
 int Coefficients(int in_size, float in0, float in1, int out_size, int first, int count,
-                 ImageWorkspace::State& ws, std::vector<int32_t>& bounds,
+                 ResizeFilter filter, ImageWorkspace::State& ws, std::vector<int32_t>& bounds,
                  std::vector<int32_t>& coeffs) {
+  const Filter fl = FilterOf(filter);
   const double scale = static_cast<double>(in1 - in0) / out_size;
   const double filterscale = scale < 1.0 ? 1.0 : scale;
-  const double support = 1.0 * filterscale;  // bilinear: support 1
+  const double support = fl.support * filterscale;
   const int ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
   bounds.resize(size_t(2) * count);
   coeffs.assign(size_t(ksize) * count, 0);
@@ -49,7 +98,9 @@ int Coefficients(int in_size, float in0, float in1, int out_size, int first, int
     xmax -= xmin;
     double ww = 0.0;
     for (int x = 0; x < xmax; ++x) {
-      w[x] = Bilinear((x + xmin - center + 0.5) * ss);
+      // Bilinear (the decode stage's) inlined; the others through the pointer.
+      const double t = (x + xmin - center + 0.5) * ss;
+      w[x] = filter == ResizeFilter::kBilinear ? Bilinear(t) : fl.f(t);
       ww += w[x];
     }
     int32_t* k = &coeffs[size_t(i) * ksize];
@@ -215,7 +266,7 @@ ResamplePlan PrepareResample(const ResampleSpec& spec, ImageWorkspace::State& ws
   if (p.need_v) {
     p.ksize_v = Coefficients(static_cast<int>(spec.image_height), spec.box[1], spec.box[3],
                              static_cast<int>(spec.out_height), static_cast<int>(spec.win_top),
-                             win_h, ws, ws.bounds_y, ws.coeffs_y);
+                             win_h, spec.filter, ws, ws.bounds_y, ws.coeffs_y);
     // Taps are monotonic in the output row: the first and last rows bound them.
     p.y0 = ws.bounds_y[0];
     p.y1 = ws.bounds_y[2 * (win_h - 1)] + ws.bounds_y[2 * (win_h - 1) + 1];
@@ -226,7 +277,7 @@ ResamplePlan PrepareResample(const ResampleSpec& spec, ImageWorkspace::State& ws
   if (p.need_h) {
     p.ksize_h = Coefficients(static_cast<int>(spec.image_width), spec.box[0], spec.box[2],
                              static_cast<int>(spec.out_width), static_cast<int>(spec.win_left),
-                             win_w, ws, ws.bounds_x, ws.coeffs_x);
+                             win_w, spec.filter, ws, ws.bounds_x, ws.coeffs_x);
     p.x0 = ws.bounds_x[0];
     p.x1 = ws.bounds_x[2 * (win_w - 1)] + ws.bounds_x[2 * (win_w - 1) + 1];
   } else {

@@ -1,7 +1,8 @@
-// Antialiased bilinear resampling with PIL's arithmetic (Pillow's
-// libImaging/Resample.c: triangle filter widened by the downscale factor,
-// 22-bit fixed-point coefficients, horizontal pass rounded to 8 bits before
-// the vertical pass), computing only a window of the output — so
+// Antialiased resampling with PIL's arithmetic (Pillow's
+// libImaging/Resample.c: the filter — bilinear's triangle by default, or
+// box, hamming, bicubic, lanczos — widened by the downscale factor, 22-bit
+// fixed-point coefficients, horizontal pass rounded to 8 bits before the
+// vertical pass), computing only a window of the output — so
 // Resize + CenterCrop costs the crop, not the whole resize, and gives the
 // same bytes as PIL's resize followed by crop.
 #pragma once
@@ -9,6 +10,7 @@
 #include <cstdint>
 
 #include "decode/codecs.h"
+#include "dlfs/image_prep.h"
 
 namespace dlfs::decode_internal {
 
@@ -25,6 +27,7 @@ struct ResampleSpec {
   uint32_t win_top = 0;
   uint32_t win_width = 0;
   uint32_t win_height = 0;
+  ResizeFilter filter = ResizeFilter::kBilinear;
 };
 
 // A prepared resample: its weights (kept in the workspace) and the pixels of

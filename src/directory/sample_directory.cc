@@ -1,4 +1,6 @@
 #include <algorithm>
+#include <cstring>
+#include <utility>
 
 #include "dlfs/directory.h"
 #include "format/directory_codec.h"
@@ -31,7 +33,52 @@ Result<SampleDirectory> SampleDirectory::Create(std::shared_ptr<const std::byte>
   d.records_ = a.records;
   d.dict_ = a.dictionary;
   d.dict_bytes_ = a.dictionary_bytes;
+  d.images_ = a.images;
+  d.image_records_ = a.image_records;
+  d.image_record_count_ = a.image_record_count;
   return d;
+}
+
+std::optional<VolumeImages> SampleDirectory::images() const {
+  if (images_ == nullptr) return std::nullopt;
+  format::ImagesHeader h;
+  std::memcpy(&h, images_, sizeof h);
+  VolumeImages v;
+  ImagePrepOptions& o = v.options;
+  o.max_side = h.max_side;
+  // The codec checked every value (docs/format.md §5 check 54).
+  if (h.filter != 0) o.filter = static_cast<ResizeFilter>(h.filter);
+  o.mode = static_cast<ImageStoreMode>(h.mode);
+  o.jpeg_quality = h.jpeg_quality;
+  o.color = static_cast<ColorMode>(h.color);
+  o.always_reencode = (h.flags & format::kImageFlagAlwaysReencode) != 0;
+  o.smart_threshold = h.smart_threshold;
+  o.jpeg_probability = h.jpeg_probability;
+  o.seed = h.seed;
+  v.images = h.image_count;
+  v.changed = h.record_count;
+  return v;
+}
+
+ImageOrigin SampleDirectory::image_origin(uint64_t k) const {
+  const format::ImageRecord& r = image_records_[k];
+  return ImageOrigin{r.sample,
+                     r.field,
+                     static_cast<StoredImage>(r.stored),
+                     (r.flags & format::kImageRecordResized) != 0,
+                     r.width,
+                     r.height};
+}
+
+std::optional<ImageOrigin> SampleDirectory::FindImageOrigin(uint64_t i, uint32_t field) const {
+  const format::ImageRecord* end = image_records_ + image_record_count_;
+  const format::ImageRecord* it =
+      std::lower_bound(image_records_, end, std::pair<uint64_t, uint32_t>(i, field),
+                       [](const format::ImageRecord& r, const std::pair<uint64_t, uint32_t>& key) {
+                         return r.sample != key.first ? r.sample < key.first : r.field < key.second;
+                       });
+  if (it == end || it->sample != i || it->field != field) return std::nullopt;
+  return image_origin(static_cast<uint64_t>(it - image_records_));
 }
 
 std::string_view SampleDirectory::String(uint32_t offset, uint32_t length) const {

@@ -102,13 +102,54 @@ class Checker {
     a.dir_count = nd;
     a.class_count = nc;
     a.string_bytes = h.string_bytes;
-    if (with_fields) DLFS_RETURN_IF_ERROR(FieldsHeaderOk(region, size, h, &a));
+    // Where the arrays of §4.1 and §4.8 end.
+    uint64_t end = h.classes_offset + nc * sizeof(ClassEntry);
+    if (with_fields) DLFS_RETURN_IF_ERROR(FieldsHeaderOk(region, size, h, &a, &end));
+    if (x_.compat_flags & kCompatImages) DLFS_RETURN_IF_ERROR(ImagesOk(region, size, h, end, &a));
     return a;
+  }
+
+  Status BadImages(const std::string& what) const { return Bad("images section: " + what); }
+
+  // §5 checks 51-54: where the images section and its records are, and
+  // its options.
+  Status ImagesOk(const std::byte* region, uint64_t size, const DirectoryHeader& h, uint64_t end,
+                  DirectoryArrays* a) const {
+    const uint64_t off = h.images_offset, bytes = h.images_bytes;
+    if (bytes < sizeof(ImagesHeader) || off % 8 != 0 || off > size || bytes > size - off ||
+        off < end || off + bytes > h.strings_offset) {
+      return BadImages("out of place (offset " + std::to_string(off) + ", " +
+                       std::to_string(bytes) + " bytes)");
+    }
+    ImagesHeader m;
+    std::memcpy(&m, region + off, sizeof m);
+    if (m.magic != kImagesMagic) return BadImages("bad magic");
+    if (m.header_size != sizeof(ImagesHeader) || m.record_entry_size != sizeof(ImageRecord)) {
+      return BadImages("unexpected header or record size");
+    }
+    if (m.record_count > m.image_count) return BadImages("more records than images");
+    const uint64_t first = off + sizeof(ImagesHeader);
+    if (m.records_offset < first || m.records_offset % 8 != 0 ||
+        !ArrayFits(m.records_offset, m.record_count, sizeof(ImageRecord), off + bytes)) {
+      return BadImages("records lie outside the section");
+    }
+    const bool capped = m.max_side != 0;
+    if (m.filter > kMaxImageFilterCode ||
+        (m.filter == static_cast<uint8_t>(ImageFilterCode::kNone)) == capped ||
+        m.mode > kMaxImageModeCode || m.jpeg_quality > 100 || m.color > 2 ||
+        (m.flags & ~kImageFlagAlwaysReencode) != 0 ||
+        !(m.jpeg_probability >= 0 && m.jpeg_probability <= 1)) {
+      return BadImages("an option is out of range");
+    }
+    a->images = reinterpret_cast<const ImagesHeader*>(region + off);
+    a->image_records = reinterpret_cast<const ImageRecord*>(region + m.records_offset);
+    a->image_record_count = m.record_count;
+    return Status::Ok();
   }
 
   // §5 checks 42-43 and 49: the fields header and where its arrays are.
   Status FieldsHeaderOk(const std::byte* region, uint64_t size, const DirectoryHeader& h,
-                        DirectoryArrays* a) const {
+                        DirectoryArrays* a, uint64_t* arrays_end) const {
     FieldsHeader f;
     std::memcpy(&f, region + sizeof(DirectoryHeader), sizeof f);
     if (f.magic != kFieldsMagic) return Bad("bad fields header magic");
@@ -147,6 +188,7 @@ class Checker {
     }
     if (!ok) return Bad("field arrays overlap, are out of order or lie outside the region");
     if (h.strings_offset < end) return Bad("arrays overlap or are out of order");
+    *arrays_end = end;
     const char* base = reinterpret_cast<const char*>(region);
     a->field_layout = f.layout;
     a->field_count = f.field_count;
@@ -173,7 +215,39 @@ class Checker {
     DLFS_RETURN_IF_ERROR(Tree(a));
     DLFS_RETURN_IF_ERROR(Samples(a));
     DLFS_RETURN_IF_ERROR(NoClashes(a));
-    return a.field_count != 0 ? Fields(a) : Status::Ok();
+    if (a.field_count != 0) DLFS_RETURN_IF_ERROR(Fields(a));
+    return a.images != nullptr ? ImageRecords(a) : Status::Ok();
+  }
+
+  // §5 check 55: every image record, after the fields they name were checked.
+  Status ImageRecords(const DirectoryArrays& a) const {
+    const uint64_t fields = a.field_count != 0 ? a.field_count : 1;
+    for (uint64_t r = 0; r < a.image_record_count; ++r) {
+      const ImageRecord& rec = a.image_records[r];
+      const auto where = [r] { return "record " + std::to_string(r); };
+      if (rec.sample >= a.sample_count || rec.field >= fields) {
+        return BadImages(where() + " names a sample or field out of range");
+      }
+      if (r > 0) {
+        const ImageRecord& prev = a.image_records[r - 1];
+        if (prev.sample > rec.sample || (prev.sample == rec.sample && prev.field >= rec.field)) {
+          return BadImages(where() + " is not sorted by (sample, field)");
+        }
+      }
+      if (rec.stored < static_cast<uint8_t>(StoredImageCode::kJpeg) ||
+          rec.stored > static_cast<uint8_t>(StoredImageCode::kRaw) ||
+          (rec.flags & ~kImageRecordResized) != 0 || rec.width == 0 || rec.height == 0) {
+        return BadImages(where() + " is malformed");
+      }
+      if (a.field_index != nullptr) {
+        bool has = false;
+        for (uint64_t k = a.field_index[rec.sample]; k < a.field_index[rec.sample + 1]; ++k) {
+          has = has || a.records[k].field == rec.field;
+        }
+        if (!has) return BadImages(where() + " names a field its sample lacks");
+      }
+    }
+    return Status::Ok();
   }
 
  private:
@@ -455,6 +529,29 @@ Result<std::vector<std::byte>> EncodeDirectory(const DirectoryTree& tree,
     }
     h.strings_offset = end;
   }
+  // The images section: after every other array, before the pool.
+  ImagesHeader ih{};
+  std::vector<ImageRecord> image_records;
+  if (tree.images != nullptr) {
+    std::vector<uint32_t> index_of(n);
+    for (uint32_t i = 0; i < n; ++i) index_of[order.samples[i]] = i;
+    for (const TreeImage& t : tree.image_records) {
+      image_records.push_back(
+          ImageRecord{index_of[t.sample], t.field, t.stored, t.flags, t.width, t.height});
+    }
+    std::ranges::sort(image_records, [](const ImageRecord& a, const ImageRecord& b) {
+      return a.sample != b.sample ? a.sample < b.sample : a.field < b.field;
+    });
+    ih = *tree.images;
+    ih.magic = kImagesMagic;
+    ih.header_size = sizeof(ImagesHeader);
+    ih.record_entry_size = sizeof(ImageRecord);
+    ih.record_count = image_records.size();
+    h.images_offset = AlignUp(h.strings_offset, 8);
+    ih.records_offset = h.images_offset + sizeof(ImagesHeader);
+    h.images_bytes = sizeof(ImagesHeader) + image_records.size() * sizeof(ImageRecord);
+    h.strings_offset = h.images_offset + h.images_bytes;
+  }
 
   std::vector<std::byte> region(h.strings_offset + pool_bytes);
   const auto put = [&](uint64_t off, const void* src, size_t len) {
@@ -462,6 +559,10 @@ Result<std::vector<std::byte>> EncodeDirectory(const DirectoryTree& tree,
   };
   put(0, &h, sizeof h);
   if (tree.with_fields) put(sizeof h, &fh, sizeof fh);
+  if (tree.images != nullptr) {
+    put(h.images_offset, &ih, sizeof ih);
+    put(ih.records_offset, image_records.data(), image_records.size() * sizeof(ImageRecord));
+  }
   // Names go to the pool in entry order: directories, samples, classes.
   uint64_t pool_end = 0;
   const auto intern = [&](std::string_view s) {

@@ -85,6 +85,16 @@ struct TreeSample {
   uint64_t first_field = 0;
 };
 
+// An image the writer changed (§4.9.2), as it collects it.
+struct TreeImage {
+  uint32_t sample;  // position in DirectoryTree::samples
+  uint16_t field;   // field id (in DirectoryTree::field_names' order; 0 without fields)
+  uint8_t stored;   // StoredImageCode
+  uint8_t flags;    // kImageRecordResized
+  uint32_t width;   // of the original
+  uint32_t height;
+};
+
 // A writer's tree, in any order (borrowed, not owned). REQUIRES: dirs[0] is
 // the root and every other directory reaches it through parent links; names
 // are valid components (§4.6 rule 5) and lie inside `names`; labels are
@@ -105,6 +115,12 @@ struct DirectoryTree {
   std::span<const std::string> field_names;
   std::span<const TreeField> fields;
   std::span<const std::byte> dictionary;  // zstd dictionary, or empty
+  // The images section (§4.9, compat flag IMAGES): written when `images` is
+  // set. Its options and image_count are taken from *images; the encoder
+  // fills in the rest. image_records may be in any order; at most one per
+  // (sample, field), each naming a field its sample has.
+  const ImagesHeader* images = nullptr;
+  std::span<const TreeImage> image_records;
 };
 
 // The canonical order of a tree (§4.6): where each entry goes in the region.
@@ -152,6 +168,11 @@ struct DirectoryArrays {
   uint64_t record_count = 0;
   const std::byte* dictionary = nullptr;
   uint64_t dictionary_bytes = 0;
+  // The images section (compat flag IMAGES), else null: its header (options
+  // and counts) and records, sorted by (sample, field).
+  const ImagesHeader* images = nullptr;
+  const ImageRecord* image_records = nullptr;
+  uint64_t image_record_count = 0;
 
   std::string_view String(uint32_t offset, uint32_t length) const {
     return {strings + offset, length};

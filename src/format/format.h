@@ -1,5 +1,6 @@
-// On-disk layout of a dlfs volume: format version 1 and the format-v2
-// features behind incompat flags (fields, zstd; docs/format.md §2.5, §4.8).
+// On-disk layout of a dlfs volume: format version 1, the format-v2
+// features behind incompat flags (fields, zstd; docs/format.md §2.5, §4.8)
+// and the images section behind a compat flag (§4.9).
 //
 // docs/format.md is the specification; this header only mirrors it as the
 // constants and packed structs shared by the reader and the writer. Change
@@ -36,6 +37,9 @@ inline constexpr uint32_t kMaxDataAlignment = 1u << 20;
 inline constexpr uint32_t kIncompatFields = 0x1;
 inline constexpr uint32_t kIncompatZstd = 0x2;
 inline constexpr uint32_t kKnownIncompatFlags = kIncompatFields | kIncompatZstd;
+// IMAGES: the directory region holds an images section (§4.9); readers that
+// do not know it ignore it.
+inline constexpr uint32_t kCompatImages = 0x1;
 
 inline constexpr uint32_t kNone = 0xFFFFFFFFu;  // "no parent", "no label"
 
@@ -118,9 +122,14 @@ struct DirectoryHeader {
   uint32_t dir_entry_size;     // sizeof(DirEntry)
   uint32_t class_entry_size;   // sizeof(ClassEntry)
   uint32_t reserved0;
-  uint8_t reserved1[40];
+  // With the compat flag IMAGES: where the images section is (§4.9); zero
+  // otherwise.
+  uint64_t images_offset;
+  uint64_t images_bytes;
+  uint8_t reserved1[24];
 };
 static_assert(sizeof(DirectoryHeader) == kDirectoryHeaderSize);
+static_assert(offsetof(DirectoryHeader, images_offset) == 88);
 
 // One per sample; the array index is the sample index.
 struct SampleEntry {
@@ -205,6 +214,77 @@ struct FieldRecord {
   uint8_t reserved;
 };
 static_assert(sizeof(FieldRecord) == 16);
+
+// ---- Images (compat flag IMAGES; docs/format.md §4.9) ----------------------
+
+inline constexpr uint32_t kImagesMagic = 0x4d494c44;  // "DLIM" read as bytes
+
+// Values of ImagesHeader::filter, ::mode and ImageRecord::stored.
+enum class ImageFilterCode : uint8_t {
+  kNone = 0,
+  kBilinear = 1,
+  kBicubic = 2,
+  kLanczos = 3,
+  kBox = 4,
+  kHamming = 5
+};
+inline constexpr uint8_t kMaxImageFilterCode = 5;
+enum class ImageModeCode : uint8_t { kKeep = 0, kJpeg = 1, kRaw = 2, kSmart = 3, kProportion = 4 };
+inline constexpr uint8_t kMaxImageModeCode = 4;
+enum class StoredImageCode : uint8_t { kJpeg = 1, kPng = 2, kRaw = 3 };
+inline constexpr uint8_t kImageFlagAlwaysReencode = 0x1;  // ImagesHeader::flags
+inline constexpr uint8_t kImageRecordResized = 0x1;       // ImageRecord::flags
+
+// At images_offset, 8-aligned, between the last array and the string pool.
+struct ImagesHeader {
+  uint32_t magic;              // kImagesMagic
+  uint32_t header_size;        // sizeof(ImagesHeader)
+  uint32_t record_entry_size;  // sizeof(ImageRecord)
+  uint32_t reserved0;
+  uint64_t record_count;
+  uint64_t records_offset;  // region offset of ImageRecord[record_count]
+  uint64_t image_count;     // image fields looked at (changed or kept)
+  uint32_t max_side;        // 0: not capped
+  uint8_t filter;           // ImageFilterCode
+  uint8_t mode;             // ImageModeCode
+  uint8_t jpeg_quality;     // 1..100, 0 = not asked for
+  uint8_t color;            // 0 own channels, 1 RGB, 2 gray (ColorMode's values)
+  uint8_t flags;            // kImageFlagAlwaysReencode
+  uint8_t reserved1[7];
+  uint64_t smart_threshold;
+  double jpeg_probability;
+  uint64_t seed;
+  uint8_t reserved2[16];
+};
+static_assert(sizeof(ImagesHeader) == 96);
+static_assert(offsetof(ImagesHeader, max_side) == 40);
+static_assert(offsetof(ImagesHeader, smart_threshold) == 56);
+static_assert(offsetof(ImagesHeader, seed) == 72);
+
+// One per image the writer changed, sorted by (sample, field).
+struct ImageRecord {
+  uint32_t sample;
+  uint16_t field;
+  uint8_t stored;  // StoredImageCode
+  uint8_t flags;   // kImageRecordResized
+  uint32_t width;  // of the original image
+  uint32_t height;
+};
+static_assert(sizeof(ImageRecord) == 16);
+
+// Raw image bytes (§4.9.3): this header, then height x width x channels
+// bytes of HWC uint8 pixels.
+inline constexpr unsigned char kRawImageMagic[4] = {0x89, 'R', 'A', 'W'};
+inline constexpr uint8_t kRawImageVersion = 1;
+struct RawImageHeader {
+  unsigned char magic[4];
+  uint8_t version;
+  uint8_t channels;  // 1 or 3
+  uint16_t reserved;
+  uint32_t height;
+  uint32_t width;
+};
+static_assert(sizeof(RawImageHeader) == 16);
 
 inline constexpr uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 

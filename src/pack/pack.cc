@@ -84,7 +84,7 @@ void PackContext::Report() {
   last_report_ = now;
   progress_.samples = builder_.sample_count();
   progress_.bytes = builder_.data_bytes();
-  progress_.skipped = stats_.skipped;
+  progress_.skipped = stats_.skipped + builder_.image_stats().skipped;
   progress_.seconds = now - start_;
   options_.on_progress(progress_);
 }
@@ -233,9 +233,23 @@ Result<PackStats> Pack(const std::string& source, const std::string& volume_path
   if (options.lmdb_payload_only && stats.from != SourceKind::kLmdb) {
     return refuse("lmdb_payload_only", "LMDB databases");
   }
+  if (options.volume.images.enabled()) {
+    if (stats.from == SourceKind::kIdx) {
+      return Status::InvalidArgument(source +
+                                     ": image preparation applies to encoded images (imagefolder, "
+                                     "tar and lmdb sources); IDX images are raw pixels already");
+    }
+    if (stats.from == SourceKind::kLmdb && !options.lmdb_payload_only) {
+      return Status::InvalidArgument(
+          source + ": image preparation needs the lmdb_payload_only option: the records are " +
+          "stored whole (Caffe Datums, not images) without it");
+    }
+  }
   DLFS_RETURN_IF_ERROR(CheckOutsideSource(source, volume_path, options.volume));
+  VolumeBuilder::Options volume = options.volume;
+  volume.images.skip_unreadable = options.skip_unreadable;  // one option for every source
   DLFS_ASSIGN_OR_RETURN(std::unique_ptr<VolumeBuilder> builder,
-                        VolumeBuilder::Create(volume_path, options.volume));
+                        VolumeBuilder::Create(volume_path, volume));
   stats.removed_temporaries = builder->removed_temporaries();
   pack_internal::PackContext ctx(*builder, options, stats);
   Status st;
@@ -260,12 +274,18 @@ Result<PackStats> Pack(const std::string& source, const std::string& volume_path
   ctx.BeginSource("");  // every source is done
   ctx.Report();
   if (!options.class_names.empty()) builder->SetClassNames(options.class_names);
+  DLFS_RETURN_IF_ERROR(builder->Finish());
+  // Counted once written: samples being prepared and those a trained
+  // dictionary held are in only now, and images left out are not.
   stats.samples = builder->sample_count();
   stats.classes = builder->class_count();
-  stats.bytes = builder->data_bytes();
-  DLFS_RETURN_IF_ERROR(builder->Finish());
   stats.dictionary_bytes = builder->dictionary_bytes();
-  stats.bytes = builder->data_bytes();  // a trained dictionary's samples count once written
+  stats.bytes = builder->data_bytes();
+  stats.images = builder->image_stats();
+  stats.skipped += stats.images.skipped;
+  for (const std::string& e : stats.images.skipped_examples) {
+    if (stats.skipped_examples.size() < 10) stats.skipped_examples.push_back(e);
+  }
   stats.seconds = Now() - start;
   return stats;
 }

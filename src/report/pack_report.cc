@@ -35,6 +35,21 @@ std::string FormatPackReport(const PackStats& stats, const std::string& source,
     out += Printf("zstd dictionary: %s, trained on the first samples' fields\n",
                   HumanBytes(stats.dictionary_bytes).c_str());
   }
+  if (volume.images.enabled()) {
+    const ImagePrepStats& i = stats.images;
+    out += Printf(
+        "prepared %llu images (%s): %llu changed", static_cast<unsigned long long>(i.images),
+        DescribeImagePrep(volume.images).c_str(), static_cast<unsigned long long>(i.changed));
+    if (i.changed > 0) {
+      out += Printf(
+          " (%llu resized; %llu stored as JPEG, %llu as PNG, %llu as raw pixels)",
+          static_cast<unsigned long long>(i.resized), static_cast<unsigned long long>(i.as_jpeg),
+          static_cast<unsigned long long>(i.as_png), static_cast<unsigned long long>(i.as_raw));
+    }
+    out += Printf(", %llu as they came; image bytes %s -> %s\n",
+                  static_cast<unsigned long long>(i.images - i.changed),
+                  HumanBytes(i.bytes_in).c_str(), HumanBytes(i.bytes_out).c_str());
+  }
   if (const std::vector<std::string> paths = volume.TargetPaths(output); paths.size() > 1) {
     std::string list;
     for (const std::string& path : paths) list += (list.empty() ? "" : ", ") + path;

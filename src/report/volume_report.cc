@@ -28,6 +28,27 @@ const char* CodecName(FieldCodec c) {
   return c == FieldCodec::kNone ? "none" : c == FieldCodec::kZstd ? "zstd" : "zstd-dict";
 }
 
+json ImagesJson(const std::optional<ImagesUsage>& images) {
+  if (!images) return nullptr;
+  const ImagePrepOptions& o = images->recorded.options;
+  return {{"max_side", o.max_side},
+          {"filter", o.max_side ? json(NameOf(kResizeFilterNames, o.filter)) : json(nullptr)},
+          {"mode", NameOf(kImageStoreModeNames, o.mode)},
+          {"jpeg_quality", o.jpeg_quality},
+          {"always_reencode", o.always_reencode},
+          {"color", NameOf(kColorModeNames, o.color)},
+          {"smart_threshold",
+           o.mode == ImageStoreMode::kSmart ? json(o.smart_threshold) : json(nullptr)},
+          {"jpeg_probability",
+           o.mode == ImageStoreMode::kProportion ? json(o.jpeg_probability) : json(nullptr)},
+          {"seed", o.mode == ImageStoreMode::kProportion ? json(o.seed) : json(nullptr)},
+          {"images", images->recorded.images},
+          {"changed", images->recorded.changed},
+          {"resized", images->resized},
+          {"stored", {{"jpeg", images->as_jpeg}, {"png", images->as_png}, {"raw", images->as_raw}}},
+          {"largest_original_side", images->largest_original_side}};
+}
+
 json SummaryJson(const VolumeSummary& s) {
   const VolumeInfo& i = s.info;
   json fields = json::array();
@@ -65,6 +86,8 @@ json SummaryJson(const VolumeSummary& s) {
           {"target_details", targets},
           {"created_unix_ns", i.created_unix_ns},
           {"incompat_flags", s.incompat_flags},
+          {"compat_flags", s.compat_flags},
+          {"images", ImagesJson(s.images)},
           {"fields", fields},
           {"dictionary_bytes", s.dictionary_bytes}};
 }
@@ -95,7 +118,26 @@ std::string SummaryText(const VolumeSummary& s) {
   out += Printf("directory    %s (%.1f bytes per sample)\n", HumanBytes(i.directory_bytes).c_str(),
                 s.directory_bytes_per_sample());
   out += Printf("alignment    %u\n", i.data_alignment);
-  out += Printf("features     %s\n", features.empty() ? "none (v1 layout)" : features.c_str());
+  std::string shown = features.empty() ? "none (v1 layout)" : features;
+  for (const std::string& f : s.compat_flags) shown += "; " + f + " (compat)";
+  out += Printf("features     %s\n", shown.c_str());
+  if (s.images) {
+    // What pack-time preparation did: the options, then the records.
+    const ImagesUsage& u = *s.images;
+    out += Printf("images       prepared: %s\n", DescribeImagePrep(u.recorded.options).c_str());
+    out += Printf("             %llu images, %llu changed",
+                  static_cast<unsigned long long>(u.recorded.images),
+                  static_cast<unsigned long long>(u.recorded.changed));
+    if (u.recorded.changed > 0) {
+      out += Printf(" (%llu resized; %llu JPEG, %llu PNG, %llu raw; originals up to %u px)",
+                    static_cast<unsigned long long>(u.resized),
+                    static_cast<unsigned long long>(u.as_jpeg),
+                    static_cast<unsigned long long>(u.as_png),
+                    static_cast<unsigned long long>(u.as_raw), u.largest_original_side);
+    }
+    out += Printf(", %llu as they came\n",
+                  static_cast<unsigned long long>(u.recorded.images - u.recorded.changed));
+  }
   if (!s.fields.empty()) {
     // The field table: how many samples have each field, and what it costs.
     out += Printf(
@@ -134,6 +176,43 @@ std::string SummaryText(const VolumeSummary& s) {
 }
 
 }  // namespace
+
+std::string DescribeImagePrep(const ImagePrepOptions& o) {
+  using report_internal::Printf;
+  std::string out = o.max_side != 0
+                        ? Printf("max side %u (%s)", o.max_side,
+                                 std::string(NameOf(kResizeFilterNames, o.filter)).c_str())
+                        : std::string("size kept");
+  switch (o.mode) {
+    case ImageStoreMode::kKeep:
+      out += ", formats kept";
+      break;
+    case ImageStoreMode::kJpeg:
+      out += ", JPEG";
+      break;
+    case ImageStoreMode::kRaw:
+      out += ", raw pixels";
+      break;
+    case ImageStoreMode::kSmart:
+      out += Printf(", smart: raw up to %s of pixels, JPEG above",
+                    HumanBytes(static_cast<double>(o.smart_threshold)).c_str());
+      break;
+    case ImageStoreMode::kProportion:
+      out += Printf(", proportion: JPEG with probability %g (seed %llu), else raw",
+                    o.jpeg_probability, static_cast<unsigned long long>(o.seed));
+      break;
+  }
+  if (o.jpeg_quality != 0) {
+    out += Printf(", JPEG quality %u", o.jpeg_quality);
+  } else if (o.mode != ImageStoreMode::kRaw) {
+    out += Printf(", JPEG quality %u when encoding", kDefaultJpegQuality);
+  }
+  if (o.always_reencode) out += ", always re-encoded";
+  out += o.color == ColorMode::kRgb    ? ", RGB"
+         : o.color == ColorMode::kGray ? ", gray"
+                                       : ", own channels";
+  return out;
+}
 
 std::string ProgressLine(std::string_view verb, uint64_t samples, uint64_t total, uint64_t bytes,
                          double seconds, double fraction, std::string_view extra) {
@@ -179,6 +258,21 @@ std::string FormatSampleLine(const SampleDirectory& d, uint64_t i, ReportFormat 
                           {"codec", CodecName(f.codec)}});
       }
       j["fields"] = fields;
+    }
+    if (d.images()) {
+      // What pack-time preparation changed in this sample: per image field,
+      // what it holds now and the original's size (docs/format.md §4.9.2).
+      json prepared = json::array();
+      for (uint32_t f = 0; f < d.field_count(); ++f) {
+        if (const std::optional<ImageOrigin> o = d.FindImageOrigin(i, f)) {
+          prepared.push_back({{"field", std::string(d.field_name(f))},
+                              {"stored", NameOf(kStoredImageNames, o->stored)},
+                              {"resized", o->resized},
+                              {"width", o->width},
+                              {"height", o->height}});
+        }
+      }
+      j["prepared"] = prepared;
     }
     return report_internal::Dump(j, -1);
   }

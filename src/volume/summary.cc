@@ -1,5 +1,7 @@
 #include "dlfs/summary.h"
 
+#include <algorithm>
+
 #include "format/format.h"
 
 namespace dlfs {
@@ -24,6 +26,20 @@ VolumeSummary SummarizeVolume(const Volume& volume) {
   // An open volume has no other bit: Open refuses flags it does not know.
   if (s.info.incompat_flags & format::kIncompatFields) s.incompat_flags.push_back("fields");
   if (s.info.incompat_flags & format::kIncompatZstd) s.incompat_flags.push_back("zstd");
+  if (s.info.compat_flags & format::kCompatImages) s.compat_flags.push_back("images");
+  if (const std::optional<VolumeImages> images = d.images()) {
+    ImagesUsage u;
+    u.recorded = *images;
+    for (uint64_t k = 0; k < images->changed; ++k) {
+      const ImageOrigin o = d.image_origin(k);
+      u.resized += o.resized;
+      u.as_jpeg += o.stored == StoredImage::kJpeg;
+      u.as_png += o.stored == StoredImage::kPng;
+      u.as_raw += o.stored == StoredImage::kRaw;
+      u.largest_original_side = std::max({u.largest_original_side, o.width, o.height});
+    }
+    s.images = u;
+  }
   if (d.has_fields()) {
     for (uint32_t f = 0; f < d.field_count(); ++f) {
       s.fields.push_back(FieldUsage{std::string(d.field_name(f))});

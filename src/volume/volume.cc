@@ -352,6 +352,7 @@ SampleDirectory::Expected ExpectedDirectory(const OpenState& s, bool validated) 
   expected.data_alignment = s.sb.data_alignment;
   expected.already_validated = validated;
   expected.incompat_flags = s.sb.incompat_flags;
+  expected.compat_flags = s.sb.compat_flags;
   for (const TargetInfo& ti : s.infos) {
     expected.data_regions.push_back({ti.data_offset, ti.data_offset + ti.data_length});
   }
@@ -378,6 +379,7 @@ VolumeInfo DescribeVolume(OpenState& s) {
   info.directory_bytes = dir->length;
   info.data_alignment = sb.data_alignment;
   info.incompat_flags = sb.incompat_flags;
+  info.compat_flags = sb.compat_flags;
   for (size_t t = 0; t < s.infos.size(); ++t) {
     s.infos[t].kind = s.targets[t] ? s.targets[t]->kind() : TargetKind::kNotOpen;
     info.targets.push_back(s.infos[t].path);

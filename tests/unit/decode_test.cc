@@ -114,8 +114,10 @@ TEST(ImagePipelineTest, RejectsBadOptions) {
                 o.output.std = {0.f};
               }),
               StatusIs(StatusCode::kInvalidArgument, "std must be finite and non-zero"));
-  EXPECT_THAT(bad([](ImageOptions& o) { o.decode.format = ImageFormat::kRaw; }),
-              StatusIs(StatusCode::kInvalidArgument, "raw format needs a raw shape"));
+  // Raw without a shape reads raw pixels with their own header (image_prep_test.cc).
+  ImageOptions raw = Options(32);
+  raw.decode.format = ImageFormat::kRaw;
+  EXPECT_OK(ImagePipeline::Create(raw));
   EXPECT_THAT(bad([](ImageOptions& o) {
                 o.decode.raw = {4, 4, 2};
               }),
@@ -363,6 +365,34 @@ std::vector<std::byte> WithPngSize(std::vector<std::byte> p, uint32_t w, uint32_
   const uLong crc = crc32(0, reinterpret_cast<const Bytef*>(p.data() + 12), 17);
   put32(29, static_cast<uint32_t>(crc));
   return p;
+}
+
+// A JPEG whose header fails (tables, frame, no scan) must not spoil the
+// workspace: TurboJPEG 2.1 left its decompressor in the failed header, and
+// the next valid JPEG decoded on that thread failed ("Bogus Huffman table
+// definition"). Found by the prepare fuzzer.
+TEST(DecodeTest, AFailedHeaderDoesNotSpoilTheNextImage) {
+  const std::vector<std::byte> good = Jpeg(Gradient(48, 32, 3, 2));
+  std::vector<std::byte> no_scan;
+  for (size_t i = 0; i + 1 < good.size(); ++i) {
+    if (good[i] == std::byte{0xff} && good[i + 1] == std::byte{0xda}) {
+      no_scan.assign(good.begin(), good.begin() + static_cast<ptrdiff_t>(i));
+      break;
+    }
+  }
+  ASSERT_FALSE(no_scan.empty());
+  no_scan.push_back(std::byte{0xff});  // an end marker, so only the header fails
+  no_scan.push_back(std::byte{0xd9});
+  ImageWorkspace ws, fresh;
+  ASSERT_OK_AND_ASSIGN(const Image want, DecodeImage(fresh, good, {}));
+  const ImagePipeline p = MakePipeline(Options(16, CropMode::kRandomResized));
+  for (int round = 0; round < 3; ++round) {
+    EXPECT_THAT(DecodeImage(ws, no_scan, {}), StatusIs(StatusCode::kInvalidArgument, "JPEG"));
+    ASSERT_OK_AND_ASSIGN(const Image got, DecodeImage(ws, good, {}));
+    EXPECT_EQ(got.pixels, want.pixels);
+    EXPECT_THAT(p.Run(ws, no_scan, 0, 0), StatusIs(StatusCode::kInvalidArgument, "JPEG"));
+    EXPECT_OK(p.Run(ws, good, 0, 0));
+  }
 }
 
 TEST(DecodeTest, HostileAndMalformedImagesAreErrorsNotCrashes) {

@@ -4,6 +4,7 @@
 #include "format/directory_codec.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -492,6 +493,191 @@ TEST(DirectoryCodecTest, EveryMutationIsRefusedByItsCheck) {
     checks.insert(m.check);
   }
   for (int c = 26; c <= 41; ++c) EXPECT_TRUE(checks.count(c)) << "no mutation for check " << c;
+}
+
+// ---- The images section (compat flag IMAGES, docs/format.md §4.9) ----------
+
+// The worked example with an images section: records for cat/1.jpg (tree
+// position 1) and cat/kittens/3.jpg (position 3, added before dog/1.jpg),
+// given out of order.
+struct WithImages {
+  TestTree tree = WorkedExample();
+  ImagesHeader header{};
+  std::vector<TreeImage> records = {{3, 0, 3, kImageRecordResized, 640, 480},
+                                    {1, 0, 1, 0, 300, 200}};
+  WithImages() {
+    header.image_count = 4;
+    header.max_side = 256;
+    header.filter = static_cast<uint8_t>(ImageFilterCode::kBilinear);
+    header.mode = static_cast<uint8_t>(ImageModeCode::kRaw);
+    header.color = 1;
+  }
+  Result<std::vector<std::byte>> Encode() const {
+    DirectoryTree view = tree.view();
+    view.images = &header;
+    view.image_records = records;
+    DLFS_ASSIGN_OR_RETURN(const DirectoryOrder order, OrderDirectory(view));
+    return EncodeDirectory(view, order);
+  }
+  static SampleDirectory::Expected Expected() {
+    SampleDirectory::Expected x = WorkedExampleExpected();
+    x.compat_flags = kCompatImages;
+    return x;
+  }
+};
+
+TEST(DirectoryCodecTest, ImagesSectionRoundTripsAndOlderReadersSkipIt) {
+  const WithImages w;
+  ASSERT_OK_AND_ASSIGN(const std::vector<std::byte> region, w.Encode());
+  // The section sits between the classes and the pool, which moved up.
+  DirectoryHeader h;
+  std::memcpy(&h, region.data(), sizeof h);
+  EXPECT_EQ(h.images_offset, h.classes_offset + 2 * sizeof(ClassEntry));
+  EXPECT_EQ(h.images_bytes, sizeof(ImagesHeader) + 2 * sizeof(ImageRecord));
+  EXPECT_EQ(h.strings_offset, h.images_offset + h.images_bytes);
+  EXPECT_EQ(region.size(), kWorkedExampleRegion.size() + h.images_bytes);
+
+  ASSERT_OK_AND_ASSIGN(const SampleDirectory d, View(region, WithImages::Expected()));
+  ASSERT_TRUE(d.images().has_value());
+  const VolumeImages v = *d.images();
+  EXPECT_EQ(v.images, 4u);
+  EXPECT_EQ(v.changed, 2u);
+  EXPECT_EQ(v.options.max_side, 256u);
+  EXPECT_EQ(v.options.filter, ResizeFilter::kBilinear);
+  EXPECT_EQ(v.options.mode, ImageStoreMode::kRaw);
+  EXPECT_EQ(v.options.color, ColorMode::kRgb);
+  // Records follow the samples to their indices: cat/1.jpg is 1, 3.jpg 4.
+  ASSERT_OK_AND_ASSIGN(const uint64_t kitten, d.Lookup("cat/kittens/3.jpg"));
+  const std::optional<ImageOrigin> o = d.FindImageOrigin(kitten);
+  ASSERT_TRUE(o.has_value());
+  EXPECT_EQ(o->stored, StoredImage::kRaw);
+  EXPECT_TRUE(o->resized);
+  EXPECT_EQ(o->width, 640u);
+  EXPECT_EQ(o->height, 480u);
+  ASSERT_TRUE(d.FindImageOrigin(1).has_value());
+  EXPECT_EQ(d.FindImageOrigin(1)->stored, StoredImage::kJpeg);
+  EXPECT_EQ(d.image_origin(0).sample, 1u);  // sorted by sample index
+  EXPECT_EQ(d.image_origin(1).sample, kitten);
+  EXPECT_FALSE(d.FindImageOrigin(2).has_value());
+  EXPECT_FALSE(d.FindImageOrigin(1, 1).has_value());
+
+  // A reader not told about IMAGES (an older one) sees the same tree and
+  // no images: the section lies in a gap its checks allow.
+  ASSERT_OK_AND_ASSIGN(const SampleDirectory old, View(region, WorkedExampleExpected()));
+  EXPECT_FALSE(old.images().has_value());
+  EXPECT_EQ(old.Lookup("cat/kittens/3.jpg").value(), kitten);
+  EXPECT_EQ(old.sample(kitten).crc32c, d.sample(kitten).crc32c);
+}
+
+TEST(DirectoryCodecTest, EveryImagesMutationIsRefused) {
+  const WithImages w;
+  ASSERT_OK_AND_ASSIGN(const std::vector<std::byte> good, w.Encode());
+  DirectoryHeader h;
+  std::memcpy(&h, good.data(), sizeof h);
+  const uint64_t at = h.images_offset;
+  const uint64_t rec = at + sizeof(ImagesHeader);
+  struct ImagesMutation {
+    const char* what;
+    int check;
+    std::function<void(std::vector<std::byte>&)> apply;
+    const char* message;  // after "v.dlfs: directory region: images section: "
+  };
+  const auto header = [](std::vector<std::byte>& b,
+                         const std::function<void(DirectoryHeader&)>& f) {
+    DirectoryHeader v;
+    std::memcpy(&v, b.data(), sizeof v);
+    f(v);
+    std::memcpy(b.data(), &v, sizeof v);
+  };
+  const auto images = [at](std::vector<std::byte>& b, const std::function<void(ImagesHeader&)>& f) {
+    ImagesHeader v;
+    std::memcpy(&v, b.data() + at, sizeof v);
+    f(v);
+    std::memcpy(b.data() + at, &v, sizeof v);
+  };
+  const auto record = [rec](std::vector<std::byte>& b, uint64_t k,
+                            const std::function<void(ImageRecord&)>& f) {
+    ImageRecord v;
+    std::memcpy(&v, b.data() + rec + k * sizeof v, sizeof v);
+    f(v);
+    std::memcpy(b.data() + rec + k * sizeof v, &v, sizeof v);
+  };
+  const std::vector<ImagesMutation> mutations = {
+      {"too short", 51, [&](auto& b) { header(b, [](auto& x) { x.images_bytes = 95; }); },
+       "out of place (offset 432, 95 bytes)"},
+      {"unaligned", 51, [&](auto& b) { header(b, [](auto& x) { x.images_offset += 4; }); },
+       "out of place (offset 436, 128 bytes)"},
+      {"inside the classes", 51, [&](auto& b) { header(b, [](auto& x) { x.images_offset -= 8; }); },
+       "out of place (offset 424, 128 bytes)"},
+      {"into the pool", 51, [&](auto& b) { header(b, [](auto& x) { x.images_bytes += 8; }); },
+       "out of place (offset 432, 136 bytes)"},
+      {"past the region", 51,
+       [&](auto& b) { header(b, [](auto& x) { x.images_offset = ~uint64_t{0} - 7; }); },
+       "out of place (offset 18446744073709551608, 128 bytes)"},
+      {"magic", 52, [&](auto& b) { images(b, [](auto& x) { x.magic ^= 1; }); }, "bad magic"},
+      {"header_size", 52, [&](auto& b) { images(b, [](auto& x) { x.header_size = 80; }); },
+       "unexpected header or record size"},
+      {"record size", 52, [&](auto& b) { images(b, [](auto& x) { x.record_entry_size = 8; }); },
+       "unexpected header or record size"},
+      {"more records than images", 52,
+       [&](auto& b) { images(b, [](auto& x) { x.image_count = 1; }); }, "more records than images"},
+      {"records past the section", 53,
+       [&](auto& b) {
+         images(b, [](auto& x) {
+           x.record_count = 3;
+           x.image_count = 3;
+         });
+       },
+       "records lie outside the section"},
+      {"records inside the header", 53,
+       [&](auto& b) { images(b, [](auto& x) { x.records_offset -= 8; }); },
+       "records lie outside the section"},
+      {"no filter with a cap", 54, [&](auto& b) { images(b, [](auto& x) { x.filter = 0; }); },
+       "an option is out of range"},
+      {"a filter without a cap", 54, [&](auto& b) { images(b, [](auto& x) { x.max_side = 0; }); },
+       "an option is out of range"},
+      {"filter", 54, [&](auto& b) { images(b, [](auto& x) { x.filter = 6; }); },
+       "an option is out of range"},
+      {"mode", 54, [&](auto& b) { images(b, [](auto& x) { x.mode = 5; }); },
+       "an option is out of range"},
+      {"quality", 54, [&](auto& b) { images(b, [](auto& x) { x.jpeg_quality = 101; }); },
+       "an option is out of range"},
+      {"color", 54, [&](auto& b) { images(b, [](auto& x) { x.color = 3; }); },
+       "an option is out of range"},
+      {"flags", 54, [&](auto& b) { images(b, [](auto& x) { x.flags = 2; }); },
+       "an option is out of range"},
+      {"probability", 54, [&](auto& b) { images(b, [](auto& x) { x.jpeg_probability = 1.5; }); },
+       "an option is out of range"},
+      {"probability NaN", 54,
+       [&](auto& b) { images(b, [](auto& x) { x.jpeg_probability = std::nan(""); }); },
+       "an option is out of range"},
+      {"sample out of range", 55, [&](auto& b) { record(b, 1, [](auto& r) { r.sample = 5; }); },
+       "record 1 names a sample or field out of range"},
+      {"field out of range", 55, [&](auto& b) { record(b, 0, [](auto& r) { r.field = 1; }); },
+       "record 0 names a sample or field out of range"},
+      {"unsorted", 55, [&](auto& b) { record(b, 1, [](auto& r) { r.sample = 1; }); },
+       "record 1 is not sorted by (sample, field)"},
+      {"stored 0", 55, [&](auto& b) { record(b, 0, [](auto& r) { r.stored = 0; }); },
+       "record 0 is malformed"},
+      {"stored 4", 55, [&](auto& b) { record(b, 0, [](auto& r) { r.stored = 4; }); },
+       "record 0 is malformed"},
+      {"record flags", 55, [&](auto& b) { record(b, 0, [](auto& r) { r.flags = 2; }); },
+       "record 0 is malformed"},
+      {"width 0", 55, [&](auto& b) { record(b, 1, [](auto& r) { r.width = 0; }); },
+       "record 1 is malformed"},
+  };
+  std::set<int> checks;
+  for (const ImagesMutation& m : mutations) {
+    SCOPED_TRACE(m.what);
+    std::vector<std::byte> bytes = good;
+    m.apply(bytes);
+    const auto r = DecodeDirectory(bytes.data(), bytes.size(), WithImages::Expected(), "v.dlfs");
+    ASSERT_THAT(r, StatusIs(StatusCode::kCorruption)) << "accepted";
+    EXPECT_EQ(r.status().message(),
+              std::string("v.dlfs: directory region: images section: ") + m.message);
+    checks.insert(m.check);
+  }
+  for (int c = 51; c <= 55; ++c) EXPECT_TRUE(checks.count(c)) << "no mutation for check " << c;
 }
 
 }  // namespace directory_codec_test
