@@ -10,7 +10,7 @@ import sys
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-SCRIPTS = sorted(p for d in ("bench", "scripts") for p in (REPO / d).rglob("*")
+SCRIPTS = sorted(p for d in ("bench", "scripts", "examples") for p in (REPO / d).rglob("*")
                  if p.suffix in (".sh", ".py") and p.read_bytes().startswith(b"#!"))
 
 
