@@ -45,7 +45,7 @@ zstd fields views into the batch's decoded buffer.
 constexpr const char* kLoaderDoc = R"doc(
 Loader(volume, batch_size, shuffle=True, seed=0, rank=0, world_size=1,
        drop_last=False, prefetch_batches=4, queue_depth=64, io_threads=1,
-       engine="auto", direct_io=True, verify_checksums=True, coalesce=True,
+       engine="auto", direct_io=None, verify_checksums=True, coalesce=True,
        indices=None, cache_budget=None, fields=None, cache_shared=True,
        skip_bad_samples=False, max_bad_samples=16, quarantine=None,
        weights=None, epoch_samples=0, cycle=False)
@@ -67,7 +67,11 @@ io_uring (or a pread pool where io_uring is unavailable).
   limit included), down to one batch. Where even that does not fit in three
   quarters of it, ValueError before reading: a smaller batch_size lowers it.
 - queue_depth, io_threads, engine ("auto", "uring", "pread"), direct_io:
-  the I/O engine; engine_description says what runs.
+  the I/O engine; engine_description says what runs. direct_io None reads
+  with O_DIRECT unless the samples are much smaller than a block (where
+  O_DIRECT would read 2.5 times their bytes or more, as 784-byte
+  Fashion-MNIST images: then through the page cache); True or False forces
+  either.
 - verify_checksums: check each sample's CRC32C; a mismatch raises
   CorruptVolumeError naming the sample and file.
 - indices: read only these sample indices (e.g. vol.indices("train")); the
@@ -77,12 +81,19 @@ io_uring (or a pread pool where io_uring is unavailable).
   shared-memory region per node and volume that every process reading the
   volume there uses (ranks, DataLoader workers, other jobs); cached samples
   are served from memory (same order, same checks, read-only views). It
-  fills from the epochs' own reads on a lowest-priority thread, so it never
-  slows an epoch; when the samples exceed the budget the first that fit
-  stay. None: a quarter of what this job may use (MemAvailable and its
-  memory cgroup's limit; $DLFS_CACHE_BUDGET sets it); 0: off. A budget
-  reduced to fit the limit, or a region that cannot be used, is said in a
-  RuntimeWarning.
+  is filled by large sequential reads of the volume on a thread of its
+  own, in storage order, until the budget is used. None: a quarter of what
+  this job may use (MemAvailable and its memory cgroup's limit), filled
+  only where that pays: when what the loop waited for data per byte, over
+  the epochs still to come (epochs=), beats what filling costs, both
+  measured during the first epoch. A size (or $DLFS_CACHE_BUDGET) is a
+  request for that cache: filled by the end of the first epoch whatever it
+  costs. 0: off. A budget reduced to fit the limit, or a region that
+  cannot be used, is said in a RuntimeWarning; stats()["cache_fill_plan"]
+  says what was decided and why.
+- epochs: the epochs this job will read (0: not said; the loader then
+  assumes 11: a training run's tens of epochs). Decides, with the costs
+  measured, whether filling the node cache pays.
 - cache_shared: False keeps the cache to this loader (no /dev/shm region).
 - fields: a list of field names (format v2, e.g. ["jpg", "cls"]): each
   batch holds those fields of every sample, in that order (batch.fields,
@@ -272,6 +283,10 @@ py::dict StatsDict(const SourceStats& s) {
   d["cache_misses"] = s.cache_misses;
   d["cache_fill_bytes"] = s.cache_fill_bytes;
   d["cache_fill_seconds"] = s.cache_fill_seconds;
+  d["cache_scan_bytes"] = s.cache_scan_bytes;
+  d["cache_scan_seconds"] = s.cache_scan_seconds;
+  d["cache_fill_cpu_seconds"] = s.cache_fill_cpu_seconds;
+  d["cache_fill_plan"] = s.cache_fill_plan;
   d["cache_sharers"] = s.cache_sharers;
   d["cache_shared"] = s.cache_shared;
   d["setup_seconds"] = s.setup_seconds;

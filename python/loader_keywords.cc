@@ -138,7 +138,11 @@ LoaderSetup ResolveLoaderKeywords(LoaderKeywords k) {
   o.engine.queue_depth = k.queue_depth;
   o.io_threads = k.io_threads;
   o.engine.kind = Unwrap(ParseEngineKind(k.engine));
-  o.engine.direct_io = k.direct_io;
+  if (k.direct_io) {
+    o.engine.direct_io = *k.direct_io;
+    o.auto_direct_io = false;
+  }
+  o.planned_epochs = k.epochs;
   o.verify_checksums = k.verify_checksums;
   o.plan.coalesce = k.coalesce;
   if (k.indices) o.subset = std::move(*k.indices);

@@ -37,7 +37,9 @@ struct LoaderKeywords {
   uint32_t queue_depth = 0;
   uint32_t io_threads = 0;
   std::string engine;  // a name of kEngineKindNames
-  bool direct_io = false;
+  // None: O_DIRECT unless samples are much smaller than a block
+  // (LoaderOptions::auto_direct_io); True or False: as said.
+  std::optional<bool> direct_io;
   bool verify_checksums = false;
   bool coalesce = false;
   std::optional<std::vector<uint64_t>> indices;  // the subset; None: every sample
@@ -63,6 +65,7 @@ struct LoaderKeywords {
   pybind11::object target_map = pybind11::none();
   std::string directory;  // a name of kDirectorySharingNames
   std::string node_name;  // VolumeOpenOptions::node_name
+  uint32_t epochs = 0;    // LoaderOptions::planned_epochs
 };
 
 // What a loader is made of: its volumes (one, or the mixture's in order),
@@ -100,15 +103,15 @@ void DefLoaderInit(Class& cls, Make make, OwnArgs... own) {
   cls.def(
       py::init([make](py::object volume, uint32_t batch_size, bool shuffle, uint64_t seed,
                       uint32_t rank, uint32_t world_size, bool drop_last, uint32_t prefetch_batches,
-                      uint32_t queue_depth, uint32_t io_threads, std::string engine, bool direct_io,
-                      bool verify_checksums, bool coalesce,
+                      uint32_t queue_depth, uint32_t io_threads, std::string engine,
+                      std::optional<bool> direct_io, bool verify_checksums, bool coalesce,
                       std::optional<std::vector<uint64_t>> indices, py::object cache_budget,
                       bool cache_shared, bool skip_bad_samples, uint32_t max_bad_samples,
                       py::object quarantine, std::optional<std::vector<double>> weights,
                       uint64_t epoch_samples, bool cycle, py::object comm, bool shard_local,
                       bool cluster_cache, uint32_t window_batches, bool read_ahead,
                       py::object target_map, std::string directory, std::string node_name,
-                      Own... own_values) {
+                      uint32_t epochs, Own... own_values) {
         return make(LoaderKeywords{.volume = std::move(volume),
                                    .batch_size = batch_size,
                                    .shuffle = shuffle,
@@ -139,7 +142,8 @@ void DefLoaderInit(Class& cls, Make make, OwnArgs... own) {
                                                          .cluster_cache = cluster_cache}},
                                    .target_map = std::move(target_map),
                                    .directory = std::move(directory),
-                                   .node_name = std::move(node_name)},
+                                   .node_name = std::move(node_name),
+                                   .epochs = epochs},
                     std::move(own_values)...);
       }),
       py::arg("volume"), py::arg("batch_size"), py::arg("shuffle") = d.sampler.shuffle,
@@ -148,7 +152,7 @@ void DefLoaderInit(Class& cls, Make make, OwnArgs... own) {
       py::arg("prefetch_batches") = d.prefetch_batches,
       py::arg("queue_depth") = d.engine.queue_depth, py::arg("io_threads") = d.io_threads,
       py::arg("engine") = std::string(EngineKindName(d.engine.kind)),
-      py::arg("direct_io") = d.engine.direct_io, py::arg("verify_checksums") = d.verify_checksums,
+      py::arg("direct_io") = py::none(), py::arg("verify_checksums") = d.verify_checksums,
       py::arg("coalesce") = d.plan.coalesce, py::arg("indices") = py::none(),
       py::arg("cache_budget") = py::none(), py::arg("cache_shared") = d.cache_shared,
       py::arg("skip_bad_samples") = d.skip_bad_samples,
@@ -158,7 +162,7 @@ void DefLoaderInit(Class& cls, Make make, OwnArgs... own) {
       py::arg("cluster_cache") = ds.cluster_cache, py::arg("window_batches") = ds.window_batches,
       py::arg("read_ahead") = ds.read_ahead, py::arg("target_map") = py::none(),
       py::arg("directory") = std::string(NameOf(kDirectorySharingNames, dv.directory_sharing)),
-      py::arg("node_name") = dv.node_name, std::move(own)...);
+      py::arg("node_name") = dv.node_name, py::arg("epochs") = d.planned_epochs, std::move(own)...);
 }
 
 }  // namespace dlfs::python

@@ -63,6 +63,9 @@ void AddLoaderOptions(CLI::App* verb, LoaderOptions* o) {
   AddOffFlag(verb, "--no-coalesce", &o->plan.coalesce, "One read per sample");
   AddOffFlag(verb, "--no-verify", &o->verify_checksums, "Skip CRC32C checks of samples");
   AddOffFlag(verb, "--buffered", &o->engine.direct_io, "Read through the page cache (no O_DIRECT)");
+  AddOffFlag(verb, "--direct", &o->auto_direct_io,
+             "O_DIRECT even for samples much smaller than a block (by default those are read\n"
+             "through the page cache, where O_DIRECT would read 2.5x their bytes or more)");
   verb->add_flag("--sqpoll", o->engine.sqpoll,
                  "io_uring SQPOLL (a kernel thread polls; uses a core)");
   AddDefaulted(verb, "--nbd-connections", o->engine.nbd.connections,
@@ -72,9 +75,12 @@ void AddLoaderOptions(CLI::App* verb, LoaderOptions* o) {
   AddDefaulted(verb, "--nbd-reconnects", o->engine.nbd.reconnects,
                "Attempts to reconnect a lost NBD connection before its reads fail");
   AddParsed(verb, "--cache-budget", &o->cache_budget, ParseByteBudget,
-            "Node cache: keep samples read in memory shared by the node's processes, up to\n"
-            "this many bytes (auto: $DLFS_CACHE_BUDGET, else a quarter of what the job may\n"
-            "use: MemAvailable and its memory cgroup's limit; 0: off; suffixes K, M, G, T)")
+            "Node cache: samples in memory shared by the node's processes, up to this many\n"
+            "bytes, filled by large sequential reads of the volume. auto: a quarter of what\n"
+            "the job may use (MemAvailable and its memory cgroup's limit), filled only where\n"
+            "the saving over the --epochs still to come beats the measured cost of filling;\n"
+            "a size (or $DLFS_CACHE_BUDGET): filled by the end of the first epoch whatever\n"
+            "it costs; 0: off. Suffixes K, M, G, T")
       ->default_str("auto");
   verb->add_option("--fields", o->fields,
                    "Read these fields of each sample, e.g. jpg,cls (format v2; needed when\n"
@@ -111,6 +117,8 @@ int RunBenchMpi(BenchArgs& args) {
 }
 
 int RunBench(BenchArgs& args) {
+  // The epochs to be read decide whether the node cache's fill pays.
+  if (args.run.loader.planned_epochs == 0) args.run.loader.planned_epochs = args.run.bench.epochs;
   if (LaunchedByMpirun()) {
     if (args.decode || !args.mixture.empty()) {
       return Fail(Status::NotSupported(

@@ -124,6 +124,10 @@ struct SourceStats {
   uint64_t cache_misses = 0;
   uint64_t cache_fill_bytes = 0;
   double cache_fill_seconds = 0;
+  // The fill's sequential reads (this process's share of the node's).
+  uint64_t cache_scan_bytes = 0;
+  double cache_scan_seconds = 0;
+  double cache_fill_cpu_seconds = 0;  // of the fill's thread: reading and copying
   // Levels: a difference of snapshots keeps the later one's.
   uint32_t engines = 0;                  // engines summed in io (ring-empty time is per engine)
   uint64_t buffer_bytes = 0;             // batch buffers allocated
@@ -134,6 +138,9 @@ struct SourceStats {
   bool cache_shared = false;             // one region for the node (else this process's)
   double setup_seconds = 0;              // creating the source (allocating, pre-faulting)
   std::vector<std::string> uring_flags;  // io_uring setup flags in use
+  // Whether the node cache is filled and why ("fill: saves 1.8 s over 4
+  // epochs for 0.4 s ..."); empty until decided or without a cache.
+  std::string cache_fill_plan;
 
   // Mean wall time each engine had no read in flight.
   double ring_empty_seconds() const { return engines ? io.empty_seconds / engines : 0; }

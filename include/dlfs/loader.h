@@ -161,6 +161,17 @@ struct LoaderOptions {
   // Share the cache with the node's other processes reading the volume
   // (false: a cache of this loader's own).
   bool cache_shared = true;
+  // Epochs the caller will read (0: not said; the loader then assumes
+  // training's tens). With the epochs still to come and the costs it
+  // measures on this machine, the loader decides whether filling the node
+  // cache by large sequential reads pays (docs/architecture.md, "The node
+  // cache"). A budget given explicitly (cache_budget, $DLFS_CACHE_BUDGET)
+  // is filled regardless, by the end of the first epoch.
+  uint32_t planned_epochs = 0;
+  // With engine.direct_io: read through the page cache instead where
+  // O_DIRECT would read kBufferedAbove times the samples' bytes or more
+  // (samples much smaller than a block). False: engine.direct_io decides.
+  bool auto_direct_io = true;
   // When non-empty, read only these sample indices (e.g. a split:
   // SampleDirectory::SamplesUnder); the sampler permutes positions in it.
   std::vector<uint64_t> subset;

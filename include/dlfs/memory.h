@@ -46,6 +46,12 @@ inline constexpr uint64_t kAutoCacheBudget = ~uint64_t{0};
 uint64_t ResolveCacheBudget(uint64_t requested, const MemoryLimit& limit,
                             std::string* note = nullptr);
 
+// Whether `requested` (a LoaderOptions::cache_budget) is the user's request
+// for a cache of that size: a value other than kAutoCacheBudget, or
+// kAutoCacheBudget with a valid $DLFS_CACHE_BUDGET. A requested cache is
+// filled whatever it costs; the automatic one only where it pays.
+bool CacheBudgetRequested(uint64_t requested);
+
 // ResolveCacheBudget(kAutoCacheBudget, ReadMemoryLimit()).
 uint64_t DefaultCacheBudget();
 

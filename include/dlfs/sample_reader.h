@@ -46,10 +46,15 @@ namespace dlfs {
 struct SampleReaderOptions {
   EngineOptions engine;  // queue depth, engine kind, O_DIRECT (dlfs/io_engine.h)
   ReadPlanOptions plan;  // coalescing (dlfs/loader.h)
-  // The node cache, as LoaderOptions::cache_budget / cache_shared: samples
-  // it holds are not read, and samples read fill it (on its own thread).
+  // The node cache, as LoaderOptions::cache_budget / cache_shared /
+  // planned_epochs: samples it holds are not read; it is filled by
+  // sequential reads on a thread of its own where that pays.
   uint64_t cache_budget = kAutoCacheBudget;
   bool cache_shared = true;
+  uint32_t planned_epochs = 0;
+  // As LoaderOptions::auto_direct_io: buffered reads for samples much
+  // smaller than a block.
+  bool auto_direct_io = true;
 };
 
 class SampleReader {

@@ -30,7 +30,8 @@ _LOADER_KEYS = {"drop_last", "prefetch_batches", "queue_depth", "io_threads", "e
                 "direct_io", "verify_checksums", "coalesce", "decode_prefetch",
                 "skip_bad_samples", "field", "cache_budget", "cache_shared", "max_bad_samples",
                 "quarantine", "weights", "epoch_samples", "cycle", "shard_local",
-                "cluster_cache", "window_batches", "read_ahead", "target_map", "directory"}
+                "cluster_cache", "window_batches", "read_ahead", "target_map", "directory",
+                "epochs"}
 
 
 class _Stats(dict):

@@ -14,10 +14,11 @@ FillDecision DecideFill(const FillInputs& in) {
   char text[200];
   std::snprintf(text, sizeof text,
                 "%s: saves %.2f s over %.3g epochs for %.2f s (read %.2f, copy %.2f)",
-                in.cacheable_bytes == 0 ? "nothing to fill"
-                : in.requested          ? "fill (budget given)"
-                : d.fill                ? "fill"
-                                        : "no fill",
+                in.cacheable_bytes == 0
+                    ? (in.requested ? "nothing to fill (budget given)" : "nothing to fill")
+                : in.requested ? "fill (budget given)"
+                : d.fill       ? "fill"
+                               : "no fill",
                 d.saving_seconds, in.epochs_after, d.cost_seconds, scan, fill);
   d.reason = text;
   return d;

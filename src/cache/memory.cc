@@ -159,6 +159,12 @@ uint64_t ResolveCacheBudget(uint64_t requested, const MemoryLimit& limit, std::s
   return requested;
 }
 
+bool CacheBudgetRequested(uint64_t requested) {
+  if (requested != kAutoCacheBudget) return requested != 0;
+  const char* env = std::getenv("DLFS_CACHE_BUDGET");
+  return env != nullptr && *env != '\0' && ParseByteBudget(env).ok();
+}
+
 uint64_t DefaultCacheBudget() { return ResolveCacheBudget(kAutoCacheBudget, ReadMemoryLimit()); }
 
 std::string HumanBytes(double b) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "dlfs/memory.h"
 #include "volume/scan.h"
 
 namespace dlfs::cache_internal {
@@ -38,6 +39,12 @@ struct SequentialFill::State {
   Stats stats;
   std::thread thread;
 };
+
+bool SequentialFill::MemoryShort() {
+  const MemoryLimit m = ReadMemoryLimit();
+  const uint64_t floor = m.cgroup_limit > 0 ? m.cgroup_limit / 4 : uint64_t{256} << 20;
+  return (m.mem_available > 0 || m.cgroup_limit > 0) && m.usable() < floor;
+}
 
 SequentialFill::SequentialFill(std::shared_ptr<NodeCache> cache,
                                std::shared_ptr<const Volume> volume, Options options)
@@ -104,9 +111,10 @@ SequentialFill::Stats SequentialFill::stats() const {
 
 void SequentialFill::Run(State& s) {
   {
+    const FaultInjection& f = s.options.faults;
     std::unique_lock lock(s.mu);
     s.cv.wait(lock, [&] { return s.stop || s.started; });
-    if (s.stop) {
+    if (s.stop || f.eio_every || f.short_every || f.eagain_every || f.delay_us) {
       s.finished = true;
       s.stats.running = false;
       return;
@@ -120,17 +128,28 @@ void SequentialFill::Run(State& s) {
     s.stats.windows = scan.windows();
   }
   const double cpu0 = ThreadCpuSeconds();
-  std::vector<std::byte> buffer;
+  // Touched before anything is timed: fresh memory costs as much as the
+  // read on some VMs, and would count as the probe's reading.
+  uint64_t largest = 0;
+  for (size_t w = 0; w < scan.windows(); ++w) largest = std::max(largest, scan.window_bytes(w));
+  std::vector<std::byte> buffer(largest);
   // Reads and copies one window: its read and copy times go to the stats.
   auto fill_window = [&](uint64_t w) {
     const double t0 = Now();
     double read_done = 0;
-    (void)scan.Read(w, &buffer,
-                    [&](uint64_t index, std::span<const std::byte> bytes, const Status& read) {
-                      if (read_done == 0) read_done = Now();
-                      if (read.ok())
-                        (void)cache.Admit(index, bytes);  // checked against the directory there
-                    });
+    const FaultInjection& f = s.options.faults;
+    (void)scan.Read(
+        w, &buffer, [&](uint64_t index, std::span<const std::byte> bytes, const Status& read) {
+          if (read_done == 0) read_done = Now();
+          if (f.eio_length > 0) {
+            const SampleInfo info = volume.directory().sample(index);
+            if (info.target == f.eio_target && info.offset < f.eio_offset + f.eio_length &&
+                f.eio_offset < info.offset + info.length) {
+              return;  // in the damaged range
+            }
+          }
+          if (read.ok()) (void)cache.Admit(index, bytes);  // checked against the directory there
+        });
     const double t1 = Now();
     if (read_done == 0) read_done = t1;
     // Read once for the cache: keep it out of the page cache (the node
@@ -152,9 +171,16 @@ void SequentialFill::Run(State& s) {
     std::lock_guard lock(s.mu);
     return s.stop;
   };
+  auto memory_short = [&] {
+    if (!s.options.memory_short || !s.options.memory_short()) return false;
+    std::lock_guard lock(s.mu);
+    s.stats.memory_short = true;
+    return true;
+  };
 
   // The probe: one window, which measures reading and copying here.
-  std::optional<uint64_t> w = cache.ClaimFillWindow(scan.windows());
+  std::optional<uint64_t> w;
+  if (!memory_short()) w = cache.ClaimFillWindow(scan.windows());
   if (w) fill_window(*w);
   bool fill = false;
   if (w && !stopped()) {
@@ -192,7 +218,7 @@ void SequentialFill::Run(State& s) {
     s.stats.decided = true;
     s.stats.decision = d;
   }
-  while (fill && !stopped() && !cache.full()) {
+  while (fill && !stopped() && !cache.full() && !memory_short()) {
     w = cache.ClaimFillWindow(scan.windows());
     if (!w) break;
     fill_window(*w);

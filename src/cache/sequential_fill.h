@@ -35,6 +35,7 @@
 
 #include "cache/fill_plan.h"
 #include "cache/node_cache.h"
+#include "dlfs/io_engine.h"
 #include "dlfs/volume.h"
 
 namespace dlfs::cache_internal {
@@ -51,7 +52,21 @@ class SequentialFill {
     double epochs_after = kAssumedEpochsAfter;  // epochs read after the current one
     bool requested = false;                     // an explicit budget: fill regardless
     std::function<ReaderProgress()> progress;
+    // Whether the job's memory is too short to grow the cache now; asked
+    // before each window. The fill stops at the first yes: the cache never
+    // takes the last of a cgroup's memory from the processes that share it
+    // (their batch buffers), whatever its budget.
+    std::function<bool()> memory_short = MemoryShort;
+    // The readers' injected faults (tests, dlfs/io_engine.h): the fill
+    // reads none of a damaged range, as a real device would fail it, and
+    // does not run at all with periodic faults, which exercise the
+    // engine's reads (a fill would serve the samples around them).
+    FaultInjection faults;
   };
+  // The default for memory_short: what this process may still use
+  // (dlfs/memory.h) is under a quarter of its cgroup's limit, or under
+  // 256 MiB of MemAvailable where no cgroup limits it.
+  static bool MemoryShort();
   // Starts the thread at once (a requested fill) or when Start() is called
   // (the reader's first batch: the decision needs its progress).
   SequentialFill(std::shared_ptr<NodeCache> cache, std::shared_ptr<const Volume> volume,
@@ -78,6 +93,7 @@ class SequentialFill {
     bool decided = false;
     FillDecision decision;
     bool running = false;
+    bool memory_short = false;  // stopped because memory was short
   };
   Stats stats() const;
 

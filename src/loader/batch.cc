@@ -57,6 +57,9 @@ SourceStats SourceStats::operator-(const SourceStats& earlier) const {
   d.cache_misses = cache_misses - earlier.cache_misses;
   d.cache_fill_bytes = cache_fill_bytes - earlier.cache_fill_bytes;
   d.cache_fill_seconds = cache_fill_seconds - earlier.cache_fill_seconds;
+  d.cache_scan_bytes = cache_scan_bytes - earlier.cache_scan_bytes;
+  d.cache_scan_seconds = cache_scan_seconds - earlier.cache_scan_seconds;
+  d.cache_fill_cpu_seconds = cache_fill_cpu_seconds - earlier.cache_fill_cpu_seconds;
   return d;
 }
 SourceStats& SourceStats::operator+=(const SourceStats& later) {
@@ -71,6 +74,9 @@ SourceStats& SourceStats::operator+=(const SourceStats& later) {
   cache_misses += counts.cache_misses;
   cache_fill_bytes += counts.cache_fill_bytes;
   cache_fill_seconds += counts.cache_fill_seconds;
+  cache_scan_bytes += counts.cache_scan_bytes;
+  cache_scan_seconds += counts.cache_scan_seconds;
+  cache_fill_cpu_seconds += counts.cache_fill_cpu_seconds;
   return *this;
 }
 

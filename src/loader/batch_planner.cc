@@ -61,4 +61,22 @@ void PlanBatch(const SampleDirectory& dir, std::span<const uint64_t> indices,
   close_run();
 }
 
+double DirectReadAmplification(const SampleDirectory& dir, std::span<const uint64_t> subset,
+                               uint32_t alignment) {
+  const uint64_t n = subset.empty() ? dir.size() : subset.size();
+  if (n == 0 || alignment <= 1) return 1;
+  constexpr uint64_t kLooked = 65536;
+  const uint64_t step = std::max<uint64_t>(1, n / kLooked);
+  const uint64_t a = alignment;
+  double extents = 0, bytes = 0;
+  for (uint64_t k = 0; k < n; k += step) {
+    const SampleInfo s = dir.sample(subset.empty() ? k : subset[k]);
+    if (s.length == 0) continue;
+    const uint64_t begin = s.offset / a * a, end = (s.offset + s.length + a - 1) / a * a;
+    extents += static_cast<double>(end - begin);
+    bytes += static_cast<double>(s.length);
+  }
+  return bytes > 0 ? extents / bytes : 1;
+}
+
 }  // namespace dlfs::loader_internal

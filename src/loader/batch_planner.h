@@ -43,4 +43,20 @@ struct BatchPlan {
 void PlanBatch(const SampleDirectory& dir, std::span<const uint64_t> indices,
                const PlanOptions& options, BatchPlan* plan);
 
+// What reading these samples one at a time with O_DIRECT costs against
+// their bytes: the sum of each sample's extent widened to `alignment`, over
+// the sum of their lengths (1 for aligned samples; about 6 for 784-byte
+// samples packed densely in 4 KiB blocks). The samples: all of `dir`, or
+// `subset`; at most 65,536 of them, evenly spread, are looked at.
+double DirectReadAmplification(const SampleDirectory& dir, std::span<const uint64_t> subset,
+                               uint32_t alignment);
+
+// At this amplification or above, reading through the page cache (whose
+// read-ahead brings a densely packed volume's neighbouring samples in with
+// each read) measured faster than O_DIRECT, cold, on this project's VM:
+// 2.5x for 512-byte samples (amplification 9), 1.3x for 2 KiB (3); 4 KiB
+// samples (2) read 1.15x faster with O_DIRECT (docs/benchmarks.md, "Small
+// samples").
+inline constexpr double kBufferedAbove = 2.5;
+
 }  // namespace dlfs::loader_internal

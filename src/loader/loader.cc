@@ -8,11 +8,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <system_error>
 
 #include "common/clock.h"
 #include "common/file_util.h"
+#include "loader/batch_planner.h"
 #include "loader/loader_impl.h"
 
 namespace dlfs {
@@ -70,7 +72,7 @@ Loader::Impl::~Impl() {
     // Batches the caller keeps may come back after the loader is gone.
     w->pool->SetOnRelease({});
   }
-  filler_.reset();  // before the engines it asks for their bytes
+  fill_.reset();  // before the counters it asks for progress
 }
 
 void Loader::Impl::SetEpoch(uint64_t e) {
@@ -113,6 +115,7 @@ void Loader::Impl::SetPosition(uint64_t e, uint64_t k, std::shared_ptr<const Epo
     epoch_end_ = consumer_ - k + batches_;
   }
   work_cv_.notify_all();
+  if (fill_) fill_->Start();  // measures the reader's waits from here
 }
 
 SourceState Loader::Impl::Identity() const {
@@ -203,7 +206,11 @@ Result<bool> Loader::Impl::Next(Batch* out) {
   }
   auto node = ready_.extract(consumer_);
   ++consumer_;
+  const bool wait_for_fill = wait_for_fill_ && consumer_ == epoch_end_;
+  if (wait_for_fill) wait_for_fill_ = false;
   lock.unlock();
+  // The cache the user asked for is full by the end of the first epoch.
+  if (wait_for_fill) fill_->WaitFilled();
   work_cv_.notify_all();  // the window moved
   AddSeconds(next_wait_ns_, Now() - t0);
   Result<std::shared_ptr<Batch::Data>> r = std::move(node.mapped());
@@ -221,6 +228,7 @@ Result<bool> Loader::Impl::HandOut(std::shared_ptr<Batch::Data> data, Batch* out
   }
   AddSeconds(verify_ns_, Now() - t0);
   DLFS_RETURN_IF_ERROR(st);
+  handed_bytes_.fetch_add(data->payload_bytes, std::memory_order_relaxed);
   *out = Batch(std::move(data));
   return true;
 }
@@ -256,6 +264,17 @@ SourceStats Loader::Impl::Stats() const {
     s.cache_misses = c.misses;
     s.cache_fill_bytes = c.filled_bytes;
     s.cache_fill_seconds = c.fill_seconds;
+    if (fill_) {
+      const cache_internal::SequentialFill::Stats f = fill_->stats();
+      s.cache_scan_bytes = f.bytes_read;
+      s.cache_scan_seconds = f.scan_seconds;
+      s.cache_fill_cpu_seconds = f.cpu_seconds;
+      if (f.decided) s.cache_fill_plan = f.decision.reason;
+      if (f.memory_short) {
+        s.cache_fill_plan +=
+            std::string(s.cache_fill_plan.empty() ? "" : "; ") + "stopped: memory short";
+      }
+    }
     s.cache_sharers = c.sharers;
     s.cache_shared = c.shared;
   }
@@ -325,9 +344,29 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
   // one thread pool. Each engine is used by its I/O thread only.
   EngineOptions eo = options.engine;
   eo.single_thread = true;
+  DLFS_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> engine,
+                        CreateEngine(volume->OpenTargetPaths(), eo));
+  // Samples much smaller than a block: O_DIRECT would read several times
+  // their bytes, the page cache's read-ahead brings their neighbours in.
+  std::string read_note;
+  if (eo.direct_io && options.auto_direct_io && engine->alignment() > 1) {
+    const double amplification = loader_internal::DirectReadAmplification(
+        volume->directory(), options.subset, engine->alignment());
+    if (amplification >= loader_internal::kBufferedAbove) {
+      eo.direct_io = false;
+      engine.reset();
+      DLFS_ASSIGN_OR_RETURN(engine, CreateEngine(volume->OpenTargetPaths(), eo));
+      char text[160];
+      std::snprintf(text, sizeof text,
+                    "buffered reads: with O_DIRECT each sample would read %.1fx its bytes",
+                    amplification);
+      read_note = text;
+    }
+  }
   for (uint32_t k = 0; k < options.io_threads; ++k) {
-    DLFS_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> engine,
-                          CreateEngine(volume->OpenTargetPaths(), eo));
+    if (k > 0) {
+      DLFS_ASSIGN_OR_RETURN(engine, CreateEngine(volume->OpenTargetPaths(), eo));
+    }
     auto w = std::make_unique<Loader::Impl::Worker>();
     w->pool =
         std::make_shared<SlabPool>(engine->alignment(), engine.get(), options.engine.buffer_slots);
@@ -337,22 +376,23 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
   }
   const IoEngine& first = *impl->workers_.front()->engine;
   std::string description = first.description();
+  if (!read_note.empty()) description += " (" + read_note + ")";
 
   // Memory: the batch buffers first (they are needed to read at all), then
   // the node cache's budget from what they leave.
   const MemoryLimit memory = ReadMemoryLimit();
   const SampleSizes sizes = MeasureSampleSizes(*volume, options.subset);
-  Result<loader_internal::BufferPlan> planned = loader_internal::PlanBuffers(
-      {.window = impl->window_,
-       .threads = options.io_threads,
-       .held = 2 + (options.cache_budget != 0 ? cache_internal::CacheFiller::kHeld : 0),
-       .batch_size = options.sampler.batch_size,
-       .mean_sample = sizes.mean,
-       .largest_sample = sizes.largest,
-       .sample_stddev = sizes.stddev,
-       .alignment = first.alignment(),
-       .usable = memory.usable(),
-       .usable_from = MemoryWhere(memory)});
+  Result<loader_internal::BufferPlan> planned =
+      loader_internal::PlanBuffers({.window = impl->window_,
+                                    .threads = options.io_threads,
+                                    .held = 2,
+                                    .batch_size = options.sampler.batch_size,
+                                    .mean_sample = sizes.mean,
+                                    .largest_sample = sizes.largest,
+                                    .sample_stddev = sizes.stddev,
+                                    .alignment = first.alignment(),
+                                    .usable = memory.usable(),
+                                    .usable_from = MemoryWhere(memory)});
   if (!planned.ok()) return planned.status().WithContext(volume->path());
   const loader_internal::BufferPlan& plan = *planned;
   impl->window_ = plan.window;
@@ -372,17 +412,19 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
   if (impl->cache_) {
     description += "; " + impl->cache_->Describe();
     Loader::Impl* raw = impl.get();
-    impl->filler_ = std::make_unique<cache_internal::CacheFiller>(impl->cache_, [raw] {
-      cache_internal::CacheFiller::Progress p;
-      p.caller_wait_seconds = raw->next_wait_ns_.load(std::memory_order_relaxed) / 1e9;
-      for (const auto& w : raw->workers_) p.device_bytes += w->engine->stats().bytes;
-      return p;
-    });
-    // A reader waiting for a slab the filler held may go on (loader_io.cc).
-    impl->filler_->set_on_release([raw] {
-      { std::lock_guard lock(raw->mu_); }
-      raw->work_cv_.notify_all();
-    });
+    cache_internal::SequentialFill::Options fo;
+    fo.requested = CacheBudgetRequested(options.cache_budget);
+    fo.faults = options.engine.faults;
+    fo.epochs_after = options.planned_epochs > 0 ? options.planned_epochs - 1.0
+                                                 : cache_internal::kAssumedEpochsAfter;
+    fo.progress = [raw] {
+      return cache_internal::SequentialFill::ReaderProgress{
+          raw->next_wait_ns_.load(std::memory_order_relaxed) / 1e9,
+          raw->handed_bytes_.load(std::memory_order_relaxed)};
+    };
+    impl->wait_for_fill_ = fo.requested;
+    impl->fill_ = std::make_unique<cache_internal::SequentialFill>(impl->cache_, impl->volume_,
+                                                                   std::move(fo));
   }
   if (!plan.note.empty()) {
     impl->cache_note_ += (impl->cache_note_.empty() ? "" : "; ") + plan.note;

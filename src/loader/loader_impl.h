@@ -27,8 +27,8 @@
 #include <thread>
 #include <vector>
 
-#include "cache/filler.h"
 #include "cache/node_cache.h"
+#include "cache/sequential_fill.h"
 #include "dlfs/loader.h"
 #include "loader/batch_data.h"
 #include "loader/batch_read.h"
@@ -125,7 +125,7 @@ class Loader::Impl {
   bool Finish(Worker& w, uint64_t id, InFlight& b, std::vector<ReadRequest>* requests);
 
   // The batch in its order: the samples read (`read`, in b.misses' order)
-  // and those the node cache holds. Offers the read ones to the filler.
+  // and those the node cache holds.
   std::shared_ptr<Batch::Data> WithCached(const InFlight& b, std::shared_ptr<Batch::Data> read);
 
   void Publish(const InFlight& b, Result<std::shared_ptr<Batch::Data>> result);
@@ -178,9 +178,13 @@ class Loader::Impl {
 
   std::atomic<uint64_t> verify_ns_{0};
   std::atomic<uint64_t> next_wait_ns_{0};
+  std::atomic<uint64_t> handed_bytes_{0};  // sample bytes Next() handed out
 
-  // Copies the samples read into the node cache (null without a cache).
-  std::unique_ptr<cache_internal::CacheFiller> filler_;
+  // Fills the node cache by sequential reads (null without a cache).
+  std::unique_ptr<cache_internal::SequentialFill> fill_;
+  // An explicit budget: the first epoch's last batch waits for the fill
+  // (LoaderOptions::planned_epochs). Guarded by mu_.
+  bool wait_for_fill_ = false;
 };
 
 }  // namespace dlfs

@@ -65,9 +65,8 @@ void Loader::Impl::Run(Worker& w) {
         if (stalled && stalled->ticket < consumer_) stalled.reset();       // skipped
         if (next < consumer_) next += (consumer_ - next + n - 1) / n * n;  // skipped ahead
         if (stalled) {
-          start =
-              w.pool->Fits(stalled->read->buffer_bytes()) ||
-              (caller_waiting_ && stalled->ticket == consumer_ && !(filler_ && filler_->holding()));
+          start = w.pool->Fits(stalled->read->buffer_bytes()) ||
+                  (caller_waiting_ && stalled->ticket == consumer_);
         } else {
           start = batches_ > 0 && next < consumer_ + window_;
         }
@@ -204,7 +203,6 @@ bool Loader::Impl::Finish(Worker& w, uint64_t id, InFlight& b, std::vector<ReadR
 
 std::shared_ptr<Batch::Data> Loader::Impl::WithCached(const InFlight& b,
                                                       std::shared_ptr<Batch::Data> read) {
-  if (!b.misses.empty() && filler_) filler_->Offer(read);
   if (b.misses.size() == b.indices.size()) return read;
   auto data = std::make_shared<Batch::Data>();
   // Cached bytes are shared: the batch keeps the region mapped and is

@@ -1,14 +1,16 @@
 #include "dlfs/sample_reader.h"
 
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <optional>
 
-#include "cache/filler.h"
 #include "cache/node_cache.h"
+#include "cache/sequential_fill.h"
 #include "common/clock.h"
 #include "loader/batch_data.h"
+#include "loader/batch_planner.h"
 #include "loader/batch_read.h"
 #include "loader/fields.h"
 #include "loader/slab_pool.h"
@@ -27,13 +29,15 @@ class SampleReader::Impl {
   std::shared_ptr<loader_internal::DecodedBuffers> decoded =
       std::make_shared<loader_internal::DecodedBuffers>();
   std::shared_ptr<cache_internal::NodeCache> cache;  // null: none
-  std::unique_ptr<cache_internal::CacheFiller> filler;
-  std::atomic<uint64_t> read_ns{0};  // callers waiting in ReadInto
+  std::unique_ptr<cache_internal::SequentialFill> fill;
+  std::atomic<uint64_t> read_ns{0};     // callers waiting in ReadInto
+  std::atomic<uint64_t> read_bytes{0};  // sample bytes ReadInto returned
+  std::string description;
   std::mutex mu;
   std::vector<ReadRequest> requests;
   std::vector<Status> results;
 
-  ~Impl() { filler.reset(); }  // before the engine it asks for its bytes
+  ~Impl() { fill.reset(); }  // before the counters it asks for progress
 };
 
 namespace {
@@ -60,6 +64,23 @@ Result<std::unique_ptr<SampleReader>> SampleReader::Create(std::shared_ptr<Volum
   impl->options = options;
   DLFS_ASSIGN_OR_RETURN(impl->engine,
                         CreateEngine(impl->volume->OpenTargetPaths(), options.engine));
+  impl->description = impl->engine->description();
+  if (options.engine.direct_io && options.auto_direct_io && impl->engine->alignment() > 1) {
+    // As the Loader: samples much smaller than a block read buffered.
+    const double amplification = loader_internal::DirectReadAmplification(
+        impl->volume->directory(), {}, impl->engine->alignment());
+    if (amplification >= loader_internal::kBufferedAbove) {
+      EngineOptions eo = options.engine;
+      eo.direct_io = false;
+      impl->engine.reset();
+      DLFS_ASSIGN_OR_RETURN(impl->engine, CreateEngine(impl->volume->OpenTargetPaths(), eo));
+      char text[160];
+      std::snprintf(text, sizeof text,
+                    " (buffered reads: with O_DIRECT each sample would read %.1fx its bytes)",
+                    amplification);
+      impl->description = impl->engine->description() + text;
+    }
+  }
   impl->pool = std::make_shared<loader_internal::SlabPool>(
       impl->engine->alignment(), impl->engine.get(), options.engine.buffer_slots);
   cache_internal::NodeCacheOptions co;
@@ -68,10 +89,18 @@ Result<std::unique_ptr<SampleReader>> SampleReader::Create(std::shared_ptr<Volum
   impl->cache = cache_internal::NodeCache::Open(*impl->volume, co, nullptr);
   if (impl->cache) {
     Impl* raw = impl.get();
-    impl->filler = std::make_unique<cache_internal::CacheFiller>(impl->cache, [raw] {
-      return cache_internal::CacheFiller::Progress{
-          raw->read_ns.load(std::memory_order_relaxed) / 1e9, raw->engine->stats().bytes};
-    });
+    cache_internal::SequentialFill::Options fo;
+    fo.requested = CacheBudgetRequested(options.cache_budget);
+    fo.faults = options.engine.faults;
+    fo.epochs_after = options.planned_epochs > 0 ? options.planned_epochs - 1.0
+                                                 : cache_internal::kAssumedEpochsAfter;
+    fo.progress = [raw] {
+      return cache_internal::SequentialFill::ReaderProgress{
+          raw->read_ns.load(std::memory_order_relaxed) / 1e9,
+          raw->read_bytes.load(std::memory_order_relaxed)};
+    };
+    impl->fill =
+        std::make_unique<cache_internal::SequentialFill>(impl->cache, impl->volume, std::move(fo));
   }
   return std::unique_ptr<SampleReader>(new SampleReader(std::move(impl)));
 }
@@ -112,6 +141,7 @@ Result<Batch> SampleReader::ReadInto(std::span<const uint64_t> indices, std::spa
   const Volume& vol = *m.volume;
   DLFS_RETURN_IF_ERROR(CheckIndices(vol, indices));
   std::lock_guard lock(m.mu);
+  if (m.fill) m.fill->Start();  // measures the reads' waits from here
   const double t0 = Now();
   loader_internal::PlanOptions po;
   po.read = m.options.plan;
@@ -177,9 +207,6 @@ Result<Batch> SampleReader::ReadInto(std::span<const uint64_t> indices, std::spa
   std::shared_ptr<const void> owner = slab;
   DLFS_ASSIGN_OR_RETURN(std::shared_ptr<Batch::Data> data,
                         read->FinishData(std::move(owner), 0, 0, Now() - t0));
-  // The reads fill the cache (not from a caller's buffer: it may be reused
-  // as soon as this returns).
-  if (m.filler && buffer.empty() && !to_read.empty()) m.filler->Offer(data);
   if (to_read.size() != indices.size()) {
     // In the order asked: cached samples as spans into the cache, or copies
     // in the caller's buffer after the reads.
@@ -224,9 +251,10 @@ Result<Batch> SampleReader::ReadInto(std::span<const uint64_t> indices, std::spa
     }
   }
   m.read_ns.fetch_add(static_cast<uint64_t>((Now() - t0) * 1e9), std::memory_order_relaxed);
+  m.read_bytes.fetch_add(data->payload_bytes, std::memory_order_relaxed);
   return Batch(std::move(data));
 }
 
-const std::string& SampleReader::description() const { return impl_->engine->description(); }
+const std::string& SampleReader::description() const { return impl_->description; }
 
 }  // namespace dlfs

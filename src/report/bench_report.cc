@@ -46,6 +46,10 @@ json CacheJson(const EpochReport& e) {
           {"fill_seconds", s.cache_fill_seconds},
           {"fill_s_per_gb",
            s.cache_fill_bytes ? s.cache_fill_seconds / (s.cache_fill_bytes / 1e9) : 0.0},
+          {"scan_bytes", s.cache_scan_bytes},
+          {"scan_seconds", s.cache_scan_seconds},
+          {"fill_cpu_seconds", s.cache_fill_cpu_seconds},
+          {"plan", s.cache_fill_plan},
           {"sharers", s.cache_sharers},
           {"shared", s.cache_shared}};
 }
@@ -135,10 +139,15 @@ std::string BenchText(const BenchReport& report, const LoaderOptions& o, bool dr
                 HumanBytes(static_cast<double>(s.buffer_bytes)).c_str(), s.setup_seconds,
                 cache.c_str());
   if (s.cache_fill_bytes > 0) {
-    out +=
-        Printf("             cache filled %s in %.3f s on its lowest-priority thread (%.2f s/GB)\n",
-               HumanBytes(static_cast<double>(s.cache_fill_bytes)).c_str(), s.cache_fill_seconds,
-               s.cache_fill_seconds / (s.cache_fill_bytes / 1e9));
+    out += Printf(
+        "             cache filled %s: %.3f s reading %s in large windows, %.3f s copying "
+        "(%.2f s/GB), %.3f CPU s\n",
+        HumanBytes(static_cast<double>(s.cache_fill_bytes)).c_str(), s.cache_scan_seconds,
+        HumanBytes(static_cast<double>(s.cache_scan_bytes)).c_str(), s.cache_fill_seconds,
+        s.cache_fill_seconds / (s.cache_fill_bytes / 1e9), s.cache_fill_cpu_seconds);
+  }
+  if (!s.cache_fill_plan.empty()) {
+    out += Printf("             cache plan: %s\n", s.cache_fill_plan.c_str());
   }
   return out;
 }

@@ -121,11 +121,11 @@ def test_bench_reports_where_the_time_went(run, small_volume, budget):
     for key in ("ring_empty_seconds", "mean_reads_in_flight", "submit_seconds",
                 "reap_wait_seconds", "verify_seconds", "io_bytes"):
         assert p[key] >= 0, key
-    assert p["io_bytes"] > 0 and p["mean_reads_in_flight"] > 0
     assert all("pipeline" in e for e in r["epochs"])
     m = r["memory"]
     if budget == "0":
         assert m["cache_bytes"] == 0 and m["buffer_pool_bytes"] > 0
+        assert p["io_bytes"] > 0 and p["mean_reads_in_flight"] > 0
         assert r["epochs"][1]["pipeline"]["io_bytes"] > 0
     else:
         assert m["cache_bytes"] > 0 and "node cache" in r["engine"]
@@ -134,13 +134,18 @@ def test_bench_reports_where_the_time_went(run, small_volume, budget):
         assert looked_up >= sum(e["samples"] for e in r["epochs"])
         for e in r["epochs"]:
             assert e["cache"]["device_bytes"] == e["pipeline"]["io_bytes"]
-        # Whether this unpaced run filled anything depends on timing (the
-        # filler rests while a loader-bound caller waits); filling itself is
-        # tested, paced like training, in test_node_cache.py.
+        # The fill reads the volume in large windows beside the epoch's reads
+        # (which of them gets a sample first, and whether the automatic fill
+        # has measured enough to decide in so short a run, is timing).
         assert r["cache"]["used_bytes"] <= r["cache"]["capacity_bytes"]
-        assert r["cache"]["fill_bytes"] <= r["cache"]["used_bytes"]  # (some between epochs)
-        hits = sum(e["cache"]["hits"] for e in r["epochs"])
-        assert hits == 0 or r["cache"]["used_bytes"] > 0
+        assert r["cache"]["fill_bytes"] <= r["cache"]["used_bytes"]
+        if budget == "64M":
+            # Asked for: the volume is cached when the first epoch ends, and
+            # the report says so.
+            assert "budget given" in r["cache"]["plan"], r["cache"]
+            assert r["cache"]["scan_bytes"] >= r["cache"]["fill_bytes"] > 0
+            assert r["cache"]["used_bytes"] == r["payload_bytes"] // 2
+            assert r["epochs"][1]["pipeline"]["io_bytes"] == 0
     assert m["cache_budget"] == (0 if budget == "0" else 64 << 20 if budget == "64M"
                                  else m["cache_budget"])
     assert isinstance(r["io_uring_flags"], list)

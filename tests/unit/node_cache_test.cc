@@ -18,7 +18,6 @@
 #include <thread>
 #include <vector>
 
-#include "cache/filler.h"
 #include "dlfs/loader.h"
 #include "synthetic_volume.h"
 #include "testutil.h"
@@ -65,9 +64,7 @@ class NodeCacheTest : public ::testing::Test {
 
   // One epoch: every sample checked against the volume; the stats it took.
   // With `pace`, the caller "computes" 5 ms per batch, as training does, and
-  // checks only the count: the cache's filler then runs freely instead of
-  // paying for itself. (With 1 ms and every sample checked, the reader was
-  // what the caller waited for under TSan, and filling took 16 s a test.)
+  // checks only the count.
   SourceStats Epoch(Loader& l, uint64_t epoch, bool* all_read_only = nullptr, bool pace = false) {
     const SourceStats before = l.source_stats();
     l.SetEpoch(epoch);
@@ -94,8 +91,8 @@ class NodeCacheTest : public ::testing::Test {
     return l.source_stats() - before;
   }
 
-  // Epochs until the cache holds `target` bytes (its filler runs at nice 19:
-  // a busy machine, or a sanitizer build, makes it slow).
+  // Epochs until the cache holds `target` bytes (a requested fill is done
+  // by the end of the first; a budget reduced to fit memory may take more).
   void Fill(Loader& l, uint64_t target) {
     uint64_t e = 100;
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
@@ -162,11 +159,10 @@ TEST_F(NodeCacheTest, PartialBudgetHitsWhatFitsAndReadsTheRest) {
     // Full once a sample no longer fits (Fill asserts the cache holds the
     // budget less 3 % for slot alignment and 4 of the largest samples); then
     // hits are the cached bytes. (A bound of 2 % of the volume here failed a
-    // TSan run whose filler stopped at 96.3 % of a 75 % budget: Fill's own
+    // TSan run whose fill stopped at 96.3 % of a 75 % budget: Fill's own
     // bound is the one the cache promises.)
     Fill(*l, budget * 97 / 100 - 4 * 6000);
-    // What was cached before the epoch is a hit in it (the filler may still
-    // add a little during it: those samples were read from the device).
+    // What was cached before the epoch is a hit in it.
     const uint64_t cached = l->source_stats().cache_used_bytes;
     const SourceStats s = Epoch(*l, 9);
     EXPECT_LE(l->source_stats().cache_used_bytes, budget);
@@ -176,53 +172,23 @@ TEST_F(NodeCacheTest, PartialBudgetHitsWhatFitsAndReadsTheRest) {
   }
 }
 
-// The filler leaves the last of the job's memory to the processes sharing
-// it: while memory is short it skips what it is offered, and fills again
-// once memory is back.
-TEST_F(NodeCacheTest, FillerSkipsBatchesWhileMemoryIsShort) {
-  cache_internal::NodeCacheOptions co{.budget = uint64_t{1} << 30};
-  std::string note;
-  std::shared_ptr<NodeCache> cache = NodeCache::Open(*vol_, co, &note);
-  ASSERT_TRUE(cache) << note;
-  std::atomic<bool> short_of_memory{true};
-  std::atomic<int> asked{0};
-  cache_internal::CacheFiller filler(
-      cache, [] { return cache_internal::CacheFiller::Progress{}; },
-      [&] {
-        ++asked;
-        return short_of_memory.load();
-      });
-  const auto offer = [&](uint64_t first) {
-    auto data = std::make_shared<Batch::Data>();
-    auto bytes = std::make_shared<std::vector<std::vector<std::byte>>>();
-    for (uint64_t i = first; i < first + 10; ++i) {
-      bytes->push_back(*vol_->Read(i));
-      data->indices.push_back(i);
-    }
-    for (const auto& b : *bytes) data->samples.emplace_back(b);
-    data->owner = bytes;
-    filler.Offer(data);
-  };
-  const auto settle = [&](auto done) {
-    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (!done() && std::chrono::steady_clock::now() < give_up) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  };
-  offer(0);
-  settle([&] { return asked.load() > 0; });
-  ASSERT_GT(asked.load(), 0);
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  EXPECT_EQ(cache->stats().samples, 0u);  // skipped: memory is short
-  short_of_memory = false;
-  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // past the 100 ms re-check
-  for (uint64_t first = 10; first < 600 && cache->stats().samples == 0; first += 10) {
-    offer(first);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  settle([&] { return cache->stats().samples > 0; });
-  EXPECT_GT(cache->stats().samples, 0u);
-  EXPECT_GE(asked.load(), 2);
+// A budget given explicitly is the user's request for that cache: a volume
+// that fits is all in memory when the first epoch ends, and the second
+// reads nothing from the device.
+TEST_F(NodeCacheTest, ARequestedCacheHoldsTheVolumeAfterTheFirstEpoch) {
+  LoaderOptions o;
+  o.sampler.batch_size = 32;
+  o.cache_budget = uint64_t{1} << 30;
+  o.planned_epochs = 2;
+  ASSERT_OK_AND_ASSIGN(auto l, Loader::Create(vol_, o));
+  Epoch(*l, 0);
+  EXPECT_EQ(l->source_stats().cache_used_bytes, vol_->info().data_bytes);
+  EXPECT_NE(l->source_stats().cache_fill_plan.find("budget given"), std::string::npos)
+      << l->source_stats().cache_fill_plan;
+  const SourceStats second = Epoch(*l, 1);
+  EXPECT_EQ(second.io.requests, 0u);
+  EXPECT_EQ(second.cache_misses, 0u);
+  EXPECT_EQ(second.cache_hits, vol_->size());
 }
 
 TEST_F(NodeCacheTest, NoBudgetNoCache) {

@@ -123,6 +123,24 @@ TEST_F(SequentialFillTest, AFillThatPaysGoesOn) {
   ExpectAllCached(*cache);
 }
 
+// The cache never takes the last of the job's memory: with memory short
+// before its first window, even a requested fill reads nothing, and says so.
+TEST_F(SequentialFillTest, NoFillWhileMemoryIsShort) {
+  auto cache = Cache();
+  ASSERT_TRUE(cache);
+  int asked = 0;
+  SequentialFill fill(cache, vol_, {.epochs_after = 10, .requested = true, .memory_short = [&] {
+                                      ++asked;
+                                      return true;
+                                    }});
+  fill.WaitFilled();
+  const auto st = fill.stats();
+  EXPECT_GE(asked, 1);
+  EXPECT_TRUE(st.memory_short);
+  EXPECT_EQ(st.windows_filled, 0u);
+  EXPECT_EQ(cache->stats().samples, 0u);
+}
+
 TEST_F(SequentialFillTest, NothingStartsBeforeTheReader) {
   auto cache = Cache();
   ASSERT_TRUE(cache);

@@ -1,0 +1,212 @@
+#!/usr/bin/python3
+"""The node cache's fill and small-sample reads (issue 36): what `dlfs bench`
+gives with default options against the two choices a user could make by
+hand, --cache-budget <holds the volume> and --cache-budget 0, side by side in
+one run: cold (page cache dropped before every run), configurations
+alternating, medians of --reps.
+
+    bench/cache/run_fill_bench.py                        (as root; ~20 min)
+    bench/cache/run_fill_bench.py --reps 1 --big-samples 4000   (development)
+
+Volumes (made once in --dir): Fashion-MNIST packed from Debian's
+dataset-fashion-mnist (70,000 samples of 784 B) and BIG_SAMPLES x ~100 KB
+(bench/data/make_imagenet_like.py; 16,000: 1.6 GB).
+Rows:
+  fm, --epochs 2/5/20    default, holds (--cache-budget 64M), off (0): the
+                         whole run's wall time (the process, start to exit),
+                         epochs 2..N samples/s, device bytes per epoch
+                         (/proc/diskstats of the volume's disk)
+  fm --direct            the cache off with O_DIRECT forced: the read
+                         amplification the default now avoids
+  big, --epochs 3/10     default, holds (the volume + 10 %), off
+  big, half budget       --cache-budget half the volume, --epochs 3: device
+                         bytes of epoch 3 (per the engine) over the volume
+The verdicts: default within 10 % of the better of holds/off (wall time);
+fm off >= 0.8M samples/s and <= 1.5x its bytes per epoch from the device;
+fm holds epochs 2..5 >= 4M samples/s; big default epoch 1 >= 0.95x off;
+big half budget epoch 3 <= 52 % of the volume from the device.
+Prints a table; --json PATH writes every run.
+"""
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+
+
+def drop_caches():
+    subprocess.run(["sync"], check=True)
+    pathlib.Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
+def disk_of(path):
+    """The /proc/diskstats name of the disk holding `path` (its whole disk)."""
+    st = os.stat(path)
+    sys_dev = pathlib.Path(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}")
+    real = sys_dev.resolve()
+    # A partition's directory sits inside its disk's.
+    if (real / "partition").exists():
+        real = real.parent
+    return real.name
+
+
+def sectors_read(disk):
+    for line in pathlib.Path("/proc/diskstats").read_text().splitlines():
+        f = line.split()
+        if f[2] == disk:
+            return int(f[5]) * 512
+    return 0
+
+
+def run(dlfs, volume, epochs, extra, disk):
+    drop_caches()
+    before = sectors_read(disk)
+    start = time.monotonic()
+    proc = subprocess.run([dlfs, "bench", volume, "--json", "--epochs", str(epochs), *extra],
+                          capture_output=True, text=True)
+    wall = time.monotonic() - start
+    if proc.returncode != 0:
+        sys.exit(f"dlfs bench {volume} {' '.join(extra)} failed: {proc.stderr}")
+    report = json.loads(proc.stdout)
+    report["wall_seconds"] = wall
+    report["disk_bytes"] = sectors_read(disk) - before
+    return report
+
+
+def make_volumes(args):
+    work = pathlib.Path(args.dir)
+    work.mkdir(parents=True, exist_ok=True)
+    fm = work / "fm.dlfs"
+    if not fm.exists():
+        subprocess.run([args.dlfs, "pack", "/usr/share/datasets/fashion-mnist", "-o", str(fm),
+                        "-q"], check=True)
+    big = work / f"big-{args.big_samples}.dlfs"
+    if not big.exists():
+        src = work / f"big-{args.big_samples}-src"
+        if not src.exists():
+            subprocess.run([sys.executable, str(REPO / "bench/data/make_imagenet_like.py"),
+                            "--files", str(args.big_samples), "--mean-kb", "100", "-q", str(src)],
+                           check=True)
+        subprocess.run([args.dlfs, "pack", str(src), "-o", str(big), "-q"], check=True)
+    return fm, big
+
+
+def median(values):
+    return statistics.median(values) if values else float("nan")
+
+
+def summarize(runs):
+    """Medians over repetitions of one configuration."""
+    later = [statistics.mean(e["samples_per_s"] for e in r["epochs"][1:]) for r in runs
+             if len(r["epochs"]) > 1]
+    return {
+        "wall": median([r["wall_seconds"] for r in runs]),
+        "epoch1": median([r["epochs"][0]["samples_per_s"] for r in runs]),
+        "later": median(later),
+        "disk_per_epoch": median([r["disk_bytes"] / len(r["epochs"]) for r in runs]),
+        "last_epoch_device": median([r["epochs"][-1]["cache"].get("device_bytes", 0)
+                                     if "cache" in r["epochs"][-1]
+                                     else r["epochs"][-1]["pipeline"]["io_bytes"] for r in runs]),
+        "plan": runs[-1]["epochs"][-1].get("cache", {}).get("plan", ""),
+        "engine": runs[-1]["engine"],
+    }
+
+
+def compare(dlfs, volume, epochs, configs, reps, disk, results, name):
+    runs = {c: [] for c in configs}
+    for _ in range(reps):
+        for c, extra in configs.items():  # alternating
+            runs[c].append(run(dlfs, volume, epochs, extra, disk))
+    out = {c: summarize(r) for c, r in runs.items()}
+    results[f"{name} --epochs {epochs}"] = {"summary": out, "runs": runs}
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("--dlfs", default=str(REPO / "build/dlfs"))
+    p.add_argument("--dir", default=os.environ.get("DLFS_BENCH_DIR", "/tmp/dlfs-bench") + "/fill")
+    p.add_argument("--big-samples", type=int, default=16000)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--json", help="write every run here")
+    args = p.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("run as root: every run starts with the page cache dropped")
+    fm, big = make_volumes(args)
+    disk = disk_of(fm)
+    results = {}
+    fm_bytes = 70000 * 784
+    big_bytes = json.loads(subprocess.run([args.dlfs, "info", str(big), "--json"],
+                                          capture_output=True, text=True,
+                                          check=True).stdout)["bytes"]
+    verdicts = []
+
+    def line(name, s, base=None):
+        rel = f"{base / s['wall']:.2f}x" if base else ""
+        print(f"  {name:<10} wall {s['wall']:6.2f} s {rel:>6}  epoch 1 {s['epoch1'] / 1e6:5.2f}M/s  "
+              f"later {s['later'] / 1e6:5.2f}M/s  disk/epoch {s['disk_per_epoch'] / 1e6:7.1f} MB"
+              f"  {s['plan']}")
+
+    print(f"Fashion-MNIST ({fm_bytes / 1e6:.1f} MB of samples), {args.reps} cold runs each")
+    for epochs in (2, 5, 20):
+        s = compare(args.dlfs, str(fm), epochs,
+                    {"default": [], "holds": ["--cache-budget", "64M"],
+                     "off": ["--cache-budget", "0"]}, args.reps, disk, results, "fm")
+        best = min(s["holds"]["wall"], s["off"]["wall"])
+        print(f" --epochs {epochs}")
+        for c in ("default", "holds", "off"):
+            line(c, s[c], best)
+        verdicts.append((f"fm --epochs {epochs}: default within 10 % of the better",
+                         s["default"]["wall"] <= 1.10 * best))
+        if epochs == 5:
+            verdicts.append(("fm holds: epochs 2-5 >= 4M samples/s", s["holds"]["later"] >= 4e6))
+            off = s["off"]
+            verdicts.append(("fm off: >= 0.8M samples/s (epoch 1, cold)", off["epoch1"] >= 0.8e6))
+            verdicts.append(("fm off: <= 1.5x the samples' bytes per epoch from the disk",
+                             off["disk_per_epoch"] <= 1.5 * fm_bytes))
+    s = compare(args.dlfs, str(fm), 2, {"direct": ["--cache-budget", "0", "--direct"]},
+                args.reps, disk, results, "fm direct")
+    print(" --epochs 2, cache off, O_DIRECT forced (--direct): what the default avoids")
+    line("direct", s["direct"])
+
+    print(f"{big.name} ({big_bytes / 1e9:.2f} GB)")
+    holds = f"{int(big_bytes * 1.1) >> 20}M"
+    for epochs in (3, 10):
+        s = compare(args.dlfs, str(big), epochs,
+                    {"default": [], "holds": ["--cache-budget", holds],
+                     "off": ["--cache-budget", "0"]}, args.reps, disk, results, "big")
+        best = min(s["holds"]["wall"], s["off"]["wall"])
+        print(f" --epochs {epochs}")
+        for c in ("default", "holds", "off"):
+            line(c, s[c], best)
+        verdicts.append((f"big --epochs {epochs}: default within 10 % of the better",
+                         s["default"]["wall"] <= 1.10 * best))
+        if epochs == 3:
+            verdicts.append(("big: default epoch 1 >= 0.95x off",
+                             s["default"]["epoch1"] >= 0.95 * s["off"]["epoch1"]))
+    half = f"{(big_bytes // 2) >> 20}M"
+    s = compare(args.dlfs, str(big), 3, {"half": ["--cache-budget", half]}, args.reps, disk,
+                results, "big half")
+    print(f" --epochs 3, --cache-budget {half} (half)")
+    line("half", s["half"])
+    share = s["half"]["last_epoch_device"] / big_bytes
+    print(f"  epoch 3 read {share * 100:.1f} % of the volume from the device")
+    verdicts.append(("big half budget: epoch 3 <= 52 % of the volume from the device",
+                     share <= 0.52))
+    print("verdicts")
+    for what, ok in verdicts:
+        print(f"  {'yes' if ok else 'NO ':<4} {what}")
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
