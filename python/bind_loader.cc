@@ -73,7 +73,8 @@ io_uring (or a pread pool where io_uring is unavailable).
   Fashion-MNIST images: then through the page cache); True or False forces
   either.
 - verify_checksums: check each sample's CRC32C; a mismatch raises
-  CorruptVolumeError naming the sample and file.
+  CorruptVolumeError naming the sample and file. A sample from the node
+  cache is checked the first time this process uses it, not every epoch.
 - indices: read only these sample indices (e.g. vol.indices("train")); the
   shuffle permutes within them.
 - cache_budget: the node cache: bytes, or a size as --cache-budget takes it

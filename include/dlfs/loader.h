@@ -153,7 +153,10 @@ struct LoaderOptions {
   ReadPlanOptions plan;
   uint32_t prefetch_batches = 4;  // batches read ahead of the caller (fewer if memory is short)
   uint32_t io_threads = 1;        // each owns one engine (one ring)
-  bool verify_checksums = true;   // CRC32C of every sample before hand-out
+  // CRC32C of every sample before hand-out; a sample the node cache serves
+  // is checked the first time this process uses it (its bytes in the
+  // region do not change once written), not again every epoch.
+  bool verify_checksums = true;
   // Node cache budget in bytes (see above and dlfs/memory.h):
   // kAutoCacheBudget (a quarter of what the job may use, or
   // $DLFS_CACHE_BUDGET), or 0 for no cache.

@@ -43,6 +43,11 @@ struct Batch::Data {
   // Batch::owns_bytes(): set by a source whose `owner` holds this batch's
   // bytes and nobody else's use of them (the Loader's per-batch slab).
   bool owns_bytes = false;
+  // Per sample: already checked against the directory in this process
+  // (served by the node cache, which checks each sample's CRC32C the first
+  // time a process uses it, and whose bytes do not change once written), so
+  // verify_checksums need not check it again. Empty: none.
+  std::vector<bool> checked;
   // Samples of the batch left out because they could not be read
   // (LoaderOptions::skip_bad_samples): index, and why.
   std::vector<std::pair<uint64_t, std::string>> left_out;

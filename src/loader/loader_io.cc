@@ -231,6 +231,7 @@ std::shared_ptr<Batch::Data> Loader::Impl::WithCached(const InFlight& b,
     } else {
       continue;
     }
+    data->checked.push_back(b.cached[k].has_value());
     data->indices.push_back(b.indices[k]);
     data->samples.push_back(bytes);
     data->labels.push_back(dir.label(b.indices[k]));

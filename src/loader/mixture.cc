@@ -371,8 +371,9 @@ Result<std::unique_ptr<MixtureSource>> MixtureSource::Create(
           volumes[v]->path() + " has " + std::to_string(n) + " samples, fewer than its share " +
           std::to_string(shares[v]) + " of an epoch of " + std::to_string(samples) + " (weight " +
           Weight(w[v]) + ")" +
-          (n == 0 ? "" : ": set cycle to let it start over, or ask for fewer samples per epoch "
-                         "(epoch_samples)"));
+          (n == 0 ? ""
+                  : ": set cycle to let it start over, or ask for fewer samples per epoch "
+                    "(epoch_samples)"));
     }
   }
   SamplerOptions by_position = options.sampler;

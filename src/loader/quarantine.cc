@@ -84,11 +84,13 @@ void Quarantine::LeaveOut(Batch::Data* data, const std::vector<size_t>& position
     data->indices[kept] = data->indices[i];
     data->labels[kept] = data->labels[i];
     data->samples[kept] = data->samples[i];
+    if (i < data->checked.size()) data->checked[kept] = data->checked[i];
     ++kept;
   }
   data->indices.resize(kept);
   data->labels.resize(kept);
   data->samples.resize(kept);
+  if (!data->checked.empty()) data->checked.resize(kept);
 }
 
 std::vector<BadSample> Quarantine::records() const {
