@@ -118,6 +118,16 @@ class Loader::Impl {
 
   void Run(Worker& w);
 
+  // REQUIRES: mu_ held. Whether ticket `t` lies in an epoch after the last
+  // one planned (LoaderOptions::planned_epochs) that the caller has not
+  // moved to: not read ahead, since nobody will ask for it.
+  bool PastPlannedEnd(uint64_t t) const {
+    const uint64_t planned = options_.planned_epochs;
+    if (planned == 0 || part_) return false;
+    const uint64_t epoch = base_epoch_ + t / batches_;
+    return epoch >= planned && epoch > epoch_;
+  }
+
   void Enqueue(Worker& w, uint64_t id, const std::vector<ReadRequest>& requests);
 
   // A round of batch `id` completed: queue its retries, or publish it.

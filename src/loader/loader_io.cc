@@ -68,7 +68,7 @@ void Loader::Impl::Run(Worker& w) {
           start = w.pool->Fits(stalled->read->buffer_bytes()) ||
                   (caller_waiting_ && stalled->ticket == consumer_);
         } else {
-          start = batches_ > 0 && next < consumer_ + window_;
+          start = batches_ > 0 && next < consumer_ + window_ && !PastPlannedEnd(next);
         }
         if (start || w.engine->pending() > 0) break;
         work_cv_.wait(lock);

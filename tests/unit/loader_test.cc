@@ -525,6 +525,32 @@ TEST(SmallSamplesTest, BufferedReadsGiveWhatOneReadPerSampleGives) {
   EXPECT_EQ(l->description().find("buffered reads"), std::string::npos) << l->description();
 }
 
+// Nothing is read ahead past the last planned epoch (nobody will ask for
+// it), and an epoch past the plan is still read when asked for.
+TEST(PlannedEpochsTest, NoReadsPastThePlanUnlessAsked) {
+  TempDir tmp;
+  auto v = MakeVolume(tmp / "v.dlfs", 300);
+  ASSERT_TRUE(v);
+  SampleOracle want(*v);
+  LoaderOptions o{
+      .sampler = {.seed = 1, .batch_size = 20}, .prefetch_batches = 6, .cache_budget = 0};
+  o.planned_epochs = 1;
+  ASSERT_OK_AND_ASSIGN(auto planned, Loader::Create(v, o));
+  o.planned_epochs = 0;
+  ASSERT_OK_AND_ASSIGN(auto unplanned, Loader::Create(v, o));
+  for (Loader* l : {planned.get(), unplanned.get()}) {
+    ASSERT_OK(ReadEpoch(*l, want, 0).error);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // time to read ahead
+  const uint64_t read = planned->source_stats().io.requests;
+  EXPECT_LT(read, unplanned->source_stats().io.requests);  // the next epoch's first batches
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(planned->source_stats().io.requests, read);
+  const EpochResult past = ReadEpoch(*planned, want, 1);
+  ASSERT_OK(past.error);
+  EXPECT_EQ(past.order, planned->RankIndices(1));
+}
+
 TEST(LoaderOptionsTest, BadOptionsAreRefused) {
   TempDir tmp;
   auto v = MakeVolume(tmp / "v.dlfs", 10);
