@@ -127,7 +127,8 @@ def module_of(rel):
 
 
 def includes(path):
-    """(line number, include as written) of a file's quoted includes, block comments aside."""
+    """(line number, include as written) of a file's quoted includes, those inside
+    block comments aside."""
     out = []
     in_comment = False
     for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
@@ -136,12 +137,13 @@ def includes(path):
             if end < 0:
                 continue
             line, in_comment = line[end + 2:], False
-        line = re.sub(r"/\*.*?\*/", "", line)
-        if "/*" in line:
-            line, in_comment = line[:line.index("/*")], True
         m = INCLUDE.match(line)
         if m:
             out.append((number, m.group(1)))
+        # Does a block comment stay open? Literals ("dir/*") and // comments aside.
+        code = re.sub(r'"(\\.|[^"\\])*"|\'(\\.|[^\'\\])*\'', '""', line)
+        code = re.sub(r"/\*.*?\*/", " ", code).split("//")[0]
+        in_comment = "/*" in code
     return out
 
 
