@@ -31,20 +31,13 @@
 #include "dlfs/enum_names.h"
 #include "dlfs/nbd.h"
 #include "dlfs/status.h"
+#include "dlfs/target_kind.h"  // TargetKind
 
 namespace dlfs {
 
 namespace io_internal {
 class Target;
 }
-
-// What holds a target, as opened here.
-enum class TargetKind : uint8_t { kFile, kBlockDevice, kNbdExport, kNotOpen };
-inline constexpr EnumName<TargetKind> kTargetKindNames[] = {
-    {TargetKind::kFile, "file"},
-    {TargetKind::kBlockDevice, "block device"},
-    {TargetKind::kNbdExport, "NBD export"},
-    {TargetKind::kNotOpen, "not open here"}};
 
 // One target of an open volume.
 struct TargetInfo {

@@ -24,7 +24,7 @@
 
 #include "dlfs/nbd.h"
 #include "dlfs/status.h"
-#include "dlfs/volume.h"  // TargetKind
+#include "dlfs/target_kind.h"
 
 namespace dlfs::io_internal {
 
