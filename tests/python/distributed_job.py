@@ -65,6 +65,8 @@ def main():
     p.add_argument("--memory-volume", help="first, measure private memory of a loader on it")
     p.add_argument("--fail", choices=["bad-path", "exception"])
     p.add_argument("--fail-rank", type=int, default=1)
+    p.add_argument("--late-rank", type=int, help="this rank lists the regions a second late: "
+                                                 "the others go on as far as the job lets them")
     a = p.parse_args()
 
     report = {}
@@ -91,11 +93,15 @@ def main():
         ds = dt.LoaderDataset(a.memory_volume, 256, cache_budget=0)
         first = next(iter(ds))  # its loader, made, and one batch read
         file_barrier(a.out, "made", rank, world)
+        if rank == a.late_rank:
+            time.sleep(1)
         after = private_bytes()
         report["memory"] = {"private": after[0] - before[0], "pss": after[1] - before[1],
                             "dir_regions": regions("-dir")}
-        del first, ds
+        # The last process of a node to let go of its directory region
+        # removes it: no rank lets go before every rank has listed them.
         file_barrier(a.out, "measured", rank, world)
+        del first, ds
 
     import torch
     import torch.distributed as dist
@@ -117,7 +123,13 @@ def main():
 
         comm = MPI.COMM_WORLD
     dataset = dt.LoaderDataset(a.volume, a.batch, seed=a.seed, comm=comm, **extra)
+    # Every rank's regions exist once every rank has opened the volume, and
+    # stay until every rank has listed them (its loaders hold them).
+    file_barrier(a.out, "opened", rank, world)
+    if rank == a.late_rank:
+        time.sleep(1)
     report["dir_regions"] = regions("-dir")
+    file_barrier(a.out, "listed", rank, world)
     if a.resume:
         with open(a.resume) as f:
             dataset.load_state_dict(json.load(f))

@@ -200,10 +200,16 @@ def test_torchrun_style_job_shares_one_directory_per_node(tmp_path, volumes, run
     run("pack", idx, "-o", big, "-q", check=0)
     directory = dlfs.Volume(str(big)).info()["directory_bytes"]
 
-    reports = torchrun_style(tmp_path, "--volume", one, "--train", "--memory-volume", big)
+    # Rank 0 lists the regions late: the others (node 1 too) must not let go
+    # of theirs before every rank has listed them.
+    reports = torchrun_style(tmp_path, "--volume", one, "--train", "--memory-volume", big,
+                             "--late-rank", 0)
     for r in reports.values():
         assert r["launcher"] == "torchrun" and not r["mpi"]
-        assert len(r["memory"]["dir_regions"]) == 2 and len(r["dir_regions"]) == 2
+        # Every rank, listing while every rank holds its datasets, finds
+        # one region per fake node.
+        assert len(r["memory"]["dir_regions"]) == 2 and len(r["dir_regions"]) == 2, \
+            (r["rank"], r["memory"]["dir_regions"], r["dir_regions"])
     check_every_sample_once(reports, held, "images", 2)
     check_every_sample_once(reports, held, "dataset", 2)
     for rank, r in reports.items():
