@@ -198,26 +198,30 @@ Result<Region> Create(const std::string& dir, const std::string& name, uint64_t 
 Status WithBuildLock(const std::string& dir, const std::string& name,
                      const std::function<Status()>& body) {
   const std::string path = dir + "/." + name + ".lock";
-  for (int attempt = 0;; ++attempt) {
+  // SweepStale removes a lock file nobody holds, so the file we opened may
+  // be gone (or replaced) by the time we hold its lock: a lock on a removed
+  // file excludes nobody who opens the name afterwards. Only the lock of
+  // the file still in place counts; while we hold it, no sweep removes it.
+  for (int attempt = 0; attempt < 50; ++attempt) {
     const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     struct stat st {};
     if (fd < 0 || ::fstat(fd, &st) != 0 || st.st_uid != ::geteuid() || !S_ISREG(st.st_mode)) {
       if (fd >= 0) ::close(fd);
       return body();
     }
-    while (::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
+    int locked;
+    while ((locked = ::flock(fd, LOCK_EX)) != 0 && errno == EINTR) {
     }
-    // SweepStale may have removed the file between our open and our lock
-    // (nobody held it then): a lock on a removed file excludes nobody who
-    // opens the path anew. Lock the file the path names.
-    if (!SameFile(path, st) && attempt < 100) {
+    if (locked != 0 || !SameFile(path, st)) {
       ::close(fd);
+      if (locked != 0) return body();  // no locks here: as without the file
       continue;
     }
     Status result = body();
     ::close(fd);  // releases the lock
     return result;
   }
+  return body();  // the lock only saves work
 }
 
 }  // namespace dlfs::shm

@@ -11,6 +11,7 @@ import json
 import os
 import sys
 import time
+import warnings
 
 import numpy as np
 
@@ -44,6 +45,13 @@ def regions(kind):
     return sorted(n for n in os.listdir(shm) if n.startswith("dlfs-") and kind in n)
 
 
+def directory_notes(caught):
+    """dlfs's warnings, from warnings.catch_warnings(record=True), that a
+    process keeps a copy of a volume's directory of its own rather than its
+    node's (they say why)."""
+    return [str(w.message) for w in caught if "copy of the directory" in str(w.message)]
+
+
 def index_of(png_bytes):
     pixels = dlfs.decode_image(np.asarray(png_bytes), color="gray")
     return int(pixels[0, 0, 0]) + 256 * int(pixels[0, 1, 0])
@@ -65,6 +73,8 @@ def main():
     p.add_argument("--memory-volume", help="first, measure private memory of a loader on it")
     p.add_argument("--fail", choices=["bad-path", "exception"])
     p.add_argument("--fail-rank", type=int, default=1)
+    p.add_argument("--late-rank", type=int, help="this rank lists the regions a second late: "
+                                                 "the others go on as far as the job lets them")
     a = p.parse_args()
 
     report = {}
@@ -88,14 +98,20 @@ def main():
         import dlfs.torch as dt  # (torch's own memory is not the loader's)
 
         before = private_bytes()
-        ds = dt.LoaderDataset(a.memory_volume, 256, cache_budget=0)
-        first = next(iter(ds))  # its loader, made, and one batch read
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ds = dt.LoaderDataset(a.memory_volume, 256, cache_budget=0)
+            first = next(iter(ds))  # its loader, made, and one batch read
         file_barrier(a.out, "made", rank, world)
+        if rank == a.late_rank:
+            time.sleep(1)
         after = private_bytes()
         report["memory"] = {"private": after[0] - before[0], "pss": after[1] - before[1],
-                            "dir_regions": regions("-dir")}
-        del first, ds
+                            "dir_regions": regions("-dir"), "notes": directory_notes(caught)}
+        # The last process of a node to let go of its directory region
+        # removes it: no rank lets go before every rank has listed them.
         file_barrier(a.out, "measured", rank, world)
+        del first, ds
 
     import torch
     import torch.distributed as dist
@@ -108,16 +124,25 @@ def main():
     if a.train:
         dlfs.distributed.init_process_group("gloo")
     extra = {} if a.mode == "plain" else {a.mode: True}
-    images = dt.ImageLoader(a.volume, a.batch, size=16, crop="center", dtype="float32",
-                            layout="NCHW", color="gray", seed=a.seed, return_indices=True,
-                            **extra)
-    comm = None
-    if a.comm == "mpi4py":
-        from mpi4py import MPI
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        images = dt.ImageLoader(a.volume, a.batch, size=16, crop="center", dtype="float32",
+                                layout="NCHW", color="gray", seed=a.seed, return_indices=True,
+                                **extra)
+        comm = None
+        if a.comm == "mpi4py":
+            from mpi4py import MPI
 
-        comm = MPI.COMM_WORLD
-    dataset = dt.LoaderDataset(a.volume, a.batch, seed=a.seed, comm=comm, **extra)
+            comm = MPI.COMM_WORLD
+        dataset = dt.LoaderDataset(a.volume, a.batch, seed=a.seed, comm=comm, **extra)
+    report["directory_notes"] = directory_notes(caught)
+    # Every rank's regions exist once every rank has opened the volume, and
+    # stay until every rank has listed them (its loaders hold them).
+    file_barrier(a.out, "opened", rank, world)
+    if rank == a.late_rank:
+        time.sleep(1)
     report["dir_regions"] = regions("-dir")
+    file_barrier(a.out, "listed", rank, world)
     if a.resume:
         with open(a.resume) as f:
             dataset.load_state_dict(json.load(f))

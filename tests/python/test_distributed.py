@@ -133,6 +133,7 @@ def test_ddp_under_mpirun(tmp_path, volumes, run):
     assert sorted(reports) == [0, 1, 2, 3]
     for r in reports.values():
         assert r["launcher"] == "mpi" and r["mpi"] and r["world"] == 4
+        assert r["directory_notes"] == []
         # One directory copy per fake node (and the dataset's, through
         # comm=MPI.COMM_WORLD, is the same one).
         assert len(r["dir_regions"]) == 2
@@ -200,10 +201,19 @@ def test_torchrun_style_job_shares_one_directory_per_node(tmp_path, volumes, run
     run("pack", idx, "-o", big, "-q", check=0)
     directory = dlfs.Volume(str(big)).info()["directory_bytes"]
 
-    reports = torchrun_style(tmp_path, "--volume", one, "--train", "--memory-volume", big)
+    # Rank 0 lists the regions late: the others (node 1 too) must not let go
+    # of theirs before every rank has listed them.
+    reports = torchrun_style(tmp_path, "--volume", one, "--train", "--memory-volume", big,
+                             "--late-rank", 0)
     for r in reports.values():
         assert r["launcher"] == "torchrun" and not r["mpi"]
-        assert len(r["memory"]["dir_regions"]) == 2 and len(r["dir_regions"]) == 2
+        # No process fell back to a copy of its own (the note says why)...
+        assert r["memory"]["notes"] == [] and r["directory_notes"] == [], \
+            (r["rank"], r["memory"]["notes"], r["directory_notes"])
+        # ...and every rank, listing while every rank held its datasets,
+        # finds one region per fake node.
+        assert len(r["memory"]["dir_regions"]) == 2 and len(r["dir_regions"]) == 2, \
+            (r["rank"], r["memory"]["dir_regions"], r["dir_regions"])
     check_every_sample_once(reports, held, "images", 2)
     check_every_sample_once(reports, held, "dataset", 2)
     for rank, r in reports.items():

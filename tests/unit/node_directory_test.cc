@@ -13,12 +13,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 #include <vector>
 
+#include "common/shm_region.h"
 #include "dlfs/volume.h"
 #include "synthetic_volume.h"
 #include "testutil.h"
@@ -209,6 +211,62 @@ TEST_F(NodeDirectoryTest, NoUsableDirectoryMeansAPrivateCopy) {
   ASSERT_OK_AND_ASSIGN(auto priv, Volume::Open(path_));
   ASSERT_OK_AND_ASSIGN(auto expected, priv->Read(3));
   EXPECT_EQ(bytes, expected);
+}
+
+// The build lock is a file, and SweepStale removes the lock file of a
+// build nobody runs. A process that opened the lock file just before a
+// sweep removed it would wait on the removed file, get its lock, and build
+// alongside the next process, which makes a new lock file: the directory
+// read twice (ConcurrentOpensReadTheDirectoryOnce saw two fills in about
+// 1 run of 250 on 2 busy cores). Here the sweep comes while the first
+// waits for the lock.
+TEST_F(NodeDirectoryTest, BuildLockRemovedByASweepStillLetsOneBuildAtATime) {
+  const std::string name = shm::UserPrefix() + "build-lock-test";
+  const fs::path lock = shm_ / ("." + name + ".lock");
+  { std::ofstream(lock).flush(); }
+  ASSERT_EQ(::chmod(lock.c_str(), 0600), 0);
+  // A sweep under way: it holds the unused lock file exclusively and is
+  // about to remove it.
+  const int sweeper = ::open(lock.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(sweeper, 0);
+  ASSERT_EQ(::flock(sweeper, LOCK_EX | LOCK_NB), 0);
+
+  std::atomic<bool> first_building{false}, overlapped{false};
+  std::thread first([&] {
+    EXPECT_OK(shm::WithBuildLock(shm_.string(), name, [&] {
+      first_building = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // a slow build
+      first_building = false;
+      return Status::Ok();
+    }));
+  });
+  // Once the first has the lock file open (and waits for its lock), the
+  // sweep removes it and lets go.
+  const auto opened_by_first = [&] {
+    int n = 0;
+    for (const auto& e : fs::directory_iterator("/proc/self/fd")) {
+      std::error_code ec;
+      if (fs::read_symlink(e.path(), ec) == lock) ++n;
+    }
+    return n >= 2;  // the sweeper's and the first's
+  };
+  for (int i = 0; i < 5000 && !opened_by_first(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(opened_by_first());
+  ASSERT_EQ(::unlink(lock.c_str()), 0);
+  ::close(sweeper);
+  for (int i = 0; i < 5000 && !first_building; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(first_building);
+  // A second builder now: it must wait for the first.
+  EXPECT_OK(shm::WithBuildLock(shm_.string(), name, [&] {
+    overlapped = first_building.load();
+    return Status::Ok();
+  }));
+  first.join();
+  EXPECT_FALSE(overlapped) << "two builds at once";
 }
 
 }  // namespace node_directory_test
