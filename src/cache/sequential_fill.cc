@@ -136,6 +136,18 @@ void SequentialFill::Run(State& s) {
   // Reads and copies one window: its read and copy times go to the stats.
   auto fill_window = [&](uint64_t w) {
     const double t0 = Now();
+    // The next window (the one this process, or another of the node,
+    // claims next) is read by the kernel while this one is read and
+    // copied: one synchronous 4 MiB read at a time, with the default
+    // read-ahead, read 1.6 GB at 0.4 GB/s here against 3 GB/s for the
+    // loader's random reads with 64 in flight.
+    if (w + 1 < scan.windows()) {
+      const int next_fd = volume.target_fd(scan.window_target(w + 1));
+      if (next_fd >= 0) {
+        (void)::posix_fadvise(next_fd, static_cast<off_t>(scan.window_offset(w + 1)),
+                              static_cast<off_t>(scan.window_bytes(w + 1)), POSIX_FADV_WILLNEED);
+      }
+    }
     double read_done = 0;
     const FaultInjection& f = s.options.faults;
     (void)scan.Read(
