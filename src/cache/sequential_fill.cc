@@ -40,6 +40,17 @@ struct SequentialFill::State {
   std::thread thread;
 };
 
+SequentialFill::Options SequentialFill::Options::ForReader(
+    uint64_t cache_budget, uint32_t planned_epochs, const FaultInjection& faults,
+    std::function<ReaderProgress()> progress) {
+  Options o;
+  o.requested = CacheBudgetRequested(cache_budget);
+  o.epochs_after = planned_epochs > 0 ? planned_epochs - 1.0 : kAssumedEpochsAfter;
+  o.faults = faults;
+  o.progress = std::move(progress);
+  return o;
+}
+
 bool SequentialFill::MemoryShort() {
   const MemoryLimit m = ReadMemoryLimit();
   const uint64_t floor = m.cgroup_limit > 0 ? m.cgroup_limit / 4 : uint64_t{256} << 20;

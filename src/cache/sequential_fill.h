@@ -62,6 +62,12 @@ class SequentialFill {
     // does not run at all with periodic faults, which exercise the
     // engine's reads (a fill would serve the samples around them).
     FaultInjection faults;
+
+    // A reader's fill: requested when `cache_budget` is (CacheBudgetRequested),
+    // the epochs after the first from `planned_epochs` (0: kAssumedEpochsAfter).
+    static Options ForReader(uint64_t cache_budget, uint32_t planned_epochs,
+                             const FaultInjection& faults,
+                             std::function<ReaderProgress()> progress);
   };
   // The default for memory_short: what this process may still use
   // (dlfs/memory.h) is under a quarter of its cgroup's limit, or under

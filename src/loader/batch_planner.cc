@@ -1,6 +1,7 @@
 #include "loader/batch_planner.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <numeric>
 
 namespace dlfs::loader_internal {
@@ -77,6 +78,29 @@ double DirectReadAmplification(const SampleDirectory& dir, std::span<const uint6
     bytes += static_cast<double>(s.length);
   }
   return bytes > 0 ? extents / bytes : 1;
+}
+
+Result<std::unique_ptr<IoEngine>> CreateEngineForSamples(const Volume& volume,
+                                                         std::span<const uint64_t> subset,
+                                                         bool auto_direct_io,
+                                                         EngineOptions* options,
+                                                         std::string* note) {
+  note->clear();
+  DLFS_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> engine,
+                        CreateEngine(volume.OpenTargetPaths(), *options));
+  if (!options->direct_io || !auto_direct_io || engine->alignment() <= 1) return engine;
+  const double amplification =
+      DirectReadAmplification(volume.directory(), subset, engine->alignment());
+  if (amplification < kBufferedAbove) return engine;
+  options->direct_io = false;
+  engine.reset();
+  DLFS_ASSIGN_OR_RETURN(engine, CreateEngine(volume.OpenTargetPaths(), *options));
+  char text[160];
+  std::snprintf(text, sizeof text,
+                "buffered reads: with O_DIRECT each sample would read %.1fx its bytes",
+                amplification);
+  *note = text;
+  return engine;
 }
 
 }  // namespace dlfs::loader_internal

@@ -11,7 +11,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "dlfs/directory.h"
@@ -58,5 +60,14 @@ double DirectReadAmplification(const SampleDirectory& dir, std::span<const uint6
 // samples (2) read 1.15x faster with O_DIRECT (docs/benchmarks.md, "Small
 // samples").
 inline constexpr double kBufferedAbove = 2.5;
+
+// An engine for `volume`'s targets with *options; where they ask for
+// O_DIRECT and `auto_direct_io` holds and O_DIRECT would read kBufferedAbove
+// times the samples' bytes (all, or `subset`) or more, a buffered one:
+// *options then says direct_io false and *note why ("buffered reads: ...").
+Result<std::unique_ptr<IoEngine>> CreateEngineForSamples(const Volume& volume,
+                                                         std::span<const uint64_t> subset,
+                                                         bool auto_direct_io,
+                                                         EngineOptions* options, std::string* note);
 
 }  // namespace dlfs::loader_internal

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <system_error>
 
@@ -345,25 +344,12 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
   // one thread pool. Each engine is used by its I/O thread only.
   EngineOptions eo = options.engine;
   eo.single_thread = true;
-  DLFS_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> engine,
-                        CreateEngine(volume->OpenTargetPaths(), eo));
   // Samples much smaller than a block: O_DIRECT would read several times
   // their bytes, the page cache's read-ahead brings their neighbours in.
   std::string read_note;
-  if (eo.direct_io && options.auto_direct_io && engine->alignment() > 1) {
-    const double amplification = loader_internal::DirectReadAmplification(
-        volume->directory(), options.subset, engine->alignment());
-    if (amplification >= loader_internal::kBufferedAbove) {
-      eo.direct_io = false;
-      engine.reset();
-      DLFS_ASSIGN_OR_RETURN(engine, CreateEngine(volume->OpenTargetPaths(), eo));
-      char text[160];
-      std::snprintf(text, sizeof text,
-                    "buffered reads: with O_DIRECT each sample would read %.1fx its bytes",
-                    amplification);
-      read_note = text;
-    }
-  }
+  DLFS_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> engine,
+                        loader_internal::CreateEngineForSamples(
+                            *volume, options.subset, options.auto_direct_io, &eo, &read_note));
   for (uint32_t k = 0; k < options.io_threads; ++k) {
     if (k > 0) {
       DLFS_ASSIGN_OR_RETURN(engine, CreateEngine(volume->OpenTargetPaths(), eo));
@@ -413,16 +399,12 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
   if (impl->cache_) {
     description += "; " + impl->cache_->Describe();
     Loader::Impl* raw = impl.get();
-    cache_internal::SequentialFill::Options fo;
-    fo.requested = CacheBudgetRequested(options.cache_budget);
-    fo.faults = options.engine.faults;
-    fo.epochs_after = options.planned_epochs > 0 ? options.planned_epochs - 1.0
-                                                 : cache_internal::kAssumedEpochsAfter;
-    fo.progress = [raw] {
-      return cache_internal::SequentialFill::ReaderProgress{
-          raw->next_wait_ns_.load(std::memory_order_relaxed) / 1e9,
-          raw->handed_bytes_.load(std::memory_order_relaxed)};
-    };
+    auto fo = cache_internal::SequentialFill::Options::ForReader(
+        options.cache_budget, options.planned_epochs, options.engine.faults, [raw] {
+          return cache_internal::SequentialFill::ReaderProgress{
+              raw->next_wait_ns_.load(std::memory_order_relaxed) / 1e9,
+              raw->handed_bytes_.load(std::memory_order_relaxed)};
+        });
     impl->wait_for_fill_ = fo.requested;
     impl->fill_ = std::make_unique<cache_internal::SequentialFill>(impl->cache_, impl->volume_,
                                                                    std::move(fo));

@@ -1,7 +1,6 @@
 #include "dlfs/sample_reader.h"
 
 #include <atomic>
-#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -62,25 +61,14 @@ Result<std::unique_ptr<SampleReader>> SampleReader::Create(std::shared_ptr<Volum
   DLFS_ASSIGN_OR_RETURN(impl->fields, loader_internal::ResolveFields(*volume, {}));
   impl->volume = std::move(volume);
   impl->options = options;
+  // As the Loader: samples much smaller than a block are read buffered.
+  EngineOptions eo = options.engine;
+  std::string read_note;
   DLFS_ASSIGN_OR_RETURN(impl->engine,
-                        CreateEngine(impl->volume->OpenTargetPaths(), options.engine));
+                        loader_internal::CreateEngineForSamples(
+                            *impl->volume, {}, options.auto_direct_io, &eo, &read_note));
   impl->description = impl->engine->description();
-  if (options.engine.direct_io && options.auto_direct_io && impl->engine->alignment() > 1) {
-    // As the Loader: samples much smaller than a block read buffered.
-    const double amplification = loader_internal::DirectReadAmplification(
-        impl->volume->directory(), {}, impl->engine->alignment());
-    if (amplification >= loader_internal::kBufferedAbove) {
-      EngineOptions eo = options.engine;
-      eo.direct_io = false;
-      impl->engine.reset();
-      DLFS_ASSIGN_OR_RETURN(impl->engine, CreateEngine(impl->volume->OpenTargetPaths(), eo));
-      char text[160];
-      std::snprintf(text, sizeof text,
-                    " (buffered reads: with O_DIRECT each sample would read %.1fx its bytes)",
-                    amplification);
-      impl->description = impl->engine->description() + text;
-    }
-  }
+  if (!read_note.empty()) impl->description += " (" + read_note + ")";
   impl->pool = std::make_shared<loader_internal::SlabPool>(
       impl->engine->alignment(), impl->engine.get(), options.engine.buffer_slots);
   cache_internal::NodeCacheOptions co;
@@ -89,16 +77,12 @@ Result<std::unique_ptr<SampleReader>> SampleReader::Create(std::shared_ptr<Volum
   impl->cache = cache_internal::NodeCache::Open(*impl->volume, co, nullptr);
   if (impl->cache) {
     Impl* raw = impl.get();
-    cache_internal::SequentialFill::Options fo;
-    fo.requested = CacheBudgetRequested(options.cache_budget);
-    fo.faults = options.engine.faults;
-    fo.epochs_after = options.planned_epochs > 0 ? options.planned_epochs - 1.0
-                                                 : cache_internal::kAssumedEpochsAfter;
-    fo.progress = [raw] {
-      return cache_internal::SequentialFill::ReaderProgress{
-          raw->read_ns.load(std::memory_order_relaxed) / 1e9,
-          raw->read_bytes.load(std::memory_order_relaxed)};
-    };
+    auto fo = cache_internal::SequentialFill::Options::ForReader(
+        options.cache_budget, options.planned_epochs, options.engine.faults, [raw] {
+          return cache_internal::SequentialFill::ReaderProgress{
+              raw->read_ns.load(std::memory_order_relaxed) / 1e9,
+              raw->read_bytes.load(std::memory_order_relaxed)};
+        });
     impl->fill =
         std::make_unique<cache_internal::SequentialFill>(impl->cache, impl->volume, std::move(fo));
   }
