@@ -22,7 +22,7 @@ Result<std::unique_ptr<Targets>> OpenTargets(const std::vector<std::string>& pat
   auto t = std::make_unique<Targets>();
   t->paths = paths;
   t->direct = direct;
-  if (!direct) t->note = "direct I/O off by option";
+  if (!direct) t->note = "direct I/O off";  // asked for, or chosen for small samples
   for (const std::string& path : paths) {
     t->remote.push_back(IsNbdUri(path));
     if (path.empty() || t->remote.back()) {
