@@ -129,9 +129,12 @@ def test_bench_reports_where_the_time_went(run, small_volume, budget):
         assert r["epochs"][1]["pipeline"]["io_bytes"] > 0
     else:
         assert m["cache_bytes"] > 0 and "node cache" in r["engine"]
-        # Every sample looked up (some in the epoch before: the read-ahead).
+        # Every sample looked up, but for the first epoch's read-ahead (4 batches
+        # of 16), which may be looked up before the first epoch's stats start,
+        # and nothing past the last epoch (it is not read ahead).
         looked_up = sum(e["cache"]["hits"] + e["cache"]["misses"] for e in r["epochs"])
-        assert looked_up >= sum(e["samples"] for e in r["epochs"])
+        total = sum(e["samples"] for e in r["epochs"])
+        assert total - 4 * 16 <= looked_up <= total, (looked_up, total)
         for e in r["epochs"]:
             assert e["cache"]["device_bytes"] == e["pipeline"]["io_bytes"]
         # The fill reads the volume in large windows beside the epoch's reads
