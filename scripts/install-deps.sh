@@ -25,6 +25,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev python3 python3-pytest python3-torchvision python3-lmdb
   # the benchmark plots (bench/io/run_io_bench.sh, bench/lmdbio/run_lmdbio_bench.sh)
   python3-matplotlib
+  # the device's limit the I/O benchmarks compare with (bench/io/run_io_bench.sh)
+  fio
   # fuzzing (scripts/fuzz.sh): clang and libFuzzer
   clang-14 libfuzzer-14-dev
   python3-pil  # the decode tests compare with PIL
