@@ -1,11 +1,21 @@
 #!/usr/bin/env bash
 # Installs what dlfs needs to build, test and run its demo on Debian 12.
 # Runs apt-get only when something is missing (needs root then).
+#   scripts/install-deps.sh           build, tests, demo (and most benchmarks)
+#   scripts/install-deps.sh --bench   also what only bench/ uses (bench/run_all.sh
+#                                     runs it): bc for the scripts' timings, linux-perf
+#                                     for the profiles docs/benchmarks.md quotes
 if [[ ${1-} == -h || ${1-} == --help ]]; then  # the comment above, and nothing else
   sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"
   exit 0
 fi
 set -euo pipefail
+bench=0
+case ${1-} in
+  "") ;;
+  --bench) bench=1 ;;
+  *) echo "install-deps.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+esac
 
 PACKAGES=(
   # build
@@ -39,6 +49,11 @@ PACKAGES=(
   # the built-in default data set
   dataset-fashion-mnist
 )
+
+# What only the benchmarks use (bench/README.md): arithmetic in the shell
+# timings (pack_vs_tar.sh, ab_cli.sh) and the profiles the results quote.
+BENCH_PACKAGES=(bc linux-perf)
+((bench)) && PACKAGES+=("${BENCH_PACKAGES[@]}")
 
 missing=()
 for p in "${PACKAGES[@]}"; do

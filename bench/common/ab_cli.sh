@@ -13,6 +13,7 @@ if (($# < 3)) || [[ $1 == -h || $1 == --help ]]; then
   [[ ${1-} == -h || ${1-} == --help ]] && exit 0
   exit 2
 fi
+command -v bc >/dev/null || { echo "ab_cli.sh: needs bc (apt-get install bc, or scripts/install-deps.sh --bench)" >&2; exit 1; }
 old=$1 new=$2 vol=$3 reps=${4:-5}
 src=/usr/share/datasets/fashion-mnist
 out=$(mktemp -d)

@@ -22,6 +22,7 @@ if [[ ${1-} == -h || ${1-} == --help ]]; then  # the comment above, and nothing 
   exit 0
 fi
 set -euo pipefail
+command -v bc >/dev/null || { echo "pack_vs_tar.sh: needs bc (apt-get install bc, or scripts/install-deps.sh --bench)" >&2; exit 1; }
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 reps=${1:-3}
