@@ -25,7 +25,10 @@ The verdicts: default within 10 % of the better of holds/off (wall time);
 fm off >= 0.8M samples/s and <= 1.5x its bytes per epoch from the device;
 fm holds epochs 2..5 >= 4M samples/s; big default epoch 1 >= 0.95x off;
 big half budget epoch 3 <= 52 % of the volume from the device.
-Prints a table; --json PATH writes every run.
+Prints a table; --json PATH writes every run; --plot PNG draws samples/s
+per epoch of the longest Fashion-MNIST and 1.6 GB comparisons (medians over
+the repetitions), cache off against on; --replot JSON draws it again from a
+saved --json without running anything.
 """
 import argparse
 import json
@@ -128,6 +131,36 @@ def compare(dlfs, volume, epochs, configs, reps, disk, results, name):
     return out
 
 
+def plot(results, out):
+    """Samples/s per epoch, one panel per volume, a line per configuration."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    panels = [k for k in ("fm --epochs 20", "big --epochs 10") if k in results]
+    if not panels:
+        sys.exit("--plot: the results hold neither 'fm --epochs 20' nor 'big --epochs 10'")
+    labels = {"default": "defaults (the loader decides)", "holds": "--cache-budget holding it",
+              "off": "--cache-budget 0 (cache off)"}
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
+    for ax, key in zip(axes[0], panels):
+        for config, runs in results[key]["runs"].items():
+            per_epoch = zip(*[[e["samples_per_s"] for e in r["epochs"]] for r in runs])
+            ys = [statistics.median(v) for v in per_epoch]
+            ax.plot(range(1, len(ys) + 1), ys, marker="o", markersize=3,
+                    label=labels.get(config, config))
+        name = "Fashion-MNIST, 70,000 x 784 B" if key.startswith("fm") else "16,000 x ~100 KB"
+        ax.set(title=name, xlabel="epoch", ylabel="samples/s (median of the runs)", yscale="log")
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("dlfs bench, cold start, page cache dropped before each run")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    print(f"plot: {out}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -137,7 +170,12 @@ def main():
     p.add_argument("--big-samples", type=int, default=16000)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--json", help="write every run here")
+    p.add_argument("--plot", help="draw samples/s per epoch to this PNG")
+    p.add_argument("--replot", metavar="JSON", help="only draw --plot from a saved --json")
     args = p.parse_args()
+    if args.replot:
+        plot(json.loads(pathlib.Path(args.replot).read_text()), args.plot or "fill_bench.png")
+        return
     if os.geteuid() != 0:
         sys.exit("run as root: every run starts with the page cache dropped")
     fm, big = make_volumes(args)
@@ -206,6 +244,8 @@ def main():
         print(f"  {'yes' if ok else 'NO ':<4} {what}")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(results, indent=1))
+    if args.plot:
+        plot(results, args.plot)
 
 
 if __name__ == "__main__":
