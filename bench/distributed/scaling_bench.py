@@ -84,18 +84,21 @@ def plot(results, out, cores):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4), squeeze=False)
     for ax, (volume, configs) in zip(axes[0], results.items()):
-        for config, runs in configs.items():
+        for (config, runs), color in zip(configs.items(), ("tab:blue", "tab:red")):
             s = summarize({int(k): v for k, v in runs.items()})
             ranks = sorted(s)
             for which, style in (("epoch1", "--"), ("later", "-")):
-                ax.plot(ranks, [s[n][which] for n in ranks], style, marker="o", markersize=4,
+                ax.plot(ranks, [s[n][which] for n in ranks], style, color=color, marker="o",
+                        markersize=4,
                         label=f"{config}, {'epoch 1' if which == 'epoch1' else 'later epochs'}")
         ax.set(title=volume, xlabel="ranks (mpirun -np, one node)", ylabel="samples/s, all ranks",
                xscale="log", yscale="log")
         ax.set_xticks(ranks, [str(n) for n in ranks])
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.axvline(cores, color="gray", linewidth=0.8)
         ax.text(cores, ax.get_ylim()[0], f" {cores} cores", color="gray", fontsize=8,
                 va="bottom")
