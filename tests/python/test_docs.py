@@ -11,7 +11,8 @@ How a block is treated, by its fence:
   says why the command cannot run as written here); commands matching SKIP
   do not run (reason given) and get the static check: every --flag they use
   must appear in the --help of the program they call (dlfs VERB, a script of
-  the repository).
+  the repository, also behind sudo or /usr/bin/python3, or a benchmark
+  program of build/bench/ beside the dlfs under test).
 - unlabelled blocks are output or diagrams, except three kinds that are
   checked: a listing of files with their contents in quotes (`src/cat/1.jpg
   "abc"`) is made in the sandbox; a transcript ("$ command" lines, then its
@@ -332,8 +333,14 @@ def _program(cmd, dlfs_bin):
         words = shlex.split(cmd)
     except ValueError:
         return None
-    while words and re.match(r"^\w+=", words[0]):
-        words = words[1:]  # VAR=value
+    while words and (re.match(r"^\w+=", words[0]) or words[0] == "sudo"):
+        words = words[1:]  # VAR=value, sudo
+    if words and re.match(r"^(/usr/bin/)?python3?$", words[0]):  # python3 [-W x] SCRIPT
+        words = words[1:]
+        while words and words[0].startswith("-"):
+            if words[0] in ("-m", "-c"):
+                return None
+            words = words[2:] if words[0] in ("-W", "-X") else words[1:]
     if words[:1] == ["mpirun"]:
         words = words[1:]
         while words and words[0].startswith("-"):
@@ -349,6 +356,16 @@ def _program(cmd, dlfs_bin):
         if rest[:1] == ["lmdb"] and len(rest) > 1:
             argv, rest = argv + rest[:2], rest[2:]
         elif rest:
+            argv, rest = argv + rest[:1], rest[1:]
+        return argv, rest
+    m = re.match(r"^(?:\./)?build/bench/([\w-]+)$", prog)
+    if m:  # a benchmark program, built beside the dlfs under test (if benchmarks are built)
+        binary = pathlib.Path(os.path.abspath(dlfs_bin)).parent / "bench" / m.group(1)
+        if not os.access(binary, os.X_OK):
+            return None
+        argv, rest = [str(binary)], words[1:]
+        subcommands = _help(argv).partition("Subcommands:")[2]  # CLI11's, if any
+        if rest and re.search(rf"^\s+{re.escape(rest[0])}\s", subcommands, re.M):
             argv, rest = argv + rest[:1], rest[1:]
         return argv, rest
     if re.match(r"^(bench|scripts)/", prog):
