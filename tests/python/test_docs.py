@@ -1,7 +1,8 @@
 """Executable docs (issue 41): every command block and Python snippet of
-README.md and docs/*.md runs here, on small data, as written — or is marked
-below with the reason it cannot, and then at least its flags are checked
-against the program's --help. A doc that drifts from the code fails.
+README.md, docs/*.md and the benchmarks' pages (bench/README.md,
+bench/*/README.md) runs here, on small data, as written — or is marked below
+with the reason it cannot, and then at least its flags are checked against the
+program's --help. A doc that drifts from the code fails.
 
 How a block is treated, by its fence:
 - ```python: run as its own script (warnings are errors) in the file's
@@ -30,6 +31,7 @@ sandbox's home: 60 JPEGs in 3 classes), WebDataset shards in `shards/`,
 Fashion-MNIST's IDX files (300 and 60 images), `names.txt`, and a Caffe
 LMDB `caffe_train_lmdb`.
 """
+import fnmatch
 import io
 import json
 import os
@@ -46,7 +48,8 @@ import pytest
 dlfs = pytest.importorskip("dlfs", reason="Python module not built")
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-DOCS = [REPO / "README.md"] + sorted((REPO / "docs").glob("*.md"))
+DOCS = ([REPO / "README.md"] + sorted((REPO / "docs").glob("*.md"))
+        + [REPO / "bench" / "README.md"] + sorted((REPO / "bench").glob("*/README.md")))
 
 LANGUAGES = {
     "cmake": "tests/packaging builds a consumer with find_package(dlfs) and dlfs::dlfs",
@@ -54,7 +57,8 @@ LANGUAGES = {
            "and the MPI programs call",
 }
 
-# Commands that cannot run here as written: (file or "*", regex, replacement, why).
+# Commands that cannot run here as written: (file or a glob of files, regex,
+# replacement, why).
 REWRITES = [
     ("*", r"/usr/share/datasets/fashion-mnist", "fashion-mnist",
      "small IDX files of Fashion-MNIST's layout (300 train, 60 test images)"),
@@ -71,7 +75,11 @@ REWRITES = [
     ("docs/lmdbio.md", r"--iters 1000", "--iters 10", "fewer iterations on the small LMDB"),
 ]
 
-# Commands that do not run here: (file or "*", regex, why).
+# Why the benchmarks' commands (bench/README.md, bench/*/README.md) do not run here.
+BENCHMARK = ("a benchmark: minutes to hours, as root, dropping the page cache; its scripts' "
+             "--help is checked by test_bench_scripts.py")
+
+# Commands that do not run here: (file or a glob of files, regex, why).
 SKIP = [
     ("README.md", r"^scripts/demo\.sh", "minutes: 70,000 PNGs and a training epoch"),
     ("*", r"^scripts/test\.sh", "the test command itself"),
@@ -86,6 +94,8 @@ SKIP = [
      "builds or installs; tests/packaging installs into a temporary prefix, builds consumers "
      "and the .deb"),
     ("*", r"^python3 -m venv|pip install", "tests/packaging/test_pip.py runs pip in a venv"),
+    ("bench/README.md", r".", BENCHMARK),
+    ("bench/*/README.md", r".", BENCHMARK),
     ("docs/deploy.md", r"--map-by|--hostfile|^srun |^torchrun |--nnodes",
      "a job over several nodes; test_distributed.py runs train_ddp.py under mpirun, srun's "
      "and torchrun's variables on this host"),
@@ -177,7 +187,7 @@ def _commands(body):
 
 
 def _applies(rule_file, doc):
-    return rule_file == "*" or rule_file == doc
+    return fnmatch.fnmatchcase(doc, rule_file)  # "*": every doc
 
 
 def _rewrite(doc, cmd):
@@ -400,7 +410,11 @@ def test_doc_runs_as_written(doc, tmp_path, dlfs_bin):
                for _, _, lang, body in blocks):
         pytest.skip(f"{doc} has no command block")
     pytest.importorskip("torch")
-    env = _make_sandbox(tmp_path, dlfs_bin)
+    # A doc whose commands are all marked (the benchmarks' pages) needs no sandbox.
+    runs = any(lang == "python" or (lang == "" and (_is_transcript(body) or _is_listing(body)))
+               or (lang == "sh" and not all(_skip(doc, c) for c in _commands(body)))
+               for _, _, lang, body in blocks)
+    env = _make_sandbox(tmp_path, dlfs_bin) if runs else None
     made = None  # the file the last transcript's `-o` wrote, for xxd dumps
     for _, line, lang, body in blocks:
         where = f"{doc}:{line}"
