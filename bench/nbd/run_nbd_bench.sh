@@ -6,7 +6,8 @@
 # read (emulated fabric latency), for a sweep of queue depths and 1-4
 # connections; then tables of throughput, the ratios (NBD with latency vs
 # without, NBD vs local) and the client's CPU seconds per GB next to the
-# local path's, all measured in this run.
+# local path's, and the peer: libnbd's nbdcopy reading the whole volume from
+# the same servers (no added latency), all measured in this run.
 #
 #   bench/nbd/run_nbd_bench.sh            (as root; ~15-30 min on the 2.2 GB volume)
 #   SMALL=1 bench/nbd/run_nbd_bench.sh    (a 300-file volume, a reduced sweep: ~1 min)
@@ -144,12 +145,41 @@ EOF
   log "$label $transport +${delay}us qd=$qd conns=$c: $(tail -1 "$runs" | "$python" -c 'import json,sys; r=json.load(sys.stdin); print("%.0f MB/s, %.2f CPU s/GB" % (r["mb_per_s"], r["cpu_s_per_gb"]))')"
 }
 
+# The peer: libnbd's own copier reading the whole volume from the same server
+# to nowhere (null:), as many requests in flight as dlfs's deepest queue, 128
+# KiB each (about a sample): what this server and transport deliver to a
+# client with nothing to do but read. Same cold start as dlfs's runs.
+nbdcopy_run() {  # transport delay qd
+  local transport=$1 delay=$2 qd=$3
+  for rep in $(seq "$reps"); do
+    sync && echo 3 >/proc/sys/vm/drop_caches
+    "$python" - "$uri" "$qd" "$VOLUME" "$transport" "$delay" "$rep" >>"$runs" <<'EOF'
+import json, os, resource, subprocess, sys, time
+uri, qd, volume, transport, delay, rep = sys.argv[1:]
+start = time.monotonic()
+subprocess.run(["nbdcopy", f"--requests={qd}", "--connections=1", "--request-size=131072",
+                uri, "null:"], check=True)
+seconds = time.monotonic() - start
+use = resource.getrusage(resource.RUSAGE_CHILDREN)
+size = os.path.getsize(volume)
+print(json.dumps({"label": "nbdcopy", "transport": transport, "delay_us": int(delay),
+                  "qd": int(qd), "connections": 1, "rep": int(rep),
+                  "mb_per_s": size / seconds / 1e6,
+                  "cpu_s_per_gb": (use.ru_utime + use.ru_stime) / (size / 1e9)}))
+EOF
+  done
+  log "nbdcopy $transport +${delay}us requests=$qd: $(tail -1 "$runs" | "$python" -c 'import json,sys; r=json.load(sys.stdin); print("%.0f MB/s, %.2f CPU s/GB" % (r["mb_per_s"], r["cpu_s_per_gb"]))')"
+}
+
+command -v nbdcopy >/dev/null || { echo "nbdcopy not found (apt-get install libnbd-bin)" >&2; exit 1; }
 for qd in $qds; do
   run local local 0 "$qd" 0 "$VOLUME" --engine uring
 done
+max_qd=$(tr ' ' '\n' <<<"$qds" | sort -n | tail -1)
 for transport in unix tcp; do
   for delay in $delays; do
     start_server "$transport" "$delay"
+    ((delay == 0)) && nbdcopy_run "$transport" "$delay" "$max_qd"
     for qd in $qds; do
       for c in $conns; do
         run nbd "$transport" "$delay" "$qd" "$c" "$uri" --nbd-connections "$c"
@@ -163,6 +193,8 @@ results=${RESULTS_JSON:-$bench_dir/nbd_bench.json}
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 json.dump(rows, open(sys.argv[2], "w"), indent=1)
+peer = [r for r in rows if r["label"] == "nbdcopy"]
+rows = [r for r in rows if r["label"] != "nbdcopy"]
 def med(key, field):
     vals = [r[field] for r in rows if (r["transport"], r["delay_us"], r["qd"], r["connections"]) == key]
     return statistics.median(vals) if vals else None
@@ -224,5 +256,16 @@ for t in ("unix", "tcp"):
 print("\nLittle's law: at QD q and added latency L, throughput <= q x read size / L until the")
 print("server or the link saturates; the +latency/+0us column approaches 1 as QD grows.\n")
 for c in checks: print(c)
+print("\nThe peer, same servers: nbdcopy (libnbd's copier, 128 KiB requests, 1 connection) "
+      "reading the whole volume to null:")
+for t in ("unix", "tcp"):
+    runs = [r for r in peer if r["transport"] == t]
+    if not runs: continue
+    qd = runs[0]["qd"]
+    mb = statistics.median(r["mb_per_s"] for r in runs)
+    cpu = statistics.median(r["cpu_s_per_gb"] for r in runs)
+    ours = med((t, 0, qd, min(conns)), "mb_per_s")
+    print(f"  {t}: nbdcopy {mb:.0f} MB/s, {cpu:.2f} CPU s/GB; dlfs bench over NBD at QD {qd}, "
+          f"1 connection: {ours:.0f} MB/s = {ours / mb:.2f}x nbdcopy")
 print(f"\nall runs: {sys.argv[2]}")
 EOF
