@@ -34,7 +34,7 @@ CPU is user+sys of the process and its DataLoader workers over the epoch.
   /usr/bin/python3 bench/decode/decode_bench.py --dir /tmp/dlfs-bench/decode-tiny \
       --jpegs 200 --fmnist 1000 --reps 1 --batch 32          # smoke run, ~1.5 min
 
-Prints a Markdown table (paste into docs/benchmarks.md) and writes the raw
+Prints a Markdown table (the results page, docs/benchmarks.md, quotes it) and writes the raw
 results as JSON next to the data. Run from the repository root after
 building (build/dlfs, build/python, build/bench/dlfs_decode_limit).
 """

@@ -1,5 +1,5 @@
 // The decode library's own rate: the limit dlfs' decode stage is measured
-// against (docs/benchmarks.md, "Decode").
+// against (docs/benchmarks.md, "Decode and augment").
 //
 //   dlfs_decode_limit DIR_OR_FILE... [--threads N] [--reps R]
 //                     [--pipeline SIZE [--crop center|random-resized] [--flip]

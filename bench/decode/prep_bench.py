@@ -36,7 +36,7 @@ samples from memory, one thread (build/bench/dlfs_decode_limit --pipeline
   /usr/bin/python3 bench/decode/prep_bench.py --sizes large --images 400 --pipeline-only
                     # 600-1600 px JPEGs, the decode work alone
 
-Prints a Markdown table (paste into docs/benchmarks.md) and writes the raw
+Prints a Markdown table (the results page, docs/benchmarks.md, quotes it) and writes the raw
 results as JSON next to the data. Run from the repository root after
 building (build/dlfs, build/python).
 """

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fields benchmark (issue 15, docs/benchmarks.md "Fields and compression"):
+# The fields benchmark (issue 15; its figures: docs/benchmarks.md "Smaller questions"):
 # bytes on disk and samples/s of format v2 volumes, measured side by side in
 # one run:
 #   A  Fashion-MNIST's raw pixels (784-byte "pix" fields, from Debian's

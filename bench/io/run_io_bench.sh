@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The I/O benchmark: every row of the read-path table (docs/benchmarks.md,
-# issue 11) in one command — full shuffled epochs read cold through
+# The I/O benchmark: every row of the read-path table (issue 11; its figures:
+# docs/benchmarks.md, "Reading samples") in one command — full shuffled epochs read cold through
 # `dlfs bench`, the Python datasets and `dlfs mount`, against the device
 # limit (fio) and the peers (one file per sample, PyTorch, LMDB) — then a
 # table of medians with the ratios and targets, a JSON file and a plot.
