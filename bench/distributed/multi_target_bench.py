@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Multi-target volumes (issue 6): one cold-cache epoch of the same data set
 read through `dlfs bench` from a volume of 1, 2 and 4 targets.
 

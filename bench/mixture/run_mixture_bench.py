@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """A weighted mixture against one volume of the same samples, from memory.
 
 Packs NA + NB samples of SIZE bytes as two volumes (a, b) and as one (c),
