@@ -41,3 +41,11 @@ def test_script_is_executable_and_help_only_helps(script, tmp_path):
     assert len(proc.stdout.strip().splitlines()) >= 2, proc.stdout  # a usage, not a word
     assert _tree(REPO / script.relative_to(REPO).parts[0]) == before
     assert sorted(os.listdir(tmp_path)) == [], os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize("script", [s for s in SCRIPTS if s.suffix == ".py"],
+                         ids=lambda p: str(p.relative_to(REPO)))
+def test_python_script_runs_on_debians_python(script):
+    # Debian's python3-* packages (numpy, torch, lmdb) and the dlfs module the
+    # build makes belong to /usr/bin/python3; `env python3` may find another.
+    assert script.read_text().splitlines()[0] == "#!/usr/bin/python3"
