@@ -201,45 +201,9 @@ void SequentialFill::Run(State& s) {
     return true;
   };
 
-  auto progress = [&] { return s.options.progress ? s.options.progress() : ReaderProgress{}; };
-  // Waits (at most 2 s) until the caller has been handed `bytes` in all.
-  auto await_progress = [&](uint64_t bytes) {
-    const double deadline = Now() + 2.0;
-    ReaderProgress p = progress();
-    while (p.payload_bytes < bytes && Now() < deadline && !stopped()) {
-      std::unique_lock lock(s.mu);
-      s.cv.wait_for(lock, std::chrono::milliseconds(10));
-      lock.unlock();
-      p = progress();
-    }
-    return p;
-  };
-  // What each later epoch saves per cached byte: what the caller waits per
-  // byte it gets, in steady state and with nothing filling. So it is
-  // measured before the probe, over the second window's worth of bytes the
-  // caller gets: the first includes the run's start (the first batch waits
-  // for the whole pipeline: 0.1-0.3 s of a 0.2 s Fashion-MNIST epoch here,
-  // which counted as a saving of every later epoch), and while a window is
-  // filled, the fill takes CPU the caller may need (ranks bound to a core
-  // each, or more ranks than cores), and the waits it causes would count as
-  // savings of filling.
-  std::optional<double> wait_per_byte;
-  ReaderProgress before;
-  if (!s.options.requested && s.options.progress) {
-    uint64_t window = volume.info().data_bytes;
-    if (scan.windows() > 0) window = std::min(window, scan.window_bytes(0));
-    const ReaderProgress a = await_progress(window);
-    const ReaderProgress b = await_progress(a.payload_bytes + window);
-    before = b;
-    if (b.payload_bytes > a.payload_bytes) {
-      wait_per_byte = (b.caller_wait_seconds - a.caller_wait_seconds) /
-                      static_cast<double>(b.payload_bytes - a.payload_bytes);
-    }
-  }
-
   // The probe: one window, which measures reading and copying here.
   std::optional<uint64_t> w;
-  if (!memory_short() && !stopped()) w = cache.ClaimFillWindow(scan.windows());
+  if (!memory_short()) w = cache.ClaimFillWindow(scan.windows());
   if (w) fill_window(*w);
   bool fill = false;
   if (w && !stopped()) {
@@ -258,14 +222,18 @@ void SequentialFill::Run(State& s) {
     in.cacheable_bytes = std::min(volume.info().data_bytes, cs.capacity) -
                          std::min(std::min(volume.info().data_bytes, cs.capacity), cs.used);
     if (!in.requested) {
-      // A caller too slow to get two windows before the deadlines (or a
-      // volume of one window) is measured from its start, the probe's time
-      // included.
-      if (!wait_per_byte) {
-        const ReaderProgress p = await_progress(std::max(before.payload_bytes, st.bytes_read));
-        if (p.payload_bytes) wait_per_byte = p.caller_wait_seconds / p.payload_bytes;
+      // What each later epoch saves per cached byte: what the caller has
+      // waited per byte it got. Measured over a window's worth of batches
+      // at least (the first batches of a run wait for the pipeline to fill).
+      const double deadline = Now() + 2.0;
+      ReaderProgress p = s.options.progress ? s.options.progress() : ReaderProgress{};
+      while (p.payload_bytes < st.bytes_read && Now() < deadline && !stopped()) {
+        std::unique_lock lock(s.mu);
+        s.cv.wait_for(lock, std::chrono::milliseconds(10));
+        lock.unlock();
+        p = s.options.progress ? s.options.progress() : ReaderProgress{};
       }
-      in.costs.read = std::max(0.0, wait_per_byte.value_or(0));
+      in.costs.read = p.payload_bytes ? p.caller_wait_seconds / p.payload_bytes : 0;
     }
     const FillDecision d = DecideFill(in);
     fill = d.fill;

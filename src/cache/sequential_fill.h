@@ -11,10 +11,9 @@
 //
 // Whether to fill is decided here, per process, by DecideFill
 // (fill_plan.h): the first window claimed is the probe that measures what
-// reading and copying cost on this machine; what the reader's caller
-// waited per byte before it, in steady state (over the second window's
-// worth of bytes it got: not the run's start, and not while a fill competes
-// for its CPU), is what each later epoch would save per cached byte. A cache the user asked for (an explicit budget) is filled without
+// reading and copying cost on this machine; what the reader's caller has
+// waited per byte so far is what each later epoch would save per cached
+// byte. A cache the user asked for (an explicit budget) is filled without
 // asking. Whatever is filled stays cached; a fill that does not pay stops
 // after its probe.
 //

@@ -8,9 +8,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
-#include <atomic>
 #include <filesystem>
-#include <functional>
 #include <thread>
 #include <vector>
 
@@ -117,68 +115,6 @@ TEST_F(SequentialFillTest, AFillThatPaysGoesOn) {
                                           .caller_wait_seconds = 10,
                                           .payload_bytes = 1'000'000'000};
                                     }});
-  fill.Start();
-  fill.WaitFilled();
-  const auto st = fill.stats();
-  EXPECT_TRUE(st.decision.fill) << st.decision.reason;
-  EXPECT_EQ(st.windows_filled, st.windows);
-  ExpectAllCached(*cache);
-}
-
-// A caller that gets 1 MB per question and waits `wait(bytes so far)` seconds
-// for it (on the fill's thread: no locking needed beyond the atomic).
-SequentialFill::Options Caller(std::function<double(uint64_t)> wait, double epochs_after) {
-  auto got = std::make_shared<std::atomic<uint64_t>>(0);
-  auto waited = std::make_shared<std::atomic<double>>(0);
-  return {.epochs_after = epochs_after, .progress = [=] {
-            const uint64_t bytes = got->fetch_add(1'000'000) + 1'000'000;
-            const double total = waited->load() + wait(bytes);
-            waited->store(total);
-            return SequentialFill::ReaderProgress{.caller_wait_seconds = total,
-                                                  .payload_bytes = bytes};
-          }};
-}
-
-// The first batches of a run wait for the whole pipeline (0.1-0.3 s here):
-// that is no saving of a later epoch. This caller waited 10 s for its first
-// megabyte and nothing since: a fill saves it nothing.
-TEST_F(SequentialFillTest, TheRunsStartIsNotASaving) {
-  auto cache = Cache();
-  ASSERT_TRUE(cache);
-  SequentialFill fill(cache, vol_,
-                      Caller([](uint64_t bytes) { return bytes <= 1'000'000 ? 10.0 : 0.0; }, 100));
-  fill.Start();
-  fill.WaitFilled();
-  const auto st = fill.stats();
-  EXPECT_TRUE(st.decided);
-  EXPECT_FALSE(st.decision.fill) << st.decision.reason;
-  EXPECT_EQ(st.windows_filled, 1u);  // the probe
-}
-
-// What the caller waits while the probe fills is the fill's own doing where
-// both compete for a core (ranks bound to one core each): it is not what a
-// cached epoch saves. This caller waits only once the probe has put samples
-// in the cache.
-TEST_F(SequentialFillTest, WaitsDuringTheProbeAreNotSavings) {
-  auto cache = Cache();
-  ASSERT_TRUE(cache);
-  SequentialFill fill(
-      cache, vol_,
-      Caller([cache](uint64_t) { return cache->stats().samples > 0 ? 1.0 : 0.0; }, 100));
-  fill.Start();
-  fill.WaitFilled();
-  const auto st = fill.stats();
-  EXPECT_TRUE(st.decided);
-  EXPECT_FALSE(st.decision.fill) << st.decision.reason;
-  EXPECT_EQ(st.windows_filled, 1u);
-}
-
-// And a caller that keeps waiting for its data (0.1 s per MB, steadily) is
-// saved that in every later epoch: the fill goes on.
-TEST_F(SequentialFillTest, SteadyWaitsAreSavings) {
-  auto cache = Cache();
-  ASSERT_TRUE(cache);
-  SequentialFill fill(cache, vol_, Caller([](uint64_t) { return 0.1; }, 10));
   fill.Start();
   fill.WaitFilled();
   const auto st = fill.stats();
