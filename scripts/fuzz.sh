@@ -7,10 +7,18 @@
 #   FUZZ_JOBS=N ...                              harnesses run at once (default: cores)
 #   FUZZ_CPU=7200 scripts/fuzz.sh 14400          stop each after 2 h of its own CPU time
 #                                                (or the wall limit): for a shared machine
-# Corpora grow in build-fuzz/corpus/<harness> across runs (seeds: fuzz/make_seeds.py);
-# a crash, leak, timeout or allocation over 1 GiB fails the run and leaves
-# the input in build-fuzz/artifacts/<harness>/. Exit status 0 only if every
-# harness ran clean. See docs/reliability.md. Lower a long run's priority
+#   FUZZ_COMMITTED=0 ...                         without the committed corpus (the test
+#                                                command's smoke run: seeds only, 5 s each)
+#   FUZZ_MINIMIZE=1 scripts/fuzz.sh 0 [HARNESS...]   no fuzzing: merge what the runs
+#                                                found into fuzz/corpus/<harness>.tar.xz, the
+#                                                smallest set of inputs with the same coverage
+# Each run starts from fuzz/make_seeds.py's seeds and the corpus committed in
+# fuzz/corpus/<harness>.tar.xz (the minimized result of the campaigns in
+# docs/reliability.md); what it finds grows in build-fuzz/corpus/<harness>
+# across runs. Each harness's line ends with its coverage (edges) when it
+# started and when it stopped. A crash, leak, timeout or allocation over
+# 1 GiB fails the run and leaves the input in build-fuzz/artifacts/<harness>/.
+# Exit status 0 only if every harness ran clean. Lower a long run's priority
 # (nice) rather than pausing it: libFuzzer's per-input timeout and slow-unit
 # report count wall time, so a SIGSTOP shows up as a timeout.
 if [[ ${1-} == -h || ${1-} == --help ]]; then  # the comment above, and nothing else
@@ -73,6 +81,37 @@ stop_after_cpu() {  # pidfile stop
   done
 }
 
+# The committed corpus of a harness, if it has one, unpacked afresh (read
+# only: new inputs go to build-fuzz/corpus/<harness>). It is kept as one
+# xz archive per harness: LMDB and volume inputs are mostly zero pages
+# (2.5 MB of lmdb inputs are 15 KB packed).
+committed() {
+  local archive=fuzz/corpus/$1.tar.xz
+  [[ -f $archive && ${FUZZ_COMMITTED:-1} != 0 ]] || return 0
+  rm -rf "$dir/committed/$1" && mkdir -p "$dir/committed"
+  tar -C "$dir/committed" -xJf "$archive" && echo "$dir/committed/$1"
+}
+
+if [[ -n "${FUZZ_MINIMIZE:-}" ]]; then
+  # -merge=1 into an empty directory keeps the fewest inputs that reach
+  # every feature of all the directories after it.
+  for h in "${harnesses[@]}"; do
+    fresh=$dir/minimized/$h
+    rm -rf "$fresh" && mkdir -p "$fresh" "$dir/corpus/$h" "$dir/logs"
+    # shellcheck disable=SC2046
+    "$dir/fuzz/fuzz_$h" -merge=1 -malloc_limit_mb=1024 -rss_limit_mb=2048 -timeout=30 \
+      "$fresh" "$dir/corpus/$h" "$dir/seeds/$h" $(committed "$h") >"$dir/logs/$h.merge.log" 2>&1 ||
+      { echo "fuzz: merging $h failed, see $dir/logs/$h.merge.log" >&2; exit 1; }
+    mkdir -p fuzz/corpus
+    tar -C "$dir/minimized" --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf - "$h" |
+      xz -9 >"fuzz/corpus/$h.tar.xz"
+    printf '%-16s %5s inputs, %6s, packed %6s  (%s)\n' "$h" "$(ls "$fresh" | wc -l)" \
+      "$(du -sh "$fresh" | cut -f1)" "$(du -h "fuzz/corpus/$h.tar.xz" | cut -f1)" \
+      "$(grep -m1 -o 'MERGE-OUTER: .*' "$dir/logs/$h.merge.log" | tail -1)"
+  done
+  exit 0
+fi
+
 run_one() {  # harness
   local h=$1
   mkdir -p "$dir/corpus/$h" "$dir/artifacts/$h" "$dir/logs"
@@ -87,17 +126,21 @@ run_one() {  # harness
   start=$(date +%s)
   # CPU seconds beside the wall time: a long run may share the machine.
   # The shell execs the fuzzer, so `time` and the pid file see the fuzzer.
+  # shellcheck disable=SC2046
   { time bash -c 'echo $$ >"$0"; exec "$@"' "$pidfile" "$dir/fuzz/fuzz_$h" "$dir/corpus/$h" \
-    "$dir/seeds/$h" "${limits[@]}" "${extra[@]}" -artifact_prefix="$dir/artifacts/$h/" \
-    >"$log" 2>&1; } 2>"$log.cpu" || rc=$?
+    "$dir/seeds/$h" $(committed "$h") "${limits[@]}" "${extra[@]}" \
+    -artifact_prefix="$dir/artifacts/$h/" >"$log" 2>&1; } 2>"$log.cpu" || rc=$?
   [[ -z "$watcher" ]] || kill "$watcher" 2>/dev/null || true
-  local execs rate cpu
+  local execs rate cpu cov0 cov1
   execs=$(awk '/stat::number_of_executed_units/ {print $2}' "$log" | tail -1)
   rate=$(awk '/stat::average_exec_per_sec/ {print $2}' "$log" | tail -1)
   cpu=$(awk '{print $1 + $2}' "$log.cpu" 2>/dev/null)
-  printf '%-16s %8ss %8ss cpu %12s execs %8s/s %6s inputs  %s\n' "$h" "$(($(date +%s) - start))" \
-    "${cpu:-?}" "${execs:-?}" "${rate:-?}" "$(ls "$dir/corpus/$h" | wc -l)" \
-    "$( ((rc == 0)) && echo ok || echo "FAILED (rc $rc, see $log)")"
+  # Edges covered after loading the corpora, and at the last status line.
+  cov0=$(grep -m1 -o 'INITED cov: [0-9]*' "$log" | awk '{print $3}')
+  cov1=$(grep -o ' cov: [0-9]*' "$log" | tail -1 | awk '{print $2}')
+  printf '%-16s %8ss %8ss cpu %12s execs %8s/s %6s inputs  cov %s -> %s  %s\n' "$h" \
+    "$(($(date +%s) - start))" "${cpu:-?}" "${execs:-?}" "${rate:-?}" "$(ls "$dir/corpus/$h" | wc -l)" \
+    "${cov0:-?}" "${cov1:-?}" "$( ((rc == 0)) && echo ok || echo "FAILED (rc $rc, see $log)")"
   return $rc
 }
 

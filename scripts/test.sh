@@ -89,7 +89,7 @@ if [[ -z "${DLFS_NO_SANITIZE:-}" ]]; then
     build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLFS_SANITIZE=address,undefined \
     -DDLFS_BUILD_FUZZERS=ON -DDLFS_BUILD_PYTHON=OFF "${lines_only[@]}" \
     "${shards[@]}"
-  FUZZ_DIR=build-asan stage "fuzz smoke (${DLFS_FUZZ_SECONDS:-5} s per harness)" \
+  FUZZ_DIR=build-asan FUZZ_COMMITTED=0 stage "fuzz smoke (${DLFS_FUZZ_SECONDS:-5} s per harness)" \
     scripts/fuzz.sh "${DLFS_FUZZ_SECONDS:-5}"
   stage "concurrency tests under ThreadSanitizer" run_tsan
 fi
