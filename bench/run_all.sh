@@ -6,7 +6,8 @@
 #                                      (as root, on a quiet machine: ~5 h, the sum
 #                                      of the scripts' own durations)
 #   bench/run_all.sh --quick           each one's small configuration: checks that
-#                                      the whole chain runs here (~40 min on 2 cores);
+#                                      the whole chain runs here (15 min on 2 cores,
+#                                      beside fuzzers at nice 19);
 #                                      its figures are not measurements
 #   bench/run_all.sh [--quick] NAME... only these (names: bench/run_all.sh --list)
 #   bench/run_all.sh --list            the names, with the command each runs
