@@ -41,6 +41,8 @@ import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO / "bench/common"))
+import volumes  # noqa: E402  (bench/common/volumes.py)
 
 
 def drop_caches():
@@ -83,21 +85,8 @@ def run(dlfs, volume, epochs, extra, disk):
 
 
 def make_volumes(args):
-    work = pathlib.Path(args.dir)
-    work.mkdir(parents=True, exist_ok=True)
-    fm = work / "fm.dlfs"
-    if not fm.exists():
-        subprocess.run([args.dlfs, "pack", "/usr/share/datasets/fashion-mnist", "-o", str(fm),
-                        "-q"], check=True)
-    big = work / f"big-{args.big_samples}.dlfs"
-    if not big.exists():
-        src = work / f"big-{args.big_samples}-src"
-        if not src.exists():
-            subprocess.run([sys.executable, str(REPO / "bench/data/make_imagenet_like.py"),
-                            "--files", str(args.big_samples), "--mean-kb", "100", "-q", str(src)],
-                           check=True)
-        subprocess.run([args.dlfs, "pack", str(src), "-o", str(big), "-q"], check=True)
-    return fm, big
+    return (volumes.fashion_mnist(args.dlfs, args.dir),
+            volumes.imagenet_like(args.dlfs, args.dir, args.big_samples))
 
 
 def median(values):

@@ -31,6 +31,8 @@ import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO / "bench/common"))
+import volumes  # noqa: E402  (bench/common/volumes.py)
 CONFIGS = {"cache off": ["--cache-budget", "0"], "defaults": []}
 
 
@@ -53,21 +55,8 @@ def run(args, volume, ranks, extra):
 
 
 def make_volumes(args):
-    work = pathlib.Path(args.dir)
-    work.mkdir(parents=True, exist_ok=True)
-    fm = work / "fm.dlfs"
-    if not fm.exists():
-        subprocess.run([args.dlfs, "pack", "/usr/share/datasets/fashion-mnist", "-o", str(fm),
-                        "-q"], check=True)
-    big = work / f"big-{args.samples}.dlfs"
-    if not big.exists():
-        src = work / f"big-{args.samples}-src"
-        if not src.exists():
-            subprocess.run([sys.executable, str(REPO / "bench/data/make_imagenet_like.py"),
-                            "--files", str(args.samples), "--mean-kb", "100", "-q", str(src)],
-                           check=True)
-        subprocess.run([args.dlfs, "pack", str(src), "-o", str(big), "-q"], check=True)
-    return {"Fashion-MNIST, 70,000 x 784 B": fm, f"{args.samples:,} x ~100 KB": big}
+    return {"Fashion-MNIST, 70,000 x 784 B": volumes.fashion_mnist(args.dlfs, args.dir),
+            f"{args.samples:,} x ~100 KB": volumes.imagenet_like(args.dlfs, args.dir, args.samples)}
 
 
 def summarize(runs):
@@ -131,15 +120,15 @@ def main():
         return
     if os.geteuid() != 0:
         sys.exit("run as root: every run starts with the page cache dropped")
-    volumes = make_volumes(args)
-    for volume in volumes.values():
+    vols = make_volumes(args)
+    for volume in vols.values():
         # Once through the disk before anything is timed: a host that caches a
         # VM's virtual disk then serves every run alike.
         subprocess.run(["dd", f"if={volume}", "of=/dev/null", "bs=4M", "iflag=direct",
                         "status=none"], check=True)
-    results = {name: {c: {n: [] for n in args.ranks} for c in CONFIGS} for name in volumes}
+    results = {name: {c: {n: [] for n in args.ranks} for c in CONFIGS} for name in vols}
     for rep in range(args.reps):
-        for name, volume in volumes.items():
+        for name, volume in vols.items():
             for ranks in args.ranks:
                 for config, extra in CONFIGS.items():
                     epochs = run(args, volume, ranks, extra)
