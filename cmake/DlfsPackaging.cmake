@@ -2,8 +2,10 @@
 # .deb (`cpack -G DEB`). Included at the end of the top-level CMakeLists.txt.
 #
 # What is installed:
-#   lib/libdlfs.a, lib/libdlfs_mpi.a (with MPI), include/dlfs/*.h
-#   lib/cmake/dlfs/   dlfsConfig.cmake: imported targets dlfs::dlfs, dlfs::mpi
+#   lib/libdlfs.a, lib/libdlfs_mpi.a (with MPI), lib/libdlfs_report.a (with
+#   the CLI), include/dlfs/*.h
+#   lib/cmake/dlfs/   dlfsConfig.cmake: imported targets dlfs::dlfs, dlfs::mpi,
+#                     dlfs::report
 #   lib/pkgconfig/dlfs.pc
 #   bin/dlfs          the CLI (DLFS_BUILD_CLI)
 #   the Python package dlfs (DLFS_BUILD_PYTHON), where python3 looks for it
@@ -55,7 +57,10 @@ function(dlfs_describe_dependencies target out)
   set(flags "")
   set(debs "")
   foreach(lib IN LISTS libs)
-    if(lib MATCHES "^PkgConfig::(.+)$")
+    if(lib MATCHES "^\\$<BUILD_INTERFACE:")
+      # Used while building only (nlohmann_json in dlfs_report): not exported.
+      continue()
+    elseif(lib MATCHES "^PkgConfig::(.+)$")
       set(prefix "${CMAKE_MATCH_1}")
       set(module "${${prefix}_MODULE_NAME}")
       if(NOT module)
@@ -102,7 +107,7 @@ function(dlfs_describe_dependencies target out)
         "if(NOT TARGET MPI::MPI_C)\n"
         "  list(APPEND _dlfs_missing \"MPI for C (Debian: ${deb})\")\n"
         "endif()\n")
-    elseif(lib MATCHES "^dlfs(_mpi)?$")
+    elseif(lib MATCHES "^dlfs(_mpi|_report)?$")
       # One of ours: exported by name.
     else()
       message(FATAL_ERROR
@@ -136,15 +141,34 @@ function(dlfs_strip_static_on_install target)
   endif()")
 endfunction()
 dlfs_strip_static_on_install(dlfs)
-# report.h and mpi_report.h belong to dlfs_report, the CLI's text and JSON
-# reports, which is built with the CLI and not installed: without it they
-# would be headers with nothing to link.
+# dlfs_report (dlfs/report.h: the text and JSON documents `dlfs info`,
+# `verify`, `ls`, ... print), built with the CLI, is installed with dlfs, so
+# find_package(dlfs) gives a C++ program dlfs::report; its dependencies are
+# dlfs's. The MPI runs' reports (dlfs_mpi_report, dlfs/mpi_report.h) are
+# not installed, nor is report.h without its library: headers with nothing
+# to link.
+set(_dlfs_not_installed PATTERN "mpi_report.h" EXCLUDE)
+if(TARGET dlfs_report)
+  install(TARGETS dlfs_report EXPORT dlfsTargets
+    ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  dlfs_strip_static_on_install(dlfs_report)
+else()
+  list(APPEND _dlfs_not_installed PATTERN "report.h" EXCLUDE)
+endif()
 install(DIRECTORY include/dlfs DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
-  FILES_MATCHING PATTERN "*.h" PATTERN "report.h" EXCLUDE PATTERN "mpi_report.h" EXCLUDE)
+  FILES_MATCHING PATTERN "*.h" ${_dlfs_not_installed})
 install(FILES ${PROJECT_BINARY_DIR}/include/dlfs/version.h
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/dlfs)
 install(EXPORT dlfsTargets NAMESPACE dlfs:: DESTINATION ${DLFS_INSTALL_CMAKEDIR})
 dlfs_describe_dependencies(dlfs DLFS_CORE_DEPS)
+if(TARGET dlfs_report)
+  # In dlfsTargets too: what it links must be found before that is included.
+  dlfs_describe_dependencies(dlfs_report DLFS_REPORT_DEPS)
+  string(APPEND DLFS_CORE_DEPS_CODE "${DLFS_REPORT_DEPS_CODE}")
+  list(APPEND DLFS_CORE_DEPS_DEB ${DLFS_REPORT_DEPS_DEB})
+  list(REMOVE_DUPLICATES DLFS_CORE_DEPS_DEB)
+endif()
 
 set(DLFS_MPI_DEPS_CODE "")
 set(DLFS_MPI_DEPS_DEB "")

@@ -55,6 +55,7 @@
 #include <vector>
 
 #include "dlfs/directory.h"
+#include "dlfs/image_prep.h"  // Options::images, image_stats()
 #include "dlfs/status.h"
 
 namespace dlfs {

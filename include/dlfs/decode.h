@@ -66,6 +66,7 @@
 
 #include "dlfs/batch.h"
 #include "dlfs/enum_names.h"
+#include "dlfs/image_prep_options.h"  // ColorMode, kDefaultMaxPixels
 #include "dlfs/status.h"
 
 namespace dlfs {
@@ -75,13 +76,6 @@ inline constexpr EnumName<ImageFormat> kImageFormatNames[] = {{ImageFormat::kAut
                                                               {ImageFormat::kJpeg, "jpeg"},
                                                               {ImageFormat::kPng, "png"},
                                                               {ImageFormat::kRaw, "raw"}};
-
-// Channels of the decoded image: kAuto keeps the sample's own (1 for gray
-// and gray+alpha images, 3 for colour, palette and CMYK ones); kRgb and kGray
-// force 3 or 1. Alpha is always dropped (as PIL's convert("RGB")).
-enum class ColorMode : uint8_t { kAuto, kRgb, kGray };
-inline constexpr EnumName<ColorMode> kColorModeNames[] = {
-    {ColorMode::kAuto, "auto"}, {ColorMode::kRgb, "rgb"}, {ColorMode::kGray, "gray"}};
 
 enum class CropMode : uint8_t {
   kCenter,         // torchvision Resize(resize) then CenterCrop(size)
@@ -118,7 +112,7 @@ struct DecodeOptions {
   // Images of more pixels (width x height) are refused from their header,
   // before anything is allocated: decoding needs at most about 8 bytes per
   // pixel (16-bit RGBA PNG), so this bounds a decode's memory (~512 MiB here).
-  uint64_t max_pixels = uint64_t{1} << 26;
+  uint64_t max_pixels = kDefaultMaxPixels;
   // JPEG: decode at 1/2, 1/4 or 1/8 scale (libjpeg's DCT scaling) when the
   // region that is resampled keeps at least the output's size at that scale
   // in both directions — the choice PIL's draft() makes. Much less work for

@@ -23,7 +23,7 @@
 #include <string_view>
 #include <vector>
 
-#include "dlfs/image_prep.h"
+#include "dlfs/image_prep_options.h"
 #include "dlfs/status.h"
 
 namespace dlfs {

@@ -1,6 +1,7 @@
 // The reports of the MPI runs, as `dlfs bench` under mpirun and `dlfs lmdb
 // read` print them (dlfs/report.h says what every report promises). In
-// library dlfs_report when it is built with MPI (dlfs_mpi).
+// library dlfs_mpi_report (dlfs_report and dlfs_mpi), built with the CLI and
+// MPI, not installed.
 #pragma once
 
 #include <string>

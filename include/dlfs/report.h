@@ -2,9 +2,10 @@
 // verify run, a benchmark or an LMDB database, for any tool that wants to
 // print the same (the CLI only chooses which and where).
 //
-// Library dlfs_report (CMake target dlfs::report), built when nlohmann_json
-// is available, as it is for the CLI; the MPI runs' reports are in
-// dlfs/mpi_report.h.
+// Library dlfs_report (CMake target dlfs::report), built with the CLI (it
+// needs nlohmann_json) and installed with dlfs: find_package(dlfs) gives it
+// to any program. The MPI runs' reports are in dlfs/mpi_report.h (library
+// dlfs_mpi_report, not installed).
 //
 // Every function only formats its arguments and returns the text (or, for
 // listings, hands it out line by line). Text

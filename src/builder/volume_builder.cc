@@ -395,20 +395,16 @@ Status VolumeBuilder::Add(std::string_view path, std::span<const std::byte> data
 
 namespace {
 
-// The class table has an entry for every class up to the largest label, so
-// a label from a hostile source (a tar's .cls, a Datum) must not size it:
-// one sample labelled 10^9 made a 557-byte tar take minutes and gigabytes.
-// 2^24 classes is beyond any labelled data set we know of (ImageNet-21k has
-// 21,841; extreme classification ~3M) and keeps the table <= 128 MiB.
-constexpr uint32_t kMaxClasses = 1u << 24;
-
-bool LabelTooLarge(uint32_t label) { return label != format::kNone && label >= kMaxClasses; }
+// A label must not size the class table (format::kLabelLimit says why).
+bool LabelTooLarge(uint32_t label) {
+  return label != format::kNone && label >= format::kLabelLimit;
+}
 
 // `sample` names it, e.g. "sample 'cat/1.jpg'" (built only on failure: Add is
 // on pack's per-sample path).
 Status LabelError(const std::string& sample, uint32_t label) {
   return Status::InvalidArgument(sample + " has label " + std::to_string(label) +
-                                 ": labels must be below " + std::to_string(kMaxClasses));
+                                 ": labels must be below " + std::to_string(format::kLabelLimit));
 }
 
 }  // namespace

@@ -261,6 +261,15 @@ class Checker {
     return s.find('/') == s.npos && s.find('\0') == s.npos && s != "." && s != "..";
   }
 
+  // The path of sample `i` in directory `k`, for messages: only after Tree
+  // (checks 35-38) passed, so parent links lead to the root and directory
+  // names lie in the pool, and after sample i's own name was checked.
+  static std::string Path(const DirectoryArrays& a, uint64_t k, uint64_t i) {
+    std::string p(a.sample_name(i));
+    for (; k != 0; k = a.dirs[k].parent) p.insert(0, std::string(a.dir_name(k)) + "/");
+    return p;
+  }
+
   // Checks 35-38. Breadth-first order with contiguous, canonical child and
   // sample ranges: directory k's children start right after those of
   // directories < k, and likewise its samples. This makes every range check
@@ -314,6 +323,12 @@ class Checker {
         if (!ComponentOk(a, s.name_offset, s.name_length)) return Bad(where() + " has a bad name");
         if (i > e.first_sample && a.sample_name(i - 1) >= a.sample_name(i)) {
           return Bad(where() + " is not sorted by name within its directory");
+        }
+        // The writer's bound (§4.6 rule 7) before the class table's, so the
+        // message names it whatever class_count is.
+        if (s.label != kNone && s.label >= kLabelLimit) {
+          return Bad(where() + " ('" + Path(a, k, i) + "') has label " + std::to_string(s.label) +
+                     ": labels must be below " + std::to_string(kLabelLimit));
         }
         if (s.label != kNone && s.label >= a.class_count) {
           return Bad(where() + " has label " + std::to_string(s.label) + " but there are only " +

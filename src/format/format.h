@@ -42,6 +42,14 @@ inline constexpr uint32_t kKnownIncompatFlags = kIncompatFields | kIncompatZstd;
 inline constexpr uint32_t kCompatImages = 0x1;
 
 inline constexpr uint32_t kNone = 0xFFFFFFFFu;  // "no parent", "no label"
+// Labels other than kNone are below this (§4.6 rule 7): the writer refuses a
+// larger one and the reader refuses a volume holding one (§5 check 39). The
+// class table has an entry for every class up to the largest label, so a
+// label from a hostile source (a tar's .cls, a Datum) must not size it: one
+// sample labelled 10^9 made a 557-byte tar take minutes and gigabytes. 2^24
+// classes is beyond any labelled data set we know of (ImageNet-21k has
+// 21,841; extreme classification ~3M) and keeps the table <= 128 MiB.
+inline constexpr uint32_t kLabelLimit = 1u << 24;
 
 enum class RegionKind : uint32_t {
   kInvalid = 0,  // reserved: an all-zero entry is never a region

@@ -5,6 +5,7 @@ consumer projects built with find_package(dlfs) and with pkg-config, the
 Run by CTest (tests/CMakeLists.txt) against the build tree in
 $DLFS_BUILD_DIR; nothing is installed outside temporary directories.
 """
+import json
 import os
 import pathlib
 import re
@@ -60,12 +61,17 @@ def test_install_lays_out_library_headers_config_cli_and_python(prefix, tmp_path
     for rel in ["libdlfs.a", "cmake/dlfs/dlfsConfig.cmake", "cmake/dlfs/dlfsConfigVersion.cmake",
                 "cmake/dlfs/dlfsTargets.cmake", "pkgconfig/dlfs.pc"]:
         assert (libdir / rel).is_file(), rel
-    for header in ["volume.h", "builder.h", "loader.h", "version.h", "status.h"]:
+    for header in ["volume.h", "builder.h", "loader.h", "version.h", "status.h",
+                   "image_prep_options.h"]:
         assert (prefix / "include/dlfs" / header).is_file(), header
     assert not list(prefix.glob("include/dlfs/*.in"))
-    # The CLI's reports (library dlfs_report) are not installed: no header
+    # The CLI's reports (library dlfs_report, built with the CLI) are installed
+    # with their header; the MPI runs' (dlfs_mpi_report) are not: no header
     # without its library.
-    assert not (prefix / "include/dlfs/report.h").exists()
+    assert (libdir / "libdlfs_report.a").is_file()
+    assert (prefix / "include/dlfs/report.h").is_file()
+    assert not (prefix / "include/dlfs/mpi_report.h").exists()
+    assert not (libdir / "libdlfs_mpi_report.a").exists()
     assert _run([prefix / "bin/dlfs", "--version"]).strip() == f"dlfs {_version()}"
     # The installed Python package, imported from elsewhere.
     env = dict(os.environ, PYTHONPATH=str(_python_dir(prefix)))
@@ -82,6 +88,11 @@ def test_cmake_consumer_with_find_package(prefix, tmp_path):
     _run(["cmake", "--build", build])
     out = _run([build / "consumer", tmp_path / "v.dlfs"])
     assert out.startswith(f"ok dlfs {_version()}: 300 samples read back"), out
+    # dlfs::report: the same document as the installed `dlfs info --json`.
+    report = _run([build / "consumer_report", "v.dlfs"], cwd=tmp_path)
+    info = json.loads(report)
+    assert info["samples"] == 300 and info["class_names"] == ["even", "odd"], info
+    assert report == _run([prefix / "bin/dlfs", "info", "--json", "v.dlfs"], cwd=tmp_path)
     if _with_mpi():  # dlfs::mpi and MPI's C library, in a C++-only project
         out = _run([build / "consumer_mpi"])
         assert out.startswith("ok dlfs::mpi: rank 0 of 1"), out

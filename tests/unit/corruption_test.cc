@@ -6,6 +6,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cstddef>
+#include <cstring>
 #include <filesystem>
 #include <map>
 
@@ -125,6 +127,56 @@ TEST_F(CorruptionTest, ResealedDirectoryDamageNeverReadsOutOfRange) {
       for (uint64_t c = 0; c < d.class_count(); ++c) (void)d.class_name(c);
     }
   }
+}
+
+// A label of 2^24 or more, which the writer refuses (format.md §4.6 rule 7),
+// is refused on reading too, in a region whose checksums agree (another
+// writer's volume, or one of dlfs before the writer's bound): Open, and so
+// `dlfs verify`, names the file, the sample and the label. The same reseal
+// with a label in range opens, so it is the label that is refused.
+TEST_F(CorruptionTest, LabelOfTwoToTheTwentyFourthIsRefusedOnOpen) {
+  uint64_t idx = 0;
+  {
+    ASSERT_OK_AND_ASSIGN(auto v, Volume::Open(path_));
+    ASSERT_OK_AND_ASSIGN(idx, v->directory().Lookup("dog/deep/1.jpg"));
+  }
+  const auto with_label = [&](uint32_t label) {
+    std::vector<std::byte> bytes = original_;
+    std::byte* dir = bytes.data() + info_.directory_offset;
+    format::DirectoryHeader h;
+    std::memcpy(&h, dir, sizeof h);
+    std::memcpy(dir + h.samples_offset + idx * sizeof(format::SampleEntry) +
+                    offsetof(format::SampleEntry, label),
+                &label, sizeof label);
+    format::Superblock sb;
+    std::memcpy(&sb, bytes.data(), sizeof sb);
+    for (uint32_t r = 0; r < sb.region_count; ++r) {
+      if (sb.regions[r].kind == static_cast<uint32_t>(format::RegionKind::kDirectory)) {
+        sb.regions[r].crc32c = crc32c::Value(dir, info_.directory_bytes);
+      }
+    }
+    format::SealSuperblock(&sb);
+    std::memcpy(bytes.data(), &sb, sizeof sb);
+    std::memcpy(bytes.data() + bytes.size() - sizeof sb, &sb, sizeof sb);  // the copy
+    testing::WriteFile(path_, bytes);
+  };
+
+  with_label(0);
+  ASSERT_OK_AND_ASSIGN(auto v, Volume::Open(path_));
+  EXPECT_EQ(v->directory().sample(idx).label, 0u);
+
+  for (uint32_t label : {1u << 24, 1000012602u, kNoLabel - 1}) {
+    with_label(label);
+    const std::string want = path_ + ": directory region: sample " + std::to_string(idx) +
+                             " ('dog/deep/1.jpg') has label " + std::to_string(label) +
+                             ": labels must be below 16777216";
+    auto r = Volume::Open(path_);
+    ASSERT_THAT(r, StatusIs(StatusCode::kCorruption, want));
+    EXPECT_EQ(r.status().message(), want);
+  }
+
+  with_label(kNoLabel);  // "no label" is not bound
+  EXPECT_OK(Volume::Open(path_));
 }
 
 TEST_F(CorruptionTest, TruncatedFilesAreRefused) {

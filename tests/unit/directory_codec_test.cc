@@ -446,6 +446,13 @@ const std::vector<Mutation> kMutations = {
     {"samples out of order", 39,
      [](Damaged& d) { d.Sample(2, [](auto& s) { s.name_offset = 19; }); },
      "sample 2 is not sorted by name within its directory"},
+    // The writer's bound holds on reading too, whatever class_count is
+    // (format.md §4.6 rule 7); the message gives the sample's path.
+    {"label of 2^24", 39, [](Damaged& d) { d.Sample(4, [](auto& s) { s.label = 1u << 24; }); },
+     "sample 4 ('cat/kittens/3.jpg') has label 16777216: labels must be below 16777216"},
+    {"label just below 'no label'", 39,
+     [](Damaged& d) { d.Sample(3, [](auto& s) { s.label = kNone - 1; }); },
+     "sample 3 ('dog/1.jpg') has label 4294967294: labels must be below 16777216"},
     {"label", 39, [](Damaged& d) { d.Sample(1, [](auto& s) { s.label = 2; }); },
      "sample 1 has label 2 but there are only 2 classes"},
     {"target", 39, [](Damaged& d) { d.Sample(3, [](auto& s) { s.target = 1; }); },
