@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -95,14 +96,21 @@ class VolumeBuilder::Impl {
   std::vector<builder_internal::PrepSample::Field> cur_fields_;
   uint64_t committed_ = 0;     // samples_[0, committed_) came back from the stage
   std::vector<bool> dropped_;  // by sample number: left out (its image failed)
+  // Images that failed without skip_unreadable, not yet returned: each Add
+  // returns the oldest, Finish all that remain, so every sample left out is
+  // named by some call (several can come back from the stage at once).
+  std::deque<Status> unreported_;
   std::vector<format::TreeImage> image_records_;  // sample number, provisional field id
   ImagePrepStats image_stats_;
   // Hands the finished sample to the stage, then takes back what is done
   // (waiting while the stage holds its window's worth).
   Status SubmitPrepared(builder_internal::PrepSample sample);
   // Takes back every sample done (all in flight when `all`, waiting); the
-  // first error is returned after the others were taken back too.
+  // first error writing one is returned after the others were taken back
+  // too (an image that failed goes to unreported_ instead).
   Status TakePrepared(bool all);
+  // The oldest unreported image failure, or Ok.
+  Status NextUnreported();
   // Writes (or holds for training) a sample that came back.
   Status Commit(builder_internal::PrepSample& s);
   // Places sample `s` on a target and stores its fields' raw bytes (the

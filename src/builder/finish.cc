@@ -51,8 +51,19 @@ Status VolumeBuilder::Finish() {
 // them, which removes the temporary files.
 Status VolumeBuilder::Impl::Finish() {
   if (in_sample_) return Status::InvalidArgument("Finish with a sample still open");
-  // Every sample back from image preparation (an error fails the volume).
-  if (stage_) DLFS_RETURN_IF_ERROR(TakePrepared(/*all=*/true));
+  // Every sample back from image preparation (an error fails the volume,
+  // and names every sample left out that no Add named).
+  if (stage_) {
+    DLFS_RETURN_IF_ERROR(TakePrepared(/*all=*/true));
+    if (!unreported_.empty()) {
+      Status first = NextUnreported();
+      std::string message = first.message();
+      for (; !unreported_.empty(); unreported_.pop_front()) {
+        message += "; " + unreported_.front().message();
+      }
+      return Status(first.code(), message);
+    }
+  }
   // A volume smaller than the training set: trained on all of it.
   if (training_ && !samples_.empty()) DLFS_RETURN_IF_ERROR(TrainAndWrite());
   if (stage_) RemoveDropped();

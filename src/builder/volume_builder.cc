@@ -168,12 +168,17 @@ Status VolumeBuilder::Impl::SubmitPrepared(builder_internal::PrepSample sample) 
     st = Commit(*done);
   }
   stage_->Submit(std::move(sample));
-  if (!st.ok()) {
-    Status rest = TakePrepared(/*all=*/false);  // keep the stage moving
-    (void)rest;
-    return st;
-  }
-  return TakePrepared(/*all=*/false);
+  Status rest = TakePrepared(/*all=*/false);  // keeps the stage moving whatever st is
+  DLFS_RETURN_IF_ERROR(st);
+  DLFS_RETURN_IF_ERROR(rest);
+  return NextUnreported();
+}
+
+Status VolumeBuilder::Impl::NextUnreported() {
+  if (unreported_.empty()) return Status::Ok();
+  Status st = std::move(unreported_.front());
+  unreported_.pop_front();
+  return st;
 }
 
 Status VolumeBuilder::Impl::TakePrepared(bool all) {
@@ -193,7 +198,10 @@ Status VolumeBuilder::Impl::Commit(builder_internal::PrepSample& p) {
     // aligned with fields_ by holding nothing for them.
     dropped_[p.sample] = true;
     if (training_) held_.resize(held_.size() + p.fields.size());
-    if (!options_.images.skip_unreadable) return p.status;
+    if (!options_.images.skip_unreadable) {
+      unreported_.push_back(std::move(p.status));
+      return Status::Ok();
+    }
     ++image_stats_.skipped;
     if (image_stats_.skipped_examples.size() < 10) {
       image_stats_.skipped_examples.push_back(p.status.message());
