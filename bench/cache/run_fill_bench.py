@@ -30,7 +30,6 @@ per epoch of the longest Fashion-MNIST and 1.6 GB comparisons (medians over
 the repetitions), cache off against on; --replot JSON draws it again from a
 saved --json without running anything.
 """
-import argparse
 import json
 import os
 import pathlib
@@ -42,6 +41,7 @@ import time
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "bench/common"))
+import script  # noqa: E402  (bench/common/script.py)
 import volumes  # noqa: E402  (bench/common/volumes.py)
 
 
@@ -142,20 +142,12 @@ def plot(results, out):
         name = "Fashion-MNIST, 70,000 x 784 B" if key.startswith("fm") else "16,000 x ~100 KB"
         ax.set(title=name, xlabel="epoch", ylabel="samples/s (median of the runs)", yscale="log")
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle("dlfs bench, cold start, page cache dropped before each run")
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    print(f"plot: {out}")
+    script.save_figure(fig, axes[0], "dlfs bench, cold start, page cache dropped before each run",
+                       out)
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("--dlfs", default=str(REPO / "build/dlfs"))
-    p.add_argument("--dir", default=os.environ.get("DLFS_BENCH_DIR", "/tmp/dlfs-bench") + "/fill")
+    p = script.parser(__doc__, "fill", str(REPO / "build/dlfs"))
     p.add_argument("--big-samples", type=int, default=16000)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--json", help="write every run here")

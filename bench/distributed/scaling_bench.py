@@ -20,7 +20,6 @@ ranks (--replot JSON draws a saved run again). On a machine with fewer cores
 than ranks the ranks share the cores: read the curve's shape against the
 core count printed with it.
 """
-import argparse
 import glob
 import json
 import os
@@ -32,6 +31,7 @@ import sys
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "bench/common"))
+import script  # noqa: E402  (bench/common/script.py)
 import volumes  # noqa: E402  (bench/common/volumes.py)
 CONFIGS = {"cache off": ["--cache-budget", "0"], "defaults": []}
 
@@ -91,20 +91,12 @@ def plot(results, out, cores):
         ax.axvline(cores, color="gray", linewidth=0.8)
         ax.text(cores, ax.get_ylim()[0], f" {cores} cores", color="gray", fontsize=8,
                 va="bottom")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle("dlfs bench under mpirun: one job's samples/s against its ranks")
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    print(f"plot: {out}")
+    script.save_figure(fig, axes[0], "dlfs bench under mpirun: one job's samples/s against its ranks",
+                       out)
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("--dlfs", default=str(REPO / "build/dlfs"))
-    p.add_argument("--dir", default=os.environ.get("DLFS_BENCH_DIR", "/tmp/dlfs-bench") + "/fill")
+    p = script.parser(__doc__, "fill", str(REPO / "build/dlfs"))
     p.add_argument("--samples", type=int, default=16000, help="~100 KB samples (default 16000)")
     p.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4, 8])
     p.add_argument("--epochs", type=int, default=3)
