@@ -221,6 +221,11 @@ struct BenchJobReport {
   // end (by node index); empty otherwise.
   std::vector<uint64_t> node_cache_capacity;
   std::vector<uint64_t> node_cache_bytes;
+  // The node cache's fill (SourceStats::cache_fill_plan): rank 0's plan at
+  // the end, and how many ranks decided to fill (the ranks of a node decide
+  // from the same measurements, so they agree).
+  std::string cache_plan;
+  int ranks_filling = 0;
 };
 
 // Opens `path` (collectively unless private_open; each node only its own

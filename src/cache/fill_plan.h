@@ -6,12 +6,14 @@
 // measure its inputs.
 //
 // Per byte cached: filling costs reading it once more in large sequential
-// windows (scan) and copying it into fresh shared memory (fill); it saves,
-// in every later epoch, what the reader's caller waited per byte it got
-// (read). Every term is per byte, so the decision does not depend on how
-// much fits: fill iff
+// windows (scan) and copying it into fresh shared memory (fill), of which
+// the reader's caller loses the share it was slowed down by while the fill
+// ran (slowed: 0 where the fill runs on an idle core, near 1 where it takes
+// the caller's own); it saves, in every later epoch, what the caller waited
+// per byte it got (read). Every term is per byte, so the decision does not
+// depend on how much fits: fill iff
 //
-//     epochs_after * read  >  scan + fill
+//     epochs_after * read  >  (scan + fill) * slowed
 //
 // unless the user asked for the cache (an explicit budget: it is filled
 // whatever it costs, and the report says what it cost).
@@ -27,6 +29,9 @@ struct FillCosts {
   double scan = 0;  // reading the volume in large sequential windows
   double fill = 0;  // copying into the cache, fresh memory included
   double read = 0;  // what the caller waited per byte an epoch handed out
+  // The caller's lost share of the fill's time: 1 - the rate it got data
+  // at while the fill ran / the rate before. 1 when not measured.
+  double slowed = 1;
 };
 
 struct FillInputs {
@@ -40,7 +45,8 @@ struct FillDecision {
   bool fill = false;
   double cost_seconds = 0;    // predicted, for cacheable_bytes
   double saving_seconds = 0;  // predicted, over epochs_after
-  // For reports: "fill: saves 1.8 s over 4 epochs for 0.4 s (scan 0.02, copy 0.38)".
+  // For reports: "fill: saves 1.8 s over 4 epochs for 0.40 s (read 0.02, copy 0.38,
+  // the reader slowed 100 %)".
   std::string reason;
 };
 

@@ -20,13 +20,16 @@ namespace dlfs::cache_internal {
 namespace {
 
 constexpr char kMagic[8] = {'D', 'L', 'F', 'S', 'N', 'C', '0', '1'};
-constexpr uint32_t kVersion = 2;  // 2: the sequential fill's window claims
+// 2: the sequential fill's window claims; 3: its costs measured once per node
+constexpr uint32_t kVersion = 3;
 constexpr uint64_t kHeaderBytes = 4096;
 constexpr uint64_t kAlign = 64;                 // each sample starts on a cache line
 constexpr uint64_t kBlock = uint64_t{2} << 20;  // fallocate granularity
 constexpr int kSharerSlots = 64;
 // Entry values: 0 empty, 1 being filled, else data offset + 2.
 constexpr uint64_t kEmpty = 0, kFilling = 1, kReadyBase = 2;
+// Header::fill_costs_state.
+constexpr uint32_t kCostsNone = 0, kCostsMeasuring = 1, kCostsPublished = 2;
 
 uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
@@ -55,10 +58,16 @@ struct NodeCache::Header {
   uint64_t fill_window_bytes;
   std::atomic<uint64_t> fill_next;  // next window to claim
   std::atomic<uint64_t> fill_done;  // windows whose samples were offered
+  // Its costs per byte (ClaimFillMeasurement): written before fill_costs_state
+  // becomes kCostsPublished, read after it is seen so.
+  std::atomic<uint32_t> fill_costs_state;
+  std::atomic<int32_t> fill_costs_pid;  // the process measuring or that measured
+  std::atomic<double> fill_cost_scan, fill_cost_fill, fill_cost_read, fill_cost_slowed;
 };
 static_assert(sizeof(NodeCache::Header) <= kHeaderBytes);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 static_assert(std::atomic<int32_t>::is_always_lock_free);
+static_assert(std::atomic<double>::is_always_lock_free);
 
 namespace {
 
@@ -375,6 +384,53 @@ std::optional<uint64_t> NodeCache::ClaimFillWindow(uint64_t windows) {
     }
   }
   return std::nullopt;
+}
+
+bool NodeCache::ClaimFillMeasurement() {
+  const int32_t me = ::getpid();
+  uint32_t state = header_->fill_costs_state.load(std::memory_order_acquire);
+  while (state != kCostsPublished) {
+    if (state == kCostsNone) {
+      if (header_->fill_costs_state.compare_exchange_weak(state, kCostsMeasuring,
+                                                          std::memory_order_acq_rel)) {
+        header_->fill_costs_pid.store(me, std::memory_order_release);
+        return true;
+      }
+      continue;
+    }
+    // Being measured. The pid is stored just after the state: 0 is a
+    // process about to store it, not one that is gone.
+    int32_t by = header_->fill_costs_pid.load(std::memory_order_acquire);
+    if (by == 0 || by == me || ::kill(by, 0) == 0 || errno == EPERM) return false;
+    return header_->fill_costs_pid.compare_exchange_strong(by, me, std::memory_order_acq_rel);
+  }
+  return false;
+}
+
+void NodeCache::PublishFillCosts(const FillCosts* costs) {
+  if (costs == nullptr) {
+    header_->fill_costs_pid.store(0, std::memory_order_relaxed);
+    header_->fill_costs_state.store(kCostsNone, std::memory_order_release);
+    return;
+  }
+  header_->fill_cost_scan.store(costs->scan, std::memory_order_relaxed);
+  header_->fill_cost_fill.store(costs->fill, std::memory_order_relaxed);
+  header_->fill_cost_read.store(costs->read, std::memory_order_relaxed);
+  header_->fill_cost_slowed.store(costs->slowed, std::memory_order_relaxed);
+  header_->fill_costs_pid.store(::getpid(), std::memory_order_relaxed);
+  header_->fill_costs_state.store(kCostsPublished, std::memory_order_release);
+}
+
+std::optional<FillCosts> NodeCache::fill_costs(int32_t* measured_by) const {
+  if (header_->fill_costs_state.load(std::memory_order_acquire) != kCostsPublished) {
+    return std::nullopt;
+  }
+  if (measured_by != nullptr)
+    *measured_by = header_->fill_costs_pid.load(std::memory_order_relaxed);
+  return FillCosts{.scan = header_->fill_cost_scan.load(std::memory_order_relaxed),
+                   .fill = header_->fill_cost_fill.load(std::memory_order_relaxed),
+                   .read = header_->fill_cost_read.load(std::memory_order_relaxed),
+                   .slowed = header_->fill_cost_slowed.load(std::memory_order_relaxed)};
 }
 
 void NodeCache::FillWindowDone() { header_->fill_done.fetch_add(1, std::memory_order_release); }

@@ -53,6 +53,7 @@
 
 #include <unistd.h>
 
+#include "cache/fill_plan.h"
 #include "common/shm_region.h"
 #include "dlfs/volume.h"
 
@@ -128,6 +129,17 @@ class NodeCache {
   void FillWindowDone();
   uint64_t fill_window_bytes() const;
   uint64_t fill_windows_done() const;
+
+  // What filling costs and saves per byte, measured once per node: every
+  // process of a job then decides from the same figures (DecideFill with
+  // its own epochs), so the node's ranks agree, and only one of them pays
+  // for the measuring. True when this process is to measure: nobody has,
+  // or the process measuring is gone. It then publishes the costs, or
+  // gives up (nullptr: another process may measure).
+  bool ClaimFillMeasurement();
+  void PublishFillCosts(const FillCosts* costs);
+  // The costs published on the node, and the process that measured them.
+  std::optional<FillCosts> fill_costs(int32_t* measured_by = nullptr) const;
 
   NodeCacheStats stats() const;
   // The region's file; empty for a private cache.

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <optional>
+#include <string>
 #include <system_error>
 #include <vector>
 
@@ -41,11 +43,12 @@ struct SequentialFill::State {
 };
 
 SequentialFill::Options SequentialFill::Options::ForReader(
-    uint64_t cache_budget, uint32_t planned_epochs, const FaultInjection& faults,
-    std::function<ReaderProgress()> progress) {
+    uint64_t cache_budget, uint32_t planned_epochs, uint64_t epoch_bytes,
+    const FaultInjection& faults, std::function<ReaderProgress()> progress) {
   Options o;
   o.requested = CacheBudgetRequested(cache_budget);
   o.epochs_after = planned_epochs > 0 ? planned_epochs - 1.0 : kAssumedEpochsAfter;
+  o.epoch_bytes = epoch_bytes;
   o.faults = faults;
   o.progress = std::move(progress);
   return o;
@@ -201,48 +204,130 @@ void SequentialFill::Run(State& s) {
     return true;
   };
 
+  auto progress = [&] { return s.options.progress ? s.options.progress() : ReaderProgress{}; };
+  // Waits (at most 2 s) until the caller has been handed `bytes` in all.
+  auto await_progress = [&](uint64_t bytes) {
+    const double deadline = Now() + 2.0;
+    ReaderProgress p = progress();
+    while (p.payload_bytes < bytes && Now() < deadline && !stopped()) {
+      std::unique_lock lock(s.mu);
+      s.cv.wait_for(lock, std::chrono::milliseconds(10));
+      lock.unlock();
+      p = progress();
+    }
+    return p;
+  };
+  const uint64_t epoch_bytes =
+      s.options.epoch_bytes ? s.options.epoch_bytes : volume.info().data_bytes;
+  // The epochs still to read after the one the caller is in.
+  auto epochs_after = [&] {
+    if (s.options.requested || epoch_bytes == 0) return s.options.epochs_after;
+    const double done = std::floor(static_cast<double>(progress().payload_bytes) / epoch_bytes);
+    return std::max(0.0, s.options.epochs_after - done);
+  };
   // The probe: one window, which measures reading and copying here.
-  std::optional<uint64_t> w;
-  if (!memory_short()) w = cache.ClaimFillWindow(scan.windows());
-  if (w) fill_window(*w);
+  auto probe = [&]() -> std::optional<FillCosts> {
+    std::optional<uint64_t> w;
+    if (!memory_short() && !stopped()) w = cache.ClaimFillWindow(scan.windows());
+    if (!w) return std::nullopt;
+    fill_window(*w);
+    std::lock_guard lock(s.mu);
+    const double bytes = std::max<double>(s.stats.bytes_read, 1);
+    return FillCosts{.scan = s.stats.scan_seconds / bytes, .fill = s.stats.fill_seconds / bytes};
+  };
+
+  std::optional<FillCosts> costs;
+  int32_t measured_by = ::getpid();
+  if (s.options.requested) {
+    costs = probe();
+  } else {
+    // What each later epoch saves per cached byte: what the caller waits
+    // per byte it gets, in steady state and with nothing filling. So it is
+    // measured before the probe, and not over the caller's first bytes: the
+    // first batch waits for the whole pipeline to start (0.1-0.3 s of a
+    // 0.2 s Fashion-MNIST epoch here, which counted as a saving of every
+    // later epoch), and while a window is filled the fill takes CPU the
+    // caller may need: the waits it causes are not savings.
+    auto measure = [&]() -> std::optional<FillCosts> {
+      if (epochs_after() <= 0) return std::nullopt;
+      const uint64_t window = scan.windows() > 0 ? scan.window_bytes(0) : epoch_bytes;
+      const ReaderProgress a = await_progress(std::min(window, epoch_bytes / 8));
+      const double ta = Now();
+      const ReaderProgress b =
+          await_progress(a.payload_bytes + std::min(2 * window, epoch_bytes / 4));
+      const double tb = Now();
+      std::optional<FillCosts> c = probe();
+      const ReaderProgress during = progress();
+      const double tc = Now();
+      if (!c) return c;
+      if (b.payload_bytes > a.payload_bytes) {
+        c->read = (b.caller_wait_seconds - a.caller_wait_seconds) /
+                  static_cast<double>(b.payload_bytes - a.payload_bytes);
+      } else {
+        // A caller too slow to get more data before the deadlines: its
+        // waits since its start, the probe's time included.
+        uint64_t probed = 0;
+        {
+          std::lock_guard lock(s.mu);
+          probed = s.stats.bytes_read;
+        }
+        const ReaderProgress p = await_progress(std::max(b.payload_bytes, probed));
+        c->read = p.payload_bytes ? p.caller_wait_seconds / p.payload_bytes : 0;
+      }
+      c->read = std::max(0.0, c->read);
+      // How much the probe slowed the caller: the rate it got data at
+      // while the probe ran against the rate before. Counted only over a
+      // few batches each (a rate from one batch says nothing): else the
+      // fill is taken to cost the caller all its time.
+      constexpr uint64_t kFewBatches = 4;
+      if (b.batches >= a.batches + kFewBatches && during.batches >= b.batches + kFewBatches &&
+          tb > ta && tc > tb) {
+        const double before = static_cast<double>(b.payload_bytes - a.payload_bytes) / (tb - ta);
+        const double while_filling =
+            static_cast<double>(during.payload_bytes - b.payload_bytes) / (tc - tb);
+        c->slowed = std::clamp(1 - while_filling / before, 0.0, 1.0);
+      }
+      return c;
+    };
+    // Measured once per node; the others wait for the figures (as long as
+    // the process measuring lives).
+    while (!stopped() && !cache.full()) {
+      costs = cache.fill_costs(&measured_by);
+      if (costs) break;
+      if (cache.ClaimFillMeasurement()) {
+        measured_by = ::getpid();
+        costs = measure();
+        cache.PublishFillCosts(costs ? &*costs : nullptr);  // none: another may measure
+        break;
+      }
+      std::unique_lock lock(s.mu);
+      s.cv.wait_for(lock, std::chrono::milliseconds(10));
+    }
+  }
   bool fill = false;
-  if (w && !stopped()) {
+  if (!costs && !stopped() && !s.options.requested && epochs_after() <= 0) {
+    std::lock_guard lock(s.mu);
+    s.stats.decided = true;
+    s.stats.decision.reason = "no fill: no epoch after this one";
+  }
+  if (costs && !stopped()) {
     FillInputs in;
     in.requested = s.options.requested;
-    in.epochs_after = s.options.epochs_after;
-    Stats st;
-    {
-      std::lock_guard lock(s.mu);
-      st = s.stats;
-    }
-    const double bytes = std::max<double>(st.bytes_read, 1);
-    in.costs.scan = st.scan_seconds / bytes;
-    in.costs.fill = st.fill_seconds / bytes;
+    in.epochs_after = epochs_after();
+    in.costs = *costs;
     const NodeCacheStats cs = cache.stats();
-    in.cacheable_bytes = std::min(volume.info().data_bytes, cs.capacity) -
-                         std::min(std::min(volume.info().data_bytes, cs.capacity), cs.used);
-    if (!in.requested) {
-      // What each later epoch saves per cached byte: what the caller has
-      // waited per byte it got. Measured over a window's worth of batches
-      // at least (the first batches of a run wait for the pipeline to fill).
-      const double deadline = Now() + 2.0;
-      ReaderProgress p = s.options.progress ? s.options.progress() : ReaderProgress{};
-      while (p.payload_bytes < st.bytes_read && Now() < deadline && !stopped()) {
-        std::unique_lock lock(s.mu);
-        s.cv.wait_for(lock, std::chrono::milliseconds(10));
-        lock.unlock();
-        p = s.options.progress ? s.options.progress() : ReaderProgress{};
-      }
-      in.costs.read = p.payload_bytes ? p.caller_wait_seconds / p.payload_bytes : 0;
-    }
-    const FillDecision d = DecideFill(in);
+    const uint64_t room = std::min(volume.info().data_bytes, cs.capacity);
+    in.cacheable_bytes = room - std::min(room, cs.used);
+    FillDecision d = DecideFill(in);
+    if (measured_by != ::getpid())
+      d.reason += "; costs measured by process " + std::to_string(measured_by);
     fill = d.fill;
     std::lock_guard lock(s.mu);
     s.stats.decided = true;
     s.stats.decision = d;
   }
   while (fill && !stopped() && !cache.full() && !memory_short()) {
-    w = cache.ClaimFillWindow(scan.windows());
+    const std::optional<uint64_t> w = cache.ClaimFillWindow(scan.windows());
     if (!w) break;
     fill_window(*w);
   }

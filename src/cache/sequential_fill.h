@@ -9,13 +9,16 @@
 // soon as its window is in, so an epoch being read gains from the fill
 // while it runs.
 //
-// Whether to fill is decided here, per process, by DecideFill
-// (fill_plan.h): the first window claimed is the probe that measures what
-// reading and copying cost on this machine; what the reader's caller has
-// waited per byte so far is what each later epoch would save per cached
-// byte. A cache the user asked for (an explicit budget) is filled without
-// asking. Whatever is filled stays cached; a fill that does not pay stops
-// after its probe.
+// Whether to fill is decided by DecideFill (fill_plan.h) from costs
+// measured once per node (NodeCache::ClaimFillMeasurement), so the ranks of
+// a job agree: the first process to start measures what its caller waits
+// per byte in steady state (what each later epoch would save per cached
+// byte), then fills one window, the probe, which measures what reading and
+// copying cost here and how much it slowed the caller down; the node's
+// other processes wait for those figures rather than probe too. Each
+// decides with the epochs it has still to read. A cache the user asked for (an explicit budget) is
+// filled without asking. Whatever is filled stays cached; a fill that does
+// not pay stops after its probe.
 //
 // Thread safety: stats() from any thread; the destructor stops the thread
 // after its current window. In a child of fork() (where the thread does
@@ -47,10 +50,15 @@ class SequentialFill {
   struct ReaderProgress {
     double caller_wait_seconds = 0;
     uint64_t payload_bytes = 0;
+    uint64_t batches = 0;  // the calls that handed them out
   };
   struct Options {
     double epochs_after = kAssumedEpochsAfter;  // epochs read after the current one
-    bool requested = false;                     // an explicit budget: fill regardless
+    // The sample bytes the reader hands out per epoch (its rank's share);
+    // 0: the volume's. Sizes the span over which the caller's waits are
+    // measured.
+    uint64_t epoch_bytes = 0;
+    bool requested = false;  // an explicit budget: fill regardless
     std::function<ReaderProgress()> progress;
     // Whether the job's memory is too short to grow the cache now; asked
     // before each window. The fill stops at the first yes: the cache never
@@ -65,7 +73,7 @@ class SequentialFill {
 
     // A reader's fill: requested when `cache_budget` is (CacheBudgetRequested),
     // the epochs after the first from `planned_epochs` (0: kAssumedEpochsAfter).
-    static Options ForReader(uint64_t cache_budget, uint32_t planned_epochs,
+    static Options ForReader(uint64_t cache_budget, uint32_t planned_epochs, uint64_t epoch_bytes,
                              const FaultInjection& faults,
                              std::function<ReaderProgress()> progress);
   };

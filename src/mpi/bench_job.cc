@@ -135,6 +135,15 @@ Result<BenchJobReport> RunBenchJob(MPI_Comm comm, const std::string& path,
     report.bench.epochs.push_back(job);
   }
 
+  // Rank 0's fill plan, and how many ranks fill: the same on every rank.
+  report.cache_plan = source->source_stats().cache_fill_plan;
+  int filling = report.cache_plan.starts_with("fill") ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &filling, 1, MPI_INT, MPI_SUM, comm);
+  report.ranks_filling = filling;
+  int plan_chars = static_cast<int>(report.cache_plan.size());
+  MPI_Bcast(&plan_chars, 1, MPI_INT, 0, comm);
+  report.cache_plan.resize(static_cast<size_t>(plan_chars));
+  MPI_Bcast(report.cache_plan.data(), plan_chars, MPI_CHAR, 0, comm);
   const ShardLoaderStats ss = shard ? shard->stats() : ShardLoaderStats{};
   const JobFields mine{open.seconds,
                        static_cast<double>(open.metadata_bytes_read),

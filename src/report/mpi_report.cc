@@ -72,6 +72,8 @@ std::string FormatBenchJobReport(const BenchJobReport& r, const BenchJobSetup& s
                                   {"shard_io_seconds_max", r.shard_io_seconds_max},
                                   {"shard_exchange_seconds_max", r.shard_exchange_seconds_max},
                                   {"cluster_cache", cluster},
+                                  {"cache_plan", r.cache_plan},
+                                  {"ranks_filling", r.ranks_filling},
                                   {"epochs", epochs}},
                                  2);
   }
@@ -90,6 +92,10 @@ std::string FormatBenchJobReport(const BenchJobReport& r, const BenchJobSetup& s
       "memory       %.1f MB more proportional set size over all ranks after the open "
       "(directory %.1f MB)\n",
       r.open_pss_bytes / 1e6, r.directory_bytes / 1e6);
+  if (!r.cache_plan.empty()) {
+    out += Printf("cache plan   %s; %d of %d ranks fill\n", r.cache_plan.c_str(), r.ranks_filling,
+                  r.ranks);
+  }
   if (setup.shard_local) {
     out += Printf(
         "exchanged    %llu samples, %.1f MB over MPI; slowest rank: %.2f s in "

@@ -73,6 +73,8 @@ def test_bench_under_mpirun_reads_every_sample(mpi, volumes, extra):
     j = json.loads(mpi("bench", two, "--batch", 16, "--epochs", 2, "--json", *extra).stdout)
     assert j["ranks"] == 4
     assert j["samples"] == 2 * 300  # 300 is a multiple of 4: no padding
+    # Rank 0's node-cache plan (empty while undecided) and how many ranks fill.
+    assert isinstance(j["cache_plan"], str) and 0 <= j["ranks_filling"] <= 4
     if "--shard-local" in extra:
         assert j["mode"] == "shard-local" and j["remote_samples"] > 0
     if "--private-open" in extra:

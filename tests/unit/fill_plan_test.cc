@@ -42,6 +42,18 @@ TEST(FillPlanTest, SlowMemoryNeedsMoreEpochsThanABareNode) {
   EXPECT_TRUE(DecideFill(in).fill) << DecideFill(in).reason;
 }
 
+// Where the fill runs on a core the reader does not use, the caller loses
+// little of its time: one epoch to gain can pay for it.
+TEST(FillPlanTest, AFillBesideTheReaderCostsItOnlyWhatItSlowsItDown) {
+  FillInputs in{.cacheable_bytes = 55'000'000, .epochs_after = 1, .costs = kSmallOnVm};
+  EXPECT_FALSE(DecideFill(in).fill) << DecideFill(in).reason;  // slowed 100 %: all of it
+  in.costs.slowed = 0.1;
+  const auto d = DecideFill(in);
+  EXPECT_TRUE(d.fill) << d.reason;
+  EXPECT_NEAR(d.cost_seconds, 0.1 * 0.055 * 6.3, 1e-9);
+  EXPECT_NE(d.reason.find("slowed 10 %"), std::string::npos) << d.reason;
+}
+
 TEST(FillPlanTest, ReadsThatCostNothingAreNotWorthCaching) {
   // A compute-bound loop never waits for data: caching saves it nothing.
   FillInputs in{.cacheable_bytes = 1'000'000,

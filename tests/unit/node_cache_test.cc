@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/file.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -294,6 +295,51 @@ TEST_F(NodeCacheTest, TamperedRegionNeverFeedsAWrongSample) {
   const SourceStats s = Epoch(*b, 0);  // every sample checked against the volume
   EXPECT_GT(s.cache_misses, 0u);       // the damaged ones came from the device
   EXPECT_GT(s.io.requests, 0u);
+}
+
+// The fill's costs are measured by one process of the node and read by
+// all: a second process asking while the first measures is told to wait,
+// then gets the first one's figures.
+TEST_F(NodeCacheTest, OneProcessMeasuresTheFillsCostsForTheNode) {
+  std::string note;
+  auto a = cache_internal::NodeCache::Open(*vol_, {.budget = uint64_t{1} << 30}, &note);
+  auto b = cache_internal::NodeCache::Open(*vol_, {.budget = uint64_t{1} << 30}, &note);
+  ASSERT_TRUE(a && b) << note;
+  EXPECT_FALSE(b->fill_costs());
+  EXPECT_TRUE(a->ClaimFillMeasurement());
+  EXPECT_FALSE(b->ClaimFillMeasurement());  // being measured, by a live process
+  EXPECT_FALSE(b->fill_costs());
+  const cache_internal::FillCosts costs{.scan = 1e-9, .fill = 2e-9, .read = 3e-9};
+  a->PublishFillCosts(&costs);
+  int32_t by = 0;
+  auto got = b->fill_costs(&by);
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->scan, costs.scan);
+  EXPECT_EQ(got->fill, costs.fill);
+  EXPECT_EQ(got->read, costs.read);
+  EXPECT_EQ(by, ::getpid());
+  EXPECT_FALSE(b->ClaimFillMeasurement());  // measured: nothing more to claim
+}
+
+// A process that gave up (no window to probe) lets another measure; one
+// that died measuring is replaced rather than waited for.
+TEST_F(NodeCacheTest, AMeasurementGivenUpOrOrphanedIsTakenOver) {
+  std::string note;
+  auto a = cache_internal::NodeCache::Open(*vol_, {.budget = uint64_t{1} << 30}, &note);
+  ASSERT_TRUE(a) << note;
+  ASSERT_TRUE(a->ClaimFillMeasurement());
+  a->PublishFillCosts(nullptr);
+  EXPECT_FALSE(a->fill_costs());
+  ASSERT_TRUE(a->ClaimFillMeasurement());
+  a->PublishFillCosts(nullptr);
+
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(a->ClaimFillMeasurement() ? 0 : 1);  // and dies measuring
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_TRUE(a->ClaimFillMeasurement());
 }
 
 }  // namespace node_cache_test

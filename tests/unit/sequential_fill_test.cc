@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <atomic>
 #include <filesystem>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -89,14 +91,25 @@ TEST_F(SequentialFillTest, TheNodesProcessesShareTheWindows) {
   ExpectAllCached(*caches[2]);
 }
 
+// A caller that gets a batch of 1 MB each time it is asked and waits
+// `wait(bytes so far)` seconds for it.
+SequentialFill::Options Caller(std::function<double(uint64_t)> wait, double epochs_after) {
+  auto got = std::make_shared<std::atomic<uint64_t>>(0);
+  auto waited = std::make_shared<std::atomic<double>>(0);
+  return {.epochs_after = epochs_after, .progress = [=] {
+            const uint64_t bytes = got->fetch_add(1'000'000) + 1'000'000;
+            const double total = waited->load() + wait(bytes);
+            waited->store(total);
+            return SequentialFill::ReaderProgress{
+                .caller_wait_seconds = total, .payload_bytes = bytes, .batches = bytes / 1'000'000};
+          }};
+}
+
 TEST_F(SequentialFillTest, AFillThatDoesNotPayStopsAfterItsProbe) {
   auto cache = Cache();
   ASSERT_TRUE(cache);
-  // The caller never waited for data: caching would save it nothing.
-  SequentialFill fill(cache, vol_, {.epochs_after = 100, .progress = [] {
-                                      return SequentialFill::ReaderProgress{
-                                          .caller_wait_seconds = 0, .payload_bytes = 1u << 30};
-                                    }});
+  // The caller never waits for data: caching would save it nothing.
+  SequentialFill fill(cache, vol_, Caller([](uint64_t) { return 0.0; }, 100));
   fill.Start();
   fill.WaitFilled();
   const auto st = fill.stats();
@@ -106,21 +119,114 @@ TEST_F(SequentialFillTest, AFillThatDoesNotPayStopsAfterItsProbe) {
   EXPECT_LT(cache->stats().samples, vol_->size());
 }
 
-TEST_F(SequentialFillTest, AFillThatPaysGoesOn) {
+// A caller that keeps waiting for its data (0.1 s per MB) is saved that in
+// every later epoch: the fill goes on.
+TEST_F(SequentialFillTest, SteadyWaitsAreSavings) {
   auto cache = Cache();
   ASSERT_TRUE(cache);
-  // The caller waited 10 s per GB it got: any fill here pays over 10 epochs.
-  SequentialFill fill(cache, vol_, {.epochs_after = 10, .progress = [] {
-                                      return SequentialFill::ReaderProgress{
-                                          .caller_wait_seconds = 10,
-                                          .payload_bytes = 1'000'000'000};
-                                    }});
+  SequentialFill fill(cache, vol_, Caller([](uint64_t) { return 0.1; }, 10));
   fill.Start();
   fill.WaitFilled();
   const auto st = fill.stats();
   EXPECT_TRUE(st.decision.fill) << st.decision.reason;
   EXPECT_EQ(st.windows_filled, st.windows);
   ExpectAllCached(*cache);
+}
+
+// The first batches of a run wait for the whole pipeline (0.1-0.3 s here):
+// that is no saving of a later epoch. This caller waited 10 s for its first
+// megabyte and nothing since: a fill saves it nothing.
+TEST_F(SequentialFillTest, TheRunsStartIsNotASaving) {
+  auto cache = Cache();
+  ASSERT_TRUE(cache);
+  SequentialFill fill(cache, vol_,
+                      Caller([](uint64_t bytes) { return bytes <= 1'000'000 ? 10.0 : 0.0; }, 100));
+  fill.Start();
+  fill.WaitFilled();
+  const auto st = fill.stats();
+  EXPECT_TRUE(st.decided);
+  EXPECT_FALSE(st.decision.fill) << st.decision.reason;
+  EXPECT_EQ(st.windows_filled, 1u);  // the probe
+}
+
+// What the caller waits while the probe fills is the fill's own doing where
+// both compete for a core (ranks bound to one core each): it is not what a
+// cached epoch saves. This caller waits only once the probe has put samples
+// in the cache.
+TEST_F(SequentialFillTest, WaitsDuringTheProbeAreNotSavings) {
+  auto cache = Cache();
+  ASSERT_TRUE(cache);
+  SequentialFill fill(
+      cache, vol_,
+      Caller([cache](uint64_t) { return cache->stats().samples > 0 ? 1.0 : 0.0; }, 100));
+  fill.Start();
+  fill.WaitFilled();
+  const auto st = fill.stats();
+  EXPECT_TRUE(st.decided);
+  EXPECT_FALSE(st.decision.fill) << st.decision.reason;
+  EXPECT_EQ(st.windows_filled, 1u);
+}
+
+// With no epoch left after the one being read, nothing is probed or filled.
+TEST_F(SequentialFillTest, NoEpochLeftNoProbe) {
+  auto cache = Cache();
+  ASSERT_TRUE(cache);
+  // One epoch planned: none after it.
+  SequentialFill fill(cache, vol_, Caller([](uint64_t) { return 1.0; }, 0));
+  fill.Start();
+  fill.WaitFilled();
+  const auto st = fill.stats();
+  EXPECT_TRUE(st.decided);
+  EXPECT_FALSE(st.decision.fill) << st.decision.reason;
+  EXPECT_EQ(st.windows_filled, 0u);
+  EXPECT_EQ(cache->stats().samples, 0u);
+}
+
+// The node's processes decide from one measurement: the first to start
+// measures and probes, the others take its figures instead of their own,
+// so they agree (with their own epochs: here all the same) and only one
+// window is probed.
+TEST_F(SequentialFillTest, TheNodesProcessesDecideFromOneMeasurement) {
+  for (const bool pays : {false, true}) {
+    SCOPED_TRACE(pays ? "the first caller waits" : "the first caller never waits");
+    std::vector<std::shared_ptr<NodeCache>> caches = {Cache(), Cache(), Cache()};
+    for (auto& c : caches) ASSERT_TRUE(c);
+    SequentialFill::Options o = Caller([pays](uint64_t) { return pays ? 0.1 : 0.0; }, 10);
+    // Slowed down after its probe, so that some of the volume is left to
+    // fill when the others decide.
+    o.memory_short = [] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      return false;
+    };
+    auto first = std::make_unique<SequentialFill>(caches[0], vol_, std::move(o));
+    first->Start();
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!first->stats().decided && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_TRUE(first->stats().decided);
+    std::vector<std::unique_ptr<SequentialFill>> fills;
+    fills.push_back(std::move(first));
+    // The others' callers would decide the other way on their own.
+    for (int k = 1; k < 3; ++k) {
+      fills.push_back(std::make_unique<SequentialFill>(
+          caches[k], vol_, Caller([pays](uint64_t) { return pays ? 0.0 : 0.1; }, 10)));
+      fills.back()->Start();
+    }
+    uint64_t filled = 0, windows = 0;
+    for (auto& f : fills) {
+      f->WaitFilled();
+      const auto st = f->stats();
+      EXPECT_TRUE(st.decided);
+      EXPECT_EQ(st.decision.fill, pays) << st.decision.reason;
+      filled += st.windows_filled;
+      windows = st.windows;
+    }
+    EXPECT_EQ(filled, pays ? windows : 1u);
+    if (pays) ExpectAllCached(*caches[1]);
+    fills.clear();
+    caches.clear();  // the last handle removes the region: the next round starts afresh
+  }
 }
 
 // The cache never takes the last of the job's memory: with memory short
