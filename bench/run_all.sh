@@ -32,7 +32,7 @@ BENCHES=(
   "directory|:|build/bench/dlfs_directory_bench --cold|build/bench/dlfs_directory_bench --cold --samples 1000000 --runs 2"
   "pack|bc:bc tar:tar|bench/pack/pack_vs_tar.sh 3|FILES=2000 bench/pack/pack_vs_tar.sh 1"
   "io|fio:fio fusermount3:fuse3|REPS=5 bench/io/run_io_bench.sh|SMALL=1 REPS=1 DIAG=0 FIO_RUNTIME=1 bench/io/run_io_bench.sh"
-  "cache-fill|:|bench/cache/run_fill_bench.py --plot docs/cache_fill.png|bench/cache/run_fill_bench.py --reps 1 --big-samples 2000"
+  "cache-fill|mpirun:openmpi-bin|bench/cache/run_fill_bench.py --plot docs/cache_fill.png|bench/cache/run_fill_bench.py --reps 1 --big-samples 2000"
   "node-cache|mpirun:openmpi-bin|bench/cache/run_cache_bench.py|bench/cache/run_cache_bench.py --samples 2000 --reps 1 --epochs 2"
   "cluster-cache|mpirun:openmpi-bin fusermount3:fuse3|bench/cache/run_cluster_cache_bench.py --plot docs/cluster_cache.png|bench/cache/run_cluster_cache_bench.py --samples 768 --latencies 4 --nodes 4 --reps 1 --epochs 2"
   "scaling|mpirun:openmpi-bin|bench/distributed/scaling_bench.py --plot docs/scaling.png|bench/distributed/scaling_bench.py --samples 2000 --ranks 1 2 --reps 1 --epochs 2"

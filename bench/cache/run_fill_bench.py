@@ -16,12 +16,16 @@ Rows:
                          whole run's wall time (the process, start to exit),
                          epochs 2..N samples/s, device bytes per epoch
                          (/proc/diskstats of the volume's disk)
+  fm, mpirun -np RANKS,  the same three under `mpirun -np --ranks` (default:
+  --epochs 3/5/20        one rank per core, where the fill competes with the
+                         ranks for the cores); rank 0 reports the job
   fm --direct            the cache off with O_DIRECT forced: the read
                          amplification the default now avoids
   big, --epochs 3/10     default, holds (the volume + 10 %), off
   big, half budget       --cache-budget half the volume, --epochs 3: device
                          bytes of epoch 3 (per the engine) over the volume
-The verdicts: default within 10 % of the better of holds/off (wall time);
+The verdicts: default within 10 % of the better of holds/off (wall time,
+also under mpirun);
 fm off >= 0.8M samples/s and <= 1.5x its bytes per epoch from the device;
 fm holds epochs 2..5 >= 4M samples/s; big default epoch 1 >= 0.95x off;
 big half budget epoch 3 <= 52 % of the volume from the device.
@@ -69,12 +73,13 @@ def sectors_read(disk):
     return 0
 
 
-def run(dlfs, volume, epochs, extra, disk):
+def run(dlfs, volume, epochs, extra, disk, ranks=1):
     drop_caches()
     before = sectors_read(disk)
+    mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks)]
     start = time.monotonic()
-    proc = subprocess.run([dlfs, "bench", volume, "--json", "--epochs", str(epochs), *extra],
-                          capture_output=True, text=True)
+    proc = subprocess.run([*(mpirun if ranks > 1 else []), dlfs, "bench", volume, "--json",
+                           "--epochs", str(epochs), *extra], capture_output=True, text=True)
     wall = time.monotonic() - start
     if proc.returncode != 0:
         sys.exit(f"dlfs bench {volume} {' '.join(extra)} failed: {proc.stderr}")
@@ -93,6 +98,22 @@ def median(values):
     return statistics.median(values) if values else float("nan")
 
 
+def last_epoch_device(report):
+    last = report["epochs"][-1]
+    if "cache" in last:
+        return last["cache"].get("device_bytes", 0)
+    if "pipeline" in last:
+        return last["pipeline"]["io_bytes"]
+    return last["storage_bytes"]  # under mpirun: all ranks
+
+
+def plan(report):
+    """The fill plan: `dlfs bench`'s, or under mpirun rank 0's and how many ranks fill."""
+    if "cache_plan" in report:
+        return f"{report['cache_plan']} [{report['ranks_filling']}/{report['ranks']} ranks fill]"
+    return report["epochs"][-1].get("cache", {}).get("plan", "")
+
+
 def summarize(runs):
     """Medians over repetitions of one configuration."""
     later = [statistics.mean(e["samples_per_s"] for e in r["epochs"][1:]) for r in runs
@@ -102,19 +123,17 @@ def summarize(runs):
         "epoch1": median([r["epochs"][0]["samples_per_s"] for r in runs]),
         "later": median(later),
         "disk_per_epoch": median([r["disk_bytes"] / len(r["epochs"]) for r in runs]),
-        "last_epoch_device": median([r["epochs"][-1]["cache"].get("device_bytes", 0)
-                                     if "cache" in r["epochs"][-1]
-                                     else r["epochs"][-1]["pipeline"]["io_bytes"] for r in runs]),
-        "plan": runs[-1]["epochs"][-1].get("cache", {}).get("plan", ""),
+        "last_epoch_device": median([last_epoch_device(r) for r in runs]),
+        "plan": plan(runs[-1]),
         "engine": runs[-1]["engine"],
     }
 
 
-def compare(dlfs, volume, epochs, configs, reps, disk, results, name):
+def compare(dlfs, volume, epochs, configs, reps, disk, results, name, ranks=1):
     runs = {c: [] for c in configs}
     for _ in range(reps):
         for c, extra in configs.items():  # alternating
-            runs[c].append(run(dlfs, volume, epochs, extra, disk))
+            runs[c].append(run(dlfs, volume, epochs, extra, disk, ranks))
     out = {c: summarize(r) for c, r in runs.items()}
     results[f"{name} --epochs {epochs}"] = {"summary": out, "runs": runs}
     return out
@@ -150,6 +169,8 @@ def main():
     p = script.parser(__doc__, "fill", str(REPO / "build/dlfs"))
     p.add_argument("--big-samples", type=int, default=16000)
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--ranks", type=int, default=os.cpu_count(),
+                   help="ranks of the mpirun rows (default: one per core; 0 leaves them out)")
     p.add_argument("--json", help="write every run here")
     p.add_argument("--plot", help="draw samples/s per epoch to this PNG")
     p.add_argument("--replot", metavar="JSON", help="only draw --plot from a saved --json")
@@ -191,6 +212,17 @@ def main():
             verdicts.append(("fm off: >= 0.8M samples/s (epoch 1, cold)", off["epoch1"] >= 0.8e6))
             verdicts.append(("fm off: <= 1.5x the samples' bytes per epoch from the disk",
                              off["disk_per_epoch"] <= 1.5 * fm_bytes))
+    for epochs in (3, 5, 20) if args.ranks > 1 else ():
+        s = compare(args.dlfs, str(fm), epochs,
+                    {"default": [], "holds": ["--cache-budget", "64M"],
+                     "off": ["--cache-budget", "0"]}, args.reps, disk, results,
+                    f"fm mpirun -np {args.ranks}", args.ranks)
+        best = min(s["holds"]["wall"], s["off"]["wall"])
+        print(f" mpirun -np {args.ranks}, --epochs {epochs}")
+        for c in ("default", "holds", "off"):
+            line(c, s[c], best)
+        verdicts.append((f"fm mpirun -np {args.ranks} --epochs {epochs}: default within 10 % of "
+                         "the better", s["default"]["wall"] <= 1.10 * best))
     s = compare(args.dlfs, str(fm), 2, {"direct": ["--cache-budget", "0", "--direct"]},
                 args.reps, disk, results, "fm direct")
     print(" --epochs 2, cache off, O_DIRECT forced (--direct): what the default avoids")
