@@ -105,17 +105,28 @@ SequentialFill::Options Caller(std::function<double(uint64_t)> wait, double epoc
           }};
 }
 
+// Runs a fill of `cache` for a reader whose caller behaves as `caller`
+// says, to its end: its stats.
+SequentialFill::Stats FillFor(std::shared_ptr<NodeCache> cache, std::shared_ptr<Volume> volume,
+                              SequentialFill::Options caller) {
+  SequentialFill fill(std::move(cache), std::move(volume), std::move(caller));
+  fill.Start();
+  fill.WaitFilled();
+  return fill.stats();
+}
+
+// Decided not to fill: only the probe's window was read.
+void ExpectNoFillAfterTheProbe(const SequentialFill::Stats& st) {
+  EXPECT_TRUE(st.decided);
+  EXPECT_FALSE(st.decision.fill) << st.decision.reason;
+  EXPECT_EQ(st.windows_filled, 1u);
+}
+
 TEST_F(SequentialFillTest, AFillThatDoesNotPayStopsAfterItsProbe) {
   auto cache = Cache();
   ASSERT_TRUE(cache);
   // The caller never waits for data: caching would save it nothing.
-  SequentialFill fill(cache, vol_, Caller([](uint64_t) { return 0.0; }, 100));
-  fill.Start();
-  fill.WaitFilled();
-  const auto st = fill.stats();
-  EXPECT_TRUE(st.decided);
-  EXPECT_FALSE(st.decision.fill) << st.decision.reason;
-  EXPECT_EQ(st.windows_filled, 1u);  // the probe
+  ExpectNoFillAfterTheProbe(FillFor(cache, vol_, Caller([](uint64_t) { return 0.0; }, 100)));
   EXPECT_LT(cache->stats().samples, vol_->size());
 }
 
@@ -124,10 +135,7 @@ TEST_F(SequentialFillTest, AFillThatDoesNotPayStopsAfterItsProbe) {
 TEST_F(SequentialFillTest, SteadyWaitsAreSavings) {
   auto cache = Cache();
   ASSERT_TRUE(cache);
-  SequentialFill fill(cache, vol_, Caller([](uint64_t) { return 0.1; }, 10));
-  fill.Start();
-  fill.WaitFilled();
-  const auto st = fill.stats();
+  const auto st = FillFor(cache, vol_, Caller([](uint64_t) { return 0.1; }, 10));
   EXPECT_TRUE(st.decision.fill) << st.decision.reason;
   EXPECT_EQ(st.windows_filled, st.windows);
   ExpectAllCached(*cache);
@@ -139,14 +147,8 @@ TEST_F(SequentialFillTest, SteadyWaitsAreSavings) {
 TEST_F(SequentialFillTest, TheRunsStartIsNotASaving) {
   auto cache = Cache();
   ASSERT_TRUE(cache);
-  SequentialFill fill(cache, vol_,
-                      Caller([](uint64_t bytes) { return bytes <= 1'000'000 ? 10.0 : 0.0; }, 100));
-  fill.Start();
-  fill.WaitFilled();
-  const auto st = fill.stats();
-  EXPECT_TRUE(st.decided);
-  EXPECT_FALSE(st.decision.fill) << st.decision.reason;
-  EXPECT_EQ(st.windows_filled, 1u);  // the probe
+  ExpectNoFillAfterTheProbe(FillFor(
+      cache, vol_, Caller([](uint64_t bytes) { return bytes <= 1'000'000 ? 10.0 : 0.0; }, 100)));
 }
 
 // What the caller waits while the probe fills is the fill's own doing where
@@ -156,15 +158,9 @@ TEST_F(SequentialFillTest, TheRunsStartIsNotASaving) {
 TEST_F(SequentialFillTest, WaitsDuringTheProbeAreNotSavings) {
   auto cache = Cache();
   ASSERT_TRUE(cache);
-  SequentialFill fill(
-      cache, vol_,
-      Caller([cache](uint64_t) { return cache->stats().samples > 0 ? 1.0 : 0.0; }, 100));
-  fill.Start();
-  fill.WaitFilled();
-  const auto st = fill.stats();
-  EXPECT_TRUE(st.decided);
-  EXPECT_FALSE(st.decision.fill) << st.decision.reason;
-  EXPECT_EQ(st.windows_filled, 1u);
+  ExpectNoFillAfterTheProbe(
+      FillFor(cache, vol_,
+              Caller([cache](uint64_t) { return cache->stats().samples > 0 ? 1.0 : 0.0; }, 100)));
 }
 
 // With no epoch left after the one being read, nothing is probed or filled.
@@ -172,10 +168,7 @@ TEST_F(SequentialFillTest, NoEpochLeftNoProbe) {
   auto cache = Cache();
   ASSERT_TRUE(cache);
   // One epoch planned: none after it.
-  SequentialFill fill(cache, vol_, Caller([](uint64_t) { return 1.0; }, 0));
-  fill.Start();
-  fill.WaitFilled();
-  const auto st = fill.stats();
+  const auto st = FillFor(cache, vol_, Caller([](uint64_t) { return 1.0; }, 0));
   EXPECT_TRUE(st.decided);
   EXPECT_FALSE(st.decision.fill) << st.decision.reason;
   EXPECT_EQ(st.windows_filled, 0u);
@@ -192,19 +185,26 @@ TEST_F(SequentialFillTest, TheNodesProcessesDecideFromOneMeasurement) {
     std::vector<std::shared_ptr<NodeCache>> caches = {Cache(), Cache(), Cache()};
     for (auto& c : caches) ASSERT_TRUE(c);
     SequentialFill::Options o = Caller([pays](uint64_t) { return pays ? 0.1 : 0.0; }, 10);
-    // Slowed down after its probe, so that some of the volume is left to
-    // fill when the others decide.
-    o.memory_short = [] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // Held after its probe until the others have decided, so that they
+    // decide with most of the volume still to fill.
+    auto go = std::make_shared<std::atomic<bool>>(false);
+    o.memory_short = [go, asked = 0]() mutable {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (asked++ > 0 && !*go && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
       return false;
+    };
+    auto decided = [](SequentialFill& f) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (!f.stats().decided && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      return f.stats().decided;
     };
     auto first = std::make_unique<SequentialFill>(caches[0], vol_, std::move(o));
     first->Start();
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (!first->stats().decided && std::chrono::steady_clock::now() < until) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    ASSERT_TRUE(first->stats().decided);
+    ASSERT_TRUE(decided(*first));
     std::vector<std::unique_ptr<SequentialFill>> fills;
     fills.push_back(std::move(first));
     // The others' callers would decide the other way on their own.
@@ -213,6 +213,8 @@ TEST_F(SequentialFillTest, TheNodesProcessesDecideFromOneMeasurement) {
           caches[k], vol_, Caller([pays](uint64_t) { return pays ? 0.0 : 0.1; }, 10)));
       fills.back()->Start();
     }
+    for (int k = 1; k < 3; ++k) EXPECT_TRUE(decided(*fills[k]));
+    *go = true;
     uint64_t filled = 0, windows = 0;
     for (auto& f : fills) {
       f->WaitFilled();
