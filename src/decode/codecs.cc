@@ -124,22 +124,47 @@ bool HasEndMarker(std::span<const std::byte> d) {
 // TJPARAM_SCANLIMIT) refuses more than 500, the limit kept here.
 constexpr int kMaxJpegScans = 500;
 
-// The start-of-scan markers up to the end-of-image marker, counting no
-// further than kMaxJpegScans + 1. The walk follows libjpeg's reading:
+// What a walk over a JPEG's markers finds, before any pixel work.
+struct JpegWalk {
+  int scans = 0;  // start-of-scan markers, counted up to kMaxJpegScans + 1
+  // A scan uses a quantization or Huffman table the file has not defined
+  // by then (or the markers are too damaged to tell).
+  bool borrows_tables = false;
+};
+
+// Walks the markers up to the end-of-image marker, as libjpeg reads them:
 // marker segments are skipped by their length; between them (entropy-coded
 // data, stray bytes) an FF byte followed by 00 (stuffing), D0-D7 (restart)
-// or FF (fill) is not a marker, any other is. One pass over the bytes,
-// before any pixel work.
+// or FF (fill) is not a marker, any other is. One pass over the bytes.
 //
-// Why not rely on TJFLAG_LIMITSCANS (which Debian 12's TurboJPEG 2.1.5 has)
-// or libjpeg's progress monitor, both kept below as a second line: they
-// count the scans as libjpeg decodes them, so a file is refused only after
-// 500 entropy-decoding passes over the image — hundreds of times the work of
-// a normal decode. Counting markers first refuses it in microseconds.
-int CountJpegScans(std::span<const std::byte> data) {
+// Scans: each scan of a progressive JPEG is a pass over (one component of)
+// the whole image, and a scan can take a dozen bytes, so a small file of
+// thousands of scans costs thousands of full passes: a CPU bomb. Real
+// encoders write about 10 (libjpeg's progression: 10 for colour, 6 for
+// gray); libjpeg-turbo's TJFLAG_LIMITSCANS (TurboJPEG 3: TJPARAM_SCANLIMIT)
+// refuses more than 500, the limit kept here. Why not rely on it (Debian
+// 12's TurboJPEG 2.1.5 has it) or libjpeg's progress monitor, both kept
+// below as a second line: they count the scans as libjpeg decodes them, so
+// a file is refused only after 500 entropy-decoding passes over the image.
+// Counting markers first refuses it in microseconds.
+//
+// Tables: libjpeg keeps the quantization and Huffman tables a decompressor
+// has read until it is destroyed (for "abbreviated" streams that rely on
+// tables sent before). A workspace's decompressor, reused from image to
+// image, would decode a file that lacks a table with the previous file's:
+// a wrong image, and a different one on each thread (found by the decode
+// fuzzer). A file that borrows is decoded by a fresh decompressor instead,
+// which refuses a missing quantization table and takes libjpeg's standard
+// Huffman tables, as any decoder does.
+JpegWalk WalkJpeg(std::span<const std::byte> data) {
   const auto* d = reinterpret_cast<const uint8_t*>(data.data());
   const size_t n = data.size();
-  int scans = 0;
+  JpegWalk walk;
+  bool quant[4] = {}, huff[2][4] = {};
+  bool arithmetic = false;
+  uint8_t component_ids[4] = {}, component_quant[4] = {};
+  size_t components = 0;
+  auto borrows = [&] { walk.borrows_tables = true; };
   size_t i = 2;  // after SOI
   while (i + 1 < n) {
     const void* ff = std::memchr(d + i, 0xff, n - i - 1);
@@ -155,28 +180,89 @@ int CountJpegScans(std::span<const std::byte> data) {
       i += 2;
       continue;
     }
-    if (m == 0xda && ++scans > kMaxJpegScans) break;
+    if (m == 0xda && ++walk.scans > kMaxJpegScans) break;
     if (i + 3 >= n) break;
-    i += 2 + (size_t{d[i + 2]} << 8 | d[i + 3]);
+    const size_t length = size_t{d[i + 2]} << 8 | d[i + 3];
+    const size_t begin = i + 4, end = std::min(n, i + 2 + length);
+    if (length < 2 || i + 2 + length > n) borrows();  // libjpeg will fail: let a fresh one
+    if (m == 0xdb) {  // DQT: (precision << 4 | id, 64 or 128 bytes)...
+      for (size_t at = begin; at < end;) {
+        const uint8_t id = d[at] & 0x0f;
+        if (id < 4) quant[id] = true;
+        at += 1 + ((d[at] >> 4) ? 128 : 64);
+      }
+    } else if (m == 0xc4) {  // DHT: (class << 4 | id, 16 counts, the symbols)...
+      for (size_t at = begin; at + 17 <= end;) {
+        const uint8_t cls = d[at] >> 4, id = d[at] & 0x0f;
+        if (cls < 2 && id < 4) huff[cls][id] = true;
+        size_t symbols = 0;
+        for (size_t k = 1; k <= 16; ++k) symbols += d[at + k];
+        at += 17 + symbols;
+      }
+    } else if (m >= 0xc0 && m <= 0xcf && m != 0xc4 && m != 0xc8 && m != 0xcc) {  // SOFn
+      arithmetic = m >= 0xc9;
+      components = 0;
+      // (precision, height, width, count), then (id, sampling, table) each.
+      for (size_t at = begin + 6; at + 3 <= end && components < 4; at += 3) {
+        component_ids[components] = d[at];
+        component_quant[components++] = d[at + 2];
+      }
+    } else if (m == 0xda) {
+      // SOS: count, (component id, DC table << 4 | AC table) each, then the
+      // spectral selection Ss, Se and the approximation Ah << 4 | Al. A DC
+      // table is used by the first pass over the DC coefficients (Ss 0,
+      // Ah 0), an AC table by any pass over AC ones (Se > 0).
+      const size_t count = begin < end ? d[begin] : 0;
+      const size_t spectral = begin + 1 + 2 * count;
+      if (spectral + 3 > end) {
+        borrows();
+      } else {
+        const bool dc = d[spectral] == 0 && (d[spectral + 2] >> 4) == 0;
+        const bool ac = d[spectral + 1] > 0;
+        for (size_t k = 0, at = begin + 1; k < count; ++k, at += 2) {
+          bool found = false;
+          for (size_t c = 0; c < components; ++c) {
+            if (component_ids[c] != d[at]) continue;
+            found = true;
+            if (component_quant[c] >= 4 || !quant[component_quant[c]]) borrows();
+          }
+          const uint8_t dc_table = d[at + 1] >> 4, ac_table = d[at + 1] & 0x0f;
+          if (!found || (!arithmetic && dc && (dc_table >= 4 || !huff[0][dc_table])) ||
+              (!arithmetic && ac && (ac_table >= 4 || !huff[1][ac_table]))) {
+            borrows();
+          }
+        }
+      }
+    }
+    i += 2 + length;
   }
-  return scans;
+  return walk;
 }
 
-Status CheckJpegScans(std::span<const std::byte> data) {
-  if (CountJpegScans(data) <= kMaxJpegScans) return Status::Ok();
-  return Status::InvalidArgument("JPEG: more than " + std::to_string(kMaxJpegScans) +
-                                 " scans (refused before decoding: each scan of a progressive "
-                                 "JPEG is a pass over the image)");
+// Refuses a file of too many scans (WalkJpeg), and gives one that borrows
+// tables a fresh decompressor (made by the next Tj()).
+Status CheckJpeg(ImageWorkspace::State& ws, std::span<const std::byte> data) {
+  const JpegWalk walk = WalkJpeg(data);
+  if (walk.scans > kMaxJpegScans) {
+    return Status::InvalidArgument("JPEG: more than " + std::to_string(kMaxJpegScans) +
+                                   " scans (refused before decoding: each scan of a progressive "
+                                   "JPEG is a pass over the image)");
+  }
+  if (walk.borrows_tables && ws.tj != nullptr) {
+    tjDestroy(ws.tj);
+    ws.tj = nullptr;
+  }
+  return Status::Ok();
 }
 
 Result<ImageInfo> ProbeJpeg(ImageWorkspace::State& ws, std::span<const std::byte> data,
                             const DecodeOptions& o) {
-  DLFS_ASSIGN_OR_RETURN(tjhandle tj, Tj(ws));
   if (!HasEndMarker(data)) {
     return Status::InvalidArgument(
         "JPEG: truncated (no end-of-image marker in the last 4096 bytes)");
   }
-  DLFS_RETURN_IF_ERROR(CheckJpegScans(data));
+  DLFS_RETURN_IF_ERROR(CheckJpeg(ws, data));
+  DLFS_ASSIGN_OR_RETURN(tjhandle tj, Tj(ws));
   int w = 0, h = 0, subsamp = 0, colorspace = 0;
   if (tjDecompressHeader3(tj, reinterpret_cast<const unsigned char*>(data.data()), data.size(), &w,
                           &h, &subsamp, &colorspace) != 0) {
@@ -217,9 +303,9 @@ void CmykToRgb(const uint8_t* in, uint8_t* out, size_t pixels) {
 
 Result<PixelView> DecodeJpeg(ImageWorkspace::State& ws, std::span<const std::byte> data,
                              const ImageInfo& info, uint32_t scale_denom, uint32_t channels) {
-  DLFS_ASSIGN_OR_RETURN(tjhandle tj, Tj(ws));
   // Again here: ImagePipeline::Execute decodes without a probe.
-  DLFS_RETURN_IF_ERROR(CheckJpegScans(data));
+  DLFS_RETURN_IF_ERROR(CheckJpeg(ws, data));
+  DLFS_ASSIGN_OR_RETURN(tjhandle tj, Tj(ws));
   const auto* buf = reinterpret_cast<const unsigned char*>(data.data());
   int w = 0, h = 0, subsamp = 0, colorspace = 0;
   if (tjDecompressHeader3(tj, buf, data.size(), &w, &h, &subsamp, &colorspace) != 0) {
@@ -234,7 +320,7 @@ Result<PixelView> DecodeJpeg(ImageWorkspace::State& ws, std::span<const std::byt
   uint8_t* out = Reserve(cmyk ? ws.convert : ws.pixels, size_t{sw} * sh * pixel_bytes);
   // Accurate integer IDCT and fancy upsampling: TurboJPEG's defaults, and
   // what PIL asks libjpeg for. LIMITSCANS: the scan limit again, as libjpeg
-  // counts (CheckJpegScans has refused such files already).
+  // counts (CheckJpeg has refused such files already).
   if (tjDecompress2(tj, buf, data.size(), out, static_cast<int>(sw), 0, static_cast<int>(sh), pf,
                     TJFLAG_LIMITSCANS) != 0) {
     if (tjGetErrorCode(tj) != TJERR_WARNING || !HarmlessWarning(tj)) {
@@ -287,7 +373,7 @@ void JpegEmitMessage(j_common_ptr cinfo, int level) {
 }
 
 // TurboJPEG's TJFLAG_LIMITSCANS for the libjpeg API: the scan limit again,
-// as libjpeg counts (CheckJpegScans has refused such files already).
+// as libjpeg counts (CheckJpeg has refused such files already).
 void JpegProgress(j_common_ptr cinfo) {
   auto* p = reinterpret_cast<JpegScanLimit*>(cinfo->progress);
   if (cinfo->is_decompressor &&
@@ -497,6 +583,8 @@ Result<RawPixels> RawOf(std::span<const std::byte> data, const DecodeOptions& o)
 
 }  // namespace
 
+bool JpegBorrowsTables(std::span<const std::byte> data) { return WalkJpeg(data).borrows_tables; }
+
 Result<RawPixels> ParseRawImage(std::span<const std::byte> data, uint64_t max_pixels) {
   format::RawImageHeader h;
   if (data.size() < sizeof h) {
@@ -624,8 +712,8 @@ Result<DecodedRegion> DecodeRegion(ImageWorkspace::State& ws, std::span<const st
     DLFS_ASSIGN_OR_RETURN(PixelView v, Decode(ws, data, info, o, scale_denom, channels));
     return DecodedRegion{v, 0, 0};
   }
+  DLFS_RETURN_IF_ERROR(CheckJpeg(ws, data));
   DLFS_ASSIGN_OR_RETURN(tjhandle tj, Tj(ws));
-  DLFS_RETURN_IF_ERROR(CheckJpegScans(data));
   int w = 0, h = 0, subsamp = 0, colorspace = 0;
   const auto* buf = reinterpret_cast<const unsigned char*>(data.data());
   if (tjDecompressHeader3(tj, buf, data.size(), &w, &h, &subsamp, &colorspace) != 0) {

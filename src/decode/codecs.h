@@ -67,6 +67,11 @@ Result<ImageFormat> DetectFormat(std::span<const std::byte> data, const DecodeOp
 Result<ImageInfo> Probe(ImageWorkspace::State& ws, std::span<const std::byte> data,
                         const DecodeOptions& options);
 
+// Whether a JPEG uses a quantization or Huffman table it does not define
+// (before the scan that uses it): a workspace's decompressor, which keeps
+// the previous image's tables, must not decode it (codecs.cc, WalkJpeg).
+bool JpegBorrowsTables(std::span<const std::byte> data);
+
 // Decodes `data` (whose header gave `info`) at 1/scale_denom (JPEG only;
 // 1 otherwise) to `channels` (1 or 3) into ws.pixels; the view points there
 // (or into `data` itself for raw samples that need no conversion).

@@ -18,6 +18,7 @@
 #include <random>
 #include <set>
 
+#include "decode/codecs.h"
 #include "dlfs/builder.h"
 #include "dlfs/decode.h"
 #include "dlfs/decode_stage.h"
@@ -392,6 +393,76 @@ TEST(DecodeTest, AFailedHeaderDoesNotSpoilTheNextImage) {
     EXPECT_EQ(got.pixels, want.pixels);
     EXPECT_THAT(p.Run(ws, no_scan, 0, 0), StatusIs(StatusCode::kInvalidArgument, "JPEG"));
     EXPECT_OK(p.Run(ws, good, 0, 0));
+  }
+}
+
+// `jpeg` without its marker segments of type `marker` (DB: quantization
+// tables, C4: Huffman tables).
+std::vector<std::byte> WithoutSegments(const std::vector<std::byte>& jpeg, uint8_t marker) {
+  std::vector<std::byte> out(jpeg.begin(), jpeg.begin() + 2);  // SOI
+  size_t i = 2;
+  while (i + 4 <= jpeg.size() && jpeg[i] == std::byte{0xff} && jpeg[i + 1] != std::byte{0xda}) {
+    const size_t length =
+        std::to_integer<size_t>(jpeg[i + 2]) << 8 | std::to_integer<size_t>(jpeg[i + 3]);
+    if (jpeg[i + 1] != std::byte{marker}) {
+      out.insert(out.end(), jpeg.begin() + static_cast<ptrdiff_t>(i),
+                 jpeg.begin() + static_cast<ptrdiff_t>(i + 2 + length));
+    }
+    i += 2 + length;
+  }
+  out.insert(out.end(), jpeg.begin() + static_cast<ptrdiff_t>(i), jpeg.end());
+  return out;
+}
+
+// JPEGs that define the tables they use are decoded by the workspace's
+// decompressor, reused from image to image (a fresh one per image would
+// cost a setup each).
+TEST(DecodeTest, JpegsWithTheirOwnTablesBorrowNone) {
+  const Image color = Gradient(48, 32, 3, 2), gray = Gradient(48, 32, 1, 3);
+  for (const auto& [what, jpeg] : std::vector<std::pair<std::string, std::vector<std::byte>>>{
+           {"4:2:0", Jpeg(color)},
+           {"4:4:4", Jpeg(color, 90, TJSAMP_444)},
+           {"gray", Jpeg(gray)},
+           {"progressive", Jpeg(color, 90, TJSAMP_420, TJFLAG_PROGRESSIVE)},
+           {"gray progressive", Jpeg(gray, 75, TJSAMP_GRAY, TJFLAG_PROGRESSIVE)}}) {
+    EXPECT_FALSE(decode_internal::JpegBorrowsTables(jpeg)) << what;
+  }
+}
+
+// libjpeg keeps the tables a decompressor has read: a JPEG that lacks one
+// was decoded, on a thread that had decoded another image before, with that
+// image's tables — a wrong image, and a different one per thread (found by
+// the decode fuzzer: "decodes in one layout and not in another"). Decoded
+// after another image, it now gives what a fresh decoder gives: an error
+// for a missing quantization table, libjpeg's standard Huffman tables for
+// missing Huffman ones.
+TEST(DecodeTest, AJpegWithoutItsTablesNeverBorrowsThePreviousImages) {
+  const Image gray = Gradient(48, 32, 1, 3);
+  // Quality 30 and optimized Huffman tables (progressive): unlike the
+  // baseline image's quality 95 and standard tables.
+  const std::vector<std::byte> before =
+      Jpeg(Gradient(40, 24, 1, 5), 30, TJSAMP_GRAY, TJFLAG_PROGRESSIVE);
+  const std::vector<std::byte> baseline = Jpeg(gray, 95, TJSAMP_GRAY);
+  const ImagePipeline p = MakePipeline(Options(16));
+  for (const uint8_t marker : {0xdb, 0xc4}) {
+    SCOPED_TRACE(marker == 0xdb ? "no quantization tables" : "no Huffman tables");
+    const std::vector<std::byte> lacking = WithoutSegments(baseline, marker);
+    ASSERT_LT(lacking.size(), baseline.size());
+    EXPECT_TRUE(decode_internal::JpegBorrowsTables(lacking));
+    ImageWorkspace fresh;
+    const Result<Image> want = DecodeImage(fresh, lacking, {});
+    if (marker == 0xdb) EXPECT_THAT(want, StatusIs(StatusCode::kInvalidArgument, "JPEG"));
+    ImageWorkspace ws;
+    ASSERT_OK(DecodeImage(ws, before, {}));
+    const Result<Image> got = DecodeImage(ws, lacking, {});
+    ASSERT_EQ(got.ok(), want.ok()) << (got.ok() ? want.status() : got.status()).ToString();
+    if (got.ok()) EXPECT_EQ(got->pixels, want->pixels);
+    ASSERT_OK(p.Run(ws, before, 0, 0));
+    EXPECT_EQ(p.Run(ws, lacking, 0, 0).ok(), want.ok());
+    // And the workspace decodes the next complete image as before.
+    ASSERT_OK_AND_ASSIGN(const Image again, DecodeImage(ws, baseline, {}));
+    ASSERT_OK_AND_ASSIGN(const Image reference, DecodeImage(fresh, baseline, {}));
+    EXPECT_EQ(again.pixels, reference.pixels);
   }
 }
 
