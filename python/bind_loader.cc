@@ -86,8 +86,10 @@ io_uring (or a pread pool where io_uring is unavailable).
   own, in storage order, until the budget is used. None: a quarter of what
   this job may use (MemAvailable and its memory cgroup's limit), filled
   only where that pays: when what the loop waited for data per byte, over
-  the epochs still to come (epochs=), beats what filling costs, both
-  measured during the first epoch. A size (or $DLFS_CACHE_BUDGET) is a
+  the epochs still to come (epochs=), beats what filling costs the loop
+  (reading and copying, times how much it slowed the loop down), all
+  measured once per node in the first epoch, so every rank of the node
+  decides alike. A size (or $DLFS_CACHE_BUDGET) is a
   request for that cache: filled by the end of the first epoch whatever it
   costs. 0: off. A budget reduced to fit the limit, or a region that
   cannot be used, is said in a RuntimeWarning; stats()["cache_fill_plan"]
