@@ -18,14 +18,16 @@ Rows:
                          (/proc/diskstats of the volume's disk)
   fm, mpirun -np RANKS,  the same three under `mpirun -np --ranks` (default:
   --epochs 3/5/20        one rank per core, where the fill competes with the
-                         ranks for the cores); rank 0 reports the job
+                         ranks for the cores); rank 0 reports the job; timed:
+                         the sum of the job's epochs (mpirun's start takes
+                         seconds here)
   fm --direct            the cache off with O_DIRECT forced: the read
                          amplification the default now avoids
   big, --epochs 3/10     default, holds (the volume + 10 %), off
   big, half budget       --cache-budget half the volume, --epochs 3: device
                          bytes of epoch 3 (per the engine) over the volume
-The verdicts: default within 10 % of the better of holds/off (wall time,
-also under mpirun);
+The verdicts: default within 10 % of the better of holds/off (wall time;
+under mpirun the epochs' time);
 fm off >= 0.8M samples/s and <= 1.5x its bytes per epoch from the device;
 fm holds epochs 2..5 >= 4M samples/s; big default epoch 1 >= 0.95x off;
 big half budget epoch 3 <= 52 % of the volume from the device.
@@ -120,6 +122,7 @@ def summarize(runs):
              if len(r["epochs"]) > 1]
     return {
         "wall": median([r["wall_seconds"] for r in runs]),
+        "epochs": median([sum(e["seconds"] for e in r["epochs"]) for r in runs]),
         "epoch1": median([r["epochs"][0]["samples_per_s"] for r in runs]),
         "later": median(later),
         "disk_per_epoch": median([r["disk_bytes"] / len(r["epochs"]) for r in runs]),
@@ -189,9 +192,10 @@ def main():
                                           check=True).stdout)["bytes"]
     verdicts = []
 
-    def line(name, s, base=None):
-        rel = f"{base / s['wall']:.2f}x" if base else ""
-        print(f"  {name:<10} wall {s['wall']:6.2f} s {rel:>6}  epoch 1 {s['epoch1'] / 1e6:5.2f}M/s  "
+    def line(name, s, base=None, key="wall"):
+        rel = f"{base / s[key]:.2f}x" if base else ""
+        what = "wall" if key == "wall" else "epochs"
+        print(f"  {name:<10} {what} {s[key]:6.2f} s {rel:>6}  epoch 1 {s['epoch1'] / 1e6:5.2f}M/s  "
               f"later {s['later'] / 1e6:5.2f}M/s  disk/epoch {s['disk_per_epoch'] / 1e6:7.1f} MB"
               f"  {s['plan']}")
 
@@ -217,12 +221,13 @@ def main():
                     {"default": [], "holds": ["--cache-budget", "64M"],
                      "off": ["--cache-budget", "0"]}, args.reps, disk, results,
                     f"fm mpirun -np {args.ranks}", args.ranks)
-        best = min(s["holds"]["wall"], s["off"]["wall"])
+        # mpirun's start (seconds here) would hide the reading: the epochs' sum.
+        best = min(s["holds"]["epochs"], s["off"]["epochs"])
         print(f" mpirun -np {args.ranks}, --epochs {epochs}")
         for c in ("default", "holds", "off"):
-            line(c, s[c], best)
+            line(c, s[c], best, "epochs")
         verdicts.append((f"fm mpirun -np {args.ranks} --epochs {epochs}: default within 10 % of "
-                         "the better", s["default"]["wall"] <= 1.10 * best))
+                         "the better (the epochs' time)", s["default"]["epochs"] <= 1.10 * best))
     s = compare(args.dlfs, str(fm), 2, {"direct": ["--cache-budget", "0", "--direct"]},
                 args.reps, disk, results, "fm direct")
     print(" --epochs 2, cache off, O_DIRECT forced (--direct): what the default avoids")

@@ -7,11 +7,10 @@
 //
 // Per byte cached: filling costs reading it once more in large sequential
 // windows (scan) and copying it into fresh shared memory (fill), of which
-// the reader's caller loses the share it was slowed down by while the fill
-// ran (slowed: 0 where the fill runs on an idle core, near 1 where it takes
-// the caller's own); it saves, in every later epoch, what the caller waited
-// per byte it got (read). Every term is per byte, so the decision does not
-// depend on how much fits: fill iff
+// the reader's caller loses the share `slowed` (0 where the fill's thread
+// runs on a core left idle, 1 where it takes the reader's); it saves, in every later epoch, what
+// the caller waited per byte it got (read). Every term is per byte, so the decision does not depend
+// on how much fits: fill iff
 //
 //     epochs_after * read  >  (scan + fill) * slowed
 //
@@ -29,8 +28,8 @@ struct FillCosts {
   double scan = 0;  // reading the volume in large sequential windows
   double fill = 0;  // copying into the cache, fresh memory included
   double read = 0;  // what the caller waited per byte an epoch handed out
-  // The caller's lost share of the fill's time: 1 - the rate it got data
-  // at while the fill ran / the rate before. 1 when not measured.
+  // The caller's lost share of the fill's time: 1 - the cores it may run
+  // on that were idle while the reader ran, at least 0. 1 when not measured.
   double slowed = 1;
 };
 

@@ -1,12 +1,14 @@
 #include "cache/sequential_fill.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <system_error>
@@ -19,6 +21,51 @@
 namespace dlfs::cache_internal {
 
 namespace {
+
+// The CPUs this thread may run on (its affinity, inherited from the
+// process): ticks idle (or waiting for I/O) and in all, from /proc/stat.
+struct CpuTicks {
+  double idle = 0, total = 0;
+  int cpus = 0;
+};
+
+CpuTicks ReadCpuTicks() {
+  CpuTicks t;
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (::sched_getaffinity(0, sizeof mask, &mask) != 0) return t;
+  std::FILE* f = std::fopen("/proc/stat", "r");
+  if (f == nullptr) return t;
+  char line[512];
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    int cpu = -1;
+    unsigned long long v[8] = {};  // user nice system idle iowait irq softirq steal
+    if (std::sscanf(line, "cpu%d %llu %llu %llu %llu %llu %llu %llu %llu", &cpu, &v[0], &v[1],
+                    &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) != 9 ||
+        cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &mask)) {
+      continue;
+    }
+    t.idle += static_cast<double>(v[3] + v[4]);
+    for (unsigned long long x : v) t.total += static_cast<double>(x);
+    ++t.cpus;
+  }
+  std::fclose(f);
+  return t;
+}
+
+// The CPUs this thread may run on.
+int AffinityCpus() {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  return ::sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : 0;
+}
+
+// The cores idle between two readings (0 when unknown).
+double IdleCores(const CpuTicks& a, const CpuTicks& b) {
+  const double total = b.total - a.total;
+  if (total <= 0 || b.cpus == 0) return 0;
+  return (b.idle - a.idle) / total * b.cpus;
+}
 
 double ThreadCpuSeconds() {
   timespec ts{};
@@ -250,15 +297,32 @@ void SequentialFill::Run(State& s) {
     // caller may need: the waits it causes are not savings.
     auto measure = [&]() -> std::optional<FillCosts> {
       if (epochs_after() <= 0) return std::nullopt;
+      // Through the page cache, the first epoch reads the device and the
+      // later ones memory, where it holds them: two to four times faster
+      // here, so what the first epoch waits overstates what a cached one
+      // saves as much. Where the fill competes with the readers for the
+      // cores (several processes read the volume on this node, or this one
+      // may run on one core only), that overstatement made 3-epoch jobs
+      // fill at a loss: the waits are measured in the second epoch, warm.
+      // One process with cores to spare fills at once, as the fill costs
+      // it little and pays even for one epoch.
+      uint64_t from = 0;
+      if (s.options.page_cached && (cache.stats().sharers > 1 || AffinityCpus() <= 1)) {
+        while (!stopped() && progress().payload_bytes < epoch_bytes) {
+          std::unique_lock lock(s.mu);
+          s.cv.wait_for(lock, std::chrono::milliseconds(10));
+        }
+        from = progress().payload_bytes;
+        if (stopped() || epochs_after() <= 0) return std::nullopt;
+      }
+      // Past the first MiB (or 1/16 of the epoch), over the next window's
+      // worth (or 1/8): a short span, since the fill starts only after it.
       const uint64_t window = scan.windows() > 0 ? scan.window_bytes(0) : epoch_bytes;
-      const ReaderProgress a = await_progress(std::min(window, epoch_bytes / 8));
-      const double ta = Now();
-      const ReaderProgress b =
-          await_progress(a.payload_bytes + std::min(2 * window, epoch_bytes / 4));
-      const double tb = Now();
+      const ReaderProgress a = await_progress(from + std::min(window / 4, epoch_bytes / 16));
+      const CpuTicks ta = ReadCpuTicks();
+      const ReaderProgress b = await_progress(a.payload_bytes + std::min(window, epoch_bytes / 8));
+      const CpuTicks tb = ReadCpuTicks();
       std::optional<FillCosts> c = probe();
-      const ReaderProgress during = progress();
-      const double tc = Now();
       if (!c) return c;
       if (b.payload_bytes > a.payload_bytes) {
         c->read = (b.caller_wait_seconds - a.caller_wait_seconds) /
@@ -275,18 +339,11 @@ void SequentialFill::Run(State& s) {
         c->read = p.payload_bytes ? p.caller_wait_seconds / p.payload_bytes : 0;
       }
       c->read = std::max(0.0, c->read);
-      // How much the probe slowed the caller: the rate it got data at
-      // while the probe ran against the rate before. Counted only over a
-      // few batches each (a rate from one batch says nothing): else the
-      // fill is taken to cost the caller all its time.
-      constexpr uint64_t kFewBatches = 4;
-      if (b.batches >= a.batches + kFewBatches && during.batches >= b.batches + kFewBatches &&
-          tb > ta && tc > tb) {
-        const double before = static_cast<double>(b.payload_bytes - a.payload_bytes) / (tb - ta);
-        const double while_filling =
-            static_cast<double>(during.payload_bytes - b.payload_bytes) / (tc - tb);
-        c->slowed = std::clamp(1 - while_filling / before, 0.0, 1.0);
-      }
+      // What the fill's thread takes from the reader: nothing where a core
+      // it may run on was idle while the reader ran (one process on a node
+      // of spare cores), all of its time where none was (a rank per core,
+      // or ranks bound to one core each).
+      c->slowed = std::clamp(1 - IdleCores(ta, tb), 0.0, 1.0);
       return c;
     };
     // Measured once per node; the others wait for the figures (as long as

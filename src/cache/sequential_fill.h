@@ -14,7 +14,8 @@
 // a job agree: the first process to start measures what its caller waits
 // per byte in steady state (what each later epoch would save per cached
 // byte), then fills one window, the probe, which measures what reading and
-// copying cost here and how much it slowed the caller down; the node's
+// copying cost here, and how much of that the reader would lose (none
+// where a core it may run on stayed idle while it read); the node's
 // other processes wait for those figures rather than probe too. Each
 // decides with the epochs it has still to read. A cache the user asked for (an explicit budget) is
 // filled without asking. Whatever is filled stays cached; a fill that does
@@ -50,7 +51,6 @@ class SequentialFill {
   struct ReaderProgress {
     double caller_wait_seconds = 0;
     uint64_t payload_bytes = 0;
-    uint64_t batches = 0;  // the calls that handed them out
   };
   struct Options {
     double epochs_after = kAssumedEpochsAfter;  // epochs read after the current one
@@ -58,6 +58,10 @@ class SequentialFill {
     // 0: the volume's. Sizes the span over which the caller's waits are
     // measured.
     uint64_t epoch_bytes = 0;
+    // The reader reads through the page cache: where the fill competes
+    // with readers for the cores, the caller's waits are measured in its
+    // second epoch (what a cached epoch saves is what a warm one waits).
+    bool page_cached = false;
     bool requested = false;  // an explicit budget: fill regardless
     std::function<ReaderProgress()> progress;
     // Whether the job's memory is too short to grow the cache now; asked

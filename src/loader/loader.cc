@@ -228,7 +228,6 @@ Result<bool> Loader::Impl::HandOut(std::shared_ptr<Batch::Data> data, Batch* out
   AddSeconds(verify_ns_, Now() - t0);
   DLFS_RETURN_IF_ERROR(st);
   handed_bytes_.fetch_add(data->payload_bytes, std::memory_order_relaxed);
-  handed_batches_.fetch_add(1, std::memory_order_relaxed);
   *out = Batch(std::move(data));
   return true;
 }
@@ -407,9 +406,9 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
         options.cache_budget, options.planned_epochs, epoch_bytes, options.engine.faults, [raw] {
           return cache_internal::SequentialFill::ReaderProgress{
               raw->next_wait_ns_.load(std::memory_order_relaxed) / 1e9,
-              raw->handed_bytes_.load(std::memory_order_relaxed),
-              raw->handed_batches_.load(std::memory_order_relaxed)};
+              raw->handed_bytes_.load(std::memory_order_relaxed)};
         });
+    fo.page_cached = !eo.direct_io || first.alignment() <= 1;
     impl->wait_for_fill_ = fo.requested;
     impl->fill_ = std::make_unique<cache_internal::SequentialFill>(impl->cache_, impl->volume_,
                                                                    std::move(fo));

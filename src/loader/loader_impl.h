@@ -188,8 +188,7 @@ class Loader::Impl {
 
   std::atomic<uint64_t> verify_ns_{0};
   std::atomic<uint64_t> next_wait_ns_{0};
-  std::atomic<uint64_t> handed_bytes_{0};    // sample bytes Next() handed out
-  std::atomic<uint64_t> handed_batches_{0};  // and the batches they came in
+  std::atomic<uint64_t> handed_bytes_{0};  // sample bytes Next() handed out
 
   // Fills the node cache by sequential reads (null without a cache).
   std::unique_ptr<cache_internal::SequentialFill> fill_;

@@ -31,7 +31,6 @@ class SampleReader::Impl {
   std::unique_ptr<cache_internal::SequentialFill> fill;
   std::atomic<uint64_t> read_ns{0};     // callers waiting in ReadInto
   std::atomic<uint64_t> read_bytes{0};  // sample bytes ReadInto returned
-  std::atomic<uint64_t> read_calls{0};  // and the calls that returned them
   std::string description;
   std::mutex mu;
   std::vector<ReadRequest> requests;
@@ -82,8 +81,7 @@ Result<std::unique_ptr<SampleReader>> SampleReader::Create(std::shared_ptr<Volum
         options.cache_budget, options.planned_epochs, 0, options.engine.faults, [raw] {
           return cache_internal::SequentialFill::ReaderProgress{
               raw->read_ns.load(std::memory_order_relaxed) / 1e9,
-              raw->read_bytes.load(std::memory_order_relaxed),
-              raw->read_calls.load(std::memory_order_relaxed)};
+              raw->read_bytes.load(std::memory_order_relaxed)};
         });
     impl->fill =
         std::make_unique<cache_internal::SequentialFill>(impl->cache, impl->volume, std::move(fo));
@@ -238,7 +236,6 @@ Result<Batch> SampleReader::ReadInto(std::span<const uint64_t> indices, std::spa
   }
   m.read_ns.fetch_add(static_cast<uint64_t>((Now() - t0) * 1e9), std::memory_order_relaxed);
   m.read_bytes.fetch_add(data->payload_bytes, std::memory_order_relaxed);
-  m.read_calls.fetch_add(1, std::memory_order_relaxed);
   return Batch(std::move(data));
 }
 
