@@ -87,9 +87,8 @@ io_uring (or a pread pool where io_uring is unavailable).
   this job may use (MemAvailable and its memory cgroup's limit), filled
   only where that pays: when what the loop waited for data per byte, over
   the epochs still to come (epochs=), beats what filling costs the loop
-  (reading and copying, times how much it slowed the loop down), all
-  measured once per node in the first epoch, so every rank of the node
-  decides alike. A size (or $DLFS_CACHE_BUDGET) is a
+  (reading and copying, unless a core stayed idle), all measured once per
+  node, so every rank of the node decides alike. A size (or $DLFS_CACHE_BUDGET) is a
   request for that cache: filled by the end of the first epoch whatever it
   costs. 0: off. A budget reduced to fit the limit, or a region that
   cannot be used, is said in a RuntimeWarning; stats()["cache_fill_plan"]
