@@ -6,13 +6,14 @@
 // measure its inputs.
 //
 // Per byte cached: filling costs reading it once more in large sequential
-// windows (scan) and copying it into fresh shared memory (fill), of which
-// the reader's caller loses the share `slowed` (0 where the fill's thread
-// runs on a core left idle, 1 where it takes the reader's); it saves, in every later epoch, what
+// windows (scan: the device the reader reads too) and copying it into fresh
+// shared memory (fill), of which the reader's caller loses the share
+// `slowed` (0 where the fill's thread runs on a core left idle, 1 where it
+// takes the reader's); it saves, in every later epoch, what
 // the caller waited per byte it got (read). Every term is per byte, so the decision does not depend
 // on how much fits: fill iff
 //
-//     epochs_after * read  >  (scan + fill) * slowed
+//     epochs_after * read  >  scan + fill * slowed
 //
 // unless the user asked for the cache (an explicit budget: it is filled
 // whatever it costs, and the report says what it cost).
@@ -45,7 +46,7 @@ struct FillDecision {
   double cost_seconds = 0;    // predicted, for cacheable_bytes
   double saving_seconds = 0;  // predicted, over epochs_after
   // For reports: "fill: saves 1.8 s over 4 epochs for 0.40 s (read 0.02, copy 0.38,
-  // the reader slowed 100 %)".
+  // 100 % of it taken from the reader)".
   std::string reason;
 };
 
