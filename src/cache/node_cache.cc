@@ -441,6 +441,10 @@ uint64_t NodeCache::fill_windows_done() const {
   return header_->fill_done.load(std::memory_order_acquire);
 }
 
+bool NodeCache::empty() const { return header_->samples.load(std::memory_order_relaxed) == 0; }
+
+void NodeCache::CountMisses(uint64_t n) { misses_.fetch_add(n, std::memory_order_relaxed); }
+
 bool NodeCache::full() const {
   return stopped_.load(std::memory_order_relaxed) ||
          header_->full.load(std::memory_order_relaxed) != 0;

@@ -118,6 +118,10 @@ class NodeCache {
   bool Admit(uint64_t index, std::span<const std::byte> bytes);
   // No more samples fit (or filling stopped: no memory left in /dev/shm).
   bool full() const;
+  // Holds no sample yet (on any process of the node): a reader skips its
+  // lookups, and counts them as misses (CountMisses).
+  bool empty() const;
+  void CountMisses(uint64_t n);
 
   // The sequential fill's share of the work (sequential_fill.h): the next
   // of `windows` windows of the volume in storage order no process of the

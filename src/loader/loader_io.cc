@@ -105,9 +105,15 @@ void Loader::Impl::Run(Worker& w) {
         if (cache_) {
           // Samples the node cache holds are not read.
           b->cached.resize(count);
-          for (uint64_t k = 0; k < count; ++k) {
-            b->cached[k] = cache_->Find(b->indices[k]);
-            if (!b->cached[k]) b->misses.push_back(b->indices[k]);
+          if (cache_->empty()) {
+            // Nothing to find (a node that decided not to fill): no lookups.
+            b->misses.assign(b->indices.begin(), b->indices.end());
+            cache_->CountMisses(count);
+          } else {
+            for (uint64_t k = 0; k < count; ++k) {
+              b->cached[k] = cache_->Find(b->indices[k]);
+              if (!b->cached[k]) b->misses.push_back(b->indices[k]);
+            }
           }
           to_read = b->misses;
         }
