@@ -291,6 +291,7 @@ void SequentialFill::Run(State& s) {
 
   std::optional<FillCosts> costs;
   int32_t measured_by = ::getpid();
+  std::string no_probe;  // why the measurement stopped before its probe
   if (s.options.requested) {
     costs = probe();
   } else {
@@ -313,7 +314,8 @@ void SequentialFill::Run(State& s) {
       // One process with cores to spare fills at once, as the fill costs
       // it little and pays even for one epoch.
       uint64_t from = 0;
-      if (s.options.page_cached && (cache.stats().sharers > 1 || AffinityCpus() <= 1)) {
+      const bool warm = s.options.page_cached && (cache.stats().sharers > 1 || AffinityCpus() <= 1);
+      if (warm) {
         while (!stopped() && progress().payload_bytes < epoch_bytes) {
           std::unique_lock lock(s.mu);
           s.cv.wait_for(lock, std::chrono::milliseconds(10));
@@ -328,6 +330,14 @@ void SequentialFill::Run(State& s) {
       const CpuTicks ta = ReadCpuTicks();
       const ReaderProgress b = await_progress(a.payload_bytes + std::min(window, epoch_bytes / 8));
       const CpuTicks tb = ReadCpuTicks();
+      // Filling a byte copies it out of the page cache (and into fresh
+      // memory), at least what reading it in a warm epoch costs: with one
+      // epoch left it cannot pay, and the probe alone would cost (a 4 MiB
+      // window in fresh memory took ~30 ms of a ~40 ms epoch here).
+      if (warm && epochs_after() <= 1) {
+        no_probe = "no fill: one epoch left, and filling costs at least what reading it warm does";
+        return std::nullopt;
+      }
       std::optional<FillCosts> c = probe();
       if (!c) return c;
       if (b.payload_bytes > a.payload_bytes) {
@@ -368,10 +378,10 @@ void SequentialFill::Run(State& s) {
     }
   }
   bool fill = false;
-  if (!costs && !stopped() && !s.options.requested && epochs_after() <= 0) {
+  if (!costs && !stopped() && !s.options.requested && (epochs_after() <= 0 || !no_probe.empty())) {
     std::lock_guard lock(s.mu);
     s.stats.decided = true;
-    s.stats.decision.reason = "no fill: no epoch after this one";
+    s.stats.decision.reason = no_probe.empty() ? "no fill: no epoch after this one" : no_probe;
   }
   if (costs && !stopped()) {
     FillInputs in;
