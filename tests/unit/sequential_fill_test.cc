@@ -107,10 +107,23 @@ SequentialFill::Options Caller(std::function<double(uint64_t)> wait, double epoc
 }
 
 // Runs a fill of `cache` for a reader whose caller behaves as `caller`
-// says, to its end: its stats.
+// says, to its end: its stats. With `one_cpu`, the fill's thread may run on
+// one CPU only, as a rank bound to its core (the thread, made by the
+// constructor, takes the calling thread's mask).
 SequentialFill::Stats FillFor(std::shared_ptr<NodeCache> cache, std::shared_ptr<Volume> volume,
-                              SequentialFill::Options caller) {
+                              SequentialFill::Options caller, bool one_cpu = false) {
+  cpu_set_t all, one;
+  EXPECT_EQ(::sched_getaffinity(0, sizeof all, &all), 0);
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &all)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  }
+  if (one_cpu) EXPECT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
   SequentialFill fill(std::move(cache), std::move(volume), std::move(caller));
+  if (one_cpu) EXPECT_EQ(::sched_setaffinity(0, sizeof all, &all), 0);
   fill.Start();
   fill.WaitFilled();
   return fill.stats();
@@ -171,15 +184,6 @@ TEST_F(SequentialFillTest, WaitsDuringTheProbeAreNotSavings) {
 // This caller waits 1 s per MB in its first epoch (5 MB), then 0.1 s per MB
 // or nothing.
 TEST_F(SequentialFillTest, OnABusyNodeAPageCachedReaderIsMeasuredWarm) {
-  cpu_set_t all, one;
-  ASSERT_EQ(::sched_getaffinity(0, sizeof all, &all), 0);
-  CPU_ZERO(&one);
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (CPU_ISSET(c, &all)) {
-      CPU_SET(c, &one);
-      break;
-    }
-  }
   for (const bool second_waits : {false, true}) {
     SCOPED_TRACE(second_waits ? "the second epoch waits" : "only the first epoch waits");
     auto cache = Cache();
@@ -191,21 +195,31 @@ TEST_F(SequentialFillTest, OnABusyNodeAPageCachedReaderIsMeasuredWarm) {
         10);
     o.epoch_bytes = 5'000'000;
     o.page_cached = true;
-    // The fill's thread, made by the constructor, takes this thread's mask.
-    ASSERT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
-    auto fill = std::make_unique<SequentialFill>(cache, vol_, std::move(o));
-    ASSERT_EQ(::sched_setaffinity(0, sizeof all, &all), 0);
-    fill->Start();
-    fill->WaitFilled();
-    const auto st = fill->stats();
+    const auto st = FillFor(cache, vol_, std::move(o), /*one_cpu=*/true);
     EXPECT_TRUE(st.decided);
     EXPECT_EQ(st.decision.fill, second_waits) << st.decision.reason;
     // Decided after the first epoch: fewer than ten more to come (this
     // caller moves on each time it is asked).
     EXPECT_EQ(st.decision.reason.find("over 10 epochs"), std::string::npos) << st.decision.reason;
-    fill.reset();
     cache.reset();  // the last handle removes the region: the next round starts afresh
   }
+}
+
+// Measured warm, with one epoch left, a fill cannot repay its copying: no
+// probe either (it would cost a window of fresh memory in a short epoch).
+TEST_F(SequentialFillTest, OnABusyNodeOneEpochLeftIsNotProbed) {
+  auto cache = Cache();
+  ASSERT_TRUE(cache);
+  // Three epochs planned: after the first, this caller still waits (0.1 s
+  // per MB), but only one epoch is left once it is measured.
+  SequentialFill::Options o = Caller([](uint64_t) { return 0.1; }, 2);
+  o.epoch_bytes = 5'000'000;
+  o.page_cached = true;
+  const auto st = FillFor(cache, vol_, std::move(o), /*one_cpu=*/true);
+  EXPECT_TRUE(st.decided);
+  EXPECT_FALSE(st.decision.fill) << st.decision.reason;
+  EXPECT_EQ(st.windows_filled, 0u) << st.decision.reason;
+  EXPECT_EQ(cache->stats().samples, 0u);
 }
 
 // With no epoch left after the one being read, nothing is probed or filled.
