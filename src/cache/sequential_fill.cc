@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <optional>
 #include <string>
 #include <system_error>
@@ -258,9 +259,9 @@ void SequentialFill::Run(State& s) {
   };
 
   auto progress = [&] { return s.options.progress ? s.options.progress() : ReaderProgress{}; };
-  // Waits (at most 2 s) until the caller has been handed `bytes` in all.
-  auto await_progress = [&](uint64_t bytes) {
-    const double deadline = Now() + 2.0;
+  // Waits (at most `seconds`) until the caller has been handed `bytes` in all.
+  auto await_progress = [&](uint64_t bytes, double seconds = 2.0) {
+    const double deadline = Now() + seconds;
     ReaderProgress p = progress();
     while (p.payload_bytes < bytes && Now() < deadline && !stopped()) {
       std::unique_lock lock(s.mu);
@@ -316,11 +317,7 @@ void SequentialFill::Run(State& s) {
       uint64_t from = 0;
       const bool warm = s.options.page_cached && (cache.stats().sharers > 1 || AffinityCpus() <= 1);
       if (warm) {
-        while (!stopped() && progress().payload_bytes < epoch_bytes) {
-          std::unique_lock lock(s.mu);
-          s.cv.wait_for(lock, std::chrono::milliseconds(10));
-        }
-        from = progress().payload_bytes;
+        from = await_progress(epoch_bytes, std::numeric_limits<double>::infinity()).payload_bytes;
         if (stopped() || epochs_after() <= 0) return std::nullopt;
       }
       // Past the first MiB (or 1/16 of the epoch), over the next window's
