@@ -19,12 +19,13 @@ class VolumeScan {
  public:
   // The samples of `volume` sorted by (target, offset) and cut into windows
   // of about `window_bytes` (a sample is never split; one larger than that
-  // is a window of its own). O(n log n) in the samples; 8 bytes per sample.
+  // is a window of its own). O(n) where the samples are stored in index
+  // order (the usual case), else O(n log n) and 8 bytes per sample kept.
   VolumeScan(const Volume& volume, uint64_t window_bytes);
 
-  size_t windows() const { return starts_.empty() ? 0 : starts_.size() - 1; }
+  size_t windows() const { return starts_.size() - 1; }
   // Bytes read for window w (its samples' extent, gaps included).
-  uint64_t window_bytes(size_t w) const;
+  uint64_t window_bytes(size_t w) const { return extents_[w]; }
   // Where window w lies: its target and first byte.
   uint32_t window_target(size_t w) const;
   uint64_t window_offset(size_t w) const;
@@ -42,8 +43,12 @@ class VolumeScan {
 
  private:
   const Volume& volume_;
-  std::vector<uint64_t> order_;  // sample indices in storage order
-  std::vector<size_t> starts_;   // window w is order_[starts_[w] .. starts_[w + 1])
+  // The sample at position k of storage order.
+  uint64_t index(uint64_t k) const { return order_.empty() ? k : order_[k]; }
+
+  std::vector<uint64_t> order_;    // sample indices in storage order; empty: index order
+  std::vector<size_t> starts_;     // window w: positions starts_[w] .. starts_[w + 1] - 1
+  std::vector<uint64_t> extents_;  // window w's bytes
 };
 
 }  // namespace dlfs::volume_internal

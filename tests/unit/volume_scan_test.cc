@@ -1,0 +1,89 @@
+// VolumeScan: every sample of a volume visited exactly once, in storage
+// order (target by target, offsets rising), in windows of at most the
+// requested bytes (one larger sample alone), each with its stored bytes —
+// whether the samples are stored in index order (names added in sorted
+// order to one target: no sort) or not (names added out of order, or
+// several targets filled in turn: sorted).
+#include "volume/scan.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <vector>
+
+#include "synthetic_volume.h"
+#include "testutil.h"
+
+namespace dlfs {
+namespace volume_scan_test {
+
+namespace fs = std::filesystem;
+using volume_internal::VolumeScan;
+
+struct Layout {
+  uint32_t targets, classes;  // sample i is named "c<i % classes>/<i>"
+  bool index_order;           // so its samples lie in index order
+};
+
+class VolumeScanTest : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(VolumeScanTest, VisitsEverySampleOnceInStorageOrder) {
+  testing::TempDir tmp;
+  const Layout layout = GetParam();
+  // Samples of 0-70 KB (testing::SyntheticBytes), some larger than a window.
+  std::shared_ptr<Volume> vol = testing::MakeSyntheticVolume(
+      fs::path(tmp.path()) / "v.dlfs",
+      {.samples = 600, .classes = layout.classes, .volume = {.targets = layout.targets}});
+  ASSERT_TRUE(vol);
+  const SampleDirectory& dir = vol->directory();
+  // Both of VolumeScan's paths are taken.
+  bool index_order = true;
+  for (uint64_t i = 1; i < vol->size(); ++i) {
+    const SampleInfo a = dir.sample(i - 1), b = dir.sample(i);
+    index_order =
+        index_order && (a.target < b.target || (a.target == b.target && a.offset <= b.offset));
+  }
+  ASSERT_EQ(index_order, layout.index_order);
+  constexpr uint64_t kWindow = 64 << 10;
+  const VolumeScan scan(*vol, kWindow);
+  ASSERT_GT(scan.windows(), 2u);
+
+  std::vector<int> seen(vol->size(), 0);
+  std::vector<std::byte> buffer;
+  uint32_t last_target = 0;
+  uint64_t last_offset = 0;
+  bool first = true;
+  for (size_t w = 0; w < scan.windows(); ++w) {
+    uint64_t samples = 0, begin = 0, end = 0;
+    ASSERT_OK(scan.Read(w, &buffer,
+                        [&](uint64_t i, std::span<const std::byte> bytes, const Status& read) {
+                          ASSERT_OK(read);
+                          ASSERT_LT(i, vol->size());
+                          ++seen[i];
+                          const SampleInfo s = dir.sample(i);
+                          EXPECT_EQ(s.target, scan.window_target(w)) << "sample " << i;
+                          if (!first) {
+                            EXPECT_TRUE(s.target > last_target ||
+                                        (s.target == last_target && s.offset >= last_offset))
+                                << "sample " << i << " out of storage order";
+                          }
+                          if (samples++ == 0) begin = end = s.offset;
+                          end = std::max(end, s.offset + s.length);
+                          first = false;
+                          last_target = s.target;
+                          last_offset = s.offset;
+                          EXPECT_OK(vol->CheckSample(i, bytes)) << "sample " << i;
+                        }));
+    EXPECT_EQ(scan.window_offset(w), begin) << "window " << w;
+    EXPECT_EQ(scan.window_bytes(w), end - begin) << "window " << w;
+    EXPECT_TRUE(scan.window_bytes(w) <= kWindow || samples == 1) << "window " << w;
+  }
+  for (uint64_t i = 0; i < vol->size(); ++i) EXPECT_EQ(seen[i], 1) << "sample " << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, VolumeScanTest,
+                         ::testing::Values(Layout{1, 1, true}, Layout{1, 4, false},
+                                           Layout{3, 1, false}));
+
+}  // namespace volume_scan_test
+}  // namespace dlfs
