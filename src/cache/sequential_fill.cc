@@ -184,11 +184,17 @@ void SequentialFill::Run(State& s) {
   }
   NodeCache& cache = *s.cache;
   const Volume& volume = *s.volume;
-  const volume_internal::VolumeScan scan(volume, cache.fill_window_bytes());
-  {
-    std::lock_guard lock(s.mu);
-    s.stats.windows = scan.windows();
-  }
+  // The volume's windows, made when this process first reads one: one that
+  // only follows the node's decision not to fill never needs them.
+  std::optional<volume_internal::VolumeScan> scanned;
+  auto windows = [&]() -> const volume_internal::VolumeScan& {
+    if (!scanned) {
+      scanned.emplace(volume, cache.fill_window_bytes());
+      std::lock_guard lock(s.mu);
+      s.stats.windows = scanned->windows();
+    }
+    return *scanned;
+  };
   const double cpu0 = ThreadCpuSeconds();
   // Made (and touched) by the first window this process fills, before it
   // is timed: fresh memory costs as much as the read on some VMs, and
@@ -198,6 +204,7 @@ void SequentialFill::Run(State& s) {
   std::vector<std::byte> buffer;
   // Reads and copies one window: its read and copy times go to the stats.
   auto fill_window = [&](uint64_t w) {
+    const volume_internal::VolumeScan& scan = windows();
     if (buffer.empty()) {
       uint64_t largest = 0;
       for (size_t k = 0; k < scan.windows(); ++k) largest = std::max(largest, scan.window_bytes(k));
@@ -282,7 +289,7 @@ void SequentialFill::Run(State& s) {
   // The probe: one window, which measures reading and copying here.
   auto probe = [&]() -> std::optional<FillCosts> {
     std::optional<uint64_t> w;
-    if (!memory_short() && !stopped()) w = cache.ClaimFillWindow(scan.windows());
+    if (!memory_short() && !stopped()) w = cache.ClaimFillWindow(windows().windows());
     if (!w) return std::nullopt;
     fill_window(*w);
     std::lock_guard lock(s.mu);
@@ -322,7 +329,7 @@ void SequentialFill::Run(State& s) {
       }
       // Past the first MiB (or 1/16 of the epoch), over the next window's
       // worth (or 1/8): a short span, since the fill starts only after it.
-      const uint64_t window = scan.windows() > 0 ? scan.window_bytes(0) : epoch_bytes;
+      const uint64_t window = cache.fill_window_bytes();
       const ReaderProgress a = await_progress(from + std::min(window / 4, epoch_bytes / 16));
       const CpuTicks ta = ReadCpuTicks();
       const ReaderProgress b = await_progress(a.payload_bytes + std::min(window, epoch_bytes / 8));
@@ -397,7 +404,7 @@ void SequentialFill::Run(State& s) {
     s.stats.decision = d;
   }
   while (fill && !stopped() && !cache.full() && !memory_short()) {
-    const std::optional<uint64_t> w = cache.ClaimFillWindow(scan.windows());
+    const std::optional<uint64_t> w = cache.ClaimFillWindow(windows().windows());
     if (!w) break;
     fill_window(*w);
   }

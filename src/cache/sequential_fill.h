@@ -102,7 +102,7 @@ class SequentialFill {
   void WaitFilled(double stall_seconds = 2.0);
 
   struct Stats {
-    uint64_t windows = 0;         // of the volume
+    uint64_t windows = 0;         // of the volume; 0 until this process reads one
     uint64_t windows_filled = 0;  // by this process
     uint64_t bytes_read = 0;      // by this process
     double scan_seconds = 0;      // reading them

@@ -9,6 +9,7 @@
 #include <sched.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <functional>
@@ -85,7 +86,7 @@ TEST_F(SequentialFillTest, TheNodesProcessesShareTheWindows) {
   for (auto& f : fills) {
     f->WaitFilled();
     filled += f->stats().windows_filled;
-    windows = f->stats().windows;
+    windows = std::max(windows, f->stats().windows);
   }
   EXPECT_EQ(filled, windows);  // each window read once on the node
   EXPECT_EQ(caches[0]->fill_windows_done(), windows);
@@ -121,9 +122,13 @@ SequentialFill::Stats FillFor(std::shared_ptr<NodeCache> cache, std::shared_ptr<
       break;
     }
   }
-  if (one_cpu) EXPECT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
+  if (one_cpu) {
+    EXPECT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
+  }
   SequentialFill fill(std::move(cache), std::move(volume), std::move(caller));
-  if (one_cpu) EXPECT_EQ(::sched_setaffinity(0, sizeof all, &all), 0);
+  if (one_cpu) {
+    EXPECT_EQ(::sched_setaffinity(0, sizeof all, &all), 0);
+  }
   fill.Start();
   fill.WaitFilled();
   return fill.stats();
@@ -286,7 +291,7 @@ TEST_F(SequentialFillTest, TheNodesProcessesDecideFromOneMeasurement) {
       EXPECT_TRUE(st.decided);
       EXPECT_EQ(st.decision.fill, pays) << st.decision.reason;
       filled += st.windows_filled;
-      windows = st.windows;
+      windows = std::max(windows, st.windows);
     }
     EXPECT_EQ(filled, pays ? windows : 1u);
     if (pays) ExpectAllCached(*caches[1]);
