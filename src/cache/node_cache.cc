@@ -133,7 +133,7 @@ std::shared_ptr<NodeCache> NodeCache::Open(const Volume& volume, const NodeCache
     h->data_offset = layout.data_offset;
     h->capacity = layout.capacity;
     h->file_bytes = layout.file_bytes;
-    h->fill_window_bytes = kFillWindowBytes;
+    h->fill_window_bytes = FillWindowBytes(volume.info().data_bytes);
   };
   auto attach_mapping = [&](uint64_t bytes) {
     c->file_bytes_ = bytes;

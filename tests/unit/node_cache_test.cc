@@ -300,6 +300,23 @@ TEST_F(NodeCacheTest, TamperedRegionNeverFeedsAWrongSample) {
 // The fill's costs are measured by one process of the node and read by
 // all: a second process asking while the first measures is told to wait,
 // then gets the first one's figures.
+// The fill's window (and so its probe) is a 64th of the volume, within
+// 1-4 MiB, fixed in the region for every process of the node.
+TEST_F(NodeCacheTest, TheFillWindowIsA64thOfTheVolumeWithin1To4MiB) {
+  using cache_internal::FillWindowBytes;
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  EXPECT_EQ(FillWindowBytes(0), kMiB);
+  EXPECT_EQ(FillWindowBytes(55 * 1000 * 1000), kMiB);  // Fashion-MNIST
+  EXPECT_EQ(FillWindowBytes(128 * kMiB), 2 * kMiB);
+  EXPECT_EQ(FillWindowBytes(1600 * 1000 * 1000), 4 * kMiB);
+  std::string note;
+  auto a = cache_internal::NodeCache::Open(*vol_, {.budget = uint64_t{1} << 30}, &note);
+  auto b = cache_internal::NodeCache::Open(*vol_, {.budget = uint64_t{1} << 30}, &note);
+  ASSERT_TRUE(a && b) << note;
+  EXPECT_EQ(a->fill_window_bytes(), FillWindowBytes(vol_->info().data_bytes));
+  EXPECT_EQ(b->fill_window_bytes(), a->fill_window_bytes());
+}
+
 TEST_F(NodeCacheTest, OneProcessMeasuresTheFillsCostsForTheNode) {
   std::string note;
   auto a = cache_internal::NodeCache::Open(*vol_, {.budget = uint64_t{1} << 30}, &note);

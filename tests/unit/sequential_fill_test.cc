@@ -31,7 +31,7 @@ class SequentialFillTest : public ::testing::Test {
   void SetUp() override {
     fs::create_directories(fs::path(shm_.path()) / "shm");
     ::setenv("DLFS_CACHE_DIR", (fs::path(shm_.path()) / "shm").c_str(), 1);
-    // ~3,000 samples of 1-9 KB: a few fill windows of 4 MiB.
+    // ~3,000 samples of 1-9 KB (15 MB): fill windows of 1 MiB.
     vol_ = testing::MakeSyntheticVolume(fs::path(tmp_.path()) / "v.dlfs",
                                         {.samples = 3000, .bytes = [](uint64_t i) {
                                            return testing::RandomBytes(1000 + (i * 7919) % 8000,
