@@ -327,17 +327,20 @@ void SequentialFill::Run(State& s) {
         from = await_progress(epoch_bytes, std::numeric_limits<double>::infinity()).payload_bytes;
         if (stopped() || epochs_after() <= 0) return std::nullopt;
       }
-      // Past the first MiB (or 1/16 of the epoch), over the next window's
-      // worth (or 1/8): a short span, since the fill starts only after it.
-      const uint64_t window = cache.fill_window_bytes();
-      const ReaderProgress a = await_progress(from + std::min(window / 4, epoch_bytes / 16));
+      // Past the first MiB (or 1/16 of the epoch), over the next 4 MiB (or
+      // 1/8): short, since the fill starts only after it, but some batches
+      // long, whatever the window's size.
+      constexpr uint64_t kMiB = uint64_t{1} << 20;
+      const ReaderProgress a = await_progress(from + std::min(kMiB, epoch_bytes / 16));
       const CpuTicks ta = ReadCpuTicks();
-      const ReaderProgress b = await_progress(a.payload_bytes + std::min(window, epoch_bytes / 8));
+      const ReaderProgress b =
+          await_progress(a.payload_bytes + std::min(4 * kMiB, epoch_bytes / 8));
       const CpuTicks tb = ReadCpuTicks();
       // Filling a byte copies it out of the page cache (and into fresh
       // memory), at least what reading it in a warm epoch costs: with one
       // epoch left it cannot pay, and the probe alone would cost (a 4 MiB
-      // window in fresh memory took ~30 ms of a ~40 ms epoch here).
+      // window in fresh memory took ~30 ms of a ~40 ms epoch here; windows
+      // are smaller since, node_cache.h).
       if (warm && epochs_after() <= 1) {
         no_probe = "no fill: one epoch left, and filling costs at least what reading it warm does";
         return std::nullopt;
