@@ -332,6 +332,7 @@ bool NodeCache::Reserve(uint64_t offset, uint64_t length) {
     ::madvise(base_ + from, to - from, MADV_POPULATE_WRITE);
 #endif
     word.fetch_or(bit, std::memory_order_relaxed);
+    reserved_bytes_.fetch_add(to - from, std::memory_order_relaxed);
   }
   return true;
 }
@@ -460,6 +461,7 @@ NodeCacheStats NodeCache::stats() const {
   s.hit_bytes = hit_bytes_.load(std::memory_order_relaxed);
   s.filled_bytes = filled_bytes_.load(std::memory_order_relaxed);
   s.fill_seconds = fill_ns_.load(std::memory_order_relaxed) / 1e9;
+  s.reserved_bytes = reserved_bytes_.load(std::memory_order_relaxed);
   s.shared = fd_ >= 0;
   if (s.shared) {
     std::vector<int32_t> pids;  // distinct processes alive

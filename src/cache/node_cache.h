@@ -95,8 +95,12 @@ struct NodeCacheStats {
   uint64_t hit_bytes = 0;     // this process: bytes of the samples found
   uint64_t filled_bytes = 0;  // this process: bytes it added
   double fill_seconds = 0;    // this process: time spent adding them
-  uint32_t sharers = 0;       // processes attached now (the region's table)
-  bool shared = false;        // a region other processes can attach
+  // This process: bytes of the data area it reserved and mapped (whole
+  // blocks of 2 MiB, at the first sample in each): the memory its filling
+  // touched, which may run ahead of filled_bytes by a block.
+  uint64_t reserved_bytes = 0;
+  uint32_t sharers = 0;  // processes attached now (the region's table)
+  bool shared = false;   // a region other processes can attach
 };
 
 class NodeCache {
@@ -194,6 +198,7 @@ class NodeCache {
   uint64_t block_words_ = 0;          // words of reserved_ and mapped_
   std::atomic<bool> stopped_{false};  // fallocate failed: fill no more
   std::atomic<uint64_t> hits_{0}, misses_{0}, hit_bytes_{0}, filled_bytes_{0}, fill_ns_{0};
+  std::atomic<uint64_t> reserved_bytes_{0};
 };
 
 }  // namespace dlfs::cache_internal

@@ -291,10 +291,16 @@ void SequentialFill::Run(State& s) {
     std::optional<uint64_t> w;
     if (!memory_short() && !stopped()) w = cache.ClaimFillWindow(windows().windows());
     if (!w) return std::nullopt;
+    const uint64_t reserved0 = cache.stats().reserved_bytes;
     fill_window(*w);
+    // The copy's time includes mapping the cache's memory, a whole block at
+    // a time: a window smaller than a block maps more than it fills, which
+    // the rest of the fill then does not pay again. Per byte mapped, then.
+    const uint64_t reserved = cache.stats().reserved_bytes - reserved0;
     std::lock_guard lock(s.mu);
     const double bytes = std::max<double>(s.stats.bytes_read, 1);
-    return FillCosts{.scan = s.stats.scan_seconds / bytes, .fill = s.stats.fill_seconds / bytes};
+    return FillCosts{.scan = s.stats.scan_seconds / bytes,
+                     .fill = s.stats.fill_seconds / std::max<double>(bytes, reserved)};
   };
 
   std::optional<FillCosts> costs;

@@ -317,6 +317,24 @@ TEST_F(NodeCacheTest, TheFillWindowIsA64thOfTheVolumeWithin1To4MiB) {
   EXPECT_EQ(b->fill_window_bytes(), a->fill_window_bytes());
 }
 
+// What filling touched: the region's memory is reserved and mapped a 2 MiB
+// block at a time, at the first sample in each (the fill's probe charges
+// its copy per byte mapped, sequential_fill.cc).
+TEST_F(NodeCacheTest, ReservedBytesCountWholeBlocksOnce) {
+  std::string note;
+  auto c = cache_internal::NodeCache::Open(*vol_, {.budget = uint64_t{1} << 30}, &note);
+  ASSERT_TRUE(c) << note;
+  EXPECT_EQ(c->stats().reserved_bytes, 0u);
+  ASSERT_OK_AND_ASSIGN(auto first, vol_->ReadStored(0));
+  ASSERT_TRUE(c->Admit(0, first));
+  const cache_internal::NodeCacheStats one = c->stats();
+  EXPECT_EQ(one.filled_bytes, first.size());
+  EXPECT_EQ(one.reserved_bytes, std::min(uint64_t{2} << 20, one.capacity));
+  ASSERT_OK_AND_ASSIGN(auto second, vol_->ReadStored(1));
+  ASSERT_TRUE(c->Admit(1, second));
+  EXPECT_EQ(c->stats().reserved_bytes, one.reserved_bytes);  // the same block
+}
+
 TEST_F(NodeCacheTest, OneProcessMeasuresTheFillsCostsForTheNode) {
   std::string note;
   auto a = cache_internal::NodeCache::Open(*vol_, {.budget = uint64_t{1} << 30}, &note);
