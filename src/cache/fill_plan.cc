@@ -10,18 +10,24 @@ FillDecision DecideFill(const FillInputs& in) {
   const double bytes = static_cast<double>(in.cacheable_bytes);
   const double scan = in.costs.scan * bytes, fill = in.costs.fill * bytes;
   d.cost_seconds = scan + fill * std::clamp(in.costs.slowed, 0.0, 1.0);
-  d.saving_seconds = in.epochs_after * in.costs.read * bytes;
+  const double e = std::max(0.0, in.epochs_after);
+  d.fill_epochs = in.costs.wall > 0 && in.costs.pace > 0 ? in.costs.wall / in.costs.pace : 0;
+  const double f = d.fill_epochs;
+  const double saved_epochs = f <= e ? e - f / 2 : e * e / (2 * f);
+  d.saving_seconds = saved_epochs * in.costs.read * bytes;
   d.fill = in.cacheable_bytes > 0 && (in.requested || d.saving_seconds > d.cost_seconds);
-  char text[200];
+  char lasting[64] = "";
+  if (f > 0) std::snprintf(lasting, sizeof lasting, " (the fill lasting %.2g of them)", f);
+  char text[256];
   std::snprintf(text, sizeof text,
-                "%s: saves %.2f s over %.3g epochs for %.2f s (read %.2f, copy %.2f, %.0f %% of it "
-                "taken from the reader)",
+                "%s: saves %.2f s over %.3g epochs%s for %.2f s (read %.2f, copy %.2f, %.0f %% of "
+                "it taken from the reader)",
                 in.cacheable_bytes == 0
                     ? (in.requested ? "nothing to fill (budget given)" : "nothing to fill")
                 : in.requested ? "fill (budget given)"
                 : d.fill       ? "fill"
                                : "no fill",
-                d.saving_seconds, in.epochs_after, d.cost_seconds, scan, fill,
+                d.saving_seconds, in.epochs_after, lasting, d.cost_seconds, scan, fill,
                 100 * std::clamp(in.costs.slowed, 0.0, 1.0));
   d.reason = text;
   return d;

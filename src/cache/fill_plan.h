@@ -13,7 +13,16 @@
 // the caller waited per byte it got (read). Every term is per byte, so the decision does not depend
 // on how much fits: fill iff
 //
-//     epochs_after * read  >  scan + fill * slowed
+//     saved_epochs * read  >  scan + fill * slowed
+//
+// where saved_epochs is epochs_after less what the fill's own time takes of
+// them: the fill runs beside the epochs, so the cached share grows from none
+// to all over the F epochs it lasts (F = wall / pace, the fill's seconds per
+// byte over the reader's), and those epochs save half on average:
+// epochs_after - F/2 when F <= epochs_after, else epochs_after^2 / (2F).
+// On a node whose cores the readers keep busy, a Fashion-MNIST fill lasted
+// 2-3 epochs: counted as saving from the start, it filled 5-epoch jobs at a
+// loss.
 //
 // unless the user asked for the cache (an explicit budget: it is filled
 // whatever it costs, and the report says what it cost).
@@ -32,6 +41,11 @@ struct FillCosts {
   // The caller's lost share of the fill's time: 1 - the cores it may run
   // on that were idle while the reader ran, at least 0. 1 when not measured.
   double slowed = 1;
+  // How long the fill lasts beside the epochs: its seconds per byte, waits
+  // for a core included (wall), over the seconds per byte the reader
+  // hands out (pace). 0 when not measured: the fill counts as instant.
+  double wall = 0;
+  double pace = 0;
 };
 
 struct FillInputs {
@@ -45,8 +59,9 @@ struct FillDecision {
   bool fill = false;
   double cost_seconds = 0;    // predicted, for cacheable_bytes
   double saving_seconds = 0;  // predicted, over epochs_after
-  // For reports: "fill: saves 1.8 s over 4 epochs for 0.40 s (read 0.02, copy 0.38,
-  // 100 % of it taken from the reader)".
+  double fill_epochs = 0;     // the epochs the fill lasts (0: not measured)
+  // For reports: "fill: saves 1.8 s over 4 epochs (the fill lasting 0.5 of
+  // them) for 0.40 s (read 0.02, copy 0.38, 100 % of it taken from the reader)".
   std::string reason;
 };
 

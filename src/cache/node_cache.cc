@@ -20,8 +20,9 @@ namespace dlfs::cache_internal {
 namespace {
 
 constexpr char kMagic[8] = {'D', 'L', 'F', 'S', 'N', 'C', '0', '1'};
-// 2: the sequential fill's window claims; 3: its costs measured once per node
-constexpr uint32_t kVersion = 3;
+// 2: the sequential fill's window claims; 3: its costs measured once per
+// node; 4: with the fill's duration (wall, pace)
+constexpr uint32_t kVersion = 4;
 constexpr uint64_t kHeaderBytes = 4096;
 constexpr uint64_t kAlign = 64;                 // each sample starts on a cache line
 constexpr uint64_t kBlock = uint64_t{2} << 20;  // fallocate granularity
@@ -63,6 +64,7 @@ struct NodeCache::Header {
   std::atomic<uint32_t> fill_costs_state;
   std::atomic<int32_t> fill_costs_pid;  // the process measuring or that measured
   std::atomic<double> fill_cost_scan, fill_cost_fill, fill_cost_read, fill_cost_slowed;
+  std::atomic<double> fill_cost_wall, fill_cost_pace;
 };
 static_assert(sizeof(NodeCache::Header) <= kHeaderBytes);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
@@ -418,6 +420,8 @@ void NodeCache::PublishFillCosts(const FillCosts* costs) {
   header_->fill_cost_fill.store(costs->fill, std::memory_order_relaxed);
   header_->fill_cost_read.store(costs->read, std::memory_order_relaxed);
   header_->fill_cost_slowed.store(costs->slowed, std::memory_order_relaxed);
+  header_->fill_cost_wall.store(costs->wall, std::memory_order_relaxed);
+  header_->fill_cost_pace.store(costs->pace, std::memory_order_relaxed);
   header_->fill_costs_pid.store(::getpid(), std::memory_order_relaxed);
   header_->fill_costs_state.store(kCostsPublished, std::memory_order_release);
 }
@@ -431,7 +435,9 @@ std::optional<FillCosts> NodeCache::fill_costs(int32_t* measured_by) const {
   return FillCosts{.scan = header_->fill_cost_scan.load(std::memory_order_relaxed),
                    .fill = header_->fill_cost_fill.load(std::memory_order_relaxed),
                    .read = header_->fill_cost_read.load(std::memory_order_relaxed),
-                   .slowed = header_->fill_cost_slowed.load(std::memory_order_relaxed)};
+                   .slowed = header_->fill_cost_slowed.load(std::memory_order_relaxed),
+                   .wall = header_->fill_cost_wall.load(std::memory_order_relaxed),
+                   .pace = header_->fill_cost_pace.load(std::memory_order_relaxed)};
 }
 
 void NodeCache::FillWindowDone() { header_->fill_done.fetch_add(1, std::memory_order_release); }

@@ -68,6 +68,18 @@ double IdleCores(const CpuTicks& a, const CpuTicks& b) {
   return (b.idle - a.idle) / total * b.cpus;
 }
 
+// What this thread has waited for a core since it started: runnable but
+// not running (/proc/thread-self/schedstat, its second field); 0 where the
+// kernel does not say.
+double QueuedSeconds() {
+  std::FILE* f = std::fopen("/proc/thread-self/schedstat", "r");
+  if (f == nullptr) return 0;
+  unsigned long long run_ns = 0, wait_ns = 0;
+  const bool ok = std::fscanf(f, "%llu %llu", &run_ns, &wait_ns) == 2;
+  std::fclose(f);
+  return ok ? static_cast<double>(wait_ns) / 1e9 : 0;
+}
+
 double ThreadCpuSeconds() {
   timespec ts{};
   ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -210,7 +222,7 @@ void SequentialFill::Run(State& s) {
       for (size_t k = 0; k < scan.windows(); ++k) largest = std::max(largest, scan.window_bytes(k));
       buffer.resize(largest);
     }
-    const double t0 = Now();
+    const double q0 = QueuedSeconds(), t0 = Now();
     // The next window (the one this process, or another of the node,
     // claims next) is read by the kernel while this one is read and
     // copied: one synchronous 4 MiB read at a time, with the default
@@ -223,11 +235,14 @@ void SequentialFill::Run(State& s) {
                               static_cast<off_t>(scan.window_bytes(w + 1)), POSIX_FADV_WILLNEED);
       }
     }
-    double read_done = 0;
+    double read_done = 0, q_read = 0;
     const FaultInjection& f = s.options.faults;
     (void)scan.Read(
         w, &buffer, [&](uint64_t index, std::span<const std::byte> bytes, const Status& read) {
-          if (read_done == 0) read_done = Now();
+          if (read_done == 0) {
+            read_done = Now();
+            q_read = QueuedSeconds();
+          }
           if (f.eio_length > 0) {
             const SampleInfo info = volume.directory().sample(index);
             if (info.target == f.eio_target && info.offset < f.eio_offset + f.eio_length &&
@@ -237,8 +252,11 @@ void SequentialFill::Run(State& s) {
           }
           if (read.ok()) (void)cache.Admit(index, bytes);  // checked against the directory there
         });
-    const double t1 = Now();
-    if (read_done == 0) read_done = t1;
+    const double t1 = Now(), q1 = QueuedSeconds();
+    if (read_done == 0) {
+      read_done = t1;
+      q_read = q1;
+    }
     // Read once for the cache: keep it out of the page cache (the node
     // cache holds it now; twice would be memory for nothing).
     const int fd = volume.target_fd(scan.window_target(w));
@@ -252,6 +270,8 @@ void SequentialFill::Run(State& s) {
     s.stats.bytes_read += scan.window_bytes(w);
     s.stats.scan_seconds += read_done - t0;
     s.stats.fill_seconds += t1 - read_done;
+    s.stats.scan_queued_seconds += std::max(0.0, q_read - q0);
+    s.stats.fill_queued_seconds += std::max(0.0, q1 - q_read);
     s.stats.cpu_seconds = ThreadCpuSeconds() - cpu0;
   };
   auto stopped = [&] {
@@ -297,10 +317,17 @@ void SequentialFill::Run(State& s) {
     // a time: a window smaller than a block maps more than it fills, which
     // the rest of the fill then does not pay again. Per byte mapped, then.
     const uint64_t reserved = cache.stats().reserved_bytes - reserved0;
+    // Time spent waiting for a core is not a cost: the readers ran then.
+    // On a node whose cores the readers keep busy it was half the probe's
+    // time and more, which made filling look twice as dear as it was.
     std::lock_guard lock(s.mu);
-    const double bytes = std::max<double>(s.stats.bytes_read, 1);
-    return FillCosts{.scan = s.stats.scan_seconds / bytes,
-                     .fill = s.stats.fill_seconds / std::max<double>(bytes, reserved)};
+    const Stats& st = s.stats;
+    const double bytes = std::max<double>(st.bytes_read, 1);
+    // Its duration, though, is all of it: the fill goes at that pace.
+    const double mapped = std::max<double>(bytes, reserved);
+    return FillCosts{.scan = std::max(0.0, st.scan_seconds - st.scan_queued_seconds) / bytes,
+                     .fill = std::max(0.0, st.fill_seconds - st.fill_queued_seconds) / mapped,
+                     .wall = st.scan_seconds / bytes + st.fill_seconds / mapped};
   };
 
   std::optional<FillCosts> costs;
@@ -339,9 +366,11 @@ void SequentialFill::Run(State& s) {
       constexpr uint64_t kMiB = uint64_t{1} << 20;
       const ReaderProgress a = await_progress(from + std::min(kMiB, epoch_bytes / 16));
       const CpuTicks ta = ReadCpuTicks();
+      const double a_time = Now();
       const ReaderProgress b =
           await_progress(a.payload_bytes + std::min(4 * kMiB, epoch_bytes / 8));
       const CpuTicks tb = ReadCpuTicks();
+      const double b_time = Now();
       // Filling a byte copies it out of the page cache (and into fresh
       // memory), at least what reading it in a warm epoch costs: with one
       // epoch left it cannot pay, and the probe alone would cost (a 4 MiB
@@ -354,8 +383,9 @@ void SequentialFill::Run(State& s) {
       std::optional<FillCosts> c = probe();
       if (!c) return c;
       if (b.payload_bytes > a.payload_bytes) {
-        c->read = (b.caller_wait_seconds - a.caller_wait_seconds) /
-                  static_cast<double>(b.payload_bytes - a.payload_bytes);
+        const auto got = static_cast<double>(b.payload_bytes - a.payload_bytes);
+        c->read = (b.caller_wait_seconds - a.caller_wait_seconds) / got;
+        c->pace = (b_time - a_time) / got;
       } else {
         // A caller too slow to get more data before the deadlines: its
         // waits since its start, the probe's time included.

@@ -107,7 +107,10 @@ class SequentialFill {
     uint64_t bytes_read = 0;      // by this process
     double scan_seconds = 0;      // reading them
     double fill_seconds = 0;      // copying them into the cache
-    double cpu_seconds = 0;       // of the fill's thread
+    // Of those, the time the fill's thread waited for a core (the probe's
+    // costs leave it out: the readers ran meanwhile).
+    double scan_queued_seconds = 0, fill_queued_seconds = 0;
+    double cpu_seconds = 0;  // of the fill's thread
     bool decided = false;
     FillDecision decision;
     bool running = false;

@@ -344,7 +344,8 @@ TEST_F(NodeCacheTest, OneProcessMeasuresTheFillsCostsForTheNode) {
   EXPECT_TRUE(a->ClaimFillMeasurement());
   EXPECT_FALSE(b->ClaimFillMeasurement());  // being measured, by a live process
   EXPECT_FALSE(b->fill_costs());
-  const cache_internal::FillCosts costs{.scan = 1e-9, .fill = 2e-9, .read = 3e-9};
+  const cache_internal::FillCosts costs{
+      .scan = 1e-9, .fill = 2e-9, .read = 3e-9, .slowed = 0.5, .wall = 4e-9, .pace = 5e-9};
   a->PublishFillCosts(&costs);
   int32_t by = 0;
   auto got = b->fill_costs(&by);
@@ -352,6 +353,9 @@ TEST_F(NodeCacheTest, OneProcessMeasuresTheFillsCostsForTheNode) {
   EXPECT_EQ(got->scan, costs.scan);
   EXPECT_EQ(got->fill, costs.fill);
   EXPECT_EQ(got->read, costs.read);
+  EXPECT_EQ(got->slowed, costs.slowed);
+  EXPECT_EQ(got->wall, costs.wall);
+  EXPECT_EQ(got->pace, costs.pace);
   EXPECT_EQ(by, ::getpid());
   EXPECT_FALSE(b->ClaimFillMeasurement());  // measured: nothing more to claim
 }

@@ -107,12 +107,8 @@ SequentialFill::Options Caller(std::function<double(uint64_t)> wait, double epoc
           }};
 }
 
-// Runs a fill of `cache` for a reader whose caller behaves as `caller`
-// says, to its end: its stats. With `one_cpu`, the fill's thread may run on
-// one CPU only, as a rank bound to its core (the thread, made by the
-// constructor, takes the calling thread's mask).
-SequentialFill::Stats FillFor(std::shared_ptr<NodeCache> cache, std::shared_ptr<Volume> volume,
-                              SequentialFill::Options caller, bool one_cpu = false) {
+// The first CPU this thread may run on, alone.
+cpu_set_t FirstCpu() {
   cpu_set_t all, one;
   EXPECT_EQ(::sched_getaffinity(0, sizeof all, &all), 0);
   CPU_ZERO(&one);
@@ -122,6 +118,18 @@ SequentialFill::Stats FillFor(std::shared_ptr<NodeCache> cache, std::shared_ptr<
       break;
     }
   }
+  return one;
+}
+
+// Runs a fill of `cache` for a reader whose caller behaves as `caller`
+// says, to its end: its stats. With `one_cpu`, the fill's thread may run on
+// one CPU only, as a rank bound to its core (the thread, made by the
+// constructor, takes the calling thread's mask).
+SequentialFill::Stats FillFor(std::shared_ptr<NodeCache> cache, std::shared_ptr<Volume> volume,
+                              SequentialFill::Options caller, bool one_cpu = false) {
+  cpu_set_t all;
+  EXPECT_EQ(::sched_getaffinity(0, sizeof all, &all), 0);
+  const cpu_set_t one = FirstCpu();
   if (one_cpu) {
     EXPECT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
   }
@@ -132,6 +140,29 @@ SequentialFill::Stats FillFor(std::shared_ptr<NodeCache> cache, std::shared_ptr<
   fill.Start();
   fill.WaitFilled();
   return fill.stats();
+}
+
+// Time the fill's thread spends waiting for a core is not what filling
+// costs (the readers ran meanwhile): counted apart, and left out of the
+// probe's costs. Here a thread spinning on the fill's only core makes it
+// wait about half of its time.
+TEST_F(SequentialFillTest, WaitsForACoreAreCountedApart) {
+  if (!fs::exists("/proc/thread-self/schedstat")) GTEST_SKIP() << "no /proc/thread-self/schedstat";
+  std::atomic<bool> stop{false};
+  std::thread spinner([&] {
+    const cpu_set_t one = FirstCpu();
+    EXPECT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
+    while (!stop.load(std::memory_order_relaxed)) {
+    }
+  });
+  const auto st = FillFor(Cache(), vol_, {.epochs_after = 0, .requested = true}, /*one_cpu=*/true);
+  stop = true;
+  spinner.join();
+  EXPECT_GT(st.windows_filled, 2u);
+  const double wall = st.scan_seconds + st.fill_seconds;
+  const double queued = st.scan_queued_seconds + st.fill_queued_seconds;
+  EXPECT_GT(queued, 0.2 * wall) << "queued " << queued << " s of " << wall << " s";
+  EXPECT_LE(queued, 1.05 * wall);
 }
 
 // Decided not to fill: only the probe's window was read.
