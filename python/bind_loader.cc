@@ -86,7 +86,8 @@ io_uring (or a pread pool where io_uring is unavailable).
   own, in storage order, until the budget is used. None: a quarter of what
   this job may use (MemAvailable and its memory cgroup's limit), filled
   only where that pays: when what the loop waited for data per byte, over
-  the epochs still to come (epochs=), beats what filling costs the loop
+  the epochs still to come (epochs=; those the fill itself lasts count
+  half, as it runs beside them), beats what filling costs the loop
   (reading and copying, unless a core stayed idle), all measured once per
   node, so every rank of the node decides alike. A size (or $DLFS_CACHE_BUDGET) is a
   request for that cache: filled by the end of the first epoch whatever it
