@@ -398,6 +398,8 @@ void SequentialFill::Run(State& s) {
         c->read = p.payload_bytes ? p.caller_wait_seconds / p.payload_bytes : 0;
       }
       c->read = std::max(0.0, c->read);
+      // A caller gets its bytes no faster than it waits for them.
+      c->pace = std::max(c->pace, c->read);
       // What the fill's thread takes from the reader: nothing where a core
       // it may run on was idle while the reader ran (one process on a node
       // of spare cores), all of its time where none was (a rank per core,

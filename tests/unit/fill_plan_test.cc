@@ -83,20 +83,23 @@ TEST(FillPlanTest, AGivenBudgetIsFilledWhateverItCosts) {
 TEST(FillPlanTest, TheEpochsTheFillLastsSaveHalf) {
   FillInputs in{.cacheable_bytes = 55'000'000,
                 .epochs_after = 3,
-                .costs = {.scan = 1.5 / kGB, .fill = 1.5 / kGB, .read = 1.2 / kGB}};
+                .costs = {.scan = 1.5 / kGB, .fill = 1.5 / kGB, .read = 1.2 / kGB, .slowed = 0.2}};
   const auto instant = DecideFill(in);  // wall and pace not measured: as before
   EXPECT_EQ(instant.fill_epochs, 0);
   EXPECT_NEAR(instant.saving_seconds, 3 * 0.066, 1e-9);
-  EXPECT_NEAR(instant.cost_seconds, 0.165, 1e-9);
+  EXPECT_NEAR(instant.cost_seconds, 0.0825 * 1.2, 1e-9);
   EXPECT_TRUE(instant.fill) << instant.reason;
   in.costs.wall = 2.0 / kGB;  // the fill lasts two epochs of the reader's pace
   in.costs.pace = 1.0 / kGB;
   const auto two = DecideFill(in);
   EXPECT_NEAR(two.fill_epochs, 2, 1e-9);
   EXPECT_NEAR(two.saving_seconds, (3 - 1) * 0.066, 1e-9);
-  EXPECT_FALSE(two.fill) << two.reason;
   EXPECT_NE(two.reason.find("the fill lasting 2 of them"), std::string::npos) << two.reason;
-  in.costs.wall = 6.0 / kGB;  // outlasts the 3 epochs: 3^2 / (2 * 6) of one saved
+  in.costs.wall = 4.0 / kGB;  // outlasts the 3 epochs: 3^2 / (2 * 4) of one saved
+  const auto four = DecideFill(in);
+  EXPECT_NEAR(four.saving_seconds, 9.0 / 8 * 0.066, 1e-9);
+  EXPECT_FALSE(four.fill) << four.reason;  // 0.074 s saved for 0.099 s
+  in.costs.wall = 6.0 / kGB;               // outlasts the 3 epochs: 3^2 / (2 * 6) of one saved
   EXPECT_NEAR(DecideFill(in).saving_seconds, 0.75 * 0.066, 1e-9);
   in.epochs_after = 30;  // a long job: the fill's duration hardly matters
   EXPECT_TRUE(DecideFill(in).fill) << DecideFill(in).reason;
