@@ -21,9 +21,10 @@
 #   cold  page cache dropped (echo 3 > /proc/sys/vm/drop_caches), one
 #         shuffled epoch, cache budget 0: every sample read from the device
 #         (O_DIRECT) and decoded;
-#   warm  two shuffled epochs with the loader's node cache on (the default
-#         budget holds these volumes); the second epoch's samples/s: data in
-#         memory, the cost left is the loader and decompression.
+#   warm  two shuffled epochs with a node cache of 1 GB (--cache-budget 1G,
+#         filled by the first epoch's end; the default budget fills only
+#         where the loader predicts it pays); the second epoch's samples/s:
+#         data in memory, the cost left is the loader and decompression.
 #
 #   bench/fields/run_fields_bench.sh           (as root; ~10-20 min)
 #   SMALL=1 bench/fields/run_fields_bench.sh   (12,000 images, 3,000 token arrays,
@@ -152,7 +153,7 @@ run() {  # name field mode rep
     drop_caches
     args+=(--epochs 1 --drop-cache --cache-budget 0)
   else
-    args+=(--epochs 2)
+    args+=(--epochs 2 --cache-budget 1G)
   fi
   "$dlfs" bench "$work/$name.dlfs" "${args[@]}" --json >"$work/run.json" 2>"$work/run.err" ||
     die "$name $mode failed: $(tail -3 "$work/run.err")"
