@@ -202,14 +202,21 @@ def test_batch_stack_copies_fixed_size_samples(tmp_path, run):
         dlfs.Volume(str(tmp_path / "o.dlfs")).read_many([0, 1]).stack()
 
 
-@pytest.mark.parametrize("budget", [0, None])
+def test_loader_has_a_node_cache_by_default(many):
+    assert "node cache" in dlfs.Loader(many, batch_size=128).engine_description
+
+
+# A given budget, not the default: the default fills only where its
+# measurements predict a gain, which for this tiny volume (saves 0.00 s for
+# 0.00 s) goes either way on a loaded machine.
+@pytest.mark.parametrize("budget", [0, "64M"])
 def test_loader_node_cache_serves_the_same_bytes(many, budget):
     loader = dlfs.Loader(many, batch_size=128, seed=2, cache_budget=budget)
-    assert ("node cache" in loader.engine_description) == (budget is None)
+    assert ("node cache" in loader.engine_description) == (budget != 0)
     total = many.info()["bytes"]
-    # The cache fills on a lowest-priority thread: epochs until it holds all.
+    # A requested cache is full by the first epoch's end; a few more at most.
     give_up = time.monotonic() + 120
-    for epoch in range(100000 if budget is None else 0):
+    for epoch in range(100000 if budget != 0 else 0):
         if loader.stats()["cache_used_bytes"] >= total or time.monotonic() > give_up:
             break
         loader.set_epoch(100 + epoch)
@@ -225,12 +232,12 @@ def test_loader_node_cache_serves_the_same_bytes(many, budget):
             # Bytes shared through the node cache are read-only.
             assert view.flags.writeable == (budget == 0)
     read = loader.stats()["io_bytes"] - before
-    if budget is None:
+    if budget != 0:
         assert read == 0  # served from memory
     else:
         assert read > 0
     s = loader.stats()
-    assert s["cache_bytes"] > 0 if budget is None else s["buffer_pool_bytes"] > 0
+    assert s["cache_bytes"] > 0 if budget != 0 else s["buffer_pool_bytes"] > 0
     assert s["mean_reads_in_flight"] > 0
 
 
