@@ -377,7 +377,7 @@ indices at once (a BatchSampler); for whole epochs use dlfs.Loader.)doc")
       .def(
           "extent",
           [](const Volume& v, int64_t i) {
-            const SampleInfo s = v.directory().sample(CheckIndex(v, i));
+            const SampleInfo s = Unwrap(v.directory().Locate(CheckIndex(v, i)));
             return py::make_tuple(s.target, s.offset, s.length);
           },
           py::arg("index"),

@@ -60,9 +60,33 @@
 
 namespace dlfs {
 
+// How a volume's directory is laid out (docs/format.md).
+enum class DirectoryLayout : uint8_t {
+  // The compact directory of format v3 (§10), used in place through a
+  // mapping and checked block by block: 6-10 bytes per sample, names and
+  // the tree optional; written while the samples stream, in memory
+  // independent of their number. A sample's index is the order it was
+  // added in. Holds one unnamed raw field per sample: no fields,
+  // compression or image preparation.
+  kCompact,
+  // The format v1/v2 directory (§4): 32 bytes per sample plus names, read
+  // whole at open; samples ordered by path; fields, zstd, prepared images.
+  // The whole directory is held in memory until Finish.
+  kTree,
+  // kCompact unless the options ask for compression or image preparation,
+  // or the first sample is given a named field (then kTree).
+  kAuto,
+};
+
 class VolumeBuilder {
  public:
   struct Options {
+    // The directory's layout. kTree is the default until the compact one is
+    // at least as fast everywhere the tree one is used.
+    DirectoryLayout layout = DirectoryLayout::kTree;
+    // Compact layout: samples per block of the directory, 2^block_shift
+    // (4..16); a block is the unit checked on first use.
+    uint32_t block_shift = 10;
     // Every sample starts at a multiple of this (a power of two, at most
     // 1 MiB). 1 packs samples back to back; 4096 lets O_DIRECT readers read
     // each sample without touching a neighbour, at the cost of padding.
@@ -153,7 +177,10 @@ class VolumeBuilder {
 
   // Adds one sample with all its bytes. InvalidArgument for a bad path, a
   // path already added (naming the earlier sample and its source) or a path
-  // that is also a directory.
+  // that is also a directory. Compact layout: `path` may be "" for a volume
+  // whose samples have no names (all or none are named); a duplicate path
+  // or a path that is also a directory is found when added only among
+  // paths added in sorted order, else by Finish.
   Status Add(std::string_view path, std::span<const std::byte> data, uint32_t label = kNoLabel);
 
   // Adds one sample in pieces: BeginSample, any number of Append, then
@@ -180,6 +207,17 @@ class VolumeBuilder {
   // bytes is known. InvalidArgument for n >= sample_count() or a label out
   // of range.
   Status SetLabel(uint64_t n, uint32_t label);
+
+  // Adds samples in one call (the fast path of the compact layout): their
+  // bytes back to back in `data`, lengths[k] bytes each, with labels[k]
+  // (kNoLabel for none; `labels` may be empty for none at all) and paths[k]
+  // (may be empty: no names). InvalidArgument when the lengths do not sum
+  // to data's size or the arrays differ in length.
+  Status AddBatch(std::span<const std::byte> data, std::span<const uint64_t> lengths,
+                  std::span<const uint32_t> labels, std::span<const std::string_view> paths = {});
+
+  // The directory layout this builder writes (kAuto until decided).
+  DirectoryLayout layout() const;
 
   // Writes the directory and superblocks, syncs and publishes the volume.
   // InvalidArgument if two samples share a path or a sample's path is also

@@ -1,17 +1,30 @@
 // SampleDirectory: the in-memory tree of a volume's samples.
 //
-// It is the only metadata dlfs keeps. It is a read-only view over the
-// directory region exactly as stored on disk (docs/format.md §4): opening
-// validates the region once, then every query reads the arrays in place.
+// It is the only metadata dlfs keeps, a read-only view over the directory
+// region exactly as stored on disk, in one of two layouts:
 //
-//   by index:  O(1)                 sample(i), name(i), Path(i)
-//   by path:   O(depth * log n)     Lookup("train/00042")
-//   listing:   O(entries)           dir(d).first_child ... / samples
+// - format v1/v2 (docs/format.md §4): opening validates the whole region
+//   once (32 bytes per sample plus names), then every query reads the arrays
+//   in place; a sample's index is its position in path order.
+// - format v3, the compact directory (docs/format.md §10): opening checks
+//   the header only; the region (6-10 bytes per sample, names and the tree
+//   optional) is used in place, typically through a read-only mapping of the
+//   volume file, and each block of samples or names is checked the first
+//   time a query reads it. A sample's index is the order the writer added
+//   it in; names, when present, are looked up through their own sorted order.
 //
-// Memory is 32 bytes per sample, 32 per directory, 8 per class, plus names.
+//   by index:  O(1)                 Locate(i) / sample(i), name(i), Path(i)
+//   by path:   O(depth * log n)     Lookup("train/00042")   (v3: O(log n))
+//   listing:   O(entries)           ChildDirs(d), DirSamples(d, from, max)
 //
-// Thread safety: immutable after construction; any number of threads may
-// query one SampleDirectory concurrently. Copies share the same bytes.
+// Queries that read a v3 block that fails its check return the Corruption
+// naming the block (Locate, Resolve, Lookup, CheckAll); the accessors that
+// cannot return a Status (sample, name, Path, label) are for samples already
+// located (see sample()).
+//
+// Thread safety: immutable after construction (the record of checked blocks
+// is internal and atomic); any number of threads may query one
+// SampleDirectory concurrently. Copies share the same bytes.
 #pragma once
 
 #include <cstddef>
@@ -28,6 +41,9 @@
 
 namespace dlfs {
 
+namespace directory_internal {
+class CompactState;
+}
 namespace format {
 struct DirectoryHeader;
 struct SampleEntry;
@@ -54,12 +70,11 @@ struct SampleInfo {
 };
 
 struct DirInfo {
-  uint32_t parent;  // kNoParent for the root (index 0)
-  uint32_t first_child;
-  uint32_t child_count;
-  uint32_t first_sample;  // samples [first_sample, first_sample + sample_count)
-  uint32_t sample_count;
+  uint64_t parent;  // kNoDirectory for the root (index 0)
+  uint64_t child_count;
+  uint64_t sample_count;  // samples directly in it (ChildDirs, DirSamples list them)
 };
+inline constexpr uint64_t kNoDirectory = ~uint64_t{0};
 
 // How a field is stored (docs/format.md §4.8.4).
 enum class FieldCodec : uint8_t { kNone = 0, kZstd = 1, kZstdDict = 2 };
@@ -126,6 +141,9 @@ class SampleDirectory {
     // The superblock's compat flags: IMAGES means the region has an images
     // section (docs/format.md §4.9), checked and offered by images().
     uint32_t compat_flags = 0;
+    // The superblock's format_version: 1 (v1 and v2 regions) or 3 (the
+    // compact directory).
+    uint32_t format_version = 1;
     // Set only when these exact bytes already passed Create in this job
     // (an MPI collective open hands one checked copy to every rank): the
     // header and array bounds are still checked, the per-entry rules are
@@ -147,18 +165,58 @@ class SampleDirectory {
   uint64_t size() const { return sample_count_; }  // number of samples
   uint64_t dir_count() const { return dir_count_; }
   uint64_t class_count() const { return class_count_; }
+  // 1 for the v1/v2 layout, 3 for the compact directory.
+  uint32_t format_version() const { return compact_ ? 3 : 1; }
+  bool compact() const { return compact_ != nullptr; }
+  // Whether samples have names (always in v1/v2; optional in v3). Without
+  // names, Path(i) is "#<i>", Lookup finds nothing, and the tree is the
+  // root alone.
+  bool has_names() const;
 
-  // REQUIRES: i < size().
+  // Sample i's extent, CRC and label. v3: checks the block holding it the
+  // first time (Corruption naming the block). REQUIRES: i < size().
+  Result<SampleInfo> Locate(uint64_t i) const;
+  // The same for a sample already located (or any sample of a v1/v2
+  // volume, whose directory was checked whole at open). A v3 sample whose
+  // block fails its check comes back with length 0 and a CRC no bytes have
+  // (so a verified read of it fails); callers on a read path use Locate.
   SampleInfo sample(uint64_t i) const;
   std::string_view name(uint64_t i) const;  // the last path component
   uint32_t label(uint64_t i) const;
   // "train/00042": the directory names from the root, joined by '/'.
+  // v3: "#<i>" without names, "<damaged name block N>" when its block fails
+  // its check.
   std::string Path(uint64_t i) const;
 
   // REQUIRES: d < dir_count(). The root is directory 0 and has an empty name.
   DirInfo dir(uint64_t d) const;
   std::string_view dir_name(uint64_t d) const;
   std::string DirPath(uint64_t d) const;
+  // Directory d's sub-directories, sorted by name.
+  std::vector<uint64_t> ChildDirs(uint64_t d) const;
+  // Up to `max` samples directly in directory d, sorted by name, skipping
+  // the first `from` (paging a listing of any size).
+  std::vector<uint64_t> DirSamples(uint64_t d, uint64_t from = 0,
+                                   uint64_t max = ~uint64_t{0}) const;
+  // The samples below directory d (recursively) as one run of consecutive
+  // indices [first, first + count), when they are one (always for the root;
+  // in v3 whenever names were added in order); else nullopt.
+  struct IndexRange {
+    uint64_t first = 0;
+    uint64_t count = 0;
+  };
+  std::optional<IndexRange> SubtreeIndexRange(uint64_t d) const;
+
+  // Checks everything a query could read (v3: every block of samples,
+  // names and name order, the tree, and that names are in order); for
+  // v1/v2, already done at open. Corruption naming the first bad part.
+  Status CheckAll() const;
+  // The largest sample's length, when the directory records it (v3); else
+  // nullopt (finding it takes a pass over every sample).
+  std::optional<uint64_t> max_sample_length() const;
+  // Blocks of the compact directory (0 for v1/v2) and samples per block.
+  uint64_t block_count() const;
+  uint64_t block_samples() const;
 
   // REQUIRES: c < class_count().
   std::string_view class_name(uint64_t c) const;
@@ -203,15 +261,24 @@ class SampleDirectory {
   // for a volume without an images section). O(log changed).
   std::optional<ImageOrigin> FindImageOrigin(uint64_t i, uint32_t field = 0) const;
 
-  // Total bytes of the region the view reads (what the directory costs in memory).
+  // Total bytes of the region the view reads (what the directory costs in
+  // memory once every part of it has been read).
   uint64_t memory_bytes() const { return region_size_; }
+  // Of them, what locating and checking samples takes (v3: block entries and
+  // sample records; v1/v2: the sample array).
+  uint64_t sample_metadata_bytes() const;
 
  private:
   std::string_view String(uint32_t offset, uint32_t length) const;
   // Binary searches among a directory's children and its samples.
-  std::optional<uint64_t> FindChildDir(const DirInfo& d, std::string_view name) const;
-  std::optional<uint64_t> FindSample(const DirInfo& d, std::string_view name) const;
+  std::optional<uint64_t> FindChildDir(const format::DirEntry& d, std::string_view name) const;
+  std::optional<uint64_t> FindSample(const format::DirEntry& d, std::string_view name) const;
 
+  static Result<SampleDirectory> CreateCompact(std::shared_ptr<const std::byte> region,
+                                               uint64_t size, const Expected& expected,
+                                               const std::string& volume_path);
+
+  std::shared_ptr<const directory_internal::CompactState> compact_;  // v3, else null
   std::shared_ptr<const std::byte> region_;
   uint64_t region_size_ = 0;
   uint64_t sample_count_ = 0;

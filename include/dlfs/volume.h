@@ -85,6 +85,10 @@ struct VolumeMetadata {
   // The node region `directory` lives in (a collective open's), or "":
   // what Volume::directory_region() then says.
   std::string directory_region;
+  // A compact (format v3) directory mapped from target 0's file: each
+  // process that opens the volume maps it itself (the page cache is the
+  // node's one copy), so a collective open hands over only the superblocks.
+  bool directory_mapped = false;
 };
 
 // Where a process keeps a volume's directory region (the sample directory:

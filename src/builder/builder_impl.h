@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "builder/compact_writer.h"
 #include "builder/image_stage.h"
 #include "dlfs/builder.h"
 #include "format/directory_codec.h"
@@ -50,6 +51,18 @@ class VolumeBuilder::Impl {
 
   std::string path_;
   Options options_;
+  // The compact layout's directory writer (docs/format.md §10), or null for
+  // the tree layout. With kAuto it exists until the first sample decides.
+  std::unique_ptr<builder_internal::CompactWriter> compact_;
+  bool layout_decided_ = false;
+  std::string cur_compact_path_;  // the open sample's path (compact layout)
+  // Compact layout: starts sample `cur_` with `path`: picks its target (a
+  // new block's is the emptiest target), pads, records where it starts.
+  Status BeginCompactSample(std::string_view path, uint32_t label);
+  Status EndCompactSample();
+  // kAuto: the first sample wants fields; continue in the tree layout (the
+  // caller begins the sample again).
+  void SwitchToTree();
   std::vector<TargetFile> targets_;  // target 0 is path_
   std::vector<std::string> removed_temporaries_;
   bool closed_ = false;  // Finish ran (successfully or not)
@@ -210,6 +223,9 @@ class VolumeBuilder::Impl {
 
   // Runs the steps below in order; the first failure is returned.
   Status Finish();
+  // The compact layout's Finish: the same steps with CompactWriter's region.
+  Status FinishCompact();
+  uint64_t compact_dir_count_ = 0;
   // Ends every target's data region: pads it to the region boundary and
   // flushes it. Returns the data extents and where the directory goes.
   Result<Layout> EndDataRegions();

@@ -51,6 +51,7 @@ Status VolumeBuilder::Finish() {
 // them, which removes the temporary files.
 Status VolumeBuilder::Impl::Finish() {
   if (in_sample_) return Status::InvalidArgument("Finish with a sample still open");
+  if (compact_) return FinishCompact();
   // Every sample back from image preparation (an error fails the volume,
   // and names every sample left out that no Add named).
   if (stage_) {
@@ -78,6 +79,26 @@ Status VolumeBuilder::Impl::Finish() {
   DLFS_ASSIGN_OR_RETURN(const format::Superblock sb, Describe(layout));
   DLFS_RETURN_IF_ERROR(Seal(sb));
   // ... before any of them is published.
+  return Publish();
+}
+
+// The compact layout (docs/format.md §10): the directory was collected while
+// the samples streamed; it is laid out after target 0's data, then the
+// volume is sealed and published as any other.
+Status VolumeBuilder::Impl::FinishCompact() {
+  DLFS_ASSIGN_OR_RETURN(Layout layout, EndDataRegions());
+  TargetFile& target0 = targets_[0];
+  DLFS_ASSIGN_OR_RETURN(
+      const builder_internal::CompactWriter::Region region,
+      compact_->Finish(class_names_, class_count(),
+                       [&](std::span<const std::byte> bytes) { return Write(target0, bytes); }));
+  layout.dir_length = region.length;
+  layout.dir_crc32c = region.header_crc32c;
+  compact_dir_count_ = region.dir_count;
+  DLFS_RETURN_IF_ERROR(Pad(target0, format::kRegionAlignment));
+  DLFS_RETURN_IF_ERROR(Flush(target0));
+  DLFS_ASSIGN_OR_RETURN(const format::Superblock sb, Describe(layout));
+  DLFS_RETURN_IF_ERROR(Seal(sb));
   return Publish();
 }
 
@@ -163,8 +184,9 @@ Result<format::Superblock> VolumeBuilder::Impl::Describe(const Layout& layout) c
                                 .count());
   sb.incompat_flags = incompat_flags_;
   sb.compat_flags = stage_ ? format::kCompatImages : 0;
-  sb.sample_count = samples_.size();
-  sb.dir_count = dirs_.size();
+  sb.format_version = compact_ ? format::kFormatVersionCompact : format::kFormatVersion;
+  sb.sample_count = compact_ ? compact_->count() : samples_.size();
+  sb.dir_count = compact_ ? compact_dir_count_ : dirs_.size();
   sb.class_count = class_count();
   sb.data_bytes = data_bytes_;
   sb.data_alignment = options_.align;

@@ -42,6 +42,18 @@ Status CheckOptions(const std::string& path, const VolumeBuilder::Options& optio
                                    std::to_string(a));
   }
   if (path.empty()) return Status::InvalidArgument("empty volume path");
+  if (options.block_shift < format::kMinBlockShift ||
+      options.block_shift > format::kMaxBlockShift) {
+    return Status::InvalidArgument("block_shift must be " + std::to_string(format::kMinBlockShift) +
+                                   " to " + std::to_string(format::kMaxBlockShift) + ", not " +
+                                   std::to_string(options.block_shift));
+  }
+  if (options.layout == DirectoryLayout::kCompact &&
+      (options.compress.zstd || options.images.enabled())) {
+    return Status::InvalidArgument(
+        "the compact directory layout holds raw samples: compression and image preparation "
+        "need the tree layout");
+  }
   const uint32_t n = options.TargetCount();
   if (n > format::kMaxTargets) {
     return Status::InvalidArgument("a volume has 1 to " + std::to_string(format::kMaxTargets) +
@@ -348,6 +360,16 @@ Result<std::unique_ptr<VolumeBuilder>> VolumeBuilder::Create(const std::string& 
   impl->options_ = std::move(options);
   DLFS_RETURN_IF_ERROR(impl->NameTargets());
   DLFS_RETURN_IF_ERROR(impl->CreateTargets());
+  const Options& o = impl->options_;
+  const bool tree_only = o.compress.zstd || o.images.enabled();
+  if (o.layout == DirectoryLayout::kCompact || (o.layout == DirectoryLayout::kAuto && !tree_only)) {
+    DLFS_ASSIGN_OR_RETURN(impl->compact_,
+                          builder_internal::CompactWriter::Create(
+                              impl->targets_[0].target->location(), o.align, o.block_shift));
+    impl->layout_decided_ = o.layout == DirectoryLayout::kCompact;
+  } else {
+    impl->layout_decided_ = true;
+  }
   const ImagePrepOptions& images = impl->options_.images;
   if (images.enabled()) {
     const uint32_t threads =
@@ -383,7 +405,7 @@ void VolumeBuilder::SetClassNames(std::vector<std::string> names) {
 
 void VolumeBuilder::SetSourceName(std::string name) {
   auto& sources = impl_->sources_;
-  const uint64_t first = impl_->samples_.size();
+  const uint64_t first = sample_count();
   if (!sources.empty() && sources.back().first == first) {
     sources.back().second = std::move(name);
   } else {
@@ -422,6 +444,7 @@ Status VolumeBuilder::BeginSample(std::string_view path, uint32_t label) {
   if (m.closed_) return Status::InvalidArgument("builder already finished");
   if (m.in_sample_) return Status::InvalidArgument("BeginSample while a sample is open");
   if (LabelTooLarge(label)) return LabelError("sample '" + std::string(path) + "'", label);
+  if (m.compact_) return m.BeginCompactSample(path, label);
   // Components are checked below; a leading '/' would otherwise vanish with
   // the empty component before it ("/etc/x" stored as "etc/x").
   if (path.starts_with('/')) {
@@ -467,6 +490,7 @@ Status VolumeBuilder::BeginSample(std::string_view path, uint32_t label) {
 Status VolumeBuilder::Append(std::span<const std::byte> data) {
   Impl& m = *impl_;
   if (!m.in_sample_) return Status::InvalidArgument("Append without BeginSample");
+  if (m.compact_) return m.WriteBytes(m.cur_, nullptr, data);
   if (!m.in_field_) {
     if (m.cur_.field_count != 0) {
       return Status::InvalidArgument("Append outside a field of a sample that has fields");
@@ -490,6 +514,22 @@ Status VolumeBuilder::BeginField(std::string_view name) {
   Impl& m = *impl_;
   if (!m.in_sample_) return Status::InvalidArgument("BeginField without BeginSample");
   if (m.in_field_) return Status::InvalidArgument("BeginField while a field is open");
+  if (m.compact_ && !name.empty()) {
+    if (m.layout_decided_ || m.compact_->count() != 0 || m.cur_.length != 0) {
+      return Status::InvalidArgument(
+          "field '" + std::string(name.substr(0, 80)) +
+          "': the compact directory layout holds one unnamed field per sample; write samples "
+          "with fields in the tree layout");
+    }
+    const std::string path = std::move(m.cur_compact_path_);
+    const uint32_t label = m.cur_.label;
+    m.SwitchToTree();
+    DLFS_RETURN_IF_ERROR(BeginSample(path, label));
+  }
+  if (m.compact_) {
+    m.in_field_ = true;  // the unnamed field: the sample's bytes as they come
+    return Status::Ok();
+  }
   if (name.size() > 0xFFFF || name.find('/') != name.npos || name.find('\0') != name.npos) {
     return Status::InvalidArgument("bad field name '" + std::string(name.substr(0, 80)) +
                                    "' (at most 65535 bytes, no '/' or NUL)");
@@ -518,6 +558,10 @@ Status VolumeBuilder::BeginField(std::string_view name) {
 Status VolumeBuilder::EndField() {
   Impl& m = *impl_;
   if (!m.in_field_) return Status::InvalidArgument("EndField without BeginField");
+  if (m.compact_) {
+    m.in_field_ = false;
+    return Status::Ok();
+  }
   if (m.stage_) {
     // Held raw until the sample goes to the stage (EndSample).
     std::string name = m.field_names_[m.cur_field_.field];
@@ -587,6 +631,10 @@ Result<std::vector<std::byte>> VolumeBuilder::TrainDictionary(
 Status VolumeBuilder::EndSample() {
   Impl& m = *impl_;
   if (!m.in_sample_) return Status::InvalidArgument("EndSample without BeginSample");
+  if (m.compact_) {
+    if (m.in_field_) return Status::InvalidArgument("EndSample with a field still open");
+    return m.EndCompactSample();
+  }
   if (m.in_field_ && !m.implicit_field_) {
     return Status::InvalidArgument("EndSample with a field still open");
   }
@@ -624,6 +672,10 @@ void VolumeBuilder::AbortSample() {
   m.in_sample_ = false;
   m.in_field_ = false;
   m.implicit_field_ = false;
+  if (m.compact_) {
+    Impl::Rewind(m.targets_[m.cur_.target], m.cur_.offset);
+    return;
+  }
   m.field_buf_.clear();
   m.fields_.resize(m.cur_.first_field);
   m.names_.resize(m.cur_.name_offset);
@@ -640,6 +692,12 @@ void VolumeBuilder::AbortSample() {
 Status VolumeBuilder::SetLabel(uint64_t n, uint32_t label) {
   Impl& m = *impl_;
   if (m.closed_) return Status::InvalidArgument("builder already finished");
+  if (m.compact_) {
+    if (LabelTooLarge(label)) return LabelError("sample " + std::to_string(n), label);
+    DLFS_RETURN_IF_ERROR(m.compact_->SetLabel(n, label));
+    if (label != format::kNone) m.max_label_plus_one_ = std::max(m.max_label_plus_one_, label + 1);
+    return Status::Ok();
+  }
   if (n >= m.samples_.size()) {
     return Status::InvalidArgument("SetLabel: no sample " + std::to_string(n) + " (" +
                                    std::to_string(m.samples_.size()) + " added)");
@@ -651,7 +709,89 @@ Status VolumeBuilder::SetLabel(uint64_t n, uint32_t label) {
   return Status::Ok();
 }
 
-uint64_t VolumeBuilder::sample_count() const { return impl_->samples_.size(); }
+uint64_t VolumeBuilder::sample_count() const {
+  return impl_->compact_ ? impl_->compact_->count() : impl_->samples_.size();
+}
+
+DirectoryLayout VolumeBuilder::layout() const {
+  if (!impl_->layout_decided_) return DirectoryLayout::kAuto;
+  return impl_->compact_ ? DirectoryLayout::kCompact : DirectoryLayout::kTree;
+}
+
+Status VolumeBuilder::Impl::BeginCompactSample(std::string_view path, uint32_t label) {
+  if (path.starts_with('/')) {
+    return Status::InvalidArgument("bad sample path '" + std::string(path) +
+                                   "': absolute (paths in a volume are relative)");
+  }
+  const uint32_t target = compact_->AtBlockStart() ? PickTarget() : compact_->block_target();
+  TargetFile& tf = targets_[target];
+  DLFS_RETURN_IF_ERROR(Pad(tf, options_.align));
+  cur_ = PendingSample{};
+  cur_.offset = tf.Tell();
+  cur_.target = target;
+  cur_.label = label;
+  cur_compact_path_.assign(path);
+  in_sample_ = true;
+  return Status::Ok();
+}
+
+Status VolumeBuilder::Impl::EndCompactSample() {
+  Status st = compact_->Add(static_cast<uint16_t>(cur_.target), cur_.offset, cur_.length,
+                            cur_.crc32c, cur_.label, cur_compact_path_);
+  in_sample_ = false;
+  if (!st.ok()) {
+    Rewind(targets_[cur_.target], cur_.offset);
+    return st;
+  }
+  layout_decided_ = true;
+  data_bytes_ += cur_.length;
+  if (cur_.label != format::kNone) {
+    max_label_plus_one_ = std::max(max_label_plus_one_, cur_.label + 1);
+  }
+  return Status::Ok();
+}
+
+void VolumeBuilder::Impl::SwitchToTree() {
+  // Only the first sample is open and nothing of it is written: the caller
+  // begins it again in the tree layout, at the same place.
+  Rewind(targets_[cur_.target], cur_.offset);
+  compact_.reset();
+  layout_decided_ = true;
+  in_sample_ = false;
+}
+
+Status VolumeBuilder::AddBatch(std::span<const std::byte> data, std::span<const uint64_t> lengths,
+                               std::span<const uint32_t> labels,
+                               std::span<const std::string_view> paths) {
+  Impl& m = *impl_;
+  if (!labels.empty() && labels.size() != lengths.size()) {
+    return Status::InvalidArgument("AddBatch: " + std::to_string(labels.size()) + " labels for " +
+                                   std::to_string(lengths.size()) + " samples");
+  }
+  if (!paths.empty() && paths.size() != lengths.size()) {
+    return Status::InvalidArgument("AddBatch: " + std::to_string(paths.size()) + " paths for " +
+                                   std::to_string(lengths.size()) + " samples");
+  }
+  uint64_t total = 0;
+  for (const uint64_t l : lengths) {
+    if (l > data.size() - std::min<uint64_t>(total, data.size())) {
+      return Status::InvalidArgument("AddBatch: the lengths add up to more than the " +
+                                     std::to_string(data.size()) + " bytes given");
+    }
+    total += l;
+  }
+  if (total != data.size()) {
+    return Status::InvalidArgument("AddBatch: the lengths add up to " + std::to_string(total) +
+                                   " bytes, not the " + std::to_string(data.size()) + " given");
+  }
+  uint64_t at = 0;
+  for (size_t k = 0; k < lengths.size(); ++k) {
+    DLFS_RETURN_IF_ERROR(Add(paths.empty() ? std::string_view() : paths[k],
+                             data.subspan(at, lengths[k]), labels.empty() ? kNoLabel : labels[k]));
+    at += lengths[k];
+  }
+  return Status::Ok();
+}
 uint64_t VolumeBuilder::data_bytes() const { return impl_->data_bytes_; }
 const ImagePrepStats& VolumeBuilder::image_stats() const { return impl_->image_stats_; }
 uint64_t VolumeBuilder::dictionary_bytes() const {

@@ -265,7 +265,15 @@ std::optional<std::span<const std::byte>> NodeCache::Find(uint64_t index) {
     misses_.fetch_add(1, std::memory_order_relaxed);
     return std::nullopt;
   }
-  const SampleInfo s = volume_.directory().sample(index);
+  // Located in this process before its bytes are handed out: a compact
+  // directory block that fails its check here is a miss, and the reader's
+  // own read reports it.
+  const Result<SampleInfo> located = volume_.directory().Locate(index);
+  if (!located.ok()) {
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    return std::nullopt;
+  }
+  const SampleInfo& s = *located;
   const uint64_t offset = v - kReadyBase;
   if (offset + s.length > header_->capacity) {
     misses_.fetch_add(1, std::memory_order_relaxed);
@@ -346,11 +354,12 @@ bool NodeCache::Admit(uint64_t index, std::span<const std::byte> bytes) {
     return false;  // cached, or another process is filling it
   }
   const double t0 = Now();
-  const SampleInfo s = volume_.directory().sample(index);
+  const Result<SampleInfo> located = volume_.directory().Locate(index);
   // Only bytes that match the directory become visible to anyone. Checked
   // before taking room: a refused sample (damaged on storage, offered every
   // epoch) must not use up the data area, which is never reclaimed.
-  if (bytes.size() != s.length || crc32c::Value(bytes.data(), bytes.size()) != s.crc32c) {
+  if (!located.ok() || bytes.size() != located->length ||
+      crc32c::Value(bytes.data(), bytes.size()) != located->crc32c) {
     entries_[index].store(kEmpty, std::memory_order_release);
     return false;
   }

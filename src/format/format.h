@@ -22,6 +22,10 @@ static_assert(std::endian::native == std::endian::little,
 // SUB tail (as in PNG) catch 7-bit and text-mode transfer damage.
 inline constexpr unsigned char kSuperblockMagic[8] = {0x89, 'D', 'L', 'F', 'S', '\r', '\n', 0x1a};
 inline constexpr uint32_t kFormatVersion = 1;
+// Format v3 (docs/format.md §10): the same superblock and data regions, and
+// a compact directory region that readers map and use in place, checked
+// block by block on first use.
+inline constexpr uint32_t kFormatVersionCompact = 3;
 inline constexpr uint32_t kSuperblockSize = 4096;
 // Regions start on this boundary so O_DIRECT readers can read them whole.
 inline constexpr uint32_t kRegionAlignment = 4096;
@@ -293,6 +297,123 @@ struct RawImageHeader {
   uint32_t width;
 };
 static_assert(sizeof(RawImageHeader) == 16);
+
+// ---- The compact directory (format v3; docs/format.md §10) ------------------
+
+inline constexpr uint32_t kCompactMagic = 0x33444c44;  // "DLD3" read as bytes
+inline constexpr uint32_t kCompactHeaderSize = 256;
+// Samples per block: 2^block_shift, within these bounds (§10.1).
+inline constexpr uint32_t kMinBlockShift = 4;
+inline constexpr uint32_t kMaxBlockShift = 16;
+inline constexpr uint32_t kDefaultBlockShift = 10;
+
+// CompactHeader::flags.
+// NAMES: the names, name-order and tree sections are present (§10.4-10.6).
+inline constexpr uint32_t kCompactNames = 0x1;
+// NAMES_SORTED (with NAMES): index order is name order, so there is no
+// name-order section (§10.5).
+inline constexpr uint32_t kCompactNamesSorted = 0x2;
+inline constexpr uint32_t kKnownCompactFlags = kCompactNames | kCompactNamesSorted;
+
+// The sections of a compact directory, by their place in CompactHeader::sections.
+enum CompactSection : uint32_t {
+  kSectionBlocks = 0,      // BlockEntry[block_count]
+  kSectionRecords = 1,     // every block's sample records
+  kSectionClasses = 2,     // ClassesHeader, ClassEntry[class_count], class names
+  kSectionNameBlocks = 3,  // NameBlock[block_count]               (NAMES)
+  kSectionNames = 4,       // name ends and name bytes              (NAMES)
+  kSectionNameOrder = 5,   // index of the sample at each name position (NAMES, not NAMES_SORTED)
+  kSectionTree = 6,        // TreeHeader, TreeEntry[dir_count], paths (NAMES)
+  kSectionCount = 7,
+};
+
+struct SectionEntry {
+  uint64_t offset;  // from the start of the region, a multiple of 8 (0 with length 0: absent)
+  uint64_t length;  // bytes
+};
+static_assert(sizeof(SectionEntry) == 16);
+
+struct CompactHeader {
+  uint32_t magic;        // kCompactMagic
+  uint32_t header_size;  // kCompactHeaderSize
+  uint64_t sample_count;
+  uint64_t class_count;
+  uint64_t dir_count;    // tree entries (0 without NAMES)
+  uint64_t block_count;  // ceil(sample_count / 2^block_shift)
+  uint32_t block_shift;  // samples per block = 2^block_shift
+  uint32_t flags;        // kCompactNames | kCompactNamesSorted
+  uint32_t order_width;  // bytes per name-order entry (1..8), 0 without that section
+  uint32_t reserved0;
+  SectionEntry sections[kSectionCount];
+  uint64_t max_sample_length;  // the largest sample's length (what a reader's buffers need)
+  uint8_t reserved1[252 - 56 - 16 * kSectionCount - 8];
+  uint32_t crc32c;  // of bytes [0, 252)
+};
+static_assert(sizeof(CompactHeader) == kCompactHeaderSize);
+static_assert(offsetof(CompactHeader, sections) == 56);
+static_assert(offsetof(CompactHeader, max_sample_length) == 168);
+static_assert(offsetof(CompactHeader, crc32c) == 252);
+
+// One per block of 2^block_shift samples (the last block may hold fewer).
+// A block's samples lie back to back on one target, in index order, each
+// starting at a multiple of data_alignment; their records give where each
+// ends, its CRC32C and its label.
+struct BlockEntry {
+  uint64_t data_offset;     // of the block's first sample in its target
+  uint64_t records_offset;  // of its records, from the records section's start; multiple of 8
+  uint32_t label;           // label_width 0: every sample's label (class id or kNone)
+  uint16_t target;
+  uint8_t end_width;    // bytes per end, 1..8
+  uint8_t label_width;  // bytes per label, 0..4
+  uint32_t reserved;
+  // CRC32C of this entry's bytes [0, 28) followed by the block's records.
+  uint32_t crc32c;
+};
+static_assert(sizeof(BlockEntry) == 32);
+
+// At the start of the classes section.
+struct ClassesHeader {
+  uint32_t crc32c;  // of the section's bytes after this header
+  uint32_t reserved;
+  uint64_t name_bytes;  // bytes of class names after ClassEntry[class_count]
+};
+static_assert(sizeof(ClassesHeader) == 16);
+
+// One per block of 2^block_shift names (sample i's name is in block i >>
+// block_shift). Names are full paths ("cat/sub/b.jpg").
+struct NameBlock {
+  uint64_t bytes_offset;  // of the block's first name, from the names section's start
+  uint64_t ends_offset;   // of the block's name ends, from the names section's start; multiple of 8
+  uint8_t end_width;      // bytes per end, 1..8
+  uint8_t reserved[3];
+  // CRC32C of this entry's bytes [0, 20), the block's ends, then its names.
+  uint32_t crc32c;
+};
+static_assert(sizeof(NameBlock) == 24);
+
+// At the start of the tree section.
+struct TreeHeader {
+  uint32_t crc32c;  // of the section's bytes after this header
+  uint32_t reserved;
+  uint64_t path_bytes;  // bytes of directory paths after TreeEntry[dir_count]
+};
+static_assert(sizeof(TreeHeader) == 16);
+
+// One per directory, sorted by path + "/" (the root, path "", first): a
+// directory's subtree is then [d, d + subtree_dirs), and the samples under
+// it the name positions [first_position, first_position + position_count).
+struct TreeEntry {
+  uint64_t parent;  // kNoDir for the root
+  uint64_t subtree_dirs;
+  uint64_t first_position;
+  uint64_t position_count;
+  uint64_t own_samples;  // samples directly in it
+  uint64_t path_offset;  // of its path in the paths after the entries
+  uint32_t path_length;
+  uint32_t child_count;  // directories directly in it
+};
+static_assert(sizeof(TreeEntry) == 56);
+inline constexpr uint64_t kNoDir = ~uint64_t{0};
 
 inline constexpr uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 

@@ -15,7 +15,7 @@ uint32_t SuperblockChecksum(const Superblock& sb) {
 
 void SealSuperblock(Superblock* sb) {
   std::memcpy(sb->magic, kSuperblockMagic, sizeof sb->magic);
-  sb->format_version = kFormatVersion;
+  if (sb->format_version != kFormatVersionCompact) sb->format_version = kFormatVersion;
   sb->superblock_size = kSuperblockSize;
   sb->crc32c = SuperblockChecksum(*sb);
 }
@@ -89,10 +89,11 @@ Status CheckSuperblock(const Superblock& sb, uint64_t file_size, const std::stri
     return bad("not a dlfs volume (bad magic)");
   }
   if (sb.crc32c != SuperblockChecksum(sb)) return bad("superblock checksum mismatch");
-  if (sb.format_version != kFormatVersion) {
+  if (sb.format_version != kFormatVersion && sb.format_version != kFormatVersionCompact) {
     return Status::NotSupported(path + ": format version " + std::to_string(sb.format_version) +
-                                " is not supported (this dlfs reads version " +
-                                std::to_string(kFormatVersion) + ")");
+                                " is not supported (this dlfs reads versions " +
+                                std::to_string(kFormatVersion) + " and " +
+                                std::to_string(kFormatVersionCompact) + ")");
   }
   if (sb.superblock_size != kSuperblockSize) return bad("unexpected superblock size");
   if ((sb.incompat_flags & ~known_incompat) != 0) {

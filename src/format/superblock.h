@@ -10,7 +10,8 @@
 
 namespace dlfs::format {
 
-// Sets magic, version, size and the trailing CRC32C of `sb`; call last.
+// Sets magic, version (1, unless it is already 3: a compact directory), size
+// and the trailing CRC32C of `sb`; call last.
 void SealSuperblock(Superblock* sb);
 
 // The CRC32C a sealed superblock must carry.

@@ -301,7 +301,19 @@ void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
   }
   const SampleDirectory& d = c.volume->directory();
   const DirInfo info = d.dir(DirOf(ino));
-  const uint64_t base = 2 + uint64_t{info.child_count};
+  const std::vector<uint64_t> children = d.ChildDirs(DirOf(ino));
+  // The directory's samples, a page at a time (a directory may hold any
+  // number; each reply holds a few hundred entries).
+  std::vector<uint64_t> page;
+  uint64_t page_first = 0;
+  auto sample_at = [&](uint64_t j) {
+    if (j < page_first || j >= page_first + page.size()) {
+      page_first = j;
+      page = d.DirSamples(DirOf(ino), j, 1024);
+    }
+    return j - page_first < page.size() ? page[j - page_first] : d.size();
+  };
+  const uint64_t base = 2 + uint64_t{children.size()};
   const uint64_t end = base + uint64_t{info.sample_count} * c.fields;
   std::vector<char> buf(size);
   size_t used = 0;
@@ -317,16 +329,17 @@ void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
         child = ino;
       } else if (p == 1) {
         name = "..";
-        child = info.parent == kNoParent ? ino : DirIno(info.parent);
+        child = info.parent == kNoDirectory ? ino : DirIno(info.parent);
       } else {
-        const uint64_t cd = info.first_child + (p - 2);
+        const uint64_t cd = children[p - 2];
         name = d.dir_name(cd);
         child = DirIno(cd);
       }
       FillDir(c, child, &attr);
     } else {
       const uint64_t j = (p - base) / c.fields;
-      const uint64_t i = info.first_sample + j;
+      const uint64_t i = sample_at(j);
+      if (i >= d.size()) break;  // a damaged tree listed fewer samples than it counts
       if (i != fields_of) {
         ids = d.Fields(i);
         std::sort(ids.begin(), ids.end(),
@@ -399,7 +412,7 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 // CRC32C on the way, without keeping it: OK when it matches the field's
 // checksum (for a volume without fields: the sample's).
 Status VerifyStreaming(const Volume& v, uint64_t index, const FieldInfo& f) {
-  const SampleInfo s = v.directory().sample(index);
+  DLFS_ASSIGN_OR_RETURN(const SampleInfo s, v.directory().Locate(index));
   const std::string& file = v.info().targets[s.target];
   std::vector<std::byte> buf(std::min<size_t>(kVerifyChunk, f.stored_length));
   uint32_t crc = 0;
@@ -421,7 +434,7 @@ Status VerifyStreaming(const Volume& v, uint64_t index, const FieldInfo& f) {
 // Corruption naming the volume, the sample and the field if it is damaged.
 Result<std::shared_ptr<std::vector<std::byte>>> ReadWhole(const Volume& v, uint64_t index,
                                                           const FieldInfo& f) {
-  const SampleInfo s = v.directory().sample(index);
+  DLFS_ASSIGN_OR_RETURN(const SampleInfo s, v.directory().Locate(index));
   auto stored = std::make_shared<std::vector<std::byte>>(f.stored_length);
   DLFS_RETURN_IF_ERROR(v.ReadTarget(s.target, stored->data(), stored->size(),
                                     s.offset + f.offset_in_sample, v.info().targets[s.target])
@@ -447,7 +460,13 @@ void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_i
   const uint64_t index = file->sample;
   const FieldInfo& f = file->field;
   const Volume& v = *c.volume;
-  const SampleInfo s = v.directory().sample(index);
+  const Result<SampleInfo> located = v.directory().Locate(index);
+  if (!located.ok()) {
+    Log(located.status());
+    fuse_reply_err(req, EIO);
+    return;
+  }
+  const SampleInfo s = *located;
   if (offset < 0) {
     fuse_reply_err(req, EINVAL);
     return;

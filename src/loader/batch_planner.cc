@@ -15,10 +15,22 @@ void PlanBatch(const SampleDirectory& dir, std::span<const uint64_t> indices,
   const uint64_t a = std::max<uint32_t>(options.alignment, 1);
   const uint64_t max_read = std::max<uint64_t>(options.read.max_read / a * a, a);
 
-  std::vector<uint32_t> order(indices.size());
-  std::iota(order.begin(), order.end(), 0u);
-  std::vector<SampleInfo> info(indices.size());
-  for (size_t k = 0; k < indices.size(); ++k) info[k] = dir.sample(indices[k]);
+  std::vector<uint32_t> order;
+  order.reserve(indices.size());
+  std::vector<SampleInfo>& info = plan->info;
+  info.resize(indices.size());
+  plan->unlocated.clear();
+  for (size_t k = 0; k < indices.size(); ++k) {
+    Result<SampleInfo> located = dir.Locate(indices[k]);
+    if (located.ok()) {
+      info[k] = *located;
+      order.push_back(static_cast<uint32_t>(k));
+      continue;
+    }
+    if (plan->unlocated.empty()) plan->unlocated.assign(indices.size(), Status::Ok());
+    plan->unlocated[k] = located.status();
+    info[k] = SampleInfo{0, 0, 0, kNoLabel, kNoParent, 0};
+  }
   std::sort(order.begin(), order.end(), [&](uint32_t x, uint32_t y) {
     if (info[x].target != info[y].target) return info[x].target < info[y].target;
     return info[x].offset < info[y].offset;

@@ -36,12 +36,19 @@ struct PlannedRead {
 struct BatchPlan {
   std::vector<PlannedRead> reads;
   std::vector<uint64_t> sample_offsets;  // per input position: byte offset in the buffer
+  std::vector<SampleInfo> info;          // per input position: where the sample is
+  // Per input position: why the sample could not be located (a compact
+  // directory block that fails its check; it gets no read), when any could
+  // not; empty when every one was.
+  std::vector<Status> unlocated;
   uint64_t buffer_bytes = 0;
   uint64_t sample_bytes = 0;  // payload (sum of sample lengths)
 };
 
 // Plans reads for `indices` (duplicates allowed). REQUIRES: every index is
 // below dir.size(); options.alignment is a power of two dividing max_read.
+// A sample whose directory block fails its check is planned no read and
+// its error is in plan->unlocated.
 void PlanBatch(const SampleDirectory& dir, std::span<const uint64_t> indices,
                const PlanOptions& options, BatchPlan* plan);
 

@@ -42,6 +42,16 @@ BatchRead::BatchRead(const Volume& volume, std::span<const uint64_t> indices,
                      const PlanOptions& options)
     : volume_(volume), indices_(indices), alignment_(std::max<uint32_t>(options.alignment, 1)) {
   PlanBatch(volume.directory(), indices, options, &plan_);
+  if (!plan_.unlocated.empty()) {
+    // Samples the directory could not locate fail as unreadable ones do.
+    failed_.assign(indices_.size(), Status::Ok());
+    for (size_t k = 0; k < indices_.size(); ++k) {
+      if (!plan_.unlocated[k].ok()) {
+        failed_[k] = plan_.unlocated[k];
+        any_failed_ = true;
+      }
+    }
+  }
 }
 
 void BatchRead::Start(std::byte* base, uint32_t slot, std::vector<ReadRequest>* out) {
@@ -64,12 +74,12 @@ void BatchRead::Complete(size_t r, const Status& status) {
 
 std::vector<size_t> BatchRead::PositionsIn(uint64_t begin, uint64_t end) const {
   std::vector<size_t> out;
-  const SampleDirectory& dir = volume_.directory();
   for (size_t k = 0; k < indices_.size(); ++k) {
+    if (!plan_.unlocated.empty() && !plan_.unlocated[k].ok()) continue;  // read nothing
     const uint64_t off = plan_.sample_offsets[k];
     // An empty sample counts as its first byte, so a failed read that
     // held its position names it too.
-    const uint64_t len = std::max<uint64_t>(dir.sample(indices_[k]).length, 1);
+    const uint64_t len = std::max<uint64_t>(plan_.info[k].length, 1);
     if (off < end && begin < off + len) out.push_back(k);
   }
   return out;
@@ -95,7 +105,6 @@ bool BatchRead::NextRound(std::vector<ReadRequest>* out) {
     return false;
   }
   if (round_ != 0) return false;
-  const SampleDirectory& dir = volume_.directory();
   const uint64_t a = alignment_;
   subs_.clear();
   for (size_t r = 0; r < plan_.reads.size(); ++r) {
@@ -116,7 +125,7 @@ bool BatchRead::NextRound(std::vector<ReadRequest>* out) {
     uint64_t covered = pr.buffer_offset;
     const uint64_t read_end = pr.buffer_offset + pr.length;
     for (size_t k : in) {
-      const SampleInfo s = dir.sample(indices_[k]);
+      const SampleInfo& s = plan_.info[k];
       const uint64_t begin = s.offset / a * a;
       const uint64_t end = std::max((s.offset + s.length + a - 1) / a * a, begin + a);
       const uint64_t buf_begin = plan_.sample_offsets[k] - (s.offset - begin);
@@ -160,7 +169,6 @@ Result<std::shared_ptr<Batch::Data>> BatchRead::FinishData(std::shared_ptr<const
     }
     return UnreadableSamples(volume_, indices_, positions, failed_);
   }
-  const SampleDirectory& dir = volume_.directory();
   auto data = std::make_shared<Batch::Data>();
   data->owner = std::move(owner);
   data->owns_bytes = true;  // the buffer is this read's alone (a loader slab, a reader's)
@@ -176,7 +184,7 @@ Result<std::shared_ptr<Batch::Data>> BatchRead::FinishData(std::shared_ptr<const
       data->left_out.emplace_back(indices_[k], failed_[k].message());
       continue;
     }
-    const SampleInfo s = dir.sample(indices_[k]);
+    const SampleInfo& s = plan_.info[k];
     data->indices.push_back(indices_[k]);
     data->samples.emplace_back(base_ + plan_.sample_offsets[k], s.length);
     data->labels.push_back(s.label);

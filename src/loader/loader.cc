@@ -35,14 +35,22 @@ SampleSizes MeasureSampleSizes(const Volume& volume, const std::vector<uint64_t>
   const uint64_t n = subset.empty() ? volume.size() : subset.size();
   SampleSizes s;
   if (n == 0) return s;
-  double sum = 0, squares = 0;
-  for (uint64_t k = 0; k < n; ++k) {
-    const uint64_t len = dir.sample(subset.empty() ? k : subset[k]).length;
+  // A compact directory records its largest sample, so the sizes need only
+  // a spread-out sample of at most 65,536 (no pass over a billion samples
+  // before the first batch); otherwise every sample is looked at.
+  const std::optional<uint64_t> largest = dir.max_sample_length();
+  const uint64_t step = largest ? std::max<uint64_t>(1, n / 65536) : 1;
+  double sum = 0, squares = 0, looked = 0;
+  for (uint64_t k = 0; k < n; k += step) {
+    const Result<SampleInfo> info = dir.Locate(subset.empty() ? k : subset[k]);
+    const uint64_t len = info.ok() ? info->length : 0;  // a bad block fails its batch later
     sum += static_cast<double>(len);
     squares += static_cast<double>(len) * static_cast<double>(len);
     s.largest = std::max(s.largest, len);
+    ++looked;
   }
-  const double mean = sum / static_cast<double>(n);
+  if (largest) s.largest = std::max(s.largest, *largest);
+  const double mean = sum / looked;
   s.mean = static_cast<uint64_t>(std::ceil(mean));
   s.stddev = std::sqrt(std::max(0.0, squares / static_cast<double>(n) - mean * mean));
   return s;

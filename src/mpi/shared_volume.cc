@@ -26,6 +26,7 @@ struct DirectoryHeader {
   uint64_t superblocks = 0;
   uint64_t bytes = 0;
   uint32_t crc32c = 0;
+  uint32_t mapped = 0;  // a compact directory each rank maps from the volume file
   char uuid[40] = {};
 };
 
@@ -59,10 +60,13 @@ Result<std::shared_ptr<Volume>> OpenShared(MPI_Comm comm, const std::string& pat
       first = *v;
       md = first->metadata();
       for (const auto& sb : md.superblocks) local_stats.metadata_bytes_read += sb.size();
-      local_stats.metadata_bytes_read += md.directory_bytes;
       header.superblocks = md.superblocks.size();
       header.bytes = md.directory_bytes;
-      header.crc32c = crc32c::Value(md.directory.get(), md.directory_bytes);
+      header.mapped = md.directory_mapped ? 1 : 0;
+      if (!md.directory_mapped) {
+        local_stats.metadata_bytes_read += md.directory_bytes;
+        header.crc32c = crc32c::Value(md.directory.get(), md.directory_bytes);
+      }
       std::snprintf(header.uuid, sizeof header.uuid, "%s", first->info().uuid.c_str());
     } else {
       st = v.status();
@@ -80,6 +84,23 @@ Result<std::shared_ptr<Volume>> OpenShared(MPI_Comm comm, const std::string& pat
     MPI_Bcast(&n, 1, MPI_UINT64_T, 0, comm);
     sb.resize(n);
     BcastBytes(sb.data(), sb.size(), 0, comm);
+  }
+
+  if (header.mapped) {
+    // A compact directory: every rank maps it from the volume file, and the
+    // page cache holds it once per node (docs/format.md §10). Nothing of
+    // size n crosses the network.
+    md.directory = nullptr;
+    md.directory_mapped = true;
+    first.reset();
+    VolumeOpenOptions o = options;
+    o.metadata = &md;
+    auto v = Volume::Open(path, o);
+    st = v.ok() ? Status::Ok() : v.status();
+    DLFS_RETURN_IF_ERROR(AgreeOnStatus(comm, st));
+    local_stats.seconds = Now() - start;
+    if (stats) *stats = local_stats;
+    return *v;
   }
 
   // 3. Node leaders receive the directory and publish it as their node's

@@ -307,15 +307,19 @@ namespace {
 
 void ListDirectory(const SampleDirectory& d, uint64_t dir, bool recursive, ReportFormat format,
                    const std::function<void(const std::string&)>& out) {
-  const DirInfo info = d.dir(dir);
-  const uint64_t first_child = info.first_child, end_child = first_child + info.child_count;
-  const uint64_t first_sample = info.first_sample, end_sample = first_sample + info.sample_count;
+  const std::vector<uint64_t> children = d.ChildDirs(dir);
   if (!recursive) {
-    for (uint64_t c = first_child; c < end_child; ++c) out(FormatDirectoryLine(d, c, format));
+    for (const uint64_t c : children) out(FormatDirectoryLine(d, c, format));
   }
-  for (uint64_t i = first_sample; i < end_sample; ++i) out(FormatSampleLine(d, i, format));
+  // A page of samples at a time: a directory may hold any number.
+  constexpr uint64_t kPage = 4096;
+  for (uint64_t from = 0;; from += kPage) {
+    const std::vector<uint64_t> page = d.DirSamples(dir, from, kPage);
+    for (const uint64_t i : page) out(FormatSampleLine(d, i, format));
+    if (page.size() < kPage) break;
+  }
   if (recursive) {
-    for (uint64_t c = first_child; c < end_child; ++c) ListDirectory(d, c, true, format, out);
+    for (const uint64_t c : children) ListDirectory(d, c, true, format, out);
   }
 }
 

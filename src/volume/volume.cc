@@ -5,8 +5,11 @@
 #include <charconv>
 #include <cstring>
 
+#include <sys/mman.h>
+
 #include "common/crc32c.h"
 #include "common/file_util.h"
+#include "format/compact_codec.h"
 #include "format/format.h"
 #include "format/superblock.h"
 #include "format/zstd_field.h"
@@ -275,11 +278,27 @@ Status ReadDirectoryRegion(const std::string& path, const format::RegionEntry& d
   return Status::Ok();
 }
 
+// Maps target 0's directory region read-only (format v3: used in place, the
+// page cache being the node's one copy); null when the target has no file
+// descriptor to map (an NBD export) or the mapping fails.
+std::shared_ptr<const std::byte> MapDirectoryRegion(const format::RegionEntry& dir,
+                                                    Target& target0) {
+  if (target0.fd() < 0 || dir.length == 0) return nullptr;
+  void* p = mmap(nullptr, dir.length, PROT_READ, MAP_SHARED, target0.fd(),
+                 static_cast<off_t>(dir.offset));
+  if (p == MAP_FAILED) return nullptr;
+  const uint64_t length = dir.length;
+  return std::shared_ptr<const std::byte>(
+      static_cast<const std::byte*>(p),
+      [length](const std::byte* q) { munmap(const_cast<std::byte*>(q), length); });
+}
+
 // The directory region as Open uses it, and where it came from.
 struct LoadedDirectory {
   std::shared_ptr<const std::byte> bytes;
   bool validated = false;      // every check passed already (the collective open's)
   bool validated_crc = false;  // the checksum was checked already
+  bool mapped = false;         // mapped from target 0 (format v3)
   std::string region;          // the node region holding it, or ""
   std::string note;            // why a node copy was asked for and not used
 };
@@ -293,6 +312,45 @@ Result<LoadedDirectory> LoadDirectoryRegion(const std::string& path,
                                             const format::RegionEntry& dir, Target& target0) {
   LoadedDirectory out;
   const VolumeMetadata* md = options.metadata;
+  if (sb.format_version == format::kFormatVersionCompact) {
+    // Used in place and checked block by block on use (docs/format.md §10):
+    // never read whole here. Its header's CRC is the region entry's.
+    if (md != nullptr && md->directory != nullptr && !md->directory_mapped) {
+      out.bytes = md->directory;
+      out.region = md->directory_region;
+    } else if ((out.bytes = MapDirectoryRegion(dir, target0)) != nullptr) {
+      out.mapped = true;
+    } else if (options.directory_sharing == DirectorySharing::kNode) {
+      const volume_internal::NodeDirectoryKey key{.uuid = format::FormatUuid(sb.uuid),
+                                                  .bytes = dir.length,
+                                                  .crc32c = dir.crc32c,
+                                                  .node_name = options.node_name};
+      auto node = volume_internal::GetNodeDirectory(
+          key, [&](std::byte* dst) { return target0.Read(dst, dir.length, dir.offset, path); });
+      if (node.ok()) {
+        out.bytes = node->bytes;
+        out.region = node->path;
+      } else {
+        out.note = "no node copy of the directory (" + node.status().message() +
+                   "); a private copy instead";
+      }
+    }
+    if (out.bytes == nullptr) {
+      std::shared_ptr<std::byte> fresh = AllocateLarge(dir.length);
+      if (!fresh) return Status::Unavailable(path + ": cannot allocate the directory");
+      DLFS_RETURN_IF_ERROR(target0.Read(fresh.get(), dir.length, dir.offset, path));
+      out.bytes = std::move(fresh);
+    }
+    if (dir.length >= sizeof(format::CompactHeader)) {
+      format::CompactHeader h;
+      std::memcpy(&h, out.bytes.get(), sizeof h);
+      if (h.crc32c != dir.crc32c) {
+        return Status::Corruption(path + ": directory header checksum " + Hex32(h.crc32c) +
+                                  " differs from the superblock's " + Hex32(dir.crc32c));
+      }
+    }
+    return out;
+  }
   if (md != nullptr) {
     if (md->directory == nullptr || md->directory_bytes != dir.length) {
       return Status::InvalidArgument(path + ": directory handed over has " +
@@ -351,6 +409,7 @@ SampleDirectory::Expected ExpectedDirectory(const OpenState& s, bool validated) 
   expected.data_bytes = s.sb.data_bytes;
   expected.data_alignment = s.sb.data_alignment;
   expected.already_validated = validated;
+  expected.format_version = s.sb.format_version;
   expected.incompat_flags = s.sb.incompat_flags;
   expected.compat_flags = s.sb.compat_flags;
   for (const TargetInfo& ti : s.infos) {
@@ -410,6 +469,7 @@ Result<std::shared_ptr<Volume>> Volume::Open(const std::string& path,
                         LoadDirectoryRegion(path, options, s.sb, *dir, *s.targets[0]));
   s.kept.directory = loaded.bytes;
   s.kept.directory_bytes = dir->length;
+  s.kept.directory_mapped = loaded.mapped;
   DLFS_ASSIGN_OR_RETURN(SampleDirectory directory,
                         SampleDirectory::Create(std::move(loaded.bytes), dir->length,
                                                 ExpectedDirectory(s, loaded.validated), path));
@@ -453,7 +513,7 @@ Status Volume::ReadStoredInto(uint64_t index, std::span<std::byte> dst, bool ver
                                    " out of range (volume has " +
                                    std::to_string(directory_.size()) + " samples)");
   }
-  const SampleInfo s = directory_.sample(index);
+  DLFS_ASSIGN_OR_RETURN(const SampleInfo s, directory_.Locate(index));
   if (dst.size() != s.length) {
     return Status::InvalidArgument(path_ + ": buffer of " + std::to_string(dst.size()) +
                                    " bytes for sample " + std::to_string(index) + " of " +
@@ -473,7 +533,8 @@ Status Volume::ReadStoredInto(uint64_t index, std::span<std::byte> dst, bool ver
 }
 
 Status Volume::CheckSample(uint64_t index, std::span<const std::byte> bytes) const {
-  const uint32_t stored = directory_.sample(index).crc32c;
+  DLFS_ASSIGN_OR_RETURN(const SampleInfo s, directory_.Locate(index));
+  const uint32_t stored = s.crc32c;
   const uint32_t crc = crc32c::Value(bytes.data(), bytes.size());
   if (crc == stored) return Status::Ok();
   return Status::Corruption(path_ + ": sample " + std::to_string(index) + " '" +
@@ -483,7 +544,8 @@ Status Volume::CheckSample(uint64_t index, std::span<const std::byte> bytes) con
 
 Result<std::vector<std::byte>> Volume::ReadStored(uint64_t index, bool verify) const {
   if (index >= directory_.size()) return ReadStoredInto(index, {}, verify);
-  std::vector<std::byte> out(directory_.sample(index).length);
+  DLFS_ASSIGN_OR_RETURN(const SampleInfo s, directory_.Locate(index));
+  std::vector<std::byte> out(s.length);
   DLFS_RETURN_IF_ERROR(ReadStoredInto(index, out, verify));
   return out;
 }
@@ -501,7 +563,10 @@ Status Volume::PlainSamples() const {
 
 Result<uint64_t> Volume::SampleSize(uint64_t index) const {
   if (index >= directory_.size()) return ReadStoredInto(index, {}, false);  // the range error
-  if (!directory_.has_field_records()) return directory_.sample(index).length;
+  if (!directory_.has_field_records()) {
+    DLFS_ASSIGN_OR_RETURN(const SampleInfo s, directory_.Locate(index));
+    return uint64_t{s.length};
+  }
   DLFS_RETURN_IF_ERROR(PlainSamples());
   const std::optional<FieldInfo> f = directory_.Field(index, 0);
   if (!f) {
@@ -603,6 +668,7 @@ Status Volume::DecodeField(uint64_t index, const FieldInfo& f, std::span<const s
 Result<std::vector<std::byte>> Volume::Read(uint64_t index, std::string_view field,
                                             bool verify) const {
   if (index >= directory_.size()) return ReadStored(index, verify);  // the range error
+  DLFS_RETURN_IF_ERROR(directory_.Locate(index).status());           // a damaged block's error
   const std::optional<uint32_t> id = directory_.FindField(field);
   const std::optional<FieldInfo> f = id ? directory_.Field(index, *id) : std::nullopt;
   if (!f) {

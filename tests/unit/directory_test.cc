@@ -80,7 +80,8 @@ TEST(DirectoryTest, IndexPathAndListing) {
   const DirInfo ci = d.dir(cat->index);
   EXPECT_EQ(ci.sample_count, 1u);
   EXPECT_EQ(ci.child_count, 1u);
-  EXPECT_EQ(d.DirPath(ci.first_child), "cat/deep");
+  ASSERT_EQ(d.ChildDirs(cat->index).size(), 1u);
+  EXPECT_EQ(d.DirPath(d.ChildDirs(cat->index)[0]), "cat/deep");
   EXPECT_OK(d.Resolve("//cat//deep/x.jpg"));
 
   auto root = d.Resolve("");

@@ -472,10 +472,12 @@ TEST(PackIdxTest, FashionMnistFromDebianPackage) {
     ASSERT_EQ(gzread(imf, images.data(), images.size()), static_cast<int>(images.size()));
     gzclose(lf);
     gzclose(imf);
-    const DirInfo info = d.dir(d.Resolve(split)->index);
-    ASSERT_EQ(info.sample_count, n);
+    const uint64_t dir = d.Resolve(split)->index;
+    const std::vector<uint64_t> in_dir = d.DirSamples(dir);
+    ASSERT_EQ(d.dir(dir).sample_count, n);
+    ASSERT_EQ(in_dir.size(), n);
     for (uint32_t i = 0; i < n; ++i) {
-      const uint64_t idx = info.first_sample + i;
+      const uint64_t idx = in_dir[i];
       char name[32];
       std::snprintf(name, sizeof name, "%s/%05u", split, i);
       ASSERT_EQ(d.Path(idx), name);

@@ -1,0 +1,179 @@
+#include "directory/compact_state.h"
+
+#include <algorithm>
+
+namespace dlfs::directory_internal {
+
+using format::CompactLayout;
+
+Status CompactState::CheckSamples(uint64_t b) const {
+  if (samples_ok_.Get(b)) return Status::Ok();
+  DLFS_RETURN_IF_ERROR(format::CheckSampleBlock(l_, b, expected_, path_));
+  samples_ok_.Set(b);
+  return Status::Ok();
+}
+
+Result<SampleInfo> CompactState::Locate(uint64_t i) const {
+  const uint64_t b = i >> l_.header.block_shift;
+  DLFS_RETURN_IF_ERROR(CheckSamples(b));
+  const format::SampleBlockView v = format::SampleBlock(l_, b);
+  const uint64_t j = i & (l_.block_samples - 1);
+  const uint64_t start = v.Start(j, expected_.data_alignment);
+  return SampleInfo{v.entry->data_offset + start,
+                    static_cast<uint32_t>(v.End(j) - start),
+                    v.Crc(j),
+                    v.Label(j),
+                    kNoParent,
+                    v.entry->target};
+}
+
+Result<std::string_view> CompactState::PathOf(uint64_t i) const {
+  const uint64_t b = i >> l_.header.block_shift;
+  if (!names_ok_.Get(b)) {
+    DLFS_RETURN_IF_ERROR(format::CheckNameBlock(l_, b, path_));
+    names_ok_.Set(b);
+  }
+  return format::NameBlockAt(l_, b).Name(i & (l_.block_samples - 1));
+}
+
+Result<uint64_t> CompactState::IndexAt(uint64_t position) const {
+  if (l_.order == nullptr) return position;
+  const uint64_t b = position >> l_.header.block_shift;
+  if (!order_ok_.Get(b)) {
+    DLFS_RETURN_IF_ERROR(format::CheckOrderBlock(l_, b, path_));
+    order_ok_.Set(b);
+  }
+  return format::OrderEntry(l_, position);
+}
+
+Result<std::optional<uint64_t>> CompactState::FindSample(std::string_view path) const {
+  if (!l_.has_names()) return std::optional<uint64_t>();
+  uint64_t lo = 0, hi = size();
+  while (lo < hi) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    DLFS_ASSIGN_OR_RETURN(const uint64_t i, IndexAt(mid));
+    DLFS_ASSIGN_OR_RETURN(const std::string_view name, PathOf(i));
+    if (name < path) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  if (lo == size()) return std::optional<uint64_t>();
+  DLFS_ASSIGN_OR_RETURN(const uint64_t i, IndexAt(lo));
+  DLFS_ASSIGN_OR_RETURN(const std::string_view name, PathOf(i));
+  // The comparison decides, whatever the order section says: a forged order
+  // can hide a sample, never hand out another one.
+  if (name != path) return std::optional<uint64_t>();
+  return std::optional<uint64_t>(i);
+}
+
+Status CompactState::CheckTree() const {
+  if (!l_.has_names()) return Status::NotFound(path_ + ": the volume has no names");
+  std::call_once(tree_once_, [&] { tree_status_ = format::CheckTree(l_, path_); });
+  return tree_status_;
+}
+
+Result<std::optional<uint64_t>> CompactState::FindDir(std::string_view path) const {
+  DLFS_RETURN_IF_ERROR(CheckTree());
+  uint64_t lo = 0, hi = l_.header.dir_count;
+  while (lo < hi) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    if (format::CompareDirKeys(format::TreePath(l_, mid), path) < 0) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  if (lo == l_.header.dir_count || format::TreePath(l_, lo) != path) {
+    return std::optional<uint64_t>();
+  }
+  return std::optional<uint64_t>(lo);
+}
+
+std::vector<uint64_t> CompactState::Children(uint64_t d) const {
+  std::vector<uint64_t> out;
+  const uint64_t end = d + l_.tree[d].subtree_dirs;
+  // CheckTree made every subtree at least one directory and inside its
+  // parent's, so this walk moves forward and stays in range.
+  for (uint64_t c = d + 1; c < end && out.size() < l_.tree[d].child_count;
+       c += l_.tree[c].subtree_dirs) {
+    if (l_.tree[c].parent != d) break;  // a forged tree: stop rather than guess
+    out.push_back(c);
+  }
+  return out;
+}
+
+std::vector<uint64_t> CompactState::OwnPositions(uint64_t d, uint64_t from, uint64_t max) const {
+  std::vector<uint64_t> out;
+  const format::TreeEntry& e = l_.tree[d];
+  uint64_t pos = e.first_position;
+  const uint64_t end = e.first_position + e.position_count;
+  uint64_t skipped = 0;
+  auto take = [&](uint64_t a, uint64_t b) {  // positions [a, b) are d's own
+    if (b <= a) return;
+    uint64_t n = b - a;
+    if (skipped < from) {
+      const uint64_t s = std::min(n, from - skipped);
+      skipped += s;
+      a += s;
+      n -= s;
+    }
+    for (uint64_t p = a; p < b && out.size() < max; ++p) out.push_back(p);
+  };
+  for (const uint64_t c : Children(d)) {
+    if (out.size() >= max) return out;
+    const format::TreeEntry& ce = l_.tree[c];
+    take(pos, std::min(std::max(ce.first_position, pos), end));
+    pos = std::max(pos, std::min(ce.first_position + ce.position_count, end));
+  }
+  if (out.size() < max) take(pos, end);
+  return out;
+}
+
+Status CompactState::CheckAll() const {
+  for (uint64_t b = 0; b < l_.block_count(); ++b) DLFS_RETURN_IF_ERROR(CheckSamples(b));
+  if (!l_.has_names()) return Status::Ok();
+  DLFS_RETURN_IF_ERROR(CheckTree());
+  std::string previous;
+  for (uint64_t p = 0; p < size(); ++p) {
+    DLFS_ASSIGN_OR_RETURN(const uint64_t i, IndexAt(p));
+    DLFS_ASSIGN_OR_RETURN(const std::string_view name, PathOf(i));
+    if (p > 0 && !(std::string_view(previous) < name)) {
+      return Status::Corruption(path_ + ": directory names: position " + std::to_string(p) + " ('" +
+                                std::string(name) + "') does not sort after '" + previous + "'");
+    }
+    previous.assign(name);
+  }
+  // Each directory's positions are exactly the names below its path.
+  for (uint64_t d = 1; d < l_.header.dir_count; ++d) {
+    const format::TreeEntry& e = l_.tree[d];
+    const std::string prefix = std::string(format::TreePath(l_, d)) + "/";
+    auto below = [&](uint64_t p) -> Result<bool> {
+      DLFS_ASSIGN_OR_RETURN(const uint64_t i, IndexAt(p));
+      DLFS_ASSIGN_OR_RETURN(const std::string_view name, PathOf(i));
+      return name.starts_with(prefix);
+    };
+    bool ok = e.position_count > 0;
+    if (ok) {
+      DLFS_ASSIGN_OR_RETURN(const bool first, below(e.first_position));
+      DLFS_ASSIGN_OR_RETURN(const bool last, below(e.first_position + e.position_count - 1));
+      ok = first && last;
+    }
+    if (ok && e.first_position > 0) {
+      DLFS_ASSIGN_OR_RETURN(const bool before, below(e.first_position - 1));
+      ok = !before;
+    }
+    if (ok && e.first_position + e.position_count < size()) {
+      DLFS_ASSIGN_OR_RETURN(const bool after, below(e.first_position + e.position_count));
+      ok = !after;
+    }
+    if (!ok) {
+      return Status::Corruption(path_ + ": directory tree: directory " + std::to_string(d) + " ('" +
+                                prefix + "') does not hold exactly the names below it");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace dlfs::directory_internal
