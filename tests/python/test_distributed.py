@@ -256,3 +256,33 @@ def test_without_mpi4py_the_module_works_and_comm_says_what_to_install(tmp_path,
         "else:\n"
         "    raise AssertionError('comm= without mpi4py did not raise')\n")
     subprocess.run([sys.executable, "-c", code], check=True, env=_env(tmp_path))
+
+
+def test_every_rank_raises_what_one_process_would(tmp_path, volumes):
+    """Issue 49: under mpirun a missing volume raised FileNotFoundError on
+    rank 0 and KeyError on rank 1, so `except FileNotFoundError` crashed
+    rank 1. Every error of the collective open and of the loaders'
+    construction is now of one type on every rank: the one a single process
+    raises."""
+    one, _, _ = volumes
+    job = os.path.join(HERE, "mpi_errors_job.py")
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    env = _env(tmp_path)
+    subprocess.run([sys.executable, job, str(alone), str(one)], check=True, env=env, timeout=120)
+    expected = _reports(alone)[0]["errors"]
+    assert expected["loader-missing"] == "FileNotFoundError", expected
+    assert expected["loader-garbage"] == "CorruptVolumeError", expected
+    assert expected["loader-misspelt"] == "TypeError", expected
+    assert all(expected[k] for k in expected), expected  # each case fails
+    out = tmp_path / "mpi"
+    out.mkdir()
+    proc = subprocess.run([MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "2",
+                           sys.executable, job, str(out), str(one)],
+                          capture_output=True, timeout=240, env=env)
+    assert proc.returncode == 0, proc.stderr.decode()
+    reports = _reports(out)
+    assert sorted(reports) == [0, 1]
+    for rank in (0, 1):
+        assert reports[rank]["errors"] == expected, (rank, reports[rank]["errors"])
+
