@@ -9,6 +9,7 @@ a failing rank ending the whole job. Skipped without mpirun or without MPI
 in the module."""
 import json
 import os
+import re
 import shutil
 import socket
 import struct
@@ -286,3 +287,26 @@ def test_every_rank_raises_what_one_process_would(tmp_path, volumes):
     for rank in (0, 1):
         assert reports[rank]["errors"] == expected, (rank, reports[rank]["errors"])
 
+
+def test_train_ddp_dataset_loader_reports_what_it_read(tmp_path, volumes):
+    """Issue 49: examples/train_ddp.py --loader dataset always printed "read
+    0.0 MB from storage, 0.0 MB from node caches"; its docstring's
+    `torchrun --nproc-per-node` is refused by Debian's torchrun."""
+    one, _, _ = volumes
+    example = os.path.join(HERE, "..", "..", "examples", "train_ddp.py")
+    assert "--nproc-per-node" not in open(example).read()
+    proc = subprocess.run([sys.executable, example, str(one), "--loader", "dataset",
+                           "--epochs", "1", "--size", "16", "--batch", "32"],
+                          capture_output=True, timeout=240, env=_env(tmp_path))
+    out = proc.stdout.decode()
+    assert proc.returncode == 0, proc.stderr.decode()
+    line = [l for l in out.splitlines() if l.startswith("epoch 0:")][0]
+    stored, cached = (float(x) for x in
+                      re.search(r"read ([\d.]+) MB from storage, ([\d.]+) MB from node caches",
+                                line).groups())
+    assert stored + cached > 0, line
+    proc = subprocess.run([sys.executable, example, str(one), "--loader", "dataset",
+                           "--epochs", "1", "--size", "16", "--batch", "32", "--workers", "2"],
+                          capture_output=True, timeout=240, env=_env(tmp_path))
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert "counted by each DataLoader worker" in proc.stdout.decode()
