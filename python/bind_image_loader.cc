@@ -82,7 +82,7 @@ class PyImageLoader {
 
   // After load_state_dict, setting the restored epoch keeps the restored
   // position (state_dict.h).
-  void set_epoch(uint64_t e) { position_.set_epoch(e); }
+  void set_epoch(uint64_t e, bool discard_restored) { position_.set_epoch(e, discard_restored); }
   uint64_t epoch() const { return position_.epoch(); }
   void Start() {
     epochs_.Start(position_.epoch(), CountersOf(parts_));
@@ -220,7 +220,10 @@ void RegisterImageLoader(py::module_& m) {
           },
           "Samples left out as bad (unreadable, failed checksum, undecodable): "
           "[{volume, index, path, reason}].")
-      .def("set_epoch", &PyImageLoader::set_epoch, py::arg("epoch"))
+      .def("set_epoch", &PyImageLoader::set_epoch, py::arg("epoch"),
+           py::arg("discard_restored") = false,
+           "As dlfs.Loader.set_epoch: a position restored in the middle of epoch E is kept "
+           "by set_epoch(E); another epoch raises ValueError unless discard_restored=True.")
       .def_property_readonly("epoch", &PyImageLoader::epoch)
       .def("__len__", [](PyImageLoader& l) { return l.stage().batches_per_epoch(); })
       .def("__iter__",

@@ -163,8 +163,11 @@ class ImageLoader:
             _distributed.track(self._loader)
         self.batch_size = batch_size
 
-    def set_epoch(self, epoch):
-        self._loader.set_epoch(epoch)
+    def set_epoch(self, epoch, discard_restored=False):
+        """Sets the epoch the next iteration reads. After load_state_dict() of a
+        state taken in the middle of epoch E, set_epoch(E) keeps the position;
+        another epoch raises ValueError unless discard_restored=True."""
+        self._loader.set_epoch(epoch, discard_restored=discard_restored)
 
     @property
     def epoch(self):
@@ -208,7 +211,9 @@ class ImageLoader:
 
     def load_state_dict(self, state):
         """Continues from a state_dict(); set_epoch(state["epoch"]) keeps the
-        position. ValueError naming what differs for another volume or order."""
+        position (another epoch raises ValueError while the restored epoch is
+        unfinished: see set_epoch). ValueError naming what differs for another
+        volume or order."""
         self._loader.load_state_dict(state)
 
     @property
