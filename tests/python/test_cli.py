@@ -259,3 +259,21 @@ def test_interrupted_pack_leaves_no_volume(dlfs_bin, run, tmp_path, sig):
         proc = run("info", tmp)
         assert proc.returncode == 2
         assert b"not a dlfs volume" in proc.stderr or b"too small" in proc.stderr
+
+
+def test_pack_into_a_directory_is_refused_before_reading(run, tmp_path):
+    """Issue 49: with --force, everything was packed and then the rename
+    failed ("Is a directory"). The source here holds a dangling link, which
+    packing would stop at: the refusal comes first."""
+    src = tmp_path / "src"
+    (src / "c").mkdir(parents=True)
+    (src / "c" / "1.png").write_bytes(b"x")
+    os.symlink(tmp_path / "nowhere", src / "c" / "2.png")
+    out = tmp_path / "out"
+    out.mkdir()
+    for force in ([], ["--force"]):
+        proc = run("pack", src, "-o", out, "-q", *force, check=2)
+        err = proc.stderr.decode()
+        assert f"{out}: is a directory; a volume is a file" in err, err
+        assert "2.png" not in err, err
+    assert os.listdir(out) == [] and sorted(os.listdir(tmp_path)) == ["out", "src"]

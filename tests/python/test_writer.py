@@ -243,3 +243,13 @@ def test_labels_never_invent_classes_and_cls_fields_label(tmp_path):
     (_, labels), = list(loader)
     assert labels.tolist() == [0, 1, 0, 1]
 
+
+def test_a_directory_is_refused_when_the_writer_is_made(tmp_path):
+    """Issue 49: Writer("DIR", force=True) failed only at close(), after
+    every sample was written."""
+    out = tmp_path / "out"
+    out.mkdir()
+    for force in (False, True):
+        with pytest.raises(IsADirectoryError, match="is a directory; a volume is a file"):
+            dlfs.Writer(out, force=force)
+    assert os.listdir(out) == [] and _entries(tmp_path) == ["out"]
