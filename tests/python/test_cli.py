@@ -277,3 +277,23 @@ def test_pack_into_a_directory_is_refused_before_reading(run, tmp_path):
         assert f"{out}: is a directory; a volume is a file" in err, err
         assert "2.png" not in err, err
     assert os.listdir(out) == [] and sorted(os.listdir(tmp_path)) == ["out", "src"]
+
+
+def test_a_full_disk_names_the_volume_not_its_removed_temporary(dlfs_bin, tmp_path):
+    """Issue 49: ENOSPC named the .tmp file, which was removed by then."""
+    src = tmp_path / "src"
+    (src / "c").mkdir(parents=True)
+    for i in range(8):
+        (src / "c" / f"{i}.png").write_bytes(os.urandom(64 * 1024))
+    small = tmp_path / "small"
+    small.mkdir()
+    script = (f"mount -t tmpfs -o size=128k none {small} && "
+              f"{dlfs_bin} pack {src} -o {small}/v.dlfs -q; echo rc=$?; ls -A {small}")
+    proc = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, timeout=60)
+    if b"rc=" not in proc.stdout:
+        pytest.skip(f"cannot mount a small tmpfs here: {proc.stderr.decode().strip()}")
+    err = proc.stderr.decode()
+    assert b"rc=2" in proc.stdout and "No space left on device" in err, (proc.stdout, err)
+    assert f"{small}/v.dlfs (being written; its temporary file is removed on failure)" in err, err
+    assert ".tmp." not in err, err
+    assert proc.stdout.decode().split("rc=2", 1)[1].split() == []  # nothing left behind
