@@ -1,4 +1,5 @@
-// The verbs that read one volume: info, ls, cat, verify, epoch, mount.
+// The verbs that read one volume: info, ls, cat, verify, epoch, mount; and
+// repair, which rewrites a damaged superblock from its twin.
 #include <csignal>
 #include <cstdio>
 #include <optional>
@@ -84,7 +85,12 @@ int RunVerify(const VerifyArgs& args) {
   Status st = VerifyVolume(**vol, options, &report);
   progress.Clear();
   if (!st.ok()) return Fail(st);
-  if (!report.backup_superblock.ok()) Fail(report.backup_superblock);
+  if (!report.backup_superblock.ok()) {
+    const Status& copy = report.backup_superblock;
+    Fail(Status(copy.code(),
+                copy.message() + " (`dlfs repair` on that file rewrites the copy from the primary)",
+                copy.sys_errno()));
+  }
   Print(FormatVerifyReport(args.volume.path, report, FormatOf(args.json)));
   return report.bad_samples == 0 && report.backup_superblock.ok() ? kExitOk : kExitDamaged;
 }
@@ -207,6 +213,27 @@ void AddVerify(CLI::App& app, int* exit_code) {
               "One JSON object: counts and bad_samples, the records [{volume, index, path, "
               "reason}] a loader's quarantine= takes (Python: dlfs.Loader(..., quarantine=...))");
   v->callback([args, exit_code] { *exit_code = RunVerify(*args); });
+}
+
+void AddRepair(CLI::App& app, int* exit_code) {
+  struct Args {
+    std::string path;
+    bool dry_run = false;
+  };
+  auto args = std::make_shared<Args>();
+  auto* r = app.add_subcommand(
+      "repair",
+      "Restore a volume file's damaged superblock from its intact twin (every target file\n"
+      "holds its superblock at its start and again in its last 4 KiB): one 4 KiB write,\n"
+      "nothing else is touched. Run it on the file the error names.");
+  r->add_option("volume", args->path, "The volume (or target) file")->required();
+  r->add_flag("-n,--dry-run", args->dry_run, "Say what would be rewritten; write nothing");
+  r->callback([args, exit_code] {
+    auto done = RepairSuperblock(args->path, args->dry_run);
+    if (!done.ok()) return void(*exit_code = Fail(done.status()));
+    Print(done->what + "\n");
+    *exit_code = kExitOk;
+  });
 }
 
 void AddEpoch(CLI::App& app, int* exit_code) {

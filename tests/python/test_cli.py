@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-VERBS = ["pack", "info", "ls", "cat", "verify"]
+VERBS = ["pack", "info", "ls", "cat", "verify", "repair"]
 
 
 @pytest.mark.parametrize("verb", VERBS)
@@ -29,7 +29,7 @@ def test_errors_say_the_flags_not_the_library_fields(run, volume):
     vol, _ = volume
     err = run("frobnicate", check=2).stderr.decode()
     assert err.startswith("dlfs: unknown verb 'frobnicate'; the verbs are pack, info, ls, cat, "
-                          "verify, epoch, bench, lmdb"), err
+                          "verify, repair, epoch, bench, lmdb"), err
     assert run(check=2).stderr.decode().startswith("dlfs: no verb given; the verbs are pack")
     for args, said in [(("epoch", vol, "--world", 0), "--world must be at least 1"),
                        (("epoch", vol, "--rank", 2, "--world", 2), "is not below --world 2"),
@@ -297,3 +297,40 @@ def test_a_full_disk_names_the_volume_not_its_removed_temporary(dlfs_bin, tmp_pa
     assert f"{small}/v.dlfs (being written; its temporary file is removed on failure)" in err, err
     assert ".tmp." not in err, err
     assert proc.stdout.decode().split("rc=2", 1)[1].split() == []  # nothing left behind
+
+
+def test_repair_restores_a_damaged_superblock_from_its_copy(run, volume, tmp_path):
+    """Issue 49: a flipped byte 0 said "not a dlfs volume (bad magic)"
+    although the copy at the end was intact; byte 100 said the copy was
+    intact but offered no way to repair."""
+    vol, files = volume
+    original = vol.read_bytes()
+    for offset in (0, 100):
+        raw = bytearray(original)
+        raw[offset] ^= 1
+        vol.write_bytes(raw)
+        err = run("info", vol, check=2).stderr.decode()
+        assert "superblock copy at the end of the file is intact" in err, err
+        assert f"`dlfs repair {vol}` rewrites the primary from it" in err, err
+        if offset == 0:
+            assert "primary superblock is damaged (bad magic)" in err, err
+            assert "not a dlfs volume" not in err, err
+        dry = run("repair", vol, "--dry-run", check=0).stdout.decode()
+        assert "would rewrite the primary superblock" in dry and vol.read_bytes() == raw
+        out = run("repair", vol, check=0).stdout.decode()
+        assert f"{vol}: rewrote the primary superblock from the intact copy" in out, out
+        assert vol.read_bytes() == original
+        assert "nothing to repair" in run("repair", vol, check=0).stdout.decode()
+    # A damaged copy: verify says so and names the repair, which rewrites it.
+    raw = bytearray(original)
+    raw[-100] ^= 1
+    vol.write_bytes(raw)
+    err = run("verify", "-q", vol, check=1).stderr.decode()
+    assert "differs from the primary" in err and "dlfs repair" in err, err
+    assert "superblock copy at the end" in run("repair", vol, check=0).stdout.decode()
+    assert vol.read_bytes() == original
+    run("verify", "-q", vol, check=0)
+    # Both damaged: nothing to repair from.
+    raw[100] ^= 1
+    vol.write_bytes(raw)
+    assert b"both superblocks are damaged" in run("repair", vol, check=2).stderr
