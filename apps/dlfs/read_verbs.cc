@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "dlfs/decode.h"
+#include "dlfs/file_view.h"
 #include "dlfs/mount.h"
 #include "dlfs/sample_image.h"
 #include "dlfs/sampler.h"
@@ -51,10 +52,32 @@ int CatDecoded(const CatArgs& args, const Volume& volume, uint64_t index) {
   return png.ok() ? WriteOutput(args.output, *png) : Fail(png.status());
 }
 
+// A file of the mount's view (dlfs/file_view.h) that is not a sample's
+// path: KEY.FIELD, or NAME.ppm for raw pixels; its bytes as the mount
+// serves them.
+int CatViewFile(const CatArgs& args, const Volume& volume, const ViewFile& file) {
+  const SampleDirectory& d = volume.directory();
+  if (args.decode) return CatDecoded(args, volume, file.sample);
+  const std::string_view field = d.field_name(file.info.field);
+  auto bytes = d.has_fields() ? volume.Read(file.sample, field, args.verify)
+                              : volume.Read(file.sample, args.verify);
+  if (!bytes.ok()) return Fail(bytes.status());
+  if (!file.ppm) return WriteOutput(args.output, *bytes);
+  auto ppm = RawImageToPpm(*bytes, volume.FieldContext(file.sample, file.info.field));
+  return ppm.ok() ? WriteOutput(args.output, *ppm) : Fail(ppm.status());
+}
+
 int RunCat(const CatArgs& args) {
   auto vol = OpenVolume(args.volume);
   if (!vol.ok()) return Fail(vol.status());
-  auto index = args.index ? Result<uint64_t>(*args.index) : (*vol)->directory().Lookup(args.path);
+  const SampleDirectory& d = (*vol)->directory();
+  auto index = args.index ? Result<uint64_t>(*args.index) : d.Lookup(args.path);
+  if (!index.ok() && !args.index && !args.field) {
+    // The names `dlfs mount` shows: KEY.FIELD, NAME.ppm.
+    if (std::optional<ViewFile> file = ResolveViewPath(d, args.path)) {
+      return CatViewFile(args, **vol, *file);
+    }
+  }
   if (!index.ok()) return Fail(index.status().WithContext(args.volume.path));
   if (args.decode) return CatDecoded(args, **vol, *index);
   if (args.field) {
@@ -62,6 +85,14 @@ int RunCat(const CatArgs& args) {
     return field.ok() ? WriteOutput(args.output, *field) : Fail(field.status());
   }
   auto bytes = (*vol)->Read(*index, args.verify);
+  if (bytes.ok() && *index < d.size() && !d.has_field_records() && IsRawImageField(d, *index, 0)) {
+    // Its name says JPEG or PNG; its bytes are not (--image-format raw).
+    std::fprintf(stderr,
+                 "dlfs: note: %s holds raw pixels (docs/format.md 4.9.3), not the image its "
+                 "name says: `dlfs cat %s %s.ppm` writes them as a PPM, --decode -o x.png as "
+                 "a PNG\n",
+                 d.Path(*index).c_str(), args.volume.path.c_str(), d.Path(*index).c_str());
+  }
   return bytes.ok() ? WriteOutput(args.output, *bytes) : Fail(bytes.status().Reworded(kCatFlags));
 }
 
@@ -175,7 +206,10 @@ void AddCat(CLI::App& app, int* exit_code) {
   auto* c = app.add_subcommand(
       "cat", "Write one sample's exact bytes to stdout (or -o FILE), or with --decode its pixels");
   AddVolumeArgs(c, &args->volume);
-  auto* path_opt = c->add_option("path", args->path, "Sample path inside the volume");
+  auto* path_opt = c->add_option(
+      "path", args->path,
+      "Sample path inside the volume, or a file as `dlfs mount` names it (KEY.FIELD;\n"
+      "NAME.ppm: raw pixels as a PPM)");
   auto* index_opt = c->add_option("--index", args->index, "Sample index instead of a path");
   path_opt->excludes(index_opt);
   AddOffFlag(c, "--no-verify", &args->verify, "Do not check the sample's checksum");
