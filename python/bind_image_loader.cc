@@ -181,15 +181,21 @@ std::unique_ptr<PyImageLoader> MakeImageLoader(LoaderKeywords k, const ImagePipe
   // like undecodable ones.
   if (field) k.fields = std::vector{*field};
   const bool skip_bad_samples = k.skip_bad_samples;
-  LoaderSetup setup = ResolveLoaderKeywords(std::move(k));
   DecodeStageOptions dso;
   dso.image = pipeline.options();
   dso.decode_threads = decode_threads;
   dso.prefetch_batches = decode_prefetch;
   dso.skip_bad_samples = skip_bad_samples;
-  auto l = std::make_unique<PyImageLoader>(std::move(setup), dso);
-  l->set_options(dso);
-  return l;
+  try {
+    auto l = std::make_unique<PyImageLoader>(ResolveLoaderKeywords(std::move(k)), dso);
+    l->set_options(dso);
+    return l;
+  } catch (const StatusError& e) {
+    // The decode stage takes one field, named by field= (not fields=).
+    static constexpr Rewording kOneField[] = {
+        {"(the fields option)", "(the fields option, one name)"}};
+    throw StatusError{e.status.Reworded(kOneField)};
+  }
 }
 
 }  // namespace

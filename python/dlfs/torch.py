@@ -28,6 +28,7 @@ import torch as _torch
 import torch.utils.data as _tud
 
 from . import _dlfs
+from . import _keywords
 from . import distributed as _distributed
 from ._torch_common import distributed_rank_world
 from ._torch_common import make_pipeline as _make_pipeline
@@ -89,6 +90,7 @@ class VolumeDataset(_tud.Dataset):
     fields. target_transform does not apply (ValueError).
     """
 
+    @_keywords.checked("dlfs.torch.VolumeDataset")
     def __init__(self, path, transform=None, target_transform=None, root=None, verify=True,
                  batch_transform=None, shared_memory=True, shared_slots=6, decode=None,
                  fields=None, directory=None):
@@ -425,6 +427,16 @@ class LoaderDataset(_tud.IterableDataset):
     def __init__(self, path, batch_size, shuffle=True, seed=0, drop_last=False,
                  transform=None, batch_transform=None, rank=None, world_size=None,
                  root=None, stack="auto", fields=None, comm=None, **loader_options):
+        # The loader is made at the first iteration, maybe in a DataLoader
+        # worker: its keywords are checked here.
+        _keywords.check("dlfs.torch.LoaderDataset", loader_options,
+                        set(_keywords.parameters(_dlfs.Loader.__init__._dlfs_wrapped) or ())
+                        | set(_keywords.python_keywords(LoaderDataset.__init__, named_only=True)))
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, _np.integer)):
+            raise TypeError(f"dlfs.torch.LoaderDataset(): batch_size takes an int, not "
+                            f"{type(batch_size).__name__}")
+        if batch_size < 1:
+            raise ValueError(f"dlfs.torch.LoaderDataset(): batch_size={batch_size}: must be >= 1")
         # A list of volumes is a weighted mixture (weights=, epoch_samples=,
         # cycle= go to dlfs.Loader).
         mixture = isinstance(path, (list, tuple))

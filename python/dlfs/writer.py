@@ -5,6 +5,7 @@ import os
 import numpy as np
 
 from ._dlfs import _VolumeWriter
+from ._keywords import checked as _checked
 from ._progress import Progress
 
 __all__ = ["Writer"]
@@ -99,6 +100,7 @@ class Writer:
     Not thread-safe: use one writer from one thread.
     """
 
+    @_checked("dlfs.Writer")
     def __init__(self, path, class_names=None, targets=1, align=None, force=False,
                  progress=False, compress=None, dict=False, *, alignment=None, max_side=None,
                  resize_filter="bilinear", jpeg_quality=None, always_reencode=False,
