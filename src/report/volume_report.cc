@@ -107,9 +107,8 @@ std::string SummaryText(const VolumeSummary& s) {
     out += Printf("format       dlfs v2 (version %u with %s), uuid %s\n", i.format_version,
                   features.c_str(), i.uuid.c_str());
   }
-  out += Printf("samples      %llu in %llu directories\n",
-                static_cast<unsigned long long>(i.sample_count),
-                static_cast<unsigned long long>(i.dir_count));
+  out += Printf("samples      %llu in %s\n", static_cast<unsigned long long>(i.sample_count),
+                report_internal::Count(i.dir_count, "directory", "directories").c_str());
   const std::string where = i.target_details.size() == 1
                                 ? std::string(NameOf(kTargetKindNames, i.target_details[0].kind))
                                 : "in " + std::to_string(i.target_details.size()) + " targets";
@@ -306,28 +305,42 @@ std::string FormatDirectoryLine(const SampleDirectory& d, uint64_t dir, ReportFo
 namespace {
 
 void ListDirectory(const SampleDirectory& d, uint64_t dir, bool recursive, ReportFormat format,
-                   const std::function<void(const std::string&)>& out) {
+                   const std::function<void(const std::string&)>& out,
+                   const std::function<void(uint64_t)>& sample) {
   const DirInfo info = d.dir(dir);
   const uint64_t first_child = info.first_child, end_child = first_child + info.child_count;
   const uint64_t first_sample = info.first_sample, end_sample = first_sample + info.sample_count;
   if (!recursive) {
     for (uint64_t c = first_child; c < end_child; ++c) out(FormatDirectoryLine(d, c, format));
   }
-  for (uint64_t i = first_sample; i < end_sample; ++i) out(FormatSampleLine(d, i, format));
+  for (uint64_t i = first_sample; i < end_sample; ++i) sample(i);
   if (recursive) {
-    for (uint64_t c = first_child; c < end_child; ++c) ListDirectory(d, c, true, format, out);
+    for (uint64_t c = first_child; c < end_child; ++c) {
+      ListDirectory(d, c, true, format, out, sample);
+    }
   }
 }
 
 }  // namespace
 
+std::string SampleLinesHeader(const SampleDirectory& d) {
+  return std::string("INDEX\tSIZE\tLABEL\tPATH") + (d.has_fields() ? "\tFIELDS" : "") + "\n";
+}
+
 Status ListPath(const SampleDirectory& d, std::string_view path, bool recursive,
                 ReportFormat format, const std::function<void(const std::string&)>& out) {
   DLFS_ASSIGN_OR_RETURN(const PathEntry entry, d.Resolve(path));
+  // Text: the columns named once, above the first sample's line.
+  bool headed = format != ReportFormat::kText;
+  const auto sample = [&](uint64_t i) {
+    if (!headed) out(SampleLinesHeader(d));
+    headed = true;
+    out(FormatSampleLine(d, i, format));
+  };
   if (!entry.is_dir) {
-    out(FormatSampleLine(d, entry.index, format));
+    sample(entry.index);
   } else {
-    ListDirectory(d, entry.index, recursive, format, out);
+    ListDirectory(d, entry.index, recursive, format, out, sample);
   }
   return Status::Ok();
 }

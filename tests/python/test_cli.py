@@ -299,6 +299,34 @@ def test_a_full_disk_names_the_volume_not_its_removed_temporary(dlfs_bin, tmp_pa
     assert proc.stdout.decode().split("rc=2", 1)[1].split() == []  # nothing left behind
 
 
+def test_info_ls_and_cat_as_a_user_reads_them(run, tmp_path):
+    """Issue 49: `info` said "in 1 directories", `ls` had no header, and
+    `dlfs cat wds.dlfs sample000003.txt` (the mount's name) found nothing."""
+    import io
+    import tarfile
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    with tarfile.open(shards / "000000.tar", "w") as tar:
+        for i in range(4):
+            for ext, data in (("txt", f"text {i}".encode()), ("cls", str(i % 2).encode())):
+                member = tarfile.TarInfo(f"sample{i:06d}.{ext}")
+                member.size = len(data)
+                tar.addfile(member, io.BytesIO(data))
+    vol = tmp_path / "wds.dlfs"
+    run("pack", shards, "-o", vol, "-q", check=0)
+    info = run("info", vol, check=0).stdout.decode()
+    assert "samples      4 in 1 directory\n" in info, info
+    lines = run("ls", vol, check=0).stdout.decode().splitlines()
+    assert lines[0] == "INDEX\tSIZE\tLABEL\tPATH\tFIELDS", lines
+    assert lines[1].split("\t")[3] == "sample000000" and len(lines) == 5
+    assert run("ls", vol, "--json", check=0).stdout.decode().startswith("{")
+    assert run("cat", vol, "sample000003.txt", check=0).stdout == b"text 3"
+    assert run("cat", vol, "sample000003.cls", check=0).stdout == b"1"
+    assert run("cat", vol, "sample000003", "--field", "txt", check=0).stdout == b"text 3"
+    proc = run("cat", vol, "sample000003.nope", check=2)
+    assert b"sample000003.nope" in proc.stderr
+
+
 def test_repair_restores_a_damaged_superblock_from_its_copy(run, volume, tmp_path):
     """Issue 49: a flipped byte 0 said "not a dlfs volume (bad magic)"
     although the copy at the end was intact; byte 100 said the copy was
