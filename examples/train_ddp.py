@@ -4,7 +4,7 @@ launcher — the same script for each:
 
     mpirun -np 4 /usr/bin/python3 examples/train_ddp.py out/fashion-mnist-train.dlfs
     srun --mpi=pmix -n 4 /usr/bin/python3 examples/train_ddp.py out/fashion-mnist-train.dlfs
-    torchrun --nproc-per-node 4 examples/train_ddp.py out/fashion-mnist-train.dlfs
+    torchrun --nproc_per_node 4 examples/train_ddp.py out/fashion-mnist-train.dlfs
 
 dlfs finds each process's share of every epoch itself (dlfs.distributed):
 under mpirun and srun through MPI (one metadata read for the job, one
@@ -22,7 +22,8 @@ over MPI when there is no torchrun.
 
 Every epoch prints, on rank 0, the mean loss over the job and where the
 epoch's bytes came from (storage, this node's cache, other nodes), summed
-over the ranks. --record FILE appends each rank's mean loss per epoch and,
+over the ranks (with --loader dataset and --workers, each DataLoader worker
+reads for itself and keeps its own figures: they are not printed). --record FILE appends each rank's mean loss per epoch and,
 with --loader image, its sample indices (JSON lines), for checking that
 every sample was read once.
 """
@@ -135,7 +136,9 @@ def main():
             losses.append(loss.item())
         mean = torch.tensor([sum(losses), len(losses)], dtype=torch.float64)
         stats = torch.zeros(3, dtype=torch.float64)
-        if args.loader == "image":
+        # LoaderDataset's figures are its own process's: none when workers read.
+        counted = args.loader == "image" or args.workers == 0
+        if counted:
             e = loader.epoch_stats()[-1]
             stats += torch.tensor([e["storage_bytes"], e["cache_bytes"], e["peer_bytes"]],
                                   dtype=torch.float64)
@@ -147,10 +150,11 @@ def main():
                 f.write(json.dumps({"rank": rank, "epoch": epoch, "indices": seen,
                                     "loss": sum(losses) / max(len(losses), 1)}) + "\n")
         if rank == 0:
+            where = (f"read {stats[0] / 1e6:.1f} MB from storage, {stats[1] / 1e6:.1f} MB from "
+                     f"node caches, {stats[2] / 1e6:.1f} MB from other nodes" if counted else
+                     "bytes read: counted by each DataLoader worker, not printed")
             print(f"epoch {epoch}: loss {mean[0] / max(mean[1], 1):.4f}, "
-                  f"{time.perf_counter() - start:.1f} s; read {stats[0] / 1e6:.1f} MB from "
-                  f"storage, {stats[1] / 1e6:.1f} MB from node caches, {stats[2] / 1e6:.1f} MB "
-                  "from other nodes", flush=True)
+                  f"{time.perf_counter() - start:.1f} s; {where}", flush=True)
     if world > 1:
         dist.destroy_process_group()
     return 0

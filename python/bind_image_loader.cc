@@ -82,7 +82,7 @@ class PyImageLoader {
 
   // After load_state_dict, setting the restored epoch keeps the restored
   // position (state_dict.h).
-  void set_epoch(uint64_t e) { position_.set_epoch(e); }
+  void set_epoch(uint64_t e, bool discard_restored) { position_.set_epoch(e, discard_restored); }
   uint64_t epoch() const { return position_.epoch(); }
   void Start() {
     epochs_.Start(position_.epoch(), CountersOf(parts_));
@@ -181,15 +181,21 @@ std::unique_ptr<PyImageLoader> MakeImageLoader(LoaderKeywords k, const ImagePipe
   // like undecodable ones.
   if (field) k.fields = std::vector{*field};
   const bool skip_bad_samples = k.skip_bad_samples;
-  LoaderSetup setup = ResolveLoaderKeywords(std::move(k));
   DecodeStageOptions dso;
   dso.image = pipeline.options();
   dso.decode_threads = decode_threads;
   dso.prefetch_batches = decode_prefetch;
   dso.skip_bad_samples = skip_bad_samples;
-  auto l = std::make_unique<PyImageLoader>(std::move(setup), dso);
-  l->set_options(dso);
-  return l;
+  try {
+    auto l = std::make_unique<PyImageLoader>(ResolveLoaderKeywords(std::move(k)), dso);
+    l->set_options(dso);
+    return l;
+  } catch (const StatusError& e) {
+    // The decode stage takes one field, named by field= (not fields=).
+    static constexpr Rewording kOneField[] = {
+        {"(the fields option)", "(the fields option, one name)"}};
+    throw StatusError{e.status.Reworded(kOneField)};
+  }
 }
 
 }  // namespace
@@ -220,7 +226,10 @@ void RegisterImageLoader(py::module_& m) {
           },
           "Samples left out as bad (unreadable, failed checksum, undecodable): "
           "[{volume, index, path, reason}].")
-      .def("set_epoch", &PyImageLoader::set_epoch, py::arg("epoch"))
+      .def("set_epoch", &PyImageLoader::set_epoch, py::arg("epoch"),
+           py::arg("discard_restored") = false,
+           "As dlfs.Loader.set_epoch: a position restored in the middle of epoch E is kept "
+           "by set_epoch(E); another epoch raises ValueError unless discard_restored=True.")
       .def_property_readonly("epoch", &PyImageLoader::epoch)
       .def("__len__", [](PyImageLoader& l) { return l.stage().batches_per_epoch(); })
       .def("__iter__",

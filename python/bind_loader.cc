@@ -149,7 +149,9 @@ batch size may load rank 0's state (every rank of a data-parallel job stops
 at the same step); it reads its share of the samples of the epoch not yet
 handed out, each once, and "segments" in its state lists the parts read
 before (see "Long runs" in the README). After it, set_epoch(state["epoch"]) keeps the position (the usual
-loop); another epoch starts afresh.
+loop: for epoch in range(state["epoch"], epochs)); another epoch raises ValueError when the state
+was taken in the middle of its epoch, rather than drop the rest of it silently
+(set_epoch(e, discard_restored=True) drops it).
 )doc";
 
 // Iteration state for Python: a Loader, a MixtureSource of several volumes
@@ -163,7 +165,7 @@ class PyLoader {
 
   // After load_state_dict, setting the restored epoch keeps the restored
   // position (the usual loop sets the epoch before iterating it).
-  void set_epoch(uint64_t e) { position_.set_epoch(e); }
+  void set_epoch(uint64_t e, bool discard_restored) { position_.set_epoch(e, discard_restored); }
   uint64_t epoch() const { return position_.epoch(); }
   void Start() {
     BatchSource& s = source();
@@ -416,8 +418,11 @@ void RegisterLoader(py::module_& m) {
             return out;
           },
           "Samples left out as bad: [{volume, index, path, reason}] (see skip_bad_samples).")
-      .def("set_epoch", &PyLoader::set_epoch, py::arg("epoch"),
-           "Sets the epoch the next iteration reads (its order depends on it).")
+      .def("set_epoch", &PyLoader::set_epoch, py::arg("epoch"), py::arg("discard_restored") = false,
+           "Sets the epoch the next iteration reads (its order depends on it). After "
+           "load_state_dict() of a state taken in the middle of epoch E, set_epoch(E) keeps "
+           "the restored position; another epoch raises ValueError, naming E, unless "
+           "discard_restored=True says to leave the rest of E unread.")
       .def_property_readonly("epoch", &PyLoader::epoch)
       .def(
           "__len__", [](PyLoader& l) { return l.source().batches_per_epoch(); },

@@ -19,6 +19,7 @@
 #include "dlfs/batch_source.h"
 #include "dlfs/loader.h"
 #include "dlfs/mixture.h"
+#include "dlfs/sampler.h"
 
 namespace dlfs {
 
@@ -96,10 +97,24 @@ inline pybind11::list QuarantineRecords(const std::string& volume,
 // (Python threads may share one loader; the source has one caller at a time).
 class SourcePosition {
  public:
-  void set_epoch(uint64_t e) {
+  // A restored position in the middle of its epoch is never dropped
+  // silently: setting another epoch raises ValueError saying how to finish
+  // it, unless discard_restored says to leave the rest of it unread.
+  void set_epoch(uint64_t e, bool discard_restored = false) {
     if (restored_ && e == epoch_) return;
+    if (restored_ && !restored_rest_.empty() && !discard_restored) {
+      const std::string E = std::to_string(epoch_), to = std::to_string(e);
+      throw pybind11::value_error(
+          "set_epoch(" + to + "): load_state_dict() restored a position in the middle of epoch " +
+          E + " (" + restored_rest_ + "), and starting epoch " + to +
+          " would drop the rest of it. To finish epoch " + E + " first, call set_epoch(" + E +
+          ") (or iterate without set_epoch), e.g. `for epoch in range(state[\"epoch\"], "
+          "epochs)`; to leave it unread, call set_epoch(" +
+          to + ", discard_restored=True)");
+    }
     epoch_ = e;
     positioned_ = restored_ = false;
+    restored_rest_.clear();
   }
   uint64_t epoch() const { return epoch_; }
 
@@ -137,14 +152,28 @@ class SourcePosition {
     if (st.ok()) {
       epoch_ = s.epoch;
       positioned_ = restored_ = true;
+      restored_rest_ = MidEpoch(s);
     }
     return st;
   }
 
+  // "3 of 10 batches handed out" when `s` is inside its epoch (batches of
+  // it handed out, and more to come in the shape it was saved in), else "".
+  static std::string MidEpoch(const SourceState& s) {
+    if (!s.done.empty()) return "continued from an earlier job; more batches to come";
+    if (s.batches == 0) return "";
+    Result<Sampler> sampler = Sampler::Create(s.samples, s.sampler);
+    const uint64_t total = sampler.ok() ? sampler->batches_per_epoch() : 0;
+    if (total != 0 && s.batches >= total) return "";  // saved at the end of the epoch
+    return std::to_string(s.batches) + " of " + (total ? std::to_string(total) : "its") +
+           " batches handed out";
+  }
+
  private:
   uint64_t epoch_ = 0;
-  bool positioned_ = false;  // the source is at epoch_ (iterated or restored)
-  bool restored_ = false;    // by load_state_dict, and not iterated since
+  bool positioned_ = false;    // the source is at epoch_ (iterated or restored)
+  bool restored_ = false;      // by load_state_dict, and not iterated since
+  std::string restored_rest_;  // MidEpoch of the state restored, while restored_
 };
 
 // This rank's sample indices in `epoch`, in reading order, as an int64

@@ -85,6 +85,7 @@ PUBLIC_HEADERS = {
     "decode_stage.h": "decode",
     "image_prep.h": "decode",
     "sample_image.h": "decode",
+    "file_view.h": "decode",
     "builder.h": "builder",
     "bench.h": "measure",
     "bench_volumes.h": "measure",

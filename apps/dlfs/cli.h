@@ -38,9 +38,12 @@ inline constexpr Rewording kLoaderFlags[] = {
     {"(the fields option, one name)", "(--fields NAME)"},
     {"set cycle to", "use --cycle to"},
     {"(epoch_samples)", "(--epoch-samples)"},
-    {"batch_size must", "--batch must"},        {"a smaller batch_size", "a smaller --batch"},
-    {"world_size must", "--world must"},        {"below world_size", "below --world"},
-    {"queue_depth must", "--queue-depth must"}, {"io_threads must", "--io-threads must"},
+    {"batch_size must", "--batch must"},
+    {"a smaller batch_size", "a smaller --batch"},
+    {"world_size must", "--world must"},
+    {"below world_size", "below --world"},
+    {"queue_depth must", "--queue-depth must"},
+    {"io_threads must", "--io-threads must"},
     {"fewer io_threads", "fewer --io-threads"},
 };
 
@@ -150,6 +153,7 @@ void AddInfo(CLI::App& app, int* exit_code);
 void AddLs(CLI::App& app, int* exit_code);
 void AddCat(CLI::App& app, int* exit_code);
 void AddVerify(CLI::App& app, int* exit_code);
+void AddRepair(CLI::App& app, int* exit_code);
 void AddEpoch(CLI::App& app, int* exit_code);
 void AddMount(CLI::App& app, int* exit_code);
 void AddBench(CLI::App& app, int* exit_code);

@@ -80,8 +80,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "dlfs " DLFS_VERSION_STRING);
   int rc = kExitOk;
-  for (auto add :
-       {AddPack, AddInfo, AddLs, AddCat, AddVerify, AddEpoch, AddBench, AddLmdb, AddMount}) {
+  for (auto add : {AddPack, AddInfo, AddLs, AddCat, AddVerify, AddRepair, AddEpoch, AddBench,
+                   AddLmdb, AddMount}) {
     add(app, &rc);
   }
   // The first word names the verb: an unknown one (or none) is said in those

@@ -1,10 +1,12 @@
-// The verbs that read one volume: info, ls, cat, verify, epoch, mount.
+// The verbs that read one volume: info, ls, cat, verify, epoch, mount; and
+// repair, which rewrites a damaged superblock from its twin.
 #include <csignal>
 #include <cstdio>
 #include <optional>
 
 #include "cli.h"
 #include "dlfs/decode.h"
+#include "dlfs/file_view.h"
 #include "dlfs/mount.h"
 #include "dlfs/sample_image.h"
 #include "dlfs/sampler.h"
@@ -50,10 +52,32 @@ int CatDecoded(const CatArgs& args, const Volume& volume, uint64_t index) {
   return png.ok() ? WriteOutput(args.output, *png) : Fail(png.status());
 }
 
+// A file of the mount's view (dlfs/file_view.h) that is not a sample's
+// path: KEY.FIELD, or NAME.ppm for raw pixels; its bytes as the mount
+// serves them.
+int CatViewFile(const CatArgs& args, const Volume& volume, const ViewFile& file) {
+  const SampleDirectory& d = volume.directory();
+  if (args.decode) return CatDecoded(args, volume, file.sample);
+  const std::string_view field = d.field_name(file.info.field);
+  auto bytes = d.has_fields() ? volume.Read(file.sample, field, args.verify)
+                              : volume.Read(file.sample, args.verify);
+  if (!bytes.ok()) return Fail(bytes.status());
+  if (!file.ppm) return WriteOutput(args.output, *bytes);
+  auto ppm = RawImageToPpm(*bytes, volume.FieldContext(file.sample, file.info.field));
+  return ppm.ok() ? WriteOutput(args.output, *ppm) : Fail(ppm.status());
+}
+
 int RunCat(const CatArgs& args) {
   auto vol = OpenVolume(args.volume);
   if (!vol.ok()) return Fail(vol.status());
-  auto index = args.index ? Result<uint64_t>(*args.index) : (*vol)->directory().Lookup(args.path);
+  const SampleDirectory& d = (*vol)->directory();
+  auto index = args.index ? Result<uint64_t>(*args.index) : d.Lookup(args.path);
+  if (!index.ok() && !args.index && !args.field) {
+    // The names `dlfs mount` shows: KEY.FIELD, NAME.ppm.
+    if (std::optional<ViewFile> file = ResolveViewPath(d, args.path)) {
+      return CatViewFile(args, **vol, *file);
+    }
+  }
   if (!index.ok()) return Fail(index.status().WithContext(args.volume.path));
   if (args.decode) return CatDecoded(args, **vol, *index);
   if (args.field) {
@@ -61,6 +85,14 @@ int RunCat(const CatArgs& args) {
     return field.ok() ? WriteOutput(args.output, *field) : Fail(field.status());
   }
   auto bytes = (*vol)->Read(*index, args.verify);
+  if (bytes.ok() && *index < d.size() && !d.has_field_records() && IsRawImageField(d, *index, 0)) {
+    // Its name says JPEG or PNG; its bytes are not (--image-format raw).
+    std::fprintf(stderr,
+                 "dlfs: note: %s holds raw pixels (docs/format.md 4.9.3), not the image its "
+                 "name says: `dlfs cat %s %s.ppm` writes them as a PPM, --decode -o x.png as "
+                 "a PNG\n",
+                 d.Path(*index).c_str(), args.volume.path.c_str(), d.Path(*index).c_str());
+  }
   return bytes.ok() ? WriteOutput(args.output, *bytes) : Fail(bytes.status().Reworded(kCatFlags));
 }
 
@@ -84,7 +116,12 @@ int RunVerify(const VerifyArgs& args) {
   Status st = VerifyVolume(**vol, options, &report);
   progress.Clear();
   if (!st.ok()) return Fail(st);
-  if (!report.backup_superblock.ok()) Fail(report.backup_superblock);
+  if (!report.backup_superblock.ok()) {
+    const Status& copy = report.backup_superblock;
+    Fail(Status(copy.code(),
+                copy.message() + " (`dlfs repair` on that file rewrites the copy from the primary)",
+                copy.sys_errno()));
+  }
   Print(FormatVerifyReport(args.volume.path, report, FormatOf(args.json)));
   return report.bad_samples == 0 && report.backup_superblock.ok() ? kExitOk : kExitDamaged;
 }
@@ -169,7 +206,10 @@ void AddCat(CLI::App& app, int* exit_code) {
   auto* c = app.add_subcommand(
       "cat", "Write one sample's exact bytes to stdout (or -o FILE), or with --decode its pixels");
   AddVolumeArgs(c, &args->volume);
-  auto* path_opt = c->add_option("path", args->path, "Sample path inside the volume");
+  auto* path_opt = c->add_option(
+      "path", args->path,
+      "Sample path inside the volume, or a file as `dlfs mount` names it (KEY.FIELD;\n"
+      "NAME.ppm: raw pixels as a PPM)");
   auto* index_opt = c->add_option("--index", args->index, "Sample index instead of a path");
   path_opt->excludes(index_opt);
   AddOffFlag(c, "--no-verify", &args->verify, "Do not check the sample's checksum");
@@ -207,6 +247,27 @@ void AddVerify(CLI::App& app, int* exit_code) {
               "One JSON object: counts and bad_samples, the records [{volume, index, path, "
               "reason}] a loader's quarantine= takes (Python: dlfs.Loader(..., quarantine=...))");
   v->callback([args, exit_code] { *exit_code = RunVerify(*args); });
+}
+
+void AddRepair(CLI::App& app, int* exit_code) {
+  struct Args {
+    std::string path;
+    bool dry_run = false;
+  };
+  auto args = std::make_shared<Args>();
+  auto* r = app.add_subcommand(
+      "repair",
+      "Restore a volume file's damaged superblock from its intact twin (every target file\n"
+      "holds its superblock at its start and again in its last 4 KiB): one 4 KiB write,\n"
+      "nothing else is touched. Run it on the file the error names.");
+  r->add_option("volume", args->path, "The volume (or target) file")->required();
+  r->add_flag("-n,--dry-run", args->dry_run, "Say what would be rewritten; write nothing");
+  r->callback([args, exit_code] {
+    auto done = RepairSuperblock(args->path, args->dry_run);
+    if (!done.ok()) return void(*exit_code = Fail(done.status()));
+    Print(done->what + "\n");
+    *exit_code = kExitOk;
+  });
 }
 
 void AddEpoch(CLI::App& app, int* exit_code) {

@@ -88,8 +88,8 @@ void WaitPolitely(MPI_Request* request, MPI_Status* status = MPI_STATUS_IGNORE);
 void BarrierPolitely(MPI_Comm comm);
 
 // Collective over `comm`: the status of the lowest-ranked rank R whose
-// `local` status is not OK, its message prefixed with "rank R: " on every
-// rank (R's included), or OK on every rank. Lets every rank return the same
+// `local` status is not OK (code and errno), its message prefixed with
+// "rank R: " on every rank (R's included), or OK on every rank. Lets every rank return the same
 // error without a hang.
 Status AgreeOnStatus(MPI_Comm comm, const Status& local);
 

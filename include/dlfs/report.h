@@ -75,9 +75,13 @@ std::string FormatSampleLine(const SampleDirectory& directory, uint64_t index, R
 // subdirs}.
 std::string FormatDirectoryLine(const SampleDirectory& directory, uint64_t dir,
                                 ReportFormat format);
+// The line naming FormatSampleLine's text columns: "INDEX\tSIZE\tLABEL\tPATH"
+// (and "\tFIELDS" in a volume with fields).
+std::string SampleLinesHeader(const SampleDirectory& directory);
 // `dlfs ls PATH`: for a directory, its subdirectories' lines, then its
 // samples' lines; with `recursive` instead every sample below it, depth
-// first in name order; for a sample, its line (as `ls FILE`). Each line
+// first in name order; for a sample, its line (as `ls FILE`). In text,
+// SampleLinesHeader comes before the first sample's line. Each line
 // goes to `out` as it is made (a volume may hold millions). NotFound (as
 // SampleDirectory::Resolve) when nothing is at `path`.
 Status ListPath(const SampleDirectory& directory, std::string_view path, bool recursive,

@@ -47,4 +47,20 @@ struct VerifyOptions {
 // report->backup_superblock.
 Status VerifyVolume(const Volume& volume, const VerifyOptions& options, VerifyReport* report);
 
+// What RepairSuperblock did.
+struct SuperblockRepair {
+  bool repaired = false;  // a superblock was rewritten (false: nothing to do, or dry_run)
+  uint64_t offset = 0;    // where: 0 (the primary) or the copy's offset at the file's end
+  std::string what;       // one line naming the file, the superblock and why
+};
+
+// Every target file holds its superblock twice: at offset 0 and in its
+// last 4 KiB (docs/format.md §2). When exactly one of them is damaged (or
+// they differ, the primary being intact), rewrites that one from the other:
+// one 4 KiB write and an fsync, nothing else touched. Works on the file
+// alone, without opening the volume (a damaged primary is what stops
+// Volume::Open). Corruption naming both when both are damaged;
+// NotSupported for a block device. dry_run says what it would do.
+Result<SuperblockRepair> RepairSuperblock(const std::string& path, bool dry_run = false);
+
 }  // namespace dlfs

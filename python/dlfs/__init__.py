@@ -35,8 +35,18 @@ from ._dlfs import Loader as _Loader
 from ._dlfs import ImagePipeline, decode_image, encode_png, prepare_image
 from ._dlfs import pack as _pack
 from ._progress import Progress as _Progress
+from . import _dlfs
+from . import _keywords
 from . import distributed
 from .writer import Writer
+
+# Misspelt keywords and arguments pybind11 cannot convert are named, with a
+# suggestion, when the object is made (instead of pybind11's signature dump).
+for _cls, _name in ((_dlfs.Volume, "dlfs.Volume"), (_Loader, "dlfs.Loader"),
+                    (_dlfs.ImageLoader, "dlfs.ImageLoader"),
+                    (ImagePipeline, "dlfs.ImagePipeline")):
+    _keywords.checked_init(_cls, _name)
+del _cls, _name
 
 __all__ = ["Volume", "Loader", "Batch", "CorruptVolumeError", "Writer", "pack", "__version__",
            "ImagePipeline", "decode_image", "encode_png", "prepare_image",

@@ -28,6 +28,7 @@ import torch as _torch
 import torch.utils.data as _tud
 
 from . import _dlfs
+from . import _keywords
 from . import distributed as _distributed
 from ._torch_common import distributed_rank_world
 from ._torch_common import make_pipeline as _make_pipeline
@@ -89,6 +90,7 @@ class VolumeDataset(_tud.Dataset):
     fields. target_transform does not apply (ValueError).
     """
 
+    @_keywords.checked("dlfs.torch.VolumeDataset")
     def __init__(self, path, transform=None, target_transform=None, root=None, verify=True,
                  batch_transform=None, shared_memory=True, shared_slots=6, decode=None,
                  fields=None, directory=None):
@@ -425,6 +427,16 @@ class LoaderDataset(_tud.IterableDataset):
     def __init__(self, path, batch_size, shuffle=True, seed=0, drop_last=False,
                  transform=None, batch_transform=None, rank=None, world_size=None,
                  root=None, stack="auto", fields=None, comm=None, **loader_options):
+        # The loader is made at the first iteration, maybe in a DataLoader
+        # worker: its keywords are checked here.
+        _keywords.check("dlfs.torch.LoaderDataset", loader_options,
+                        set(_keywords.parameters(_dlfs.Loader.__init__._dlfs_wrapped) or ())
+                        | set(_keywords.python_keywords(LoaderDataset.__init__, named_only=True)))
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, _np.integer)):
+            raise TypeError(f"dlfs.torch.LoaderDataset(): batch_size takes an int, not "
+                            f"{type(batch_size).__name__}")
+        if batch_size < 1:
+            raise ValueError(f"dlfs.torch.LoaderDataset(): batch_size={batch_size}: must be >= 1")
         # A list of volumes is a weighted mixture (weights=, epoch_samples=,
         # cycle= go to dlfs.Loader).
         mixture = isinstance(path, (list, tuple))
@@ -478,6 +490,7 @@ class LoaderDataset(_tud.IterableDataset):
             "seed": seed, "shuffle": bool(shuffle), "batch_size": batch_size,
             "drop_last": bool(drop_last)}
         self._loaded = None  # the state load_state_dict() was given, until iterated
+        self._restored_rest = ""  # what of the restored epoch is left, when mid-epoch
         # Bad samples met by the workers: each appends its records to a file
         # here, which quarantine() reads (removed with the dataset).
         self._quarantine_dir = None
@@ -493,17 +506,31 @@ class LoaderDataset(_tud.IterableDataset):
 
     @epoch.setter
     def epoch(self, epoch):
+        self.set_epoch(epoch)
+
+    def set_epoch(self, epoch, discard_restored=False):
+        """Sets the epoch the next iteration reads, in every worker. After
+        load_state_dict() of a state taken in the middle of epoch E,
+        set_epoch(E) keeps the restored position; another epoch raises
+        ValueError (it would drop the rest of E) unless discard_restored=True."""
         epoch = int(epoch)
         if epoch < 0:
             raise ValueError(f"epoch must be >= 0, not {epoch}")
         p = self._position
-        if p[p.RESUME_EPOCH] != epoch:
+        restored = p[p.RESUME_EPOCH]
+        if restored != epoch:
+            pending = restored >= 0 and p[p.SEEN_EPOCH] == -1 and self._restored_rest
+            if pending and not discard_restored:
+                raise ValueError(
+                    f"set_epoch({epoch}): load_state_dict() restored a position in the middle "
+                    f"of epoch {restored} ({self._restored_rest}), and starting epoch {epoch} "
+                    f"would drop the rest of it. To finish epoch {restored} first, call "
+                    f"set_epoch({restored}) (or iterate without set_epoch), e.g. `for epoch in "
+                    f"range(state[\"epoch\"], epochs)`; to leave it unread, call "
+                    f"set_epoch({epoch}, discard_restored=True)")
             p[p.RESUME_EPOCH] = -1  # a restored position holds for its own epoch only
+            self._restored_rest = ""
         p[p.EPOCH] = epoch
-
-    def set_epoch(self, epoch):
-        """Sets the epoch the next iteration reads, in every worker."""
-        self.epoch = epoch
 
     def _directory(self, worker=False):
         """Where this process keeps the directory: directory= when given, else
@@ -749,7 +776,8 @@ class LoaderDataset(_tud.IterableDataset):
 
     def load_state_dict(self, state):
         """Resumes from a state_dict(): the next iteration of state["epoch"]
-        (set_epoch to it keeps the position; another epoch drops it) hands out
+        (set_epoch to it keeps the position; another epoch raises ValueError
+        while the rest of it is unread, see set_epoch) hands out
         the batches after those the state counts, in the original order, read
         by a DataLoader with the same num_workers. ValueError, naming what
         differs, for a state of another volume or other options."""
@@ -783,6 +811,7 @@ class LoaderDataset(_tud.IterableDataset):
             raise ValueError(f"{self.path}: cannot resume from this state: it quarantines a "
                              "sample out of range")
         workers = max(workers, 1)
+        rest = "continued from an earlier job; more batches to come" if segments else ""
         if batches > 0 and not segments:
             shards = world * workers
             per = self._samples // shards if self.drop_last else -(-self._samples // shards)
@@ -790,7 +819,10 @@ class LoaderDataset(_tud.IterableDataset):
             if batches > whole:
                 raise ValueError(f"{self.path}: cannot resume from this state: it counts "
                                  f"{batches} batches of an epoch of {whole}")
+            if batches < whole:
+                rest = f"{batches} of {whole} batches handed out"
         p = self._position
+        self._restored_rest = ""  # a position restored before is replaced
         self.epoch = epoch
         p.segments = segments
         p[p.RESUME_EPOCH] = epoch
@@ -801,6 +833,7 @@ class LoaderDataset(_tud.IterableDataset):
         p[p.SEEN_EPOCH] = -1
         p[p.TAKEN] = 0
         self._loaded = dict(state)
+        self._restored_rest = rest
         if quarantined != self._resumed_quarantine:
             self._resumed_quarantine = quarantined
             self._loader, self._loader_key = None, None  # made again, leaving them out

@@ -17,6 +17,7 @@ import os as _os
 import torch as _torch
 
 from . import _dlfs
+from . import _keywords
 from . import distributed as _distributed
 from ._torch_common import make_pipeline  # noqa: F401 (part of this module's API)
 
@@ -32,6 +33,11 @@ _LOADER_KEYS = {"drop_last", "prefetch_batches", "queue_depth", "io_threads", "e
                 "quarantine", "weights", "epoch_samples", "cycle", "shard_local",
                 "cluster_cache", "window_batches", "read_ahead", "target_map", "directory",
                 "epochs"}
+
+
+# ImageLoader's own keywords (for suggestions).
+_OWN_KEYS = ("size", "crop", "flip", "dtype", "layout", "mean", "std", "seed", "shuffle", "rank",
+             "world_size", "comm", "root", "decode_threads", "return_indices", "return_sources")
 
 
 class _Stats(dict):
@@ -122,9 +128,8 @@ class ImageLoader:
                  world_size=None, comm=None, root=None, decode_threads=None, **loader_options):
         self.return_indices = bool(loader_options.pop("return_indices", False))
         self.return_sources = bool(loader_options.pop("return_sources", False))
-        unknown = set(loader_options) - _PIPELINE_KEYS - _LOADER_KEYS
-        if unknown:
-            raise TypeError(f"ImageLoader: unknown option(s) {', '.join(sorted(unknown))}")
+        _keywords.check("dlfs.torch.ImageLoader", loader_options,
+                        _PIPELINE_KEYS | _LOADER_KEYS | set(_OWN_KEYS))
         pipe_kw = {k: loader_options.pop(k) for k in list(loader_options) if k in _PIPELINE_KEYS}
         self.pipeline = _dlfs.ImagePipeline(size, crop=crop, flip=flip, dtype=dtype,
                                             layout=layout, mean=mean, std=std, seed=seed,
@@ -163,8 +168,11 @@ class ImageLoader:
             _distributed.track(self._loader)
         self.batch_size = batch_size
 
-    def set_epoch(self, epoch):
-        self._loader.set_epoch(epoch)
+    def set_epoch(self, epoch, discard_restored=False):
+        """Sets the epoch the next iteration reads. After load_state_dict() of a
+        state taken in the middle of epoch E, set_epoch(E) keeps the position;
+        another epoch raises ValueError unless discard_restored=True."""
+        self._loader.set_epoch(epoch, discard_restored=discard_restored)
 
     @property
     def epoch(self):
@@ -208,7 +216,9 @@ class ImageLoader:
 
     def load_state_dict(self, state):
         """Continues from a state_dict(); set_epoch(state["epoch"]) keeps the
-        position. ValueError naming what differs for another volume or order."""
+        position (another epoch raises ValueError while the restored epoch is
+        unfinished: see set_epoch). ValueError naming what differs for another
+        volume or order."""
         self._loader.load_state_dict(state)
 
     @property

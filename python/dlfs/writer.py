@@ -1,9 +1,11 @@
 """dlfs.Writer: write a volume sample by sample from Python."""
+import operator
 import os
 
 import numpy as np
 
 from ._dlfs import _VolumeWriter
+from ._keywords import checked as _checked
 from ._progress import Progress
 
 __all__ = ["Writer"]
@@ -24,7 +26,9 @@ class Writer:
         synced. An exception inside the `with` block, abort(), or a writer
         dropped without close() leaves no volume and no temporary file.
     class_names: names of labels 0, 1, ... (a label may then also be given
-        by its name).
+        by its name); a label past the last name is refused. Without them
+        the classes are named by their numbers ("0", "1", ...), as for tar
+        shards packed without --class-names.
     targets: spread the samples over this many files (path, path.t1, ...),
         e.g. one per NVMe device; each sample goes whole to the file holding
         the fewest bytes so far.
@@ -74,11 +78,15 @@ class Writer:
               directories are implied; volume order is by path, not by add.
         data  its bytes: bytes, bytearray, memoryview, or a numpy array (its
               raw bytes in C order; dtype and shape are not stored).
-        label an int class id, a name from class_names, or None.
+        label an int class id (below len(class_names) when they are given;
+              a bool, numpy integer or one-element integer tensor is taken
+              as its int), a name from class_names, or None.
     A sample with several named fields (format v2, like a WebDataset key):
     add(key, {"jpg": jpeg_bytes, "json": json_bytes}); each value is
     bytes-like as above, field names are str without '/' (stored in the
-    dict's order; read back with Volume.read_fields / read_field).
+    dict's order; read back with Volume.read_fields / read_field). A "cls"
+    field (b"3", as WebDataset's .cls members) also labels the sample, as
+    `dlfs pack` does for tar shards; a label= given too must agree.
 
     Memory stays bounded whatever the data set's size: the bytes pass
     through an 8 MiB buffer; what stays until close() is about 40 bytes
@@ -92,6 +100,7 @@ class Writer:
     Not thread-safe: use one writer from one thread.
     """
 
+    @_checked("dlfs.Writer")
     def __init__(self, path, class_names=None, targets=1, align=None, force=False,
                  progress=False, compress=None, dict=False, *, alignment=None, max_side=None,
                  resize_filter="bilinear", jpeg_quality=None, always_reencode=False,
@@ -156,12 +165,51 @@ class Writer:
                 raise ValueError(f"{self.path}: sample {path!r}: unknown class {label!r} "
                                  f"({known})")
             return self._class_ids[label]
-        if isinstance(label, (bool, np.bool_)) or not isinstance(label, (int, np.integer)):
+        # Anything an index can be made of, as torch takes targets: an int, a
+        # bool (a binary label), a numpy integer or a one-element integer
+        # tensor (torch.tensor(3)).
+        try:
+            value = operator.index(label)
+        except TypeError:
+            value = None
+        if value is None and hasattr(label, "item") and getattr(label, "ndim", None) == 0:
+            try:
+                value = operator.index(label.item())
+            except TypeError:
+                value = None
+        if value is None:
             raise TypeError(f"{self.path}: sample {path!r}: label must be an int, a class "
-                            f"name or None, not {type(label).__name__}")
-        if label < 0:
-            raise ValueError(f"{self.path}: sample {path!r}: label {label} is negative")
-        return int(label)
+                            f"name or None, not {type(label).__name__} ({label!r})")
+        if value < 0:
+            raise ValueError(f"{self.path}: sample {path!r}: label {value} is negative")
+        if self.class_names is not None and value >= len(self.class_names):
+            raise ValueError(f"{self.path}: sample {path!r}: label {value} names no class: "
+                             f"class_names has {len(self.class_names)} "
+                             f"(labels 0..{len(self.class_names) - 1})")
+        return value
+
+    def _cls_label(self, path, fields, label):
+        """The label of a sample given as fields: a "cls" field holds it as
+        text ("3"), as WebDataset's .cls members do when tar shards are
+        packed; an explicit label must agree with it."""
+        if "cls" not in fields:
+            return label
+        raw = fields["cls"]
+        try:
+            text = bytes(memoryview(raw).cast("B")).decode("ascii").strip()
+        except (TypeError, ValueError, UnicodeDecodeError):
+            text = None
+        if text is None or not text.isdigit():
+            shown = bytes(memoryview(raw).cast("B"))[:40] if text is None else text[:40]
+            raise ValueError(f"{self.path}: sample {path!r}: field 'cls' is not a class "
+                             f"number: {shown!r}")
+        value = int(text)
+        if label is None:
+            return value
+        if self._label(path, label) != value:
+            raise ValueError(f"{self.path}: sample {path!r}: label={label!r}, but its 'cls' "
+                             f"field says {value}")
+        return value
 
     def _buffer(self, path, data):
         if isinstance(data, (bytes, bytearray)):
@@ -195,7 +243,10 @@ class Writer:
         """Adds sample `path` with the bytes of `data` (see help(dlfs.Writer))."""
         if not isinstance(path, str):
             raise TypeError(f"{self.path}: sample path must be a str, not {type(path).__name__}")
-        self._writer.add(path, self._buffer(path, data), self._label(path, label))
+        buffer = self._buffer(path, data)
+        if isinstance(buffer, dict):
+            label = self._cls_label(path, buffer, label)
+        self._writer.add(path, buffer, self._label(path, label))
         if self._progress is not None:
             self._progress.update_to(self._writer.samples, bytes=self._writer.bytes)
 

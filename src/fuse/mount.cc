@@ -3,7 +3,8 @@
 // Files are (sample, field) pairs (docs/format.md §4.8.5): field f of
 // sample i is the file KEY.FIELD in the sample's directory, KEY alone for the
 // unnamed field, so a volume without fields lists one file per sample and a
-// tar-packed one lists the tar's members. A file's size is its field's
+// tar-packed one lists the tar's members; raw pixels the writer made are
+// shown as PPM files (dlfs/file_view.h), so image readers open them. A file's size is its field's
 // decoded length; raw fields are served from their stored extent, zstd ones
 // decoded whole once and kept for the reads that follow.
 //
@@ -41,6 +42,7 @@
 
 #include "common/crc32c.h"
 #include "common/file_util.h"
+#include "dlfs/file_view.h"
 #include "dlfs/mount.h"
 #include "volume/field_decode.h"
 
@@ -137,10 +139,12 @@ struct Context {
 
 Context& Ctx(fuse_req_t req) { return *static_cast<Context*>(fuse_req_userdata(req)); }
 
-// What a file inode stands for.
+// What a file inode stands for: field `field` of sample `sample`, shown as
+// a PPM when it holds raw pixels (dlfs/file_view.h).
 struct FileRef {
   uint64_t sample;
   FieldInfo field;
+  bool ppm = false;
 };
 
 bool IsDir(const Context& c, fuse_ino_t ino) { return ino >= 1 && ino <= c.dirs; }
@@ -160,18 +164,12 @@ std::optional<FileRef> FileOf(const Context& c, fuse_ino_t ino) {
   const std::optional<FieldInfo> f =
       c.volume->directory().Field(i, static_cast<uint32_t>(k % c.fields));
   if (!f) return std::nullopt;
-  return FileRef{i, *f};
+  return FileRef{i, *f, IsRawImageField(c.volume->directory(), i, f->field)};
 }
 
-// "000123.jpg"; the sample's name alone for the unnamed field.
-std::string FileName(const SampleDirectory& d, uint64_t i, uint32_t f) {
-  std::string name(d.name(i));
-  const std::string_view field = d.field_name(f);
-  if (!field.empty()) {
-    name += '.';
-    name += field;
-  }
-  return name;
+// A file's size as shown (a raw image's PPM is 16 bytes longer).
+uint64_t ShownSize(const FileRef& file) {
+  return ViewFileSize({.sample = file.sample, .info = file.field, .ppm = file.ppm});
 }
 
 void FillCommon(const Context& c, fuse_ino_t ino, struct stat* st) {
@@ -186,11 +184,11 @@ void FillDir(const Context& c, fuse_ino_t ino, struct stat* st) {
   st->st_nlink = 2 + c.volume->directory().dir(DirOf(ino)).child_count;
 }
 
-void FillFile(const Context& c, fuse_ino_t ino, const FieldInfo& f, struct stat* st) {
+void FillFile(const Context& c, fuse_ino_t ino, const FileRef& f, struct stat* st) {
   FillCommon(c, ino, st);
   st->st_mode = S_IFREG | 0444;
   st->st_nlink = 1;
-  st->st_size = f.decoded_length;
+  st->st_size = static_cast<off_t>(ShownSize(f));
   st->st_blocks = (st->st_size + 511) / 512;
   st->st_blksize = kMaxRead;
 }
@@ -227,14 +225,12 @@ void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   const SampleDirectory& d = c.volume->directory();
   const std::string& dir = c.dir_paths[DirOf(parent)];
   const std::string_view base(name);
-  auto resolve = [&](std::string_view key) {
-    return d.Resolve(dir.empty() ? std::string(key) : dir + "/" + std::string(key));
-  };
   if (base.find('/') != base.npos) {
     fuse_reply_entry(req, &e);  // ino 0: a negative entry the kernel caches too
     return;
   }
-  const Result<PathEntry> found = resolve(base);
+  const Result<PathEntry> found =
+      d.Resolve(dir.empty() ? std::string(base) : dir + "/" + std::string(base));
   if (found.ok() && found->is_dir) {
     e.ino = DirIno(found->index);
     e.generation = 1;
@@ -242,33 +238,16 @@ void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     fuse_reply_entry(req, &e);
     return;
   }
-  // KEY.FIELD, the shortest KEY first (WebDataset's rule: the key ends at the
-  // first dot of the name), then the whole name as a sample's unnamed field.
-  std::optional<FileRef> file;
-  if (d.has_fields()) {
-    for (size_t dot = base.find('.'); !file && dot != base.npos; dot = base.find('.', dot + 1)) {
-      const std::string_view field = base.substr(dot + 1);
-      if (field.empty()) break;  // "KEY." names nothing: the unnamed field is KEY
-      const std::optional<uint32_t> id = d.FindField(field);
-      if (!id) continue;
-      const Result<PathEntry> key = resolve(base.substr(0, dot));
-      if (!key.ok() || key->is_dir) continue;
-      if (const std::optional<FieldInfo> f = d.Field(key->index, *id))
-        file = FileRef{key->index, *f};
-    }
-  }
-  if (!file && found.ok()) {
-    const std::optional<uint32_t> unnamed = d.FindField("");
-    const std::optional<FieldInfo> f = unnamed ? d.Field(found->index, *unnamed) : std::nullopt;
-    if (f) file = FileRef{found->index, *f};
-  }
-  if (!file) {
+  // KEY.FIELD, a sample's unnamed field, or NAME.ppm (dlfs/file_view.h).
+  const std::optional<ViewFile> view = ResolveViewFile(d, dir, base);
+  if (!view) {
     fuse_reply_entry(req, &e);
     return;
   }
-  e.ino = FileIno(c, file->sample, file->field.field);
+  const FileRef file{view->sample, view->info, view->ppm};
+  e.ino = FileIno(c, file.sample, file.field.field);
   e.generation = 1;
-  FillFile(c, e.ino, file->field, &e.attr);
+  FillFile(c, e.ino, file, &e.attr);
   fuse_reply_entry(req, &e);
 }
 
@@ -280,7 +259,7 @@ void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   if (IsDir(c, ino)) {
     FillDir(c, ino, &st);
   } else if (const std::optional<FileRef> file = FileOf(c, ino)) {
-    FillFile(c, ino, file->field, &st);
+    FillFile(c, ino, *file, &st);
   } else {
     fuse_reply_err(req, ENOENT);
     return;
@@ -354,9 +333,9 @@ void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
         continue;
       }
       p = base + j * c.fields + f->field;
-      name = FileName(d, i, f->field);
+      name = ViewFileName(d, i, f->field);
       child = FileIno(c, i, f->field);
-      FillFile(c, child, *f, &attr);
+      FillFile(c, child, FileRef{i, *f, IsRawImageField(d, i, f->field)}, &attr);
     }
     size_t n;
     if (plus) {
@@ -467,25 +446,34 @@ void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_i
     return;
   }
   const SampleInfo s = *located;
+  const uint64_t length = ShownSize(*file);
   if (offset < 0) {
     fuse_reply_err(req, EINVAL);
     return;
   }
-  if (static_cast<uint64_t>(offset) >= f.decoded_length) {
+  if (static_cast<uint64_t>(offset) >= length) {
     fuse_reply_buf(req, nullptr, 0);
     return;
   }
-  const size_t n = std::min<uint64_t>(size, f.decoded_length - offset);
-  if (f.codec != FieldCodec::kNone || f.stored_length <= c.options.whole_sample_limit) {
+  const size_t n = std::min<uint64_t>(size, length - offset);
+  if (file->ppm || f.codec != FieldCodec::kNone ||
+      f.stored_length <= c.options.whole_sample_limit) {
     // Small or compressed: read whole, verified (and decoded), then served
     // from memory in place. No byte is handed out before its field checked
     // out. A file that takes several reads is kept for the next ones, so a
     // compressed field is decoded once per sequential pass, not per read;
     // the read that reaches its end ends the pass (see VerifiedCache).
-    const bool to_end = static_cast<uint64_t>(offset) + n == f.decoded_length;
+    // Raw pixels are served as the PPM they are shown as.
+    const bool to_end = static_cast<uint64_t>(offset) + n == length;
     VerifiedCache::Bytes bytes = c.cache.Get(ino);
     if (!bytes) {
       auto fresh = ReadWhole(v, index, f);
+      if (fresh.ok() && file->ppm) {
+        auto ppm = RawImageToPpm(**fresh, v.FieldContext(index, f.field));
+        fresh = ppm.ok() ? Result<std::shared_ptr<std::vector<std::byte>>>(
+                               std::make_shared<std::vector<std::byte>>(std::move(*ppm)))
+                         : Result<std::shared_ptr<std::vector<std::byte>>>(ppm.status());
+      }
       if (!fresh.ok()) {
         Log(fresh.status());
         fuse_reply_err(req, EIO);

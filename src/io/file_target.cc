@@ -58,6 +58,13 @@ class FileTarget final : public Target {
   const std::string& location() const override {
     return temp_.empty() || published_ ? name() : temp_;
   }
+  // What a failed write names: the volume being created, not its temporary
+  // file, which is gone by the time the error is read (the builder removes
+  // it when it gives up).
+  std::string Writing() const {
+    if (temp_.empty() || published_) return name();
+    return name() + " (being written; its temporary file is removed on failure)";
+  }
   TargetKind kind() const override { return kind_; }
   uint64_t size() const override { return size_; }
   int fd() const override { return fd_; }
@@ -81,14 +88,14 @@ class FileTarget final : public Target {
   }
 
   Status Write(const void* buf, size_t n, uint64_t offset) override {
-    DLFS_RETURN_IF_ERROR(PwriteFull(fd_, buf, n, offset, location()));
+    DLFS_RETURN_IF_ERROR(PwriteFull(fd_, buf, n, offset, Writing()));
     size_ = std::max<uint64_t>(size_, offset + n);
     return Status::Ok();
   }
 
   Status Resize(uint64_t bytes, const std::string& /*needed_by*/) override {
     if (::ftruncate(fd_, static_cast<off_t>(bytes)) != 0) {
-      return Status::FromErrno(errno, location() + ": ftruncate");
+      return Status::FromErrno(errno, Writing() + ": ftruncate");
     }
     size_ = bytes;
     return Status::Ok();
@@ -98,7 +105,7 @@ class FileTarget final : public Target {
   // and everything about it, not only what reading it back needs, is then
   // durable; the cost is the same once its size has changed.
   Status Sync() override {
-    if (::fsync(fd_) != 0) return Status::FromErrno(errno, location() + ": fsync");
+    if (::fsync(fd_) != 0) return Status::FromErrno(errno, Writing() + ": fsync");
     return Status::Ok();
   }
 

@@ -3,6 +3,9 @@
 // a name relative to nothing.
 #include "io/target.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <filesystem>
 
 #include "common/file_util.h"
@@ -62,7 +65,17 @@ std::string TargetIdentity(const std::string& path) {
 bool PublishedByRename(const std::string& path) { return !IsNbdUri(path); }
 
 Status CheckNameFree(const std::string& path, bool overwrite) {
-  if (overwrite || IsNbdUri(path) || !PathExists(path)) return Status::Ok();
+  if (IsNbdUri(path)) return Status::Ok();
+  // Never replaceable, force or not: the publishing rename would fail only
+  // once everything is written.
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return Status::IOError(
+        path + ": is a directory; a volume is a file: name one inside it (e.g. " +
+            (path.empty() || path.back() != '/' ? path + "/" : path) + "data.dlfs)",
+        EISDIR);
+  }
+  if (overwrite || !PathExists(path)) return Status::Ok();
   return Status::AlreadyExists(path + ": already exists (set overwrite to replace it)");
 }
 

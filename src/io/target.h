@@ -167,8 +167,9 @@ bool PublishedByRename(const std::string& path);
 
 // The early check before creating a target at `path` (Publish enforces
 // it): AlreadyExists "<path>: already exists (set overwrite to replace it)"
-// when something exists there, unless `overwrite`. An export, whose old
-// contents are seen once connected, passes.
+// when something exists there, unless `overwrite`; IOError EISDIR for a
+// directory, whatever `overwrite` says (a volume never replaces one). An
+// export, whose old contents are seen once connected, passes.
 Status CheckNameFree(const std::string& path, bool overwrite);
 
 // Removes the temporary files that creators of `path` killed before

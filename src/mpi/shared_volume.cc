@@ -157,7 +157,7 @@ Result<std::shared_ptr<Volume>> OpenShared(MPI_Comm comm, const std::string& pat
       directory = (*attached)->bytes;
       region = (*attached)->path;
     } else {
-      st = attached.ok() ? Status::NotFound(path + ": the node copy of its directory vanished")
+      st = attached.ok() ? Status::Unavailable(path + ": the node copy of its directory vanished")
                          : attached.status();
     }
   }

@@ -57,14 +57,17 @@ Status AgreeOnStatus(MPI_Comm comm, const Status& local) {
   MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm, &request);
   WaitPolitely(&request);
   if (first == INT_MAX) return Status::Ok();
-  int header[2] = {static_cast<int>(local.code()), static_cast<int>(local.message().size())};
-  MPI_Bcast(header, 2, MPI_INT, first, comm);
+  // The errno travels too: it decides the error's kind where the code alone
+  // does not (Python's FileNotFoundError against KeyError for kNotFound), so
+  // every rank reports what rank `first` met, as a single process would.
+  int header[3] = {static_cast<int>(local.code()), static_cast<int>(local.message().size()),
+                   local.sys_errno()};
+  MPI_Bcast(header, 3, MPI_INT, first, comm);
   std::string message = local.message();
   message.resize(static_cast<size_t>(header[1]));
   MPI_Bcast(message.data(), header[1], MPI_CHAR, first, comm);
   return Status(static_cast<StatusCode>(header[0]),
-                "rank " + std::to_string(first) + ": " + message,
-                rank == first ? local.sys_errno() : 0);
+                "rank " + std::to_string(first) + ": " + message, header[2]);
 }
 
 namespace {

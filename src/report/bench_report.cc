@@ -232,11 +232,17 @@ std::string FormatEpochLine(const EpochReport& e, bool decode) {
       Printf("epoch %llu: %llu samples in %.2f s: %.0f samples/s, %.1f MB/s, %.3f CPU s/GB",
              static_cast<unsigned long long>(e.epoch), static_cast<unsigned long long>(e.samples),
              e.seconds, e.samples_per_s(), e.mb_per_s(), e.cpu_s_per_gb());
-  if (s.cache_bytes > 0) {
+  // The epoch's own samples: what their batches read from the device
+  // (the engines' counters would add reads ahead for the next epoch and
+  // the cache's fill, and so not add up to the total's figure).
+  if (s.cache_bytes > 0 && s.cache_used_bytes == 0 && s.cache_hits == 0) {
+    line += Printf("; %s from the device, node cache empty (see its plan)",
+                   HumanBytes(static_cast<double>(e.device_bytes)).c_str());
+  } else if (s.cache_bytes > 0) {
     const uint64_t lookups = s.cache_hits + s.cache_misses;
     line += Printf("; cache hits %.0f %%, %s from the device, %s cached",
                    lookups ? 100.0 * s.cache_hits / lookups : 0.0,
-                   HumanBytes(static_cast<double>(s.io.bytes)).c_str(),
+                   HumanBytes(static_cast<double>(e.device_bytes)).c_str(),
                    HumanBytes(static_cast<double>(s.cache_used_bytes)).c_str());
   }
   return line + '\n';

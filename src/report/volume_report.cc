@@ -72,7 +72,14 @@ json SummaryJson(const VolumeSummary& s) {
   }
   return {{"path", s.path},
           {"format_version", i.format_version},
-          {"format", s.incompat_flags.empty() ? "v1" : "v2"},
+          {"format", s.layout == "compact"          ? "v3"
+                     : s.incompat_flags.empty() ? "v1"
+                                                : "v2"},
+          {"layout", s.layout},
+          {"names", s.names},
+          {"directory_bytes_per_sample", s.directory_bytes_per_sample()},
+          {"sample_metadata_bytes", s.sample_metadata_bytes},
+          {"sample_metadata_bytes_per_sample", s.sample_metadata_bytes_per_sample()},
           {"uuid", i.uuid},
           {"samples", i.sample_count},
           {"directories", i.dir_count},
@@ -107,18 +114,23 @@ std::string SummaryText(const VolumeSummary& s) {
     out += Printf("format       dlfs v2 (version %u with %s), uuid %s\n", i.format_version,
                   features.c_str(), i.uuid.c_str());
   }
-  out += Printf("samples      %llu in %llu directories\n",
-                static_cast<unsigned long long>(i.sample_count),
-                static_cast<unsigned long long>(i.dir_count));
+  out += Printf("samples      %llu in %s\n", static_cast<unsigned long long>(i.sample_count),
+                report_internal::Count(i.dir_count, "directory", "directories").c_str());
   const std::string where = i.target_details.size() == 1
                                 ? std::string(NameOf(kTargetKindNames, i.target_details[0].kind))
                                 : "in " + std::to_string(i.target_details.size()) + " targets";
   out += Printf("data         %s in samples, %s %s\n", HumanBytes(i.data_bytes).c_str(),
                 HumanBytes(s.file_bytes()).c_str(), where.c_str());
-  out += Printf("directory    %s (%.1f bytes per sample)\n", HumanBytes(i.directory_bytes).c_str(),
-                s.directory_bytes_per_sample());
+  out += Printf("directory    %s (%.1f bytes per sample), %s layout\n",
+                HumanBytes(i.directory_bytes).c_str(), s.directory_bytes_per_sample(),
+                s.layout == "compact" ? (s.names ? "compact (v3)" : "compact (v3), no names")
+                                      : "tree (v1)");
+  if (s.layout == "compact") {
+    out += Printf("             %.2f bytes per sample to locate and check one, the rest names\n",
+                  s.sample_metadata_bytes_per_sample());
+  }
   out += Printf("alignment    %u\n", i.data_alignment);
-  std::string shown = features.empty() ? "none (v1 layout)" : features;
+  std::string shown = features.empty() ? "none" : features;
   for (const std::string& f : s.compat_flags) shown += "; " + f + " (compat)";
   out += Printf("features     %s\n", shown.c_str());
   if (s.images) {
@@ -306,7 +318,8 @@ std::string FormatDirectoryLine(const SampleDirectory& d, uint64_t dir, ReportFo
 namespace {
 
 void ListDirectory(const SampleDirectory& d, uint64_t dir, bool recursive, ReportFormat format,
-                   const std::function<void(const std::string&)>& out) {
+                   const std::function<void(const std::string&)>& out,
+                   const std::function<void(uint64_t)>& sample) {
   const std::vector<uint64_t> children = d.ChildDirs(dir);
   if (!recursive) {
     for (const uint64_t c : children) out(FormatDirectoryLine(d, c, format));
@@ -315,23 +328,34 @@ void ListDirectory(const SampleDirectory& d, uint64_t dir, bool recursive, Repor
   constexpr uint64_t kPage = 4096;
   for (uint64_t from = 0;; from += kPage) {
     const std::vector<uint64_t> page = d.DirSamples(dir, from, kPage);
-    for (const uint64_t i : page) out(FormatSampleLine(d, i, format));
+    for (const uint64_t i : page) sample(i);
     if (page.size() < kPage) break;
   }
   if (recursive) {
-    for (const uint64_t c : children) ListDirectory(d, c, true, format, out);
+    for (const uint64_t c : children) ListDirectory(d, c, true, format, out, sample);
   }
 }
 
 }  // namespace
 
+std::string SampleLinesHeader(const SampleDirectory& d) {
+  return std::string("INDEX\tSIZE\tLABEL\tPATH") + (d.has_fields() ? "\tFIELDS" : "") + "\n";
+}
+
 Status ListPath(const SampleDirectory& d, std::string_view path, bool recursive,
                 ReportFormat format, const std::function<void(const std::string&)>& out) {
   DLFS_ASSIGN_OR_RETURN(const PathEntry entry, d.Resolve(path));
+  // Text: the columns named once, above the first sample's line.
+  bool headed = format != ReportFormat::kText;
+  const auto sample = [&](uint64_t i) {
+    if (!headed) out(SampleLinesHeader(d));
+    headed = true;
+    out(FormatSampleLine(d, i, format));
+  };
   if (!entry.is_dir) {
-    out(FormatSampleLine(d, entry.index, format));
+    sample(entry.index);
   } else {
-    ListDirectory(d, entry.index, recursive, format, out);
+    ListDirectory(d, entry.index, recursive, format, out, sample);
   }
   return Status::Ok();
 }

@@ -99,8 +99,8 @@ void FitToSuperblock(Target& target, const format::Superblock& sb) {
 }
 
 // Reads the primary superblock of target `name` and runs docs/format.md §5
-// checks 1-16 on it. When the primary is damaged but has the magic, says
-// whether the copy at the end is intact — but never uses it: a damaged
+// checks 1-16 on it. When the primary is damaged, says whether the copy at
+// the end is intact (naming `dlfs repair`) — but never uses it: a damaged
 // primary means the file was changed behind us.
 Status ReadSuperblock(Target& target, const std::string& name, format::Superblock* sb) {
   if (target.size() < 2 * uint64_t{format::kSuperblockSize}) {
@@ -111,15 +111,18 @@ Status ReadSuperblock(Target& target, const std::string& name, format::Superbloc
   FitToSuperblock(target, *sb);
   const uint64_t size = target.size();
   Status st = format::CheckSuperblock(*sb, size, name);
-  if (st.ok() || st.code() != StatusCode::kCorruption ||
-      std::memcmp(sb->magic, format::kSuperblockMagic, 8) != 0) {
-    return st;
-  }
+  if (st.ok() || st.code() != StatusCode::kCorruption) return st;
+  // A bad magic too: a flipped first byte is damage, not another file, when
+  // the copy at the end is a dlfs superblock of this file.
   format::Superblock copy;
   if (target.Read(&copy, sizeof copy, size - sizeof copy, name).ok() &&
       format::CheckSuperblock(copy, size, name).ok()) {
-    return Status::Corruption(st.message() +
-                              " (the superblock copy at the end of the file is intact)");
+    std::string what = st.message();
+    if (std::memcmp(sb->magic, format::kSuperblockMagic, 8) != 0) {
+      what = name + ": its primary superblock is damaged (bad magic)";
+    }
+    return Status::Corruption(what + "; the superblock copy at the end of the file is intact: " +
+                              "`dlfs repair " + name + "` rewrites the primary from it");
   }
   return st;
 }

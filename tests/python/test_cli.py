@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-VERBS = ["pack", "info", "ls", "cat", "verify"]
+VERBS = ["pack", "info", "ls", "cat", "verify", "repair"]
 
 
 @pytest.mark.parametrize("verb", VERBS)
@@ -29,7 +29,7 @@ def test_errors_say_the_flags_not_the_library_fields(run, volume):
     vol, _ = volume
     err = run("frobnicate", check=2).stderr.decode()
     assert err.startswith("dlfs: unknown verb 'frobnicate'; the verbs are pack, info, ls, cat, "
-                          "verify, epoch, bench, lmdb"), err
+                          "verify, repair, epoch, bench, lmdb"), err
     assert run(check=2).stderr.decode().startswith("dlfs: no verb given; the verbs are pack")
     for args, said in [(("epoch", vol, "--world", 0), "--world must be at least 1"),
                        (("epoch", vol, "--rank", 2, "--world", 2), "is not below --world 2"),
@@ -259,3 +259,106 @@ def test_interrupted_pack_leaves_no_volume(dlfs_bin, run, tmp_path, sig):
         proc = run("info", tmp)
         assert proc.returncode == 2
         assert b"not a dlfs volume" in proc.stderr or b"too small" in proc.stderr
+
+
+def test_pack_into_a_directory_is_refused_before_reading(run, tmp_path):
+    """Issue 49: with --force, everything was packed and then the rename
+    failed ("Is a directory"). The source here holds a dangling link, which
+    packing would stop at: the refusal comes first."""
+    src = tmp_path / "src"
+    (src / "c").mkdir(parents=True)
+    (src / "c" / "1.png").write_bytes(b"x")
+    os.symlink(tmp_path / "nowhere", src / "c" / "2.png")
+    out = tmp_path / "out"
+    out.mkdir()
+    for force in ([], ["--force"]):
+        proc = run("pack", src, "-o", out, "-q", *force, check=2)
+        err = proc.stderr.decode()
+        assert f"{out}: is a directory; a volume is a file" in err, err
+        assert "2.png" not in err, err
+    assert os.listdir(out) == [] and sorted(os.listdir(tmp_path)) == ["out", "src"]
+
+
+def test_a_full_disk_names_the_volume_not_its_removed_temporary(dlfs_bin, tmp_path):
+    """Issue 49: ENOSPC named the .tmp file, which was removed by then."""
+    src = tmp_path / "src"
+    (src / "c").mkdir(parents=True)
+    for i in range(8):
+        (src / "c" / f"{i}.png").write_bytes(os.urandom(64 * 1024))
+    small = tmp_path / "small"
+    small.mkdir()
+    script = (f"mount -t tmpfs -o size=128k none {small} && "
+              f"{dlfs_bin} pack {src} -o {small}/v.dlfs -q; echo rc=$?; ls -A {small}")
+    proc = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, timeout=60)
+    if b"rc=" not in proc.stdout:
+        pytest.skip(f"cannot mount a small tmpfs here: {proc.stderr.decode().strip()}")
+    err = proc.stderr.decode()
+    assert b"rc=2" in proc.stdout and "No space left on device" in err, (proc.stdout, err)
+    assert f"{small}/v.dlfs (being written; its temporary file is removed on failure)" in err, err
+    assert ".tmp." not in err, err
+    assert proc.stdout.decode().split("rc=2", 1)[1].split() == []  # nothing left behind
+
+
+def test_info_ls_and_cat_as_a_user_reads_them(run, tmp_path):
+    """Issue 49: `info` said "in 1 directories", `ls` had no header, and
+    `dlfs cat wds.dlfs sample000003.txt` (the mount's name) found nothing."""
+    import io
+    import tarfile
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    with tarfile.open(shards / "000000.tar", "w") as tar:
+        for i in range(4):
+            for ext, data in (("txt", f"text {i}".encode()), ("cls", str(i % 2).encode())):
+                member = tarfile.TarInfo(f"sample{i:06d}.{ext}")
+                member.size = len(data)
+                tar.addfile(member, io.BytesIO(data))
+    vol = tmp_path / "wds.dlfs"
+    run("pack", shards, "-o", vol, "-q", check=0)
+    info = run("info", vol, check=0).stdout.decode()
+    assert "samples      4 in 1 directory\n" in info, info
+    lines = run("ls", vol, check=0).stdout.decode().splitlines()
+    assert lines[0] == "INDEX\tSIZE\tLABEL\tPATH\tFIELDS", lines
+    assert lines[1].split("\t")[3] == "sample000000" and len(lines) == 5
+    assert run("ls", vol, "--json", check=0).stdout.decode().startswith("{")
+    assert run("cat", vol, "sample000003.txt", check=0).stdout == b"text 3"
+    assert run("cat", vol, "sample000003.cls", check=0).stdout == b"1"
+    assert run("cat", vol, "sample000003", "--field", "txt", check=0).stdout == b"text 3"
+    proc = run("cat", vol, "sample000003.nope", check=2)
+    assert b"sample000003.nope" in proc.stderr
+
+
+def test_repair_restores_a_damaged_superblock_from_its_copy(run, volume, tmp_path):
+    """Issue 49: a flipped byte 0 said "not a dlfs volume (bad magic)"
+    although the copy at the end was intact; byte 100 said the copy was
+    intact but offered no way to repair."""
+    vol, files = volume
+    original = vol.read_bytes()
+    for offset in (0, 100):
+        raw = bytearray(original)
+        raw[offset] ^= 1
+        vol.write_bytes(raw)
+        err = run("info", vol, check=2).stderr.decode()
+        assert "superblock copy at the end of the file is intact" in err, err
+        assert f"`dlfs repair {vol}` rewrites the primary from it" in err, err
+        if offset == 0:
+            assert "primary superblock is damaged (bad magic)" in err, err
+            assert "not a dlfs volume" not in err, err
+        dry = run("repair", vol, "--dry-run", check=0).stdout.decode()
+        assert "would rewrite the primary superblock" in dry and vol.read_bytes() == raw
+        out = run("repair", vol, check=0).stdout.decode()
+        assert f"{vol}: rewrote the primary superblock from the intact copy" in out, out
+        assert vol.read_bytes() == original
+        assert "nothing to repair" in run("repair", vol, check=0).stdout.decode()
+    # A damaged copy: verify says so and names the repair, which rewrites it.
+    raw = bytearray(original)
+    raw[-100] ^= 1
+    vol.write_bytes(raw)
+    err = run("verify", "-q", vol, check=1).stderr.decode()
+    assert "differs from the primary" in err and "dlfs repair" in err, err
+    assert "superblock copy at the end" in run("repair", vol, check=0).stdout.decode()
+    assert vol.read_bytes() == original
+    run("verify", "-q", vol, check=0)
+    # Both damaged: nothing to repair from.
+    raw[100] ^= 1
+    vol.write_bytes(raw)
+    assert b"both superblocks are damaged" in run("repair", vol, check=2).stderr

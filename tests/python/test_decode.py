@@ -438,7 +438,7 @@ def test_image_loader_rejects_bad_options(png_volume):
         dt.ImageLoader(png_volume, 8, size=16, crop="middle")
     with pytest.raises(ValueError, match="mean and std need float32"):
         dt.ImageLoader(png_volume, 8, size=16, mean=[0.5])
-    with pytest.raises(TypeError, match="unknown option"):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'colour' \(did you mean 'color'\?\)"):
         dt.ImageLoader(png_volume, 8, size=16, colour="rgb")
 
 

@@ -9,6 +9,7 @@ a failing rank ending the whole job. Skipped without mpirun or without MPI
 in the module."""
 import json
 import os
+import re
 import shutil
 import socket
 import struct
@@ -256,3 +257,56 @@ def test_without_mpi4py_the_module_works_and_comm_says_what_to_install(tmp_path,
         "else:\n"
         "    raise AssertionError('comm= without mpi4py did not raise')\n")
     subprocess.run([sys.executable, "-c", code], check=True, env=_env(tmp_path))
+
+
+def test_every_rank_raises_what_one_process_would(tmp_path, volumes):
+    """Issue 49: under mpirun a missing volume raised FileNotFoundError on
+    rank 0 and KeyError on rank 1, so `except FileNotFoundError` crashed
+    rank 1. Every error of the collective open and of the loaders'
+    construction is now of one type on every rank: the one a single process
+    raises."""
+    one, _, _ = volumes
+    job = os.path.join(HERE, "mpi_errors_job.py")
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    env = _env(tmp_path)
+    subprocess.run([sys.executable, job, str(alone), str(one)], check=True, env=env, timeout=120)
+    expected = _reports(alone)[0]["errors"]
+    assert expected["loader-missing"] == "FileNotFoundError", expected
+    assert expected["loader-garbage"] == "CorruptVolumeError", expected
+    assert expected["loader-misspelt"] == "TypeError", expected
+    assert all(expected[k] for k in expected), expected  # each case fails
+    out = tmp_path / "mpi"
+    out.mkdir()
+    proc = subprocess.run([MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "2",
+                           sys.executable, job, str(out), str(one)],
+                          capture_output=True, timeout=240, env=env)
+    assert proc.returncode == 0, proc.stderr.decode()
+    reports = _reports(out)
+    assert sorted(reports) == [0, 1]
+    for rank in (0, 1):
+        assert reports[rank]["errors"] == expected, (rank, reports[rank]["errors"])
+
+
+def test_train_ddp_dataset_loader_reports_what_it_read(tmp_path, volumes):
+    """Issue 49: examples/train_ddp.py --loader dataset always printed "read
+    0.0 MB from storage, 0.0 MB from node caches"; its docstring's
+    `torchrun --nproc-per-node` is refused by Debian's torchrun."""
+    one, _, _ = volumes
+    example = os.path.join(HERE, "..", "..", "examples", "train_ddp.py")
+    assert "--nproc-per-node" not in open(example).read()
+    proc = subprocess.run([sys.executable, example, str(one), "--loader", "dataset",
+                           "--epochs", "1", "--size", "16", "--batch", "32"],
+                          capture_output=True, timeout=240, env=_env(tmp_path))
+    out = proc.stdout.decode()
+    assert proc.returncode == 0, proc.stderr.decode()
+    line = [l for l in out.splitlines() if l.startswith("epoch 0:")][0]
+    stored, cached = (float(x) for x in
+                      re.search(r"read ([\d.]+) MB from storage, ([\d.]+) MB from node caches",
+                                line).groups())
+    assert stored + cached > 0, line
+    proc = subprocess.run([sys.executable, example, str(one), "--loader", "dataset",
+                           "--epochs", "1", "--size", "16", "--batch", "32", "--workers", "2"],
+                          capture_output=True, timeout=240, env=_env(tmp_path))
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert "counted by each DataLoader worker" in proc.stdout.decode()

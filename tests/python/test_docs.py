@@ -595,7 +595,7 @@ def test_inline_commands_name_real_programs_and_flags(dlfs_bin):
 def test_every_flag_the_docs_name_exists(dlfs_bin):
     """A --flag in README.md or docs/ is one of dlfs's verbs',
     a repository script's, pfs-emu's, or another named program's (OTHER_FLAGS)."""
-    verbs = ["pack", "info", "ls", "cat", "verify", "epoch", "bench", "mount"]
+    verbs = ["pack", "info", "ls", "cat", "verify", "repair", "epoch", "bench", "mount"]
     known = "\n".join(_help([dlfs_bin, v]) for v in verbs)
     known += "\n" + "\n".join(_help([dlfs_bin, "lmdb", v]) for v in ("info", "read"))
     for script in sorted(p for d in ("bench", "scripts", "examples")

@@ -329,3 +329,58 @@ def test_mount_rss_stays_flat_over_200k_file_reads(dlfs_bin, run, tmp_path):
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def test_raw_pixel_images_show_as_ppm_files_imagefolder_reads(run, tmp_path):
+    """Issue 49: a volume packed with --image-format raw kept its .jpg names
+    in the mount, and torchvision's ImageFolder over it raised
+    UnidentifiedImageError. Raw pixels are shown as PPM files (NAME.ppm),
+    which PIL reads: the same pixels the decode pipeline gives."""
+    reason = _fuse_unavailable(run)
+    if reason:
+        pytest.skip(reason)
+    np = pytest.importorskip("numpy")
+    Image = pytest.importorskip("PIL.Image")
+    datasets = pytest.importorskip("torchvision.datasets")
+    dlfs = pytest.importorskip("dlfs")
+    root = tmp_path / "img"
+    rng = np.random.default_rng(0)
+    for i in range(6):
+        (root / f"c{i % 2}").mkdir(parents=True, exist_ok=True)
+        mode = "L" if i == 5 else "RGB"
+        shape = (9 + i, 7 + 2 * i) if mode == "L" else (9 + i, 7 + 2 * i, 3)
+        Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8), mode).save(
+            root / f"c{i % 2}" / f"{i}.png")
+    vol = tmp_path / "raw.dlfs"
+    run("pack", root, "-o", vol, "-q", "--image-format", "raw", "--image-color", "auto",
+        check=0)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    proc = run("mount", vol, mnt)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount here: {proc.stderr.decode().strip()}")
+    try:
+        assert sorted(os.listdir(mnt / "c1")) == ["1.png.ppm", "3.png.ppm", "5.png.ppm"]
+        ds = datasets.ImageFolder(str(mnt))
+        assert ds.classes == ["c0", "c1"] and len(ds) == 6
+        with dlfs.Volume(str(vol)) as v:
+            for k, (path, label) in enumerate(ds.samples):
+                image, target = ds[k]
+                name = os.path.relpath(path, mnt)[:-len(".ppm")]
+                want = Image.open(root / name).convert("RGB")
+                assert target == label and np.array_equal(np.asarray(image), np.asarray(want))
+                i = v.lookup(name)
+                raw = dlfs.decode_image(np.frombuffer(v.read(i), np.uint8))
+                pil = np.asarray(Image.open(path))
+                assert np.array_equal(pil.reshape(raw.shape), raw)
+                assert os.path.getsize(path) == v.size(i) + 16
+                # The stored name reads the same file (an alias, not listed).
+                assert open(mnt / name, "rb").read() == open(path, "rb").read()
+        # dlfs cat names it as the mount does, and says what the stored name holds.
+        cat = run("cat", vol, "c1/5.png.ppm", check=0)
+        assert cat.stdout == open(mnt / "c1" / "5.png.ppm", "rb").read()
+        assert cat.stdout.startswith(b"P5")
+        cat = run("cat", vol, "c1/5.png", check=0)
+        assert b"holds raw pixels" in cat.stderr and b"c1/5.png.ppm" in cat.stderr
+    finally:
+        subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)

@@ -174,7 +174,7 @@ def test_wrong_targets_are_refused_naming_the_file(run, big_tree, volume3, tmp_p
         raw = bytearray(open(t1, "rb").read())
         raw[60] ^= 1
         open(t1, "wb").write(raw)
-        says = b"checksum mismatch (the superblock copy at the end of the file is intact)"
+        says = b"checksum mismatch; the superblock copy at the end of the file is intact"
     for verb in ["info", "verify", "ls"]:
         proc = run(verb, vol)
         assert proc.returncode == 2, (verb, proc.stderr)

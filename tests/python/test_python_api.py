@@ -272,3 +272,69 @@ def test_shared_slot_numbers_out_of_range_are_refused(volume):
     slot = slots.acquire(1.0)
     assert slot in (0, 1)
     slots.release(slot)
+
+
+def test_misspelt_keywords_are_named_with_a_suggestion_when_made(volume, tmp_path):
+    """Issue 49: misspelt keywords printed pybind11's signature dump (with
+    keywords never passed) and did not name the bad one; LoaderDataset took
+    them and failed at its first iteration, inside a DataLoader worker."""
+    path = str(volume[0])
+    cases = [
+        (lambda: dlfs.Loader(path, 8, shufle=False), TypeError,
+         "dlfs.Loader() got an unexpected keyword argument 'shufle' (did you mean 'shuffle'?)"),
+        (lambda: dlfs.Volume(path, verfy=False), TypeError,
+         "dlfs.Volume() got an unexpected keyword argument 'verfy'; its keywords are comm, "
+         "directory, node_name, path, shard_local, target_map"),
+        (lambda: dlfs.Volume(path, node_nam="x"), TypeError, "(did you mean 'node_name'?)"),
+        (lambda: dlfs.Loader(path, -1), ValueError, "dlfs.Loader(): batch_size=-1: must be >= 1"),
+        (lambda: dlfs.Loader(path, batch_size=-1), ValueError, "batch_size=-1: must be >= 1"),
+        (lambda: dlfs.Loader(path, 8, seed="x"), TypeError, "seed='x': takes an int, not str"),
+        (lambda: dlfs.Loader(path, 8, engine=3), TypeError, "engine=3: takes a str, not int"),
+        (lambda: dlfs.Writer(tmp_path / "w.dlfs", clas_names=["a"]), TypeError,
+         "dlfs.Writer() got an unexpected keyword argument 'clas_names' "
+         "(did you mean 'class_names'?)"),
+    ]
+    torch = pytest.importorskip("torch")
+    import dlfs.torch as dt
+    cases += [
+        (lambda: dt.LoaderDataset(path, 8, shufle=False), TypeError,
+         "dlfs.torch.LoaderDataset() got an unexpected keyword argument 'shufle' "
+         "(did you mean 'shuffle'?)"),
+        (lambda: dt.LoaderDataset(path, 8, queue_dept=4), TypeError, "(did you mean 'queue_depth'?)"),
+        (lambda: dt.LoaderDataset(path, -1), ValueError, "batch_size=-1: must be >= 1"),
+        (lambda: dt.VolumeDataset(path, tranform=None), TypeError,
+         "(did you mean 'transform'?)"),
+        (lambda: dt.ImageLoader(path, 8, size=8, fields=["png"]), TypeError,
+         "dlfs.torch.ImageLoader() got an unexpected keyword argument 'fields' "
+         "(did you mean 'field'?)"),
+    ]
+    for make, kind, text in cases:
+        with pytest.raises(kind) as e:
+            make()
+        assert text in str(e.value), str(e.value)
+        assert "incompatible" not in str(e.value) and "Invoked with" not in str(e.value)
+    # Keywords that exist still work, by name and by position.
+    assert len(dlfs.Loader(path, 2, False, seed=1)) == 3
+    assert len(dlfs.Volume(path, directory="private")) == 5
+    assert len(dt.LoaderDataset(path, 2, queue_depth=4, cache_budget=0)) == 3
+
+
+def test_image_loader_on_a_multi_field_volume_names_the_keyword_it_takes(tmp_path):
+    """Issue 49: the message said fields=[NAME, ...], which ImageLoader
+    refuses; it takes field=NAME."""
+    pytest.importorskip("torch")
+    import dlfs.torch as dt
+    path = tmp_path / "f.dlfs"
+    with dlfs.Writer(path) as w:
+        for i in range(4):
+            w.add(f"s/{i}", {"png": dlfs.encode_png(np.zeros((4, 4, 3), np.uint8)),
+                             "json": b"{}"})
+    for make in (lambda **k: dt.ImageLoader(str(path), 2, size=4, cache_budget=0, **k),
+                 lambda **k: dlfs._dlfs.ImageLoader(str(path), 2, pipeline=dlfs.ImagePipeline(4),
+                                                    cache_budget=0, **k)):
+        with pytest.raises(NotImplementedError) as e:
+            make()
+        assert "(field=NAME)" in str(e.value) and "fields=" not in str(e.value), str(e.value)
+        assert len(make(field="png")) == 2  # following it works
+    with pytest.raises(NotImplementedError, match=r"\(fields=\[NAME, \.\.\.\]\)"):
+        dlfs.Loader(str(path), 2)

@@ -232,12 +232,13 @@ def test_loader_refuses_a_state_of_other_options(numbered):
         b.load_state_dict(dict(st, segments="world_size=1,workers=1,batch_size=16,batches=17"))
     with pytest.raises(TypeError):
         b.load_state_dict([1, 2])
-    # set_epoch to the restored epoch keeps the position; another drops it.
+    # set_epoch to the restored epoch keeps the position; another raises
+    # (test_set_epoch_after_a_mid_epoch_restore), or drops it when told to.
     b.load_state_dict(st)
     b.set_epoch(2)
     assert next(iter(b)).sequence == 2
     b.load_state_dict(st)
-    b.set_epoch(3)
+    b.set_epoch(3, discard_restored=True)
     assert next(iter(b)).sequence == 0
     assert b.state_dict()["epoch"] == 3
     # An epoch set again after iterating it starts afresh, as state_dict says.
@@ -311,7 +312,7 @@ def _values(samples):
     return a.reshape(a.shape[0], -1)[:, :8].copy().view("<u8")[:, 0].tolist()
 
 
-def _read(make, world, k=None, state=None, epoch=3):
+def _read(make, world, k=None, state=None, epoch=3, discard_restored=False):
     """Every rank of a job of `world`: its loader (make(rank, world)) loads
     `state` if given and reads `epoch`, stopping after k batches; returns the
     sample values read and rank 0's state."""
@@ -320,7 +321,10 @@ def _read(make, world, k=None, state=None, epoch=3):
         src, batches = make(r, world)
         if state is not None:
             src.load_state_dict(state)
-        src.set_epoch(epoch)
+        if discard_restored:
+            src.set_epoch(epoch, discard_restored=True)
+        else:
+            src.set_epoch(epoch)
         taken = 0
         for b in batches(src):
             read += b
@@ -365,8 +369,10 @@ def test_loader_resumes_on_another_number_of_ranks(numbered, world, new_world, n
     rest, again = _read(_loader(path, new_batch, **opts), new_world, state=state)
     _check_epoch(first + rest, new_world, new_batch, drop_last)
     assert again["segments"] == f"world_size={world},workers=1,batch_size=16,batches=2"
-    # The next epoch is what a fresh job of the new shape reads.
-    nxt, _ = _read(_loader(path, new_batch, **opts), new_world, state=state, epoch=4)
+    # The next epoch is what a fresh job of the new shape reads (the rest of
+    # epoch 3 left unread, as said: set_epoch(4) alone refuses to drop it).
+    nxt, _ = _read(_loader(path, new_batch, **opts), new_world, state=state, epoch=4,
+                   discard_restored=True)
     fresh, _ = _read(_loader(path, new_batch, **opts), new_world, epoch=4)
     assert nxt == fresh
 
@@ -433,3 +439,79 @@ def test_image_loader_state_resumes_elastically(tmp_path):
     whole = [i for b in it(src) for i in b]
     again, _ = _read(lambda r, w: make(16)(0, 2), 1, state=state)
     assert whole[3 * 16:] == again
+
+
+@pytest.mark.parametrize("kind", ["loader", "mixture", "image", "dataset"])
+def test_set_epoch_after_a_mid_epoch_restore_never_drops_it_silently(numbered, tmp_path, kind):
+    """Issue 49: a state taken mid-epoch 5, loaded, then set_epoch(6) (the
+    `start = ckpt_epoch + 1` loop) or set_epoch(4) raised nothing and dropped
+    the rest of epoch 5. Now it raises naming epoch 5 and the calls that
+    finish or drop it, for every loader with load_state_dict."""
+    pytest.importorskip("torch")
+    import dlfs.torch as dt
+
+    path, _ = numbered
+    if kind == "image":
+        root = tmp_path / "raw"
+        for i in range(64):
+            p = root / f"c{i % 2}" / f"{i:04d}.bin"
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(bytes([i % 256]) * 64)
+        path = str(tmp_path / "img.dlfs")
+        dlfs.pack(str(root), path, all_files=True)
+
+    def make():
+        if kind == "loader":
+            return dlfs.Loader(path, 16, seed=1, cache_budget=0)
+        if kind == "mixture":
+            return dlfs.Loader([path, path], 16, seed=1, cache_budget=0)
+        if kind == "image":
+            return dt.ImageLoader(path, 8, size=8, format="raw", raw_shape=(8, 8), seed=1,
+                                  cache_budget=0, decode_threads=1)
+        return dt.LoaderDataset(path, 16, seed=1, cache_budget=0)
+
+    def batches(loader):
+        return sum(1 for _ in loader)
+
+    first = make()
+    first.set_epoch(5)
+    whole = batches(first)
+    first.set_epoch(5)
+    it = iter(first)
+    next(it), next(it)
+    state = first.state_dict() if kind != "dataset" else first.state_dict(batches=2)
+    assert (state["epoch"], state["batches"]) == (5, 2)
+
+    for other in (6, 4):
+        loader = make()
+        loader.load_state_dict(state)
+        with pytest.raises(ValueError) as e:
+            loader.set_epoch(other)
+        message = str(e.value)
+        assert "middle of epoch 5" in message and "2 of" in message, message
+        assert "set_epoch(5)" in message, message
+        assert f"set_epoch({other}, discard_restored=True)" in message, message
+        # Refused, nothing changed: the restored epoch still goes on.
+        assert batches(loader) == whole - 2
+        loader.set_epoch(other)  # iterated since: nothing left to drop
+    # The documented loop finishes epoch 5, then goes on.
+    loader = make()
+    loader.load_state_dict(state)
+    counts = []
+    for epoch in range(state["epoch"], 7):
+        loader.set_epoch(epoch)
+        counts.append(batches(loader))
+    assert counts == [whole - 2, whole]
+    # Dropping it, when said.
+    loader = make()
+    loader.load_state_dict(state)
+    loader.set_epoch(6, discard_restored=True)
+    assert batches(loader) == whole
+    # A state taken at the end of its epoch has nothing to drop.
+    first.set_epoch(5)
+    assert batches(first) == whole
+    end = first.state_dict() if kind != "dataset" else first.state_dict(batches=whole)
+    loader = make()
+    loader.load_state_dict(end)
+    loader.set_epoch(6)
+    assert batches(loader) == whole

@@ -107,7 +107,8 @@ def test_bad_input_names_the_sample(tmp_path):
             assert "'s/1'" in str(e.value) and str(path) in str(e.value)
         for label, err, text in [("b", ValueError, "unknown class 'b'"),
                                  (-2, ValueError, "negative"), (1.5, TypeError, "float"),
-                                 (2**32, ValueError, "out of range")]:
+                                 (1, ValueError, "label 1 names no class: class_names has 1"),
+                                 (2**32, ValueError, "names no class")]:
             with pytest.raises(err, match=text) as e:
                 w.add("s/2", b"x", label)
             assert "'s/2'" in str(e.value)
@@ -192,3 +193,63 @@ def test_progress_plain_line_and_tqdm(tmp_path, capsys):
     p.update_to(10)
     p.close()
     assert "10/10" in out.getvalue() and "samples" in out.getvalue()
+
+
+def test_labels_never_invent_classes_and_cls_fields_label(tmp_path):
+    """Issue 49: Writer(class_names=["a", "b"]).add(..., label=7) was accepted
+    and the classes became ["a", "b", "2", ..., "7"]; a "cls" field did not
+    label its sample (tar packing does); label=True and label=torch.tensor(3)
+    were refused."""
+    path = tmp_path / "w.dlfs"
+    with dlfs.Writer(path, class_names=["a", "b"]) as w:
+        with pytest.raises(ValueError, match=r"label 7 names no class: class_names has 2 "
+                                             r"\(labels 0..1\)") as e:
+            w.add("x/0", b"x", label=7)
+        assert "'x/0'" in str(e.value) and str(path) in str(e.value)
+        with pytest.raises(ValueError, match="names no class"):
+            w.add("x/0", {"jpg": b"x", "cls": b"7"})
+        w.add("x/1", {"jpg": b"one", "cls": b"1\n"})          # as a tar's .cls member
+        w.add("x/2", {"jpg": b"two", "cls": b"0"}, label="a")  # agreeing
+        with pytest.raises(ValueError, match="label=1, but its 'cls' field says 0"):
+            w.add("x/3", {"jpg": b"three", "cls": b"0"}, label=1)
+        with pytest.raises(ValueError, match="field 'cls' is not a class number: 'cat'"):
+            w.add("x/4", {"jpg": b"four", "cls": b"cat"})
+        w.add("x/5", b"five", label=True)
+        w.add("x/6", b"six", label=np.int64(0))
+        torch = pytest.importorskip("torch")
+        w.add("x/7", b"seven", label=torch.tensor(1))
+        with pytest.raises(TypeError, match="label must be an int"):
+            w.add("x/8", b"eight", label=torch.tensor(1.0))
+    with dlfs.Volume(path) as vol:
+        assert vol.classes == ["a", "b"]
+        labels = {vol.path(i): int(vol.labels[i]) for i in range(len(vol))}
+        assert labels == {"x/1": 1, "x/2": 0, "x/5": 1, "x/6": 0, "x/7": 1}
+        assert vol.read_field(vol.lookup("x/1"), "cls") == b"1\n"  # kept as a field too
+    # Without class_names the classes are the labels' numbers, as for tar shards.
+    with dlfs.Writer(tmp_path / "n.dlfs") as w:
+        w.add("y/0", {"jpg": b"x", "cls": b"2"})
+        with pytest.raises(ValueError, match="out of range"):
+            w.add("y/1", b"x", 2**32)
+    with dlfs.Volume(tmp_path / "n.dlfs") as vol:
+        assert vol.classes == ["0", "1", "2"] and int(vol.labels[0]) == 2
+    # ImageLoader's labels come from the cls field.
+    import dlfs.torch as dt
+    img = tmp_path / "img.dlfs"
+    with dlfs.Writer(img) as w:
+        for i in range(4):
+            png = dlfs.encode_png(np.full((8, 8, 3), i, np.uint8))
+            w.add(f"s/{i}", {"png": png, "cls": str(i % 2).encode()})
+    loader = dt.ImageLoader(str(img), 4, size=8, field="png", shuffle=False, cache_budget=0)
+    (_, labels), = list(loader)
+    assert labels.tolist() == [0, 1, 0, 1]
+
+
+def test_a_directory_is_refused_when_the_writer_is_made(tmp_path):
+    """Issue 49: Writer("DIR", force=True) failed only at close(), after
+    every sample was written."""
+    out = tmp_path / "out"
+    out.mkdir()
+    for force in (False, True):
+        with pytest.raises(IsADirectoryError, match="is a directory; a volume is a file"):
+            dlfs.Writer(out, force=force)
+    assert os.listdir(out) == [] and _entries(tmp_path) == ["out"]

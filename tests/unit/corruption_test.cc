@@ -219,6 +219,51 @@ TEST_F(CorruptionTest, DamagedCopyIsReportedByVerify) {
                        "the superblock copy at the end of the file differs from the primary"));
 }
 
+// Issue 49: a flipped first byte is damage, not "not a dlfs volume", when
+// the copy is intact; and the copy repairs it.
+TEST_F(CorruptionTest, BadMagicWithIntactCopyNamesBothAndTheRepair) {
+  Poke(0, original_[0] ^ std::byte{1});
+  auto v = Volume::Open(path_);
+  ASSERT_THAT(v, StatusIs(StatusCode::kCorruption, "primary superblock is damaged (bad magic)"));
+  EXPECT_THAT(v, StatusIs(StatusCode::kCorruption, "copy at the end of the file is intact"));
+  EXPECT_THAT(v, StatusIs(StatusCode::kCorruption, "dlfs repair " + path_));
+
+  auto dry = RepairSuperblock(path_, /*dry_run=*/true);
+  ASSERT_OK(dry);
+  EXPECT_FALSE(dry->repaired);
+  EXPECT_NE(dry->what.find("would rewrite the primary superblock"), std::string::npos) << dry->what;
+  EXPECT_FALSE(Volume::Open(path_).ok());  // a dry run writes nothing
+
+  auto r = RepairSuperblock(path_);
+  ASSERT_OK(r);
+  EXPECT_TRUE(r->repaired);
+  EXPECT_EQ(r->offset, 0u);
+  EXPECT_EQ(testing::ReadFile(path_), original_);  // one superblock rewritten, nothing else
+  ASSERT_OK(Volume::Open(path_));
+  auto again = RepairSuperblock(path_);
+  ASSERT_OK(again);
+  EXPECT_FALSE(again->repaired);
+  EXPECT_NE(again->what.find("nothing to repair"), std::string::npos);
+}
+
+TEST_F(CorruptionTest, RepairRewritesADamagedCopyFromThePrimary) {
+  Poke(original_.size() - 100, original_[original_.size() - 100] ^ std::byte{1});
+  auto r = RepairSuperblock(path_);
+  ASSERT_OK(r);
+  EXPECT_TRUE(r->repaired);
+  EXPECT_EQ(r->offset, original_.size() - format::kSuperblockSize);
+  EXPECT_EQ(testing::ReadFile(path_), original_);
+}
+
+TEST_F(CorruptionTest, RepairRefusesWhenBothSuperblocksAreDamaged) {
+  Poke(20, original_[20] ^ std::byte{1});
+  Poke(original_.size() - 100, original_[original_.size() - 100] ^ std::byte{1});
+  auto r = RepairSuperblock(path_);
+  ASSERT_THAT(r, StatusIs(StatusCode::kCorruption, "both superblocks are damaged"));
+  EXPECT_THAT(RepairSuperblock(tmp_ / "missing.dlfs").status(),
+              StatusIs(StatusCode::kNotFound, "missing.dlfs"));
+}
+
 TEST_F(CorruptionTest, FlippedSampleByteIsCaughtByReadAndVerify) {
   auto v0 = Volume::Open(path_);
   ASSERT_OK(v0);

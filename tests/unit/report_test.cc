@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dlfs/bench.h"
 #include "dlfs/builder.h"
 #include "dlfs/pack.h"
 #include "dlfs/sample_image.h"
@@ -87,6 +88,30 @@ TEST(ReportTest, VolumeSummaryAndSampleLines) {
   EXPECT_EQ(line["class"], "cat");
 }
 
+// Issue 49: the epoch lines said 1.4 MB, 262.6 KB and 0 B "from the device"
+// for a 706 KB volume (the engines' counters: reads ahead for the next epoch
+// landed in the one before) with "cache hits 0 %" for a cache never filled.
+TEST(ReportTest, EpochLineCountsTheEpochsOwnReads) {
+  EpochReport e;
+  e.epoch = 1;
+  e.samples = 100;
+  e.payload_bytes = e.device_bytes = 706'000;
+  e.seconds = 1;
+  e.stats.io.bytes = 1'412'000;  // this epoch's reads and the next one's
+  e.stats.cache_bytes = 1 << 20;
+  std::string line = FormatEpochLine(e, false);
+  EXPECT_NE(line.find("; 706.0 KB from the device, node cache empty (see its plan)"),
+            std::string::npos)
+      << line;
+  e.stats.cache_hits = 25;
+  e.stats.cache_misses = 75;
+  e.stats.cache_used_bytes = 176'500;
+  line = FormatEpochLine(e, false);
+  EXPECT_NE(line.find("; cache hits 25 %, 706.0 KB from the device, 176.5 KB cached"),
+            std::string::npos)
+      << line;
+}
+
 TEST(ReportTest, ListingsAndEpochIndices) {
   TempDir tmp;
   const std::string path = tmp / "v.dlfs";
@@ -107,10 +132,12 @@ TEST(ReportTest, ListingsAndEpochIndices) {
   };
   // The directory's subdirectories, then its samples; recursively, every
   // sample below it, depth first in name order; a sample's own line.
+  // The columns are named above the first sample's line (issue 49).
+  const std::string head = "INDEX\tSIZE\tLABEL\tPATH\n";
   EXPECT_EQ(list("", false), "a/\nb/\n");
-  EXPECT_EQ(list("a", false), "a/x/\n0\t2\t0\ta/2\n");
-  EXPECT_EQ(list("", true), "0\t2\t0\ta/2\n2\t1\t0\ta/x/1\n1\t3\t0\tb/3\n");
-  EXPECT_EQ(list("b/3", true), "1\t3\t0\tb/3\n");
+  EXPECT_EQ(list("a", false), "a/x/\n" + head + "0\t2\t0\ta/2\n");
+  EXPECT_EQ(list("", true), head + "0\t2\t0\ta/2\n2\t1\t0\ta/x/1\n1\t3\t0\tb/3\n");
+  EXPECT_EQ(list("b/3", true), head + "1\t3\t0\tb/3\n");
   EXPECT_THAT(ListPath(d, "a/missing", false, ReportFormat::kText, [](const std::string&) {}),
               StatusIs(StatusCode::kNotFound, "a/missing"));
 
