@@ -85,6 +85,11 @@ void AddPack(CLI::App& app, int* exit_code) {
   AddDefaulted(p, "--align", args->options.volume.align,
                "Start every sample at a multiple of this many bytes (power of two, <= 1 MiB)");
   p->add_flag("-f,--force", args->options.volume.overwrite, "Replace the output if it exists");
+  AddEnumOption(p, "--layout", &args->options.volume.layout, kDirectoryLayoutNames,
+                "Directory layout (docs/format.md): compact (format v3: 6-10 B per sample,\n"
+                "used in place, indices in the order packed), tree (v1/v2: 32 B per sample,\n"
+                "read whole at open; needed for fields, --compress and image preparation),\n"
+                "auto (compact unless the source or options need tree)");
   p->add_flag("--skip-unreadable", args->options.skip_unreadable,
               "Skip (and count) source files that cannot be read instead of stopping");
   AddParsed(p, "--class-names", &args->options.class_names, ParseClassNames,

@@ -132,35 +132,62 @@ class Walker {
     return ctx_.Tick();
   }
 
-  // Adds every file below `rel` (a directory relative to the root), in
-  // sorted order, depth first.
+  // Adds every file below `rel` (a class directory, relative to the root)
+  // in torchvision's ImageFolder order: the directories of its subtree
+  // sorted by path (its make_dataset sorts os.walk's (root, dirs, files)
+  // tuples, so by the root strings), each one's files sorted by name. So
+  // cat/a.jpg, cat/z.jpg, then cat/sub/b.jpg; not depth first.
   Status AddTree(const std::string& rel, uint32_t label) {
+    std::vector<std::string> dirs;
+    DLFS_RETURN_IF_ERROR(CollectDirs(rel, &dirs));
+    std::sort(dirs.begin(), dirs.end());
+    for (const std::string& dir : dirs) {
+      const std::string path = root_ + "/" + dir;
+      auto listing = ListSorted(path);
+      if (!listing.ok()) {
+        if (!counting_) DLFS_RETURN_IF_ERROR(ctx_.Unreadable(path, listing.status()));
+        continue;
+      }
+      for (const Entry& e : *listing) {
+        if (e.is_dir) continue;  // listed in its own turn
+        const std::string child = dir + "/" + e.name;
+        if (skip_hidden_ && IsHidden(e.name)) {
+          Ignore(PackContext::Ignored::kHidden, child);
+        } else if (!all_files_ && !IsImageName(e.name)) {
+          Ignore(PackContext::Ignored::kNotImage, child);
+        } else {
+          DLFS_RETURN_IF_ERROR(AddFile(child, label));
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+  // `rel` and every directory below it, following symlinks (as os.walk's
+  // followlinks=True) but never around a cycle. A directory that cannot be
+  // read is reported (or, with skip_unreadable, skipped) by AddTree.
+  Status CollectDirs(const std::string& rel, std::vector<std::string>* out) {
     const std::string path = root_ + "/" + rel;
     struct stat st;
     if (::stat(path.c_str(), &st) != 0) {
       if (counting_) return Status::Ok();  // the packing walk reports it
       return ctx_.Unreadable(path, Status::FromErrno(errno, path));
     }
-    // A symlink back up the tree would recurse forever.
     const std::pair<dev_t, ino_t> id{st.st_dev, st.st_ino};
     if (!active_.insert(id).second) return Status::Ok();
+    out->push_back(rel);
     auto listing = ListSorted(path);
     Status result;
-    if (!listing.ok()) {
-      if (!counting_) result = ctx_.Unreadable(path, listing.status());
-    } else {
+    if (listing.ok()) {
       for (const Entry& e : *listing) {
+        if (!e.is_dir) continue;
         const std::string child = rel + "/" + e.name;
         if (skip_hidden_ && IsHidden(e.name)) {
           Ignore(PackContext::Ignored::kHidden, child);
-        } else if (e.is_dir) {
-          result = AddTree(child, label);
-        } else if (!all_files_ && !IsImageName(e.name)) {
-          Ignore(PackContext::Ignored::kNotImage, child);
         } else {
-          result = AddFile(child, label);
+          result = CollectDirs(child, out);
+          if (!result.ok()) break;
         }
-        if (!result.ok()) break;
       }
     }
     active_.erase(id);

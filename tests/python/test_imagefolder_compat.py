@@ -33,6 +33,33 @@ def test_labels_equal_torchvision_class_to_idx(run, tmp_path):
         assert run("cat", vol, path, check=0).stdout == (root / path).read_bytes()
 
 
+def test_sample_order_is_torchvisions_for_nested_trees(run, tmp_path):
+    """Index i of a packed ImageFolder tree is torchvision's samples[i], for
+    any tree: its make_dataset sorts os.walk's directories by path, so a
+    class's own files come before its sub-folders' (cat/a, cat/z, cat/sub/b),
+    and 'cat-x' is a class after 'cat' though its paths sort before cat/'s."""
+    root = tmp_path / "tree"
+    files = ["cat/a.jpg", "cat/sub/b.jpg", "cat/z.jpg", "cat/sub/deeper/c.png", "cat/sub-2/d.jpg",
+             "cat/sub.x/e.jpg", "cat/Sub/f.jpg", "cat/9/g.jpg", "cat-x/h.jpg", "cat.y/i.jpg",
+             "caf\u00e9/j.jpg", "caf\u00e9/\u00e9t\u00e9/k.jpg", "dog/l.jpg", "dog/0/m.jpg",
+             "Dog/n.jpg", "dog/a b/o.jpg"]
+    for rel in files:
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(rel.encode())
+    ref = datasets.ImageFolder(str(root), loader=lambda p: p)
+    theirs = [(os.path.relpath(p, root), label) for p, label in ref.samples]
+    for layout in ["compact", "auto"]:
+        vol = tmp_path / f"{layout}.dlfs"
+        run("pack", root, "-o", vol, "-q", "--layout", layout, check=0)
+        rows = [json.loads(l) for l in
+                run("ls", vol, "-r", "--json", check=0).stdout.splitlines()]
+        ours = sorted((r["index"], r["path"], r["label"]) for r in rows)
+        assert [(p, l) for _, p, l in ours] == theirs, layout
+        for i, (path, _) in enumerate(theirs):
+            assert run("cat", vol, "--index", str(i), check=0).stdout == path.encode()
+
+
 def test_samples_equal_torchvision_with_files_it_would_not_load(run, tmp_path):
     """A tree as users have them: notes, macOS droppings, a completion
     marker, files at the root. dlfs packs exactly torchvision's samples and
@@ -118,8 +145,10 @@ def test_skip_hidden_is_the_old_behaviour_and_says_labels_differ(run, tmp_path):
     info = json.loads(run("info", vol, "--json", check=0).stdout)
     assert info["class_names"] == ["cat", "dog"]
     assert _ls(run, vol) == {"cat/1.png": 0, "dog/4.png": 1}
+    # A class's hidden directories are met while its directories are gathered
+    # (torchvision's order walks them all first), then its hidden files.
     assert ("--skip-hidden left out 6 hidden entries (e.g. .hidden_root.png, .ipynb_checkpoints, "
-            "cat/.DS_Store, cat/._2.jpg, cat/.thumbs): the labels differ from torchvision's "
+            "cat/.thumbs, cat/.DS_Store, cat/._2.jpg): the labels differ from torchvision's "
             "ImageFolder") in out, out
     help_text = run("pack", "--help", check=0).stdout.decode()
     assert "--skip-hidden" in help_text and "labels" in help_text.split("--skip-hidden")[1][:300]
