@@ -1,6 +1,7 @@
 // Python bindings that write volumes: the engine of dlfs.Writer
 // (python/dlfs/writer.py), pack() (dlfs/pack.h, like `dlfs pack`), and the
 // module's __version__.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -118,9 +119,10 @@ class PyWriter {
  public:
   PyWriter(const std::string& path, uint32_t targets, uint32_t alignment, bool force,
            std::vector<std::string> class_names, const std::string& compress, bool dict,
-           const py::dict& images)
+           const py::dict& images, const std::string& layout)
       : path_(path) {
     VolumeBuilder::Options o;
+    o.layout = Unwrap(ParseEnum(kDirectoryLayoutNames, layout, "layout"));
     // The builder's 0 means "as many as target_paths name"; a Writer names none.
     if (targets == 0) throw py::value_error(path + ": a volume has 1 to 8 targets, not 0");
     o.targets = targets;
@@ -186,6 +188,41 @@ class PyWriter {
       }
     }
     Check(st.Reworded(kKeywords));
+  }
+
+  // Adds len(lengths) samples whose bytes lie back to back in `data`, with
+  // labels (-1 for none) and paths (none: unnamed samples). The arrays were
+  // checked and converted by dlfs.Writer.write_batch.
+  void AddBatch(const py::handle& data, py::array_t<uint64_t, py::array::c_style> lengths,
+                py::object labels, py::object paths) {
+    VolumeBuilder& b = Builder();
+    ByteView bytes(data);
+    std::vector<uint32_t> label_values;
+    if (!labels.is_none()) {
+      auto a = labels.cast<py::array_t<int64_t, py::array::c_style | py::array::forcecast>>();
+      label_values.resize(static_cast<size_t>(a.size()));
+      const int64_t* l = a.data();
+      for (size_t k = 0; k < label_values.size(); ++k) {
+        label_values[k] = l[k] < 0 ? kNoLabel : static_cast<uint32_t>(l[k]);
+      }
+    }
+    std::vector<std::string> path_storage;
+    std::vector<std::string_view> path_views;
+    if (!paths.is_none()) {
+      path_storage = paths.cast<std::vector<std::string>>();
+      path_views.assign(path_storage.begin(), path_storage.end());
+    }
+    Status st;
+    {
+      py::gil_scoped_release release;
+      st = b.AddBatch(bytes.bytes(), {lengths.data(), static_cast<size_t>(lengths.size())},
+                      label_values, path_views);
+    }
+    Check(st.WithContext(path_).Reworded(kKeywords));
+  }
+
+  const char* layout() const {
+    return builder_ ? NameOf(kDirectoryLayoutNames, builder_->layout()).data() : "";
   }
 
   // Publishes the volume; the writer is closed afterwards, whatever happens.
@@ -334,9 +371,9 @@ void RegisterPack(py::module_& m) {
       py::arg("fields") = py::list(), py::arg("compress") = "none", py::arg("dict") = false,
       py::arg("targets") = py::none(), py::arg("target_paths") = std::vector<std::string>{},
       py::arg("datum_payload") = false, py::arg("skip_hidden") = false,
-      py::arg("max_side") = py::none(),
-      py::arg("resize_filter") = "bilinear", py::arg("jpeg_quality") = py::none(),
-      py::arg("always_reencode") = false, py::arg("image_format") = "keep",
+      py::arg("max_side") = py::none(), py::arg("resize_filter") = "bilinear",
+      py::arg("jpeg_quality") = py::none(), py::arg("always_reencode") = false,
+      py::arg("image_format") = "keep",
       py::arg("smart_threshold") = ImagePrepOptions{}.smart_threshold,
       py::arg("jpeg_probability") = ImagePrepOptions{}.jpeg_probability,
       py::arg("image_seed") = ImagePrepOptions{}.seed, py::arg("image_color") = "rgb",
@@ -425,11 +462,14 @@ void RegisterWriter(py::module_& m) {
   py::class_<PyWriter>(m, "_VolumeWriter",
                        "The engine of dlfs.Writer (see help(dlfs.Writer)); use that instead.")
       .def(py::init<const std::string&, uint32_t, uint32_t, bool, std::vector<std::string>,
-                    const std::string&, bool, const py::dict&>(),
+                    const std::string&, bool, const py::dict&, const std::string&>(),
            py::arg("path"), py::arg("targets"), py::arg("alignment"), py::arg("force"),
            py::arg("class_names"), py::arg("compress") = "", py::arg("dict") = false,
-           py::arg("images") = py::dict())
+           py::arg("images") = py::dict(), py::arg("layout") = "auto")
       .def("add", &PyWriter::Add, py::arg("path"), py::arg("data"), py::arg("label"))
+      .def("add_batch", &PyWriter::AddBatch, py::arg("data"), py::arg("lengths"), py::arg("labels"),
+           py::arg("paths"))
+      .def_property_readonly("layout", &PyWriter::layout)
       .def("close", &PyWriter::Close)
       .def("abort", &PyWriter::Abort)
       .def_property_readonly("closed", &PyWriter::closed)

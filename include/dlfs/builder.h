@@ -55,6 +55,7 @@
 #include <vector>
 
 #include "dlfs/directory.h"
+#include "dlfs/enum_names.h"
 #include "dlfs/image_prep.h"  // Options::images, image_stats()
 #include "dlfs/status.h"
 
@@ -77,6 +78,10 @@ enum class DirectoryLayout : uint8_t {
   // or the first sample is given a named field (then kTree).
   kAuto,
 };
+inline constexpr EnumName<DirectoryLayout> kDirectoryLayoutNames[] = {
+    {DirectoryLayout::kAuto, "auto"},
+    {DirectoryLayout::kCompact, "compact"},
+    {DirectoryLayout::kTree, "tree"}};
 
 class VolumeBuilder {
  public:

@@ -60,6 +60,8 @@ class VolumeBuilder::Impl {
   // new block's is the emptiest target), pads, records where it starts.
   Status BeginCompactSample(std::string_view path, uint32_t label);
   Status EndCompactSample();
+  // One whole sample in the compact layout (AddBatch's fast path).
+  Status AddCompact(std::string_view path, std::span<const std::byte> bytes, uint32_t label);
   // kAuto: the first sample wants fields; continue in the tree layout (the
   // caller begins the sample again).
   void SwitchToTree();

@@ -47,13 +47,7 @@ uint64_t CompactWriter::NextOffset() const {
 Status CompactWriter::Add(uint16_t target, uint64_t offset, uint64_t length, uint32_t crc32c,
                           uint32_t label, std::string_view path) {
   const bool named = !path.empty();
-  if (names_ < 0) {
-    names_ = named ? 1 : 0;
-    if (named) {
-      DLFS_ASSIGN_OR_RETURN(name_bytes_, SpillFile::Create(volume_path_));
-      DLFS_ASSIGN_OR_RETURN(name_ends_, SpillFile::Create(volume_path_));
-    }
-  } else if (named != (names_ == 1)) {
+  if (names_ >= 0 && named != (names_ == 1)) {
     return Status::InvalidArgument(
         named ? "sample '" + std::string(path) + "' has a name, but the samples before it have none"
               : "sample #" + std::to_string(count_) + " has no name, but the samples before it do");
@@ -73,8 +67,25 @@ Status CompactWriter::Add(uint16_t target, uint64_t offset, uint64_t length, uin
                                        "' (already added as sample #" + std::to_string(count_ - 1) +
                                        ")");
       }
-      if (path < std::string_view(previous_name_)) sorted_ = false;
+      // The sample before is this one's directory: refused now rather than
+      // when the tree is built.
+      if (path.size() > previous_name_.size() && path.starts_with(previous_name_) &&
+          path[previous_name_.size()] == '/') {
+        return Status::InvalidArgument("sample path '" + std::string(path) + "' needs directory '" +
+                                       previous_name_ + "', which was already added as sample #" +
+                                       std::to_string(count_ - 1));
+      }
     }
+  }
+  if (names_ < 0) {  // the first sample decides
+    names_ = named ? 1 : 0;
+    if (named) {
+      DLFS_ASSIGN_OR_RETURN(name_bytes_, SpillFile::Create(volume_path_));
+      DLFS_ASSIGN_OR_RETURN(name_ends_, SpillFile::Create(volume_path_));
+    }
+  }
+  if (named) {
+    if (count_ > 0 && sorted_ && path < std::string_view(previous_name_)) sorted_ = false;
     if (sorted_) previous_name_.assign(path);
   }
   if (AtBlockStart()) {

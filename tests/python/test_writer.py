@@ -78,7 +78,7 @@ def test_abort_and_dropped_writer_leave_nothing(tmp_path):
 
 def test_duplicate_path_is_refused_when_added_naming_the_first(tmp_path):
     path = tmp_path / "w.dlfs"
-    with dlfs.Writer(path) as w:
+    with dlfs.Writer(path, layout="tree") as w:
         w.add("k/1.jpg", b"first")
         w.add("k/2.jpg", b"second")
         with pytest.raises(ValueError) as e:
@@ -92,6 +92,33 @@ def test_duplicate_path_is_refused_when_added_naming_the_first(tmp_path):
         w.add("k/3.jpg", b"third")  # the writer goes on
     with dlfs.Volume(path) as vol:
         assert len(vol) == 3 and vol[vol.lookup("k/1.jpg")][0] == b"first"
+
+
+def test_compact_layout_refuses_duplicates_in_order_when_added_and_the_rest_at_close(tmp_path):
+    path = tmp_path / "w.dlfs"
+    with dlfs.Writer(path) as w:  # the default: compact
+        w.add("k/1.jpg", b"first")
+        assert w.layout == "compact"
+        with pytest.raises(ValueError, match="duplicate sample path 'k/1.jpg' "
+                                             r"\(already added as sample #0\)"):
+            w.add("k/1.jpg", b"again")
+        with pytest.raises(ValueError, match="'k/1.jpg/x' needs directory 'k/1.jpg'"):
+            w.add("k/1.jpg/x", b"under a sample")
+        w.add("k/2.jpg", b"second")  # the writer goes on
+    with dlfs.Volume(path) as vol:
+        assert [vol.path(i) for i in range(len(vol))] == ["k/1.jpg", "k/2.jpg"]
+    # Out of order, a duplicate or a path over a directory is found when the
+    # directory is written, naming the paths; nothing is left behind.
+    for later, message in [("k/1.jpg", "duplicate sample path 'k/1.jpg'"),
+                           ("k", "'k' is both a sample and a directory")]:
+        out = tmp_path / "late.dlfs"
+        w = dlfs.Writer(out)
+        w.add("k/2.jpg", b"b")
+        w.add("k/1.jpg", b"a")
+        w.add(later, b"c")
+        with pytest.raises(ValueError, match=message):
+            w.close()
+        assert not out.exists() and list(tmp_path.glob("late.dlfs*")) == []
 
 
 def test_bad_input_names_the_sample(tmp_path):

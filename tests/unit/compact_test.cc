@@ -214,9 +214,15 @@ TEST(CompactTest, RefusesDuplicatesAndPathsThatAreDirectories) {
     EXPECT_THAT(b->Finish(), StatusIs(StatusCode::kInvalidArgument, "duplicate sample path 'x/2'"));
   }
   {
+    // In order, a sample under the one before it is refused when added ...
+    ASSERT_OK_AND_ASSIGN(auto in_order, VolumeBuilder::Create(tmp / "c0.dlfs", Compact()));
+    ASSERT_OK(in_order->Add("x/a", Bytes("a")));
+    EXPECT_THAT(in_order->Add("x/a/b", Bytes("b")),
+                StatusIs(StatusCode::kInvalidArgument, "needs directory 'x/a'"));
+    // ... otherwise by Finish.
     ASSERT_OK_AND_ASSIGN(auto b, VolumeBuilder::Create(tmp / "c.dlfs", Compact()));
-    ASSERT_OK(b->Add("x/a", Bytes("a")));
     ASSERT_OK(b->Add("x/a/b", Bytes("b")));
+    ASSERT_OK(b->Add("x/a", Bytes("a")));
     EXPECT_THAT(b->Finish(),
                 StatusIs(StatusCode::kInvalidArgument, "'x/a' is both a sample and a directory"));
   }
