@@ -271,10 +271,25 @@ void DefVolumeFile(VolumeClass& c) {
             }
             Check(st);
             std::vector<std::string> bad;
+            if (!report.directory.ok()) bad.push_back(report.directory.message());
             for (const BadSample& b : report.bad) bad.push_back(b.reason);
             return bad;
           },
-          "Checks every sample's checksum; returns the list of problems (empty when intact).")
+          "Checks every sample's checksum (and a compact directory's names and tree); returns "
+          "the list of problems (empty when intact).")
+      .def(
+          "check_directory",
+          [](const Volume& v) {
+            Status st;
+            {
+              py::gil_scoped_release release;
+              st = v.directory().CheckAll();
+            }
+            Check(st);
+          },
+          "Checks the whole directory without reading samples: a compact (format v3) "
+          "directory is otherwise checked block by block as it is used. CorruptVolumeError "
+          "naming the first damaged block.")
       .def("__repr__", [](const Volume& v) {
         return "<dlfs.Volume '" + v.path() + "' with " + std::to_string(v.size()) + " samples>";
       });

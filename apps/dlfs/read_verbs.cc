@@ -122,8 +122,11 @@ int RunVerify(const VerifyArgs& args) {
                 copy.message() + " (`dlfs repair` on that file rewrites the copy from the primary)",
                 copy.sys_errno()));
   }
+  if (!report.directory.ok()) Fail(report.directory);
   Print(FormatVerifyReport(args.volume.path, report, FormatOf(args.json)));
-  return report.bad_samples == 0 && report.backup_superblock.ok() ? kExitOk : kExitDamaged;
+  return report.bad_samples == 0 && report.backup_superblock.ok() && report.directory.ok()
+             ? kExitOk
+             : kExitDamaged;
 }
 
 struct EpochArgs {

@@ -214,6 +214,15 @@ class SampleDirectory {
   // The largest sample's length, when the directory records it (v3); else
   // nullopt (finding it takes a pass over every sample).
   std::optional<uint64_t> max_sample_length() const;
+  // Where block b of a compact directory lies, as its entry says, without
+  // checking it (for summaries: a damaged block's samples still fail every
+  // read). REQUIRES: b < block_count().
+  struct BlockPlace {
+    uint16_t target = 0;
+    uint64_t data_offset = 0;
+    uint64_t count = 0;  // samples in it
+  };
+  BlockPlace block_place(uint64_t b) const;
   // Blocks of the compact directory (0 for v1/v2) and samples per block.
   uint64_t block_count() const;
   uint64_t block_samples() const;

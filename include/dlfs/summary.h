@@ -16,7 +16,10 @@ namespace dlfs {
 // What one target holds.
 struct TargetUsage {
   uint64_t samples = 0;  // samples stored on it
-  uint64_t bytes = 0;    // their bytes
+  // Their bytes (a compact directory's: the bytes its blocks span, the
+  // alignment padding between samples included; counted without reading
+  // every sample's record).
+  uint64_t bytes = 0;
 };
 
 // One entry of the field table (format v2, docs/format.md §4.8), and how
@@ -55,15 +58,25 @@ struct VolumeSummary {
   // no fields feature (each sample is then one unnamed raw field).
   std::vector<FieldUsage> fields;
   uint64_t dictionary_bytes = 0;  // the zstd dictionary, 0 for none
+  // "compact" (format v3, docs/format.md §10) or "tree" (v1/v2, §4).
+  std::string layout;
+  // Of the directory's bytes, what locating and checking the samples takes
+  // (v3: block entries and records; v1/v2: the sample entries).
+  uint64_t sample_metadata_bytes = 0;
+  bool names = true;  // whether samples have paths (v3: optional)
 
   // Bytes of all target files together.
   uint64_t file_bytes() const;
   // Directory bytes per sample (0 for an empty volume).
   double directory_bytes_per_sample() const;
+  // sample_metadata_bytes per sample (0 for an empty volume).
+  double sample_metadata_bytes_per_sample() const;
 };
 
-// One pass over the directory (per-target and per-field usage) plus the
-// volume's info.
+// The volume's info plus what its directory says of its use. A tree (v1/v2)
+// directory: one pass over the samples (per-target and per-field usage). A
+// compact one: one pass over its blocks' entries (1 in 1,024 samples by
+// default), none over the samples.
 VolumeSummary SummarizeVolume(const Volume& volume);
 
 }  // namespace dlfs

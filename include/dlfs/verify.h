@@ -23,6 +23,9 @@ struct VerifyReport {
   // message passed to on_bad_sample).
   std::vector<BadSample> bad;
   Status backup_superblock;  // CheckBackupSuperblock()'s verdict (every target)
+  // A compact directory's names, name order and tree
+  // (SampleDirectory::CheckAll); its blocks of samples fail their samples.
+  Status directory;
   double seconds = 0;
 };
 

@@ -172,6 +172,13 @@ Status CompactState::CheckAll() const {
       return Status::Corruption(path_ + ": directory tree: directory " + std::to_string(d) + " ('" +
                                 prefix + "') does not hold exactly the names below it");
     }
+    DLFS_ASSIGN_OR_RETURN(const std::optional<uint64_t> sample,
+                          FindSample(format::TreePath(l_, d)));
+    if (sample) {
+      return Status::Corruption(path_ + ": directory tree: '" +
+                                std::string(format::TreePath(l_, d)) +
+                                "' is both a directory and sample " + std::to_string(*sample));
+    }
   }
   return Status::Ok();
 }

@@ -72,6 +72,13 @@ std::optional<uint64_t> SampleDirectory::max_sample_length() const {
   return compact_->layout().header.max_sample_length;
 }
 
+SampleDirectory::BlockPlace SampleDirectory::block_place(uint64_t b) const {
+  const format::CompactLayout& l = compact_->layout();
+  format::BlockEntry e;
+  std::memcpy(&e, &l.blocks[b], sizeof e);
+  return BlockPlace{e.target, e.data_offset, l.BlockCount(b)};
+}
+
 uint64_t SampleDirectory::block_count() const {
   return compact_ ? compact_->layout().block_count() : 0;
 }

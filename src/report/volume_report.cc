@@ -72,7 +72,7 @@ json SummaryJson(const VolumeSummary& s) {
   }
   return {{"path", s.path},
           {"format_version", i.format_version},
-          {"format", s.layout == "compact"          ? "v3"
+          {"format", s.layout == "compact"      ? "v3"
                      : s.incompat_flags.empty() ? "v1"
                                                 : "v2"},
           {"layout", s.layout},
@@ -121,10 +121,10 @@ std::string SummaryText(const VolumeSummary& s) {
                                 : "in " + std::to_string(i.target_details.size()) + " targets";
   out += Printf("data         %s in samples, %s %s\n", HumanBytes(i.data_bytes).c_str(),
                 HumanBytes(s.file_bytes()).c_str(), where.c_str());
-  out += Printf("directory    %s (%.1f bytes per sample), %s layout\n",
-                HumanBytes(i.directory_bytes).c_str(), s.directory_bytes_per_sample(),
-                s.layout == "compact" ? (s.names ? "compact (v3)" : "compact (v3), no names")
-                                      : "tree (v1)");
+  out += Printf(
+      "directory    %s (%.1f bytes per sample), %s layout\n", HumanBytes(i.directory_bytes).c_str(),
+      s.directory_bytes_per_sample(),
+      s.layout == "compact" ? (s.names ? "compact (v3)" : "compact (v3), no names") : "tree (v1)");
   if (s.layout == "compact") {
     out += Printf("             %.2f bytes per sample to locate and check one, the rest names\n",
                   s.sample_metadata_bytes_per_sample());

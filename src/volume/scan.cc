@@ -6,6 +6,10 @@ namespace dlfs::volume_internal {
 
 VolumeScan::VolumeScan(const Volume& volume, uint64_t window_bytes) : volume_(volume) {
   const SampleDirectory& dir = volume.directory();
+  if (dir.compact()) {
+    ScanCompact(window_bytes);
+    return;
+  }
   const uint64_t n = dir.size();
   // Target by target, each in offset order: large sequential reads per file.
   auto before = [](const SampleInfo& x, const SampleInfo& y) {
@@ -45,15 +49,92 @@ VolumeScan::VolumeScan(const Volume& volume, uint64_t window_bytes) : volume_(vo
   starts_.push_back(n);
 }
 
+void VolumeScan::ScanCompact(uint64_t window_bytes) {
+  compact_ = true;
+  const SampleDirectory& dir = volume_.directory();
+  const std::vector<TargetInfo>& targets = volume_.info().target_details;
+  // Each target's blocks in index order, which is their storage order.
+  std::vector<std::vector<uint64_t>> of(targets.size());
+  std::vector<std::vector<uint64_t>> offsets(targets.size());
+  for (uint64_t b = 0; b < dir.block_count(); ++b) {
+    const SampleDirectory::BlockPlace p = dir.block_place(b);
+    // A damaged entry: its block still goes somewhere, and reading it
+    // reports the block's error.
+    const uint32_t t = p.target < targets.size() ? p.target : 0;
+    of[t].push_back(b);
+    offsets[t].push_back(p.data_offset);
+  }
+  compact_first_.push_back(0);
+  for (uint32_t t = 0; t < targets.size(); ++t) {
+    const uint64_t region_end = targets[t].data_offset + targets[t].data_length;
+    for (size_t k = 0; k < of[t].size();) {
+      // A window: blocks k .. while their span stays within window_bytes
+      // (at least one block).
+      const uint64_t begin = std::min(offsets[t][k], region_end);
+      size_t j = k + 1;
+      auto end_of = [&](size_t m) {  // where block m - 1's span ends
+        const uint64_t e = m < of[t].size() ? offsets[t][m] : region_end;
+        return std::clamp(e, begin, region_end);
+      };
+      while (j < of[t].size() && end_of(j + 1) - begin <= window_bytes) ++j;
+      for (size_t m = k; m < j; ++m) compact_blocks_.push_back(of[t][m]);
+      compact_first_.push_back(compact_blocks_.size());
+      compact_offsets_.push_back(begin);
+      compact_targets_.push_back(t);
+      extents_.push_back(end_of(j) - begin);
+      k = j;
+    }
+  }
+  starts_.assign(compact_offsets_.size() + 1, 0);  // windows() counts these
+}
+
+Status VolumeScan::ReadCompact(size_t w, std::vector<std::byte>* buffer, const Visit& visit) const {
+  const SampleDirectory& dir = volume_.directory();
+  const uint32_t t = compact_targets_[w];
+  const TargetInfo& target = volume_.info().target_details[t];
+  const uint64_t first = compact_offsets_[w];
+  const uint64_t n = extents_[w];
+  buffer->resize(n);
+  const Status window = volume_.ReadTarget(t, buffer->data(), n, first, target.path);
+  std::vector<std::byte> alone;
+  for (size_t k = compact_first_[w]; k < compact_first_[w + 1]; ++k) {
+    const uint64_t b = compact_blocks_[k];
+    const uint64_t lo = b * dir.block_samples();
+    const uint64_t hi = std::min(dir.size(), lo + dir.block_samples());
+    for (uint64_t i = lo; i < hi; ++i) {
+      const Result<SampleInfo> located = dir.Locate(i);
+      if (!located.ok()) {
+        visit(i, {}, located.status());  // a block that fails its check: every sample of it
+        continue;
+      }
+      const SampleInfo& s = *located;
+      if (window.ok() && s.target == t && s.offset >= first && s.offset + s.length <= first + n) {
+        visit(i, {buffer->data() + (s.offset - first), s.length}, Status::Ok());
+        continue;
+      }
+      alone.resize(s.length);
+      std::string what =
+          volume_.path() + ": sample " + std::to_string(i) + " '" + dir.Path(i) + "'";
+      if (s.target != 0) what += " on target " + std::to_string(s.target);
+      const Status read = volume_.ReadTarget(s.target, alone.data(), s.length, s.offset, what);
+      visit(i, alone, read);
+    }
+  }
+  return window;
+}
+
 uint32_t VolumeScan::window_target(size_t w) const {
+  if (compact_) return compact_targets_[w];
   return volume_.directory().sample(index(starts_[w])).target;
 }
 
 uint64_t VolumeScan::window_offset(size_t w) const {
+  if (compact_) return compact_offsets_[w];
   return volume_.directory().sample(index(starts_[w])).offset;
 }
 
 Status VolumeScan::Read(size_t w, std::vector<std::byte>* buffer, const Visit& visit) const {
+  if (compact_) return ReadCompact(w, buffer, visit);
   const SampleDirectory& dir = volume_.directory();
   const SampleInfo first = dir.sample(index(starts_[w]));
   const TargetInfo& target = volume_.info().target_details[first.target];

@@ -21,6 +21,9 @@ class VolumeScan {
   // of about `window_bytes` (a sample is never split; one larger than that
   // is a window of its own). O(n) where the samples are stored in index
   // order (the usual case), else O(n log n) and 8 bytes per sample kept.
+  // A compact directory's samples lie in blocks, each on one target in
+  // index order: its windows are runs of whole blocks of one target, made
+  // from the block entries alone (O(blocks), no pass over the samples).
   VolumeScan(const Volume& volume, uint64_t window_bytes);
 
   size_t windows() const { return starts_.size() - 1; }
@@ -45,6 +48,17 @@ class VolumeScan {
   const Volume& volume_;
   // The sample at position k of storage order.
   uint64_t index(uint64_t k) const { return order_.empty() ? k : order_[k]; }
+
+  // Compact directories: window w is the blocks compact_blocks_[
+  // compact_first_[w] .. compact_first_[w + 1] - 1], all on one target, in
+  // storage order, spanning compact_offsets_[w] + extents_[w].
+  bool compact_ = false;
+  std::vector<uint64_t> compact_blocks_;
+  std::vector<size_t> compact_first_;
+  std::vector<uint64_t> compact_offsets_;
+  std::vector<uint32_t> compact_targets_;
+  void ScanCompact(uint64_t window_bytes);
+  Status ReadCompact(size_t w, std::vector<std::byte>* buffer, const Visit& visit) const;
 
   std::vector<uint64_t> order_;    // sample indices in storage order; empty: index order
   std::vector<size_t> starts_;     // window w: positions starts_[w] .. starts_[w + 1] - 1

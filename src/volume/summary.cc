@@ -16,6 +16,10 @@ double VolumeSummary::directory_bytes_per_sample() const {
   return info.sample_count ? static_cast<double>(info.directory_bytes) / info.sample_count : 0;
 }
 
+double VolumeSummary::sample_metadata_bytes_per_sample() const {
+  return info.sample_count ? static_cast<double>(sample_metadata_bytes) / info.sample_count : 0;
+}
+
 VolumeSummary SummarizeVolume(const Volume& volume) {
   const SampleDirectory& d = volume.directory();
   VolumeSummary s;
@@ -23,6 +27,31 @@ VolumeSummary SummarizeVolume(const Volume& volume) {
   s.info = volume.info();
   for (uint64_t c = 0; c < d.class_count(); ++c) s.class_names.emplace_back(d.class_name(c));
   s.usage.resize(s.info.target_details.size());
+  s.layout = d.compact() ? "compact" : "tree";
+  s.sample_metadata_bytes = d.sample_metadata_bytes();
+  s.names = d.has_names();
+  if (d.compact()) {
+    // Per target from the block entries: a block's samples span from its
+    // data offset to the next block's on the same target (or the end of
+    // the target's data region).
+    std::vector<uint64_t> last(s.usage.size(), ~uint64_t{0});
+    for (uint64_t b = 0; b < d.block_count(); ++b) {
+      const SampleDirectory::BlockPlace p = d.block_place(b);
+      if (p.target >= s.usage.size()) continue;  // a damaged entry: its block reads fail
+      if (last[p.target] != ~uint64_t{0} && p.data_offset >= last[p.target]) {
+        s.usage[p.target].bytes += p.data_offset - last[p.target];
+      }
+      last[p.target] = p.data_offset;
+      s.usage[p.target].samples += p.count;
+    }
+    for (size_t t = 0; t < s.usage.size(); ++t) {
+      const TargetInfo& ti = s.info.target_details[t];
+      if (last[t] != ~uint64_t{0} && ti.data_offset + ti.data_length >= last[t]) {
+        s.usage[t].bytes += ti.data_offset + ti.data_length - last[t];
+      }
+    }
+    return s;
+  }
   // An open volume has no other bit: Open refuses flags it does not know.
   if (s.info.incompat_flags & format::kIncompatFields) s.incompat_flags.push_back("fields");
   if (s.info.incompat_flags & format::kIncompatZstd) s.incompat_flags.push_back("zstd");

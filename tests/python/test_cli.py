@@ -56,7 +56,7 @@ def test_info_json_fields(run, volume):
     assert info["dictionary_bytes"] == 0
     text = run("info", vol, check=0).stdout.decode()
     assert "samples      5" in text
-    assert "features     none (v1 layout)" in text and "fields " not in text
+    assert "features     none\n" in text and "fields " not in text
 
 
 def test_ls_json_lines(run, volume):
