@@ -27,8 +27,8 @@ import lmdb
 from PIL import Image
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-HARNESSES = ["volume_file", "volume_metadata", "volume_resealed", "lmdb", "idx", "tar", "decode",
-             "prepare"]
+HARNESSES = ["volume_file", "volume_metadata", "volume_resealed", "volume_compact", "lmdb", "idx",
+             "tar", "decode", "prepare"]
 
 
 def write(out, harness, name, data):
@@ -72,11 +72,19 @@ def volumes(out, dlfs, tmp):
         "flat": ({"%03d" % i: b"x" * i for i in range(20)}, []),
     }
     for name, (files, args) in sets.items():
-        vol = pack(dlfs, tmp, files, *args)
+        vol = pack(dlfs, tmp, files, "--layout", "tree", *args)
         write(out, "volume_file", name, vol)
         write(out, "volume_resealed", name, vol)
         write(out, "volume_metadata", name + "-sealed", metadata_input(vol, False))
         write(out, "volume_metadata", name + "-reseal", metadata_input(vol, True))
+        # Format v3 (docs/format.md §10): the compact directory.
+        compact = pack(dlfs, tmp, files, "--layout", "compact", *args)
+        write(out, "volume_file", name + "-v3", compact)
+        write(out, "volume_compact", name, compact)
+    # Two blocks of samples (1,024 per block); names out of byte order (the
+    # importer adds class "c" before "c-x", whose paths sort first).
+    many = {"%s/%04d" % (("c", "c-x")[i % 2], i): bytes([i % 251]) for i in range(1100)}
+    write(out, "volume_compact", "two-blocks", pack(dlfs, tmp, many, "--layout", "compact"))
 
 
 def datum(label, data, channels=3, height=2, width=2, encoded=False):

@@ -12,6 +12,11 @@
 //               copies, directory region, every sample in bounds) and sizes
 //               are re-sealed before opening, so mutations reach the
 //               directory decoder and the queries instead of the CRC checks.
+//   4 compact   the same for format v3 volumes: every checksum of the
+//               compact directory (header, classes, each block of samples,
+//               names and name order, the tree) and every sample's is
+//               re-sealed, so mutations reach the per-block checks and the
+//               queries (docs/format.md §10).
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -19,6 +24,7 @@
 #include "common/crc32c.h"
 #include "dlfs/volume.h"
 #include "exercise.h"
+#include "format/compact_codec.h"
 #include "format/format.h"
 #include "format/superblock.h"
 #include "fuzz_util.h"
@@ -61,6 +67,105 @@ void ResealSamples(std::byte* dir, uint64_t dir_len, const std::byte* file, uint
   }
 }
 
+// Re-seals every checksum of a compact directory at `dir` (`len` bytes) of
+// the volume file `file` (`file_size` bytes), wherever the structures lie in
+// bounds: samples' CRCs first, then the blocks', names', order's, tree's,
+// classes' and the header's. Returns the header's CRC.
+uint32_t ResealCompact(std::byte* dir, uint64_t len, const std::byte* file, uint64_t file_size,
+                       uint32_t alignment) {
+  using namespace format;
+  if (len < sizeof(CompactHeader)) return 0;
+  CompactHeader h;
+  std::memcpy(&h, dir, sizeof h);
+  auto section = [&](uint32_t s, uint64_t* size) -> std::byte* {
+    const SectionEntry& e = h.sections[s];
+    if (!InBounds(e.offset, e.length, len)) return nullptr;
+    *size = e.length;
+    return dir + e.offset;
+  };
+  const uint64_t per = h.block_shift >= kMinBlockShift && h.block_shift <= kMaxBlockShift
+                           ? uint64_t{1} << h.block_shift
+                           : 0;
+  uint64_t blocks_len = 0, records_len = 0;
+  std::byte* blocks = section(kSectionBlocks, &blocks_len);
+  std::byte* records = section(kSectionRecords, &records_len);
+  const uint64_t max_blocks = std::min<uint64_t>(h.block_count, 20000);
+  for (uint64_t b = 0; per != 0 && blocks && records && b < max_blocks &&
+                       (b + 1) * sizeof(BlockEntry) <= blocks_len;
+       ++b) {
+    BlockEntry e;
+    std::memcpy(&e, blocks + b * sizeof e, sizeof e);
+    const uint64_t first = b * per;
+    if (first >= h.sample_count) break;
+    const uint64_t c = std::min(per, h.sample_count - first);
+    if (e.end_width < 1 || e.end_width > 8 || e.label_width > 4) continue;
+    const uint64_t bytes = BlockRecordBytes(c, e.end_width, e.label_width);
+    if (!InBounds(e.records_offset, bytes, records_len)) continue;
+    std::byte* rec = records + e.records_offset;
+    uint64_t start = 0;
+    for (uint64_t j = 0; j < c; ++j) {
+      const uint64_t end = LoadUint(rec + j * e.end_width, e.end_width);
+      if (end >= start && InBounds(e.data_offset + start, end - start, file_size) &&
+          e.data_offset <= file_size) {
+        StoreUint(rec + c * e.end_width + 4 * j,
+                  crc32c::Value(file + e.data_offset + start, end - start), 4);
+      }
+      start = alignment != 0 ? AlignUp(end, alignment) : end;
+    }
+    e.crc32c = SampleBlockCrc(e, {rec, bytes});
+    std::memcpy(blocks + b * sizeof e, &e, sizeof e);
+  }
+  uint64_t classes_len = 0;
+  if (std::byte* classes = section(kSectionClasses, &classes_len);
+      classes && classes_len >= sizeof(ClassesHeader)) {
+    ClassesHeader ch;
+    std::memcpy(&ch, classes, sizeof ch);
+    ch.crc32c = crc32c::Value(classes + sizeof ch, classes_len - sizeof ch);
+    std::memcpy(classes, &ch, sizeof ch);
+  }
+  uint64_t nb_len = 0, names_len = 0;
+  std::byte* name_blocks = section(kSectionNameBlocks, &nb_len);
+  std::byte* names = section(kSectionNames, &names_len);
+  for (uint64_t b = 0;
+       per != 0 && name_blocks && names && b < max_blocks && (b + 1) * sizeof(NameBlock) <= nb_len;
+       ++b) {
+    NameBlock e;
+    std::memcpy(&e, name_blocks + b * sizeof e, sizeof e);
+    const uint64_t first = b * per;
+    if (first >= h.sample_count || e.end_width < 1 || e.end_width > 8) continue;
+    const uint64_t c = std::min(per, h.sample_count - first);
+    if (!InBounds(e.ends_offset, c * e.end_width, names_len)) continue;
+    const uint64_t total = LoadUint(names + e.ends_offset + (c - 1) * e.end_width, e.end_width);
+    if (!InBounds(e.bytes_offset, total, names_len)) continue;
+    e.crc32c =
+        NameBlockCrc(e, {names + e.ends_offset, c * e.end_width}, {names + e.bytes_offset, total});
+    std::memcpy(name_blocks + b * sizeof e, &e, sizeof e);
+  }
+  uint64_t order_len = 0;
+  if (std::byte* order = section(kSectionNameOrder, &order_len);
+      order && per != 0 && h.order_width >= 1 && h.order_width <= 8) {
+    const uint64_t at = OrderEntriesOffset(h.block_count);
+    for (uint64_t b = 0; b < max_blocks && 4 * (b + 1) <= order_len; ++b) {
+      const uint64_t first = b * per;
+      if (first >= h.sample_count) break;
+      const uint64_t c = std::min(per, h.sample_count - first);
+      if (!InBounds(at + first * h.order_width, c * h.order_width, order_len)) break;
+      StoreUint(order + 4 * b, crc32c::Value(order + at + first * h.order_width, c * h.order_width),
+                4);
+    }
+  }
+  uint64_t tree_len = 0;
+  if (std::byte* tree = section(kSectionTree, &tree_len); tree && tree_len >= sizeof(TreeHeader)) {
+    TreeHeader th;
+    std::memcpy(&th, tree, sizeof th);
+    th.crc32c = crc32c::Value(tree + sizeof th, tree_len - sizeof th);
+    std::memcpy(tree, &th, sizeof th);
+  }
+  h.crc32c = crc32c::Value(&h, offsetof(CompactHeader, crc32c));
+  std::memcpy(dir, &h, sizeof h);
+  return h.crc32c;
+}
+
 void Exercise(const Result<std::shared_ptr<Volume>>& v) {
   if (v.ok()) fuzz::ExerciseVolume(**v);
 }
@@ -82,8 +187,13 @@ void Exercise(const Result<std::shared_ptr<Volume>>& v) {
     sb.targets[0].size = size;
     if (format::RegionEntry* dir = DirectoryEntry(&sb);
         dir != nullptr && dir->target == 0 && InBounds(dir->offset, dir->length, size)) {
-      ResealSamples(bytes.data() + dir->offset, dir->length, bytes.data(), size);
-      dir->crc32c = crc32c::Value(bytes.data() + dir->offset, dir->length);
+      if (sb.format_version == format::kFormatVersionCompact) {
+        dir->crc32c = ResealCompact(bytes.data() + dir->offset, dir->length, bytes.data(), size,
+                                    sb.data_alignment);
+      } else {
+        ResealSamples(bytes.data() + dir->offset, dir->length, bytes.data(), size);
+        dir->crc32c = crc32c::Value(bytes.data() + dir->offset, dir->length);
+      }
     }
     sb.crc32c = format::SuperblockChecksum(sb);
     std::memcpy(bytes.data(), &sb, sizeof sb);
@@ -136,10 +246,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzFile(data, size);
 #elif DLFS_FUZZ_MODE == 2
   FuzzMetadata(data, size);
-#elif DLFS_FUZZ_MODE == 3
+#elif DLFS_FUZZ_MODE == 3 || DLFS_FUZZ_MODE == 4
   FuzzResealed(data, size);
 #else
-#error "DLFS_FUZZ_MODE must be 1, 2 or 3"
+#error "DLFS_FUZZ_MODE must be 1, 2, 3 or 4"
 #endif
   return 0;
 }
