@@ -86,12 +86,14 @@ inline constexpr EnumName<DirectoryLayout> kDirectoryLayoutNames[] = {
 class VolumeBuilder {
  public:
   struct Options {
-    // The directory's layout. kTree is the default until the compact one is
-    // at least as fast everywhere the tree one is used.
-    DirectoryLayout layout = DirectoryLayout::kTree;
+    // The directory's layout: by default compact, unless what is written
+    // needs the tree (kAuto).
+    DirectoryLayout layout = DirectoryLayout::kAuto;
     // Compact layout: samples per block of the directory, 2^block_shift
-    // (4..16); a block is the unit checked on first use.
-    uint32_t block_shift = 10;
+    // (4..16); a block is the unit checked on first use, and its samples lie
+    // on one target. 0: 10 (1,024 samples) for one target, 6 (64) for
+    // several, so that small volumes still spread over their targets.
+    uint32_t block_shift = 0;
     // Every sample starts at a multiple of this (a power of two, at most
     // 1 MiB). 1 packs samples back to back; 4096 lets O_DIRECT readers read
     // each sample without touching a neighbour, at the cost of padding.

@@ -42,8 +42,8 @@ Status CheckOptions(const std::string& path, const VolumeBuilder::Options& optio
                                    std::to_string(a));
   }
   if (path.empty()) return Status::InvalidArgument("empty volume path");
-  if (options.block_shift < format::kMinBlockShift ||
-      options.block_shift > format::kMaxBlockShift) {
+  if (options.block_shift != 0 && (options.block_shift < format::kMinBlockShift ||
+                                   options.block_shift > format::kMaxBlockShift)) {
     return Status::InvalidArgument("block_shift must be " + std::to_string(format::kMinBlockShift) +
                                    " to " + std::to_string(format::kMaxBlockShift) + ", not " +
                                    std::to_string(options.block_shift));
@@ -363,9 +363,12 @@ Result<std::unique_ptr<VolumeBuilder>> VolumeBuilder::Create(const std::string& 
   const Options& o = impl->options_;
   const bool tree_only = o.compress.zstd || o.images.enabled();
   if (o.layout == DirectoryLayout::kCompact || (o.layout == DirectoryLayout::kAuto && !tree_only)) {
+    const uint32_t shift = o.block_shift != 0          ? o.block_shift
+                           : impl->targets_.size() > 1 ? 6
+                                                       : format::kDefaultBlockShift;
     DLFS_ASSIGN_OR_RETURN(impl->compact_,
                           builder_internal::CompactWriter::Create(
-                              impl->targets_[0].target->location(), o.align, o.block_shift));
+                              impl->targets_[0].target->location(), o.align, shift));
     impl->layout_decided_ = o.layout == DirectoryLayout::kCompact;
   } else {
     impl->layout_decided_ = true;

@@ -2,13 +2,24 @@
 
 #include <algorithm>
 
+#include "common/map_guard.h"
+
 namespace dlfs::directory_internal {
 
 using format::CompactLayout;
 
+Status CompactState::Intact() const {
+  if (!map_guard::AnyFault() || !map_guard::Faulted(region_.get())) return Status::Ok();
+  return Status::Corruption(path_ +
+                            ": the volume file changed while open (its directory can no longer "
+                            "be read: truncated, or its device failed); open it again");
+}
+
 Status CompactState::CheckSamples(uint64_t b) const {
   if (samples_ok_.Get(b)) return Status::Ok();
-  DLFS_RETURN_IF_ERROR(format::CheckSampleBlock(l_, b, expected_, path_));
+  Status st = format::CheckSampleBlock(l_, b, expected_, path_);
+  DLFS_RETURN_IF_ERROR(Intact());
+  DLFS_RETURN_IF_ERROR(st);
   samples_ok_.Set(b);
   return Status::Ok();
 }
@@ -19,31 +30,43 @@ Result<SampleInfo> CompactState::Locate(uint64_t i) const {
   const format::SampleBlockView v = format::SampleBlock(l_, b);
   const uint64_t j = i & (l_.block_samples - 1);
   const uint64_t start = v.Start(j, expected_.data_alignment);
-  return SampleInfo{v.entry->data_offset + start,
-                    static_cast<uint32_t>(v.End(j) - start),
-                    v.Crc(j),
-                    v.Label(j),
-                    kNoParent,
-                    v.entry->target};
+  const SampleInfo info{v.entry->data_offset + start,
+                        static_cast<uint32_t>(v.End(j) - start),
+                        v.Crc(j),
+                        v.Label(j),
+                        kNoParent,
+                        v.entry->target};
+  // Checked blocks are read again on every use: bytes that became zeros
+  // since must not pass for the sample's.
+  DLFS_RETURN_IF_ERROR(Intact());
+  return info;
 }
 
 Result<std::string_view> CompactState::PathOf(uint64_t i) const {
   const uint64_t b = i >> l_.header.block_shift;
   if (!names_ok_.Get(b)) {
-    DLFS_RETURN_IF_ERROR(format::CheckNameBlock(l_, b, path_));
+    Status st = format::CheckNameBlock(l_, b, path_);
+    DLFS_RETURN_IF_ERROR(Intact());
+    DLFS_RETURN_IF_ERROR(st);
     names_ok_.Set(b);
   }
-  return format::NameBlockAt(l_, b).Name(i & (l_.block_samples - 1));
+  const std::string_view name = format::NameBlockAt(l_, b).Name(i & (l_.block_samples - 1));
+  DLFS_RETURN_IF_ERROR(Intact());
+  return name;
 }
 
 Result<uint64_t> CompactState::IndexAt(uint64_t position) const {
   if (l_.order == nullptr) return position;
   const uint64_t b = position >> l_.header.block_shift;
   if (!order_ok_.Get(b)) {
-    DLFS_RETURN_IF_ERROR(format::CheckOrderBlock(l_, b, path_));
+    Status st = format::CheckOrderBlock(l_, b, path_);
+    DLFS_RETURN_IF_ERROR(Intact());
+    DLFS_RETURN_IF_ERROR(st);
     order_ok_.Set(b);
   }
-  return format::OrderEntry(l_, position);
+  const uint64_t index = format::OrderEntry(l_, position);
+  DLFS_RETURN_IF_ERROR(Intact());
+  return index;
 }
 
 Result<std::optional<uint64_t>> CompactState::FindSample(std::string_view path) const {
@@ -71,6 +94,7 @@ Result<std::optional<uint64_t>> CompactState::FindSample(std::string_view path) 
 Status CompactState::CheckTree() const {
   if (!l_.has_names()) return Status::NotFound(path_ + ": the volume has no names");
   std::call_once(tree_once_, [&] { tree_status_ = format::CheckTree(l_, path_); });
+  DLFS_RETURN_IF_ERROR(Intact());
   return tree_status_;
 }
 

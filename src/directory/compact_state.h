@@ -84,6 +84,11 @@ class CompactState {
   // d, skipping the first `from` of them. REQUIRES: CheckTree() passed.
   std::vector<uint64_t> OwnPositions(uint64_t d, uint64_t from, uint64_t max) const;
 
+  // Corruption when the mapping this directory reads has faulted (the
+  // volume file shrank or its device failed while open): from then on its
+  // bytes are zeros, not the file's.
+  Status Intact() const;
+
   // Every check a reader makes on use, on everything, plus the name order
   // being strictly increasing across blocks (dlfs verify).
   Status CheckAll() const;

@@ -65,25 +65,68 @@ void VolumeScan::ScanCompact(uint64_t window_bytes) {
     offsets[t].push_back(p.data_offset);
   }
   compact_first_.push_back(0);
+  auto close_window = [&](uint32_t t, uint64_t begin, uint64_t end) {
+    compact_first_.push_back(compact_pieces_.size());
+    compact_offsets_.push_back(begin);
+    compact_targets_.push_back(t);
+    extents_.push_back(end - begin);
+  };
   for (uint32_t t = 0; t < targets.size(); ++t) {
     const uint64_t region_end = targets[t].data_offset + targets[t].data_length;
-    for (size_t k = 0; k < of[t].size();) {
-      // A window: blocks k .. while their span stays within window_bytes
-      // (at least one block).
+    // Where block k of this target spans: to the next one's start.
+    auto span = [&](size_t k) {
       const uint64_t begin = std::min(offsets[t][k], region_end);
-      size_t j = k + 1;
-      auto end_of = [&](size_t m) {  // where block m - 1's span ends
-        const uint64_t e = m < of[t].size() ? offsets[t][m] : region_end;
-        return std::clamp(e, begin, region_end);
-      };
-      while (j < of[t].size() && end_of(j + 1) - begin <= window_bytes) ++j;
-      for (size_t m = k; m < j; ++m) compact_blocks_.push_back(of[t][m]);
-      compact_first_.push_back(compact_blocks_.size());
-      compact_offsets_.push_back(begin);
-      compact_targets_.push_back(t);
-      extents_.push_back(end_of(j) - begin);
-      k = j;
+      const uint64_t end = k + 1 < of[t].size() ? offsets[t][k + 1] : region_end;
+      return std::pair<uint64_t, uint64_t>(begin, std::clamp(end, begin, region_end));
+    };
+    bool open = false;
+    uint64_t w_begin = 0, w_end = 0;
+    for (size_t k = 0; k < of[t].size(); ++k) {
+      const uint64_t b = of[t][k];
+      const uint64_t count = std::min(dir.block_samples(), dir.size() - b * dir.block_samples());
+      const auto [begin, end] = span(k);
+      if (open && end - w_begin <= window_bytes) {  // joins the open window
+        compact_pieces_.push_back({b, 0, count});
+        w_end = end;
+        continue;
+      }
+      if (open) close_window(t, w_begin, w_end);
+      open = false;
+      if (end - begin <= window_bytes) {
+        compact_pieces_.push_back({b, 0, count});
+        open = true;
+        w_begin = begin;
+        w_end = end;
+        continue;
+      }
+      // A block larger than a window: windows of its samples (located, so
+      // the block is checked here; one that fails is one window whose
+      // samples report its error).
+      const uint64_t first = b * dir.block_samples();
+      uint64_t j0 = 0, p_begin = begin, p_end = begin;
+      for (uint64_t j = 0; j < count; ++j) {
+        const Result<SampleInfo> s = dir.Locate(first + j);
+        if (!s.ok()) {
+          compact_pieces_.push_back({b, 0, count});
+          close_window(t, begin, end);
+          j0 = count;
+          break;
+        }
+        const uint64_t s_end = std::clamp(s->offset + s->length, p_begin, end);
+        if (j > j0 && s_end - p_begin > window_bytes) {
+          compact_pieces_.push_back({b, j0, j});
+          close_window(t, p_begin, p_end);
+          j0 = j;
+          p_begin = std::clamp(s->offset, p_end, end);
+        }
+        p_end = std::max(p_end, s_end);
+      }
+      if (j0 < count) {
+        compact_pieces_.push_back({b, j0, count});
+        close_window(t, p_begin, end);
+      }
     }
+    if (open) close_window(t, w_begin, w_end);
   }
   starts_.assign(compact_offsets_.size() + 1, 0);  // windows() counts these
 }
@@ -98,10 +141,9 @@ Status VolumeScan::ReadCompact(size_t w, std::vector<std::byte>* buffer, const V
   const Status window = volume_.ReadTarget(t, buffer->data(), n, first, target.path);
   std::vector<std::byte> alone;
   for (size_t k = compact_first_[w]; k < compact_first_[w + 1]; ++k) {
-    const uint64_t b = compact_blocks_[k];
-    const uint64_t lo = b * dir.block_samples();
-    const uint64_t hi = std::min(dir.size(), lo + dir.block_samples());
-    for (uint64_t i = lo; i < hi; ++i) {
+    const Piece& piece = compact_pieces_[k];
+    const uint64_t base = piece.block * dir.block_samples();
+    for (uint64_t i = base + piece.first; i < base + piece.end; ++i) {
       const Result<SampleInfo> located = dir.Locate(i);
       if (!located.ok()) {
         visit(i, {}, located.status());  // a block that fails its check: every sample of it

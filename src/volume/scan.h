@@ -49,11 +49,17 @@ class VolumeScan {
   // The sample at position k of storage order.
   uint64_t index(uint64_t k) const { return order_.empty() ? k : order_[k]; }
 
-  // Compact directories: window w is the blocks compact_blocks_[
-  // compact_first_[w] .. compact_first_[w + 1] - 1], all on one target, in
+  // Compact directories: window w is the pieces compact_pieces_[
+  // compact_first_[w] .. compact_first_[w + 1] - 1] (whole blocks, or a run
+  // of samples of a block larger than a window), all on one target, in
   // storage order, spanning compact_offsets_[w] + extents_[w].
+  struct Piece {
+    uint64_t block;
+    uint64_t first;  // samples [first, end) of the block
+    uint64_t end;
+  };
   bool compact_ = false;
-  std::vector<uint64_t> compact_blocks_;
+  std::vector<Piece> compact_pieces_;
   std::vector<size_t> compact_first_;
   std::vector<uint64_t> compact_offsets_;
   std::vector<uint32_t> compact_targets_;

@@ -9,6 +9,7 @@
 
 #include "common/crc32c.h"
 #include "common/file_util.h"
+#include "common/map_guard.h"
 #include "format/compact_codec.h"
 #include "format/format.h"
 #include "format/superblock.h"
@@ -291,9 +292,15 @@ std::shared_ptr<const std::byte> MapDirectoryRegion(const format::RegionEntry& d
                  static_cast<off_t>(dir.offset));
   if (p == MAP_FAILED) return nullptr;
   const uint64_t length = dir.length;
-  return std::shared_ptr<const std::byte>(
-      static_cast<const std::byte*>(p),
-      [length](const std::byte* q) { munmap(const_cast<std::byte*>(q), length); });
+  // A file truncated (or a device failing) under the mapping would raise
+  // SIGBUS on access; guarded, the access reads zeros and the directory
+  // reports the volume as changed instead (common/map_guard.h).
+  map_guard::Register(p, length);
+  return std::shared_ptr<const std::byte>(static_cast<const std::byte*>(p),
+                                          [length](const std::byte* q) {
+                                            map_guard::Unregister(q);
+                                            munmap(const_cast<std::byte*>(q), length);
+                                          });
 }
 
 // The directory region as Open uses it, and where it came from.

@@ -14,6 +14,10 @@ using testing::Bytes;
 using testing::StatusIs;
 using testing::TempDir;
 
+// The tree (v1) layout's checks, made when a sample is added (the compact
+// layout's are in compact_test.cc).
+const VolumeBuilder::Options kTree = {.layout = DirectoryLayout::kTree};
+
 // Names in `dir` other than `keep` (to spot leftover temporary files).
 std::vector<std::string> Leftovers(const std::string& dir, const std::string& keep = "") {
   std::vector<std::string> out;
@@ -99,7 +103,7 @@ bool Contains(const Status& st, std::string_view text) {
 
 TEST(BuilderTest, DuplicatePathIsRefusedWhenAddedNamingTheFirst) {
   TempDir tmp;
-  auto b = VolumeBuilder::Create(tmp / "v.dlfs");
+  auto b = VolumeBuilder::Create(tmp / "v.dlfs", kTree);
   ASSERT_OK(b);
   ASSERT_OK((*b)->Add("a/x", Bytes("1")));
   ASSERT_OK((*b)->Add("a/y", Bytes("2")));
@@ -121,7 +125,7 @@ TEST(BuilderTest, DuplicatePathIsRefusedWhenAddedNamingTheFirst) {
 
 TEST(BuilderTest, SampleDirectoryClashesAreRefusedWhenAdded) {
   TempDir tmp;
-  auto b = VolumeBuilder::Create(tmp / "v.dlfs");
+  auto b = VolumeBuilder::Create(tmp / "v.dlfs", kTree);
   ASSERT_OK(b);
   ASSERT_OK((*b)->Add("a/x", Bytes("1")));
   Status st = (*b)->Add("a/x/y", Bytes("2"));
@@ -143,7 +147,7 @@ TEST(BuilderTest, SampleDirectoryClashesAreRefusedWhenAdded) {
 
 TEST(BuilderTest, DuplicateNamesTheSourcesOfBothSamples) {
   TempDir tmp;
-  auto b = VolumeBuilder::Create(tmp / "v.dlfs");
+  auto b = VolumeBuilder::Create(tmp / "v.dlfs", kTree);
   ASSERT_OK(b);
   (*b)->SetSourceName("one.tar");
   ASSERT_OK((*b)->Add("k.jpg", Bytes("1")));
@@ -162,7 +166,7 @@ TEST(BuilderTest, PathTableKeepsEveryPathAsItGrows) {
   // Past several doublings of the table: every path is still found, and
   // names that differ only in their directory are not confused.
   TempDir tmp;
-  auto b = VolumeBuilder::Create(tmp / "v.dlfs");
+  auto b = VolumeBuilder::Create(tmp / "v.dlfs", kTree);
   ASSERT_OK(b);
   constexpr int kSamples = 5000;
   for (int i = 0; i < kSamples; ++i) {
@@ -184,7 +188,7 @@ TEST(BuilderTest, BadPathsAndOptionsAreRefused) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(VolumeBuilder::Create(tmp / "v", {.align = 2u << 20}).status().code(),
             StatusCode::kInvalidArgument);
-  auto b = VolumeBuilder::Create(tmp / "v");
+  auto b = VolumeBuilder::Create(tmp / "v", kTree);
   ASSERT_OK(b);
   for (const char* bad : {"", "a//b", "../x", "a/./b", "a/", "x/.."}) {
     EXPECT_EQ((*b)->Add(bad, Bytes("1")).code(), StatusCode::kInvalidArgument) << bad;

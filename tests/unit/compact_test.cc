@@ -10,6 +10,7 @@
 #include <set>
 
 #include "dlfs/builder.h"
+#include "dlfs/verify.h"
 #include "dlfs/volume.h"
 #include "format/compact_codec.h"
 #include "format/format.h"
@@ -392,6 +393,22 @@ TEST_F(CompactDamageTest, ADamagedHeaderOrTreeIsRefused) {
   }
   Flip(20);  // the header's dir count
   EXPECT_THAT(Volume::Open(vol_), StatusIs(StatusCode::kCorruption, "header checksum"));
+}
+
+TEST_F(CompactDamageTest, AVolumeTruncatedWhileOpenIsAnErrorNotACrash) {
+  // The directory is read through a mapping of the file: a page past the
+  // new end would raise SIGBUS. Guarded, it reads as changed.
+  ASSERT_OK_AND_ASSIGN(auto v, Volume::Open(vol_));
+  EXPECT_EQ(*v->Read(3), samples_[3].bytes);  // block 0 checked and used
+  ASSERT_EQ(::truncate(vol_.c_str(), static_cast<off_t>(dir_offset_)), 0);
+  EXPECT_THAT(v->Read(3), StatusIs(StatusCode::kCorruption, "changed while open"));
+  EXPECT_THAT(v->Read(50), StatusIs(StatusCode::kCorruption, "changed while open"));
+  EXPECT_THAT(v->directory().Lookup(samples_[5].path),
+              StatusIs(StatusCode::kCorruption, "changed while open"));
+  VerifyReport report;
+  ASSERT_OK(VerifyVolume(*v, {}, &report));
+  EXPECT_EQ(report.bad_samples, samples_.size());
+  EXPECT_THAT(Volume::Open(vol_), StatusIs(StatusCode::kCorruption, ""));
 }
 
 TEST_F(CompactDamageTest, EveryByteOfTheRegionIsCoveredByACheck) {

@@ -30,7 +30,9 @@ class CorruptionTest : public ::testing::Test {
  protected:
   void SetUp() override {
     path_ = tmp_ / "v.dlfs";
-    auto b = VolumeBuilder::Create(path_);
+    // The tree (v1) directory, checked whole at open (compact_test.cc has
+    // the compact one's damage tests).
+    auto b = VolumeBuilder::Create(path_, {.layout = DirectoryLayout::kTree});
     ASSERT_OK(b);
     (*b)->SetClassNames({"cat", "dog"});
     ASSERT_OK((*b)->Add("cat/1.jpg", Bytes("first cat"), 0));
@@ -309,7 +311,9 @@ TEST_F(CorruptionTest, FlippedSampleByteIsCaughtByReadAndVerify) {
 TEST(VerifyTest, UnreadableBytesNameExactlyTheSamplesTheyHold) {
   TempDir tmp;
   const std::string path = tmp / "v.dlfs";
-  ASSERT_OK_AND_ASSIGN(auto b, VolumeBuilder::Create(path));
+  // The tree layout, whose directory is in memory: the cut takes only data.
+  // (A compact directory is read from the file: CompactDamageTest.)
+  ASSERT_OK_AND_ASSIGN(auto b, VolumeBuilder::Create(path, {.layout = DirectoryLayout::kTree}));
   for (int i = 0; i < 10; ++i) {
     ASSERT_OK(b->Add("s/" + std::to_string(i), testing::RandomBytes(1000, i)));
   }

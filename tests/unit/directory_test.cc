@@ -21,7 +21,7 @@ struct Item {
 
 std::shared_ptr<Volume> Build(const TempDir& tmp, const std::vector<Item>& items,
                               std::vector<std::string> classes = {},
-                              VolumeBuilder::Options opt = {}) {
+                              VolumeBuilder::Options opt = {.layout = DirectoryLayout::kTree}) {
   auto b = VolumeBuilder::Create(tmp / "v.dlfs", opt);
   EXPECT_OK(b);
   if (!b.ok()) return nullptr;

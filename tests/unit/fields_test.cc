@@ -130,7 +130,8 @@ TEST(FieldsTest, MultiFieldRoundTrip) {
 TEST(FieldsTest, PlainSamplesStayFormatV1AndOneFieldCostsNothingPerSample) {
   TempDir tmp;
   auto build = [&](const std::string& path, bool named) {
-    auto b = VolumeBuilder::Create(path);
+    // The tree layout both times (format v1, and v2 with fields).
+    auto b = VolumeBuilder::Create(path, {.layout = DirectoryLayout::kTree});
     if (!b.ok()) return b.status();
     for (int i = 0; i < 100; ++i) {
       const std::string key = "k" + std::to_string(1000 + i);

@@ -37,7 +37,10 @@ class NodeDirectoryTest : public ::testing::Test {
     fs::create_directories(shm_);
     ::setenv("DLFS_CACHE_DIR", shm_.c_str(), 1);
     path_ = (fs::path(tmp_.path()) / "v.dlfs").string();
-    ASSERT_OK(testing::WriteSyntheticVolume(path_, {.samples = 300}));
+    // A node copy is made of a directory read from storage: the tree (v1)
+    // one. (A compact directory is mapped from the file instead.)
+    ASSERT_OK(testing::WriteSyntheticVolume(
+        path_, {.samples = 300, .volume = {.layout = DirectoryLayout::kTree}}));
   }
   void TearDown() override { ::unsetenv("DLFS_CACHE_DIR"); }
 

@@ -133,11 +133,12 @@ TEST(ReportTest, ListingsAndEpochIndices) {
   // The directory's subdirectories, then its samples; recursively, every
   // sample below it, depth first in name order; a sample's own line.
   // The columns are named above the first sample's line (issue 49).
+  // Indices are the order the samples were added in (the compact layout).
   const std::string head = "INDEX\tSIZE\tLABEL\tPATH\n";
   EXPECT_EQ(list("", false), "a/\nb/\n");
-  EXPECT_EQ(list("a", false), "a/x/\n" + head + "0\t2\t0\ta/2\n");
-  EXPECT_EQ(list("", true), head + "0\t2\t0\ta/2\n2\t1\t0\ta/x/1\n1\t3\t0\tb/3\n");
-  EXPECT_EQ(list("b/3", true), head + "1\t3\t0\tb/3\n");
+  EXPECT_EQ(list("a", false), "a/x/\n" + head + "1\t2\t0\ta/2\n");
+  EXPECT_EQ(list("", true), head + "1\t2\t0\ta/2\n0\t1\t0\ta/x/1\n2\t3\t0\tb/3\n");
+  EXPECT_EQ(list("b/3", true), head + "2\t3\t0\tb/3\n");
   EXPECT_THAT(ListPath(d, "a/missing", false, ReportFormat::kText, [](const std::string&) {}),
               StatusIs(StatusCode::kNotFound, "a/missing"));
 

@@ -16,7 +16,10 @@ using testing::TempDir;
 class VolumeMetadataTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    volume_ = testing::MakeSyntheticVolume(path_, {.samples = 200, .volume = {.targets = 2}});
+    // The tree layout, whose directory a collective open hands over (a
+    // compact one is mapped by each process: CompactTest).
+    volume_ = testing::MakeSyntheticVolume(
+        path_, {.samples = 200, .volume = {.layout = DirectoryLayout::kTree, .targets = 2}});
     ASSERT_TRUE(volume_);
   }
 

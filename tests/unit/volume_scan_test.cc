@@ -23,6 +23,8 @@ using volume_internal::VolumeScan;
 struct Layout {
   uint32_t targets, classes;  // sample i is named "c<i % classes>/<i>"
   bool index_order;           // so its samples lie in index order
+  // The compact directory: windows from block entries (and split blocks).
+  bool compact = false;
 };
 
 class VolumeScanTest : public ::testing::TestWithParam<Layout> {};
@@ -33,7 +35,10 @@ TEST_P(VolumeScanTest, VisitsEverySampleOnceInStorageOrder) {
   // Samples of 0-70 KB (testing::SyntheticBytes), some larger than a window.
   std::shared_ptr<Volume> vol = testing::MakeSyntheticVolume(
       fs::path(tmp.path()) / "v.dlfs",
-      {.samples = 600, .classes = layout.classes, .volume = {.targets = layout.targets}});
+      {.samples = 600,
+       .classes = layout.classes,
+       .volume = {.layout = layout.compact ? DirectoryLayout::kCompact : DirectoryLayout::kTree,
+                  .targets = layout.targets}});
   ASSERT_TRUE(vol);
   const SampleDirectory& dir = vol->directory();
   // Both of VolumeScan's paths are taken.
@@ -83,7 +88,8 @@ TEST_P(VolumeScanTest, VisitsEverySampleOnceInStorageOrder) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, VolumeScanTest,
                          ::testing::Values(Layout{1, 1, true}, Layout{1, 4, false},
-                                           Layout{3, 1, false}));
+                                           Layout{3, 1, false}, Layout{1, 4, true, true},
+                                           Layout{3, 4, false, true}));
 
 }  // namespace volume_scan_test
 }  // namespace dlfs
