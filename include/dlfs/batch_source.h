@@ -106,8 +106,9 @@ struct ResumePoint {
 };
 ResumePoint PlanResume(const SourceState& saved, const SamplerOptions& mine);
 
-// CRC32C of a subset's indices (as little-endian uint64), 0 for none.
-uint32_t SubsetCrc(const std::vector<uint64_t>& subset);
+// CRC32C of a subset's indices (as little-endian uint64), 0 for none
+// (SampleSubset::Crc: a range's in O(log^2), equal to its list's).
+inline uint32_t SubsetCrc(const SampleSubset& subset) { return subset.Crc(); }
 
 // Where a source's time and memory went since it was created; the
 // difference of two snapshots covers the time between them (RunEpochs

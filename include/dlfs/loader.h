@@ -175,9 +175,11 @@ struct LoaderOptions {
   // O_DIRECT would read kBufferedAbove times the samples' bytes or more
   // (samples much smaller than a block). False: engine.direct_io decides.
   bool auto_direct_io = true;
-  // When non-empty, read only these sample indices (e.g. a split:
-  // SampleDirectory::SamplesUnder); the sampler permutes positions in it.
-  std::vector<uint64_t> subset;
+  // Read only these samples (e.g. a split: the samples under a directory,
+  // a range when they are contiguous); the sampler orders positions in it
+  // (dlfs/sampler.h). The default reads every sample; so does an empty
+  // list, as when this was a vector.
+  SampleSubset subset;
   // Fields to hand out per sample (format v2, see "Fields" above), in this
   // order, e.g. {"jpg", "cls"}. Empty: each sample (Volume::ReadInto's
   // bytes: a volume of one compressed field hands it out decoded), which

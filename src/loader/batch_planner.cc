@@ -62,16 +62,16 @@ void PlanBatch(const SampleDirectory& dir, std::span<const uint64_t> indices,
   close_run();
 }
 
-double DirectReadAmplification(const SampleDirectory& dir, std::span<const uint64_t> subset,
+double DirectReadAmplification(const SampleDirectory& dir, const SampleSubset& subset,
                                uint32_t alignment) {
-  const uint64_t n = subset.empty() ? dir.size() : subset.size();
+  const uint64_t n = subset.Count(dir.size());
   if (n == 0 || alignment <= 1) return 1;
   constexpr uint64_t kLooked = 65536;
   const uint64_t step = std::max<uint64_t>(1, n / kLooked);
   const uint64_t a = alignment;
   double extents = 0, bytes = 0;
   for (uint64_t k = 0; k < n; k += step) {
-    const SampleInfo s = dir.sample(subset.empty() ? k : subset[k]);
+    const SampleInfo s = dir.sample(subset.At(k));
     if (s.length == 0) continue;
     const uint64_t begin = s.offset / a * a, end = (s.offset + s.length + a - 1) / a * a;
     extents += static_cast<double>(end - begin);
@@ -81,7 +81,7 @@ double DirectReadAmplification(const SampleDirectory& dir, std::span<const uint6
 }
 
 Result<std::unique_ptr<IoEngine>> CreateEngineForSamples(const Volume& volume,
-                                                         std::span<const uint64_t> subset,
+                                                         const SampleSubset& subset,
                                                          bool auto_direct_io,
                                                          EngineOptions* options,
                                                          std::string* note) {

@@ -50,7 +50,7 @@ void PlanBatch(const SampleDirectory& dir, std::span<const uint64_t> indices,
 // the sum of their lengths (1 for aligned samples; about 6 for 784-byte
 // samples packed densely in 4 KiB blocks). The samples: all of `dir`, or
 // `subset`; at most 65,536 of them, evenly spread, are looked at.
-double DirectReadAmplification(const SampleDirectory& dir, std::span<const uint64_t> subset,
+double DirectReadAmplification(const SampleDirectory& dir, const SampleSubset& subset,
                                uint32_t alignment);
 
 // At this amplification or above, reading through the page cache (whose
@@ -66,7 +66,7 @@ inline constexpr double kBufferedAbove = 2.5;
 // times the samples' bytes (all, or `subset`) or more, a buffered one:
 // *options then says direct_io false and *note why ("buffered reads: ...").
 Result<std::unique_ptr<IoEngine>> CreateEngineForSamples(const Volume& volume,
-                                                         std::span<const uint64_t> subset,
+                                                         const SampleSubset& subset,
                                                          bool auto_direct_io,
                                                          EngineOptions* options, std::string* note);
 

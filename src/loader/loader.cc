@@ -25,26 +25,32 @@ void AddSeconds(std::atomic<uint64_t>& ns, double seconds) {
 }
 
 // The sizes of the samples a loader reads (all, or `subset`): what its
-// batch buffers are planned for.
+// batch buffers are planned for. At most 65,536 samples evenly spread over
+// them are looked at (all of them, below that), so that a loader of a
+// billion samples starts as fast as one of a thousand; a batch whose samples
+// turn out larger grows its buffer.
 struct SampleSizes {
   uint64_t mean = 0, largest = 0;
   double stddev = 0;
 };
-SampleSizes MeasureSampleSizes(const Volume& volume, const std::vector<uint64_t>& subset) {
+SampleSizes MeasureSampleSizes(const Volume& volume, const SampleSubset& subset) {
+  constexpr uint64_t kLooked = 65536;
   const SampleDirectory& dir = volume.directory();
-  const uint64_t n = subset.empty() ? volume.size() : subset.size();
+  const uint64_t n = subset.Count(volume.size());
   SampleSizes s;
   if (n == 0) return s;
+  const uint64_t looked = std::min(n, kLooked);
   double sum = 0, squares = 0;
-  for (uint64_t k = 0; k < n; ++k) {
-    const uint64_t len = dir.sample(subset.empty() ? k : subset[k]).length;
+  for (uint64_t j = 0; j < looked; ++j) {
+    const auto k = static_cast<uint64_t>(static_cast<unsigned __int128>(j) * n / looked);
+    const uint64_t len = dir.sample(subset.At(k)).length;
     sum += static_cast<double>(len);
     squares += static_cast<double>(len) * static_cast<double>(len);
     s.largest = std::max(s.largest, len);
   }
-  const double mean = sum / static_cast<double>(n);
+  const double mean = sum / static_cast<double>(looked);
   s.mean = static_cast<uint64_t>(std::ceil(mean));
-  s.stddev = std::sqrt(std::max(0.0, squares / static_cast<double>(n) - mean * mean));
+  s.stddev = std::sqrt(std::max(0.0, squares / static_cast<double>(looked) - mean * mean));
   return s;
 }
 
@@ -121,7 +127,7 @@ SourceState Loader::Impl::Identity() const {
   SourceState s;
   s.volume_uuid = volume_->info().uuid;
   s.volume_samples = volume_->size();
-  s.samples = options_.subset.empty() ? volume_->size() : options_.subset.size();
+  s.samples = options_.subset.Count(volume_->size());
   s.subset_crc = subset_crc_;
   s.sampler = options_.sampler;
   return s;
@@ -319,14 +325,8 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
   }
   if (options.plan.max_read < 4096)
     return Status::InvalidArgument("max_read must be at least 4096");
-  for (uint64_t i : options.subset) {
-    if (i >= volume->size()) {
-      return Status::InvalidArgument("subset index " + std::to_string(i) + " is out of range (" +
-                                     volume->path() + " has " + std::to_string(volume->size()) +
-                                     " samples)");
-    }
-  }
-  const uint64_t n = options.subset.empty() ? volume->size() : options.subset.size();
+  DLFS_RETURN_IF_ERROR(options.subset.Check(volume->size(), volume->path()));
+  const uint64_t n = options.subset.Count(volume->size());
   DLFS_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(n, options.sampler));
   const double t0 = Now();
 

@@ -338,7 +338,7 @@ Result<std::unique_ptr<MixtureSource>> MixtureSource::Create(
     sum += w[v];
   }
   if (!(sum > 0)) return Status::InvalidArgument("a mixture's weights are all 0");
-  if (!loader.subset.empty() || loader.order || !loader.quarantine.empty()) {
+  if (!loader.subset.all() || loader.order || !loader.quarantine.empty()) {
     return Status::InvalidArgument(
         "a mixture reads whole volumes (no subset, explicit order or quarantine list)");
   }

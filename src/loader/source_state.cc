@@ -4,7 +4,6 @@
 #include <cstring>
 #include <map>
 
-#include "common/crc32c.h"
 #include "dlfs/batch_source.h"
 
 namespace dlfs {
@@ -222,17 +221,6 @@ Status CheckResumable(const SourceState& saved, const SourceState& current,
   }
   if (diffs.empty()) return Status::Ok();
   return Status::InvalidArgument(who + ": cannot resume from this state: " + diffs);
-}
-
-uint32_t SubsetCrc(const std::vector<uint64_t>& subset) {
-  if (subset.empty()) return 0;
-  uint32_t crc = 0;
-  for (uint64_t i : subset) {
-    unsigned char le[8];
-    for (int k = 0; k < 8; ++k) le[k] = static_cast<unsigned char>(i >> (8 * k));
-    crc = crc32c::Extend(crc, le, sizeof le);
-  }
-  return crc == 0 ? 1 : crc;  // 0 means "no subset"
 }
 
 ResumePoint PlanResume(const SourceState& saved, const SamplerOptions& mine) {

@@ -25,7 +25,7 @@ namespace {
 // the same number of batches: the volume (by uuid and sample count; paths
 // may differ between nodes) and the options that decide the permutation.
 std::vector<NamedValue> PermutationKey(const Volume& volume, const LoaderOptions& o) {
-  const uint64_t n = o.subset.empty() ? volume.size() : o.subset.size();
+  const uint64_t n = o.subset.Count(volume.size());
   const SamplerOptions& s = o.sampler;
   return {
       {"the volume", volume.info().uuid + " with " + std::to_string(volume.size()) + " samples"},
@@ -161,7 +161,7 @@ class ShardLoader::Impl {
       node_size_[all[3 * r]] = all[3 * r + 2];
     }
 
-    const uint64_t n = o.subset.empty() ? volume_->size() : o.subset.size();
+    const uint64_t n = o.subset.Count(volume_->size());
     Status st;
     auto sampler = Sampler::Create(n, o.sampler);
     auto fields = loader_internal::ResolveFields(*volume_, o.fields);
@@ -234,9 +234,7 @@ class ShardLoader::Impl {
     }
     node_capacity_ = capacity;
     std::vector<uint64_t> order = sampler_->Permutation(0);
-    if (!o.subset.empty()) {
-      for (uint64_t& i : order) i = o.subset[i];
-    }
+    for (uint64_t& i : order) i = o.subset.At(i);
     owner_ = cache_internal::PlaceSamples(volume_->directory(), order, rank_node, capacity);
     if (cache_) {
       engine_description_ += "; cluster cache: node " + std::to_string(topo_->node_index()) +
@@ -284,7 +282,7 @@ class ShardLoader::Impl {
     SourceState s;
     s.volume_uuid = volume_->info().uuid;
     s.volume_samples = volume_->size();
-    s.samples = o.subset.empty() ? volume_->size() : o.subset.size();
+    s.samples = o.subset.Count(volume_->size());
     s.subset_crc = SubsetCrc(o.subset);
     s.sampler = o.sampler;
     return s;
