@@ -192,11 +192,17 @@ struct LoaderOptions {
   bool skip_bad_samples = false;
   uint32_t max_bad_samples = 16;
   std::vector<uint64_t> quarantine;
-  // For sources built on loaders (dlfs/mixture.h): when set, each epoch's
-  // order is order(epoch), called once per epoch from any thread (again
-  // after LoadState), with order_batches batches; the sampler's order,
-  // subset and elastic resume then do not apply (the caller does that).
+  // For sources built on loaders: when set, each epoch's order is
+  // order(epoch), called once per epoch from any thread (again after
+  // LoadState), with order_batches batches; the sampler's order, subset and
+  // elastic resume then do not apply (the caller does that).
   std::function<std::shared_ptr<const LoaderOrder>(uint64_t epoch)> order;
+  // The same batch by batch, holding nothing of the epoch's size (as
+  // dlfs/mixture.h gives): batch k of an epoch is batch_order(epoch, k),
+  // called when the loader plans that batch, from its I/O threads (several
+  // at once, and again for the same batch after LoadState or SetEpoch); a
+  // batch with an index out of the volume fails. Not with `order`.
+  std::function<std::vector<uint64_t>(uint64_t epoch, uint64_t batch)> batch_order;
   uint64_t order_batches = 0;
 };
 

@@ -155,7 +155,7 @@ Status Loader::Impl::LoadState(const SourceState& state) {
   std::shared_ptr<const EpochOrder> part;
   uint64_t batches = batches_;
   if (!at.done.empty()) {
-    Result<std::vector<uint64_t>> rest = sampler_.RankIndices(at.epoch, at.done, options_.subset);
+    Result<RankOrder> rest = sampler_.Ranked(at.epoch, at.done, options_.subset);
     if (!rest.ok()) {
       return Status::InvalidArgument(who +
                                      ": cannot resume from this state: " + rest.status().message());
@@ -166,7 +166,7 @@ Status Loader::Impl::LoadState(const SourceState& state) {
     o->epoch = at.epoch;
     o->part = ++parts_made_;
     o->first_seq = batches_ - batches;  // the rest is never longer than an epoch
-    o->indices = std::move(rest).value();
+    o->ranked = std::move(rest).value();
     part = std::move(o);
   }
   if (at.batches > batches) {
@@ -290,11 +290,18 @@ SourceStats Loader::Impl::Stats() const {
 }
 
 std::vector<uint64_t> Loader::Impl::RankIndices(uint64_t epoch) const {
+  const uint64_t b = options_.sampler.batch_size;
   {
     std::lock_guard lock(mu_);
-    if (part_ && part_->epoch == epoch) return part_->indices;
+    if (part_ && part_->epoch == epoch) return part_->All(batches_, b);
   }
   if (options_.order) return options_.order(epoch)->indices;
+  if (options_.batch_order) {
+    loader_internal::EpochOrder o;
+    o.epoch = epoch;
+    o.per_batch = options_.batch_order;
+    return o.All(batches_, b);
+  }
   return sampler_.RankIndices(epoch, options_.subset);
 }
 Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -326,6 +333,9 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
   if (options.plan.max_read < 4096)
     return Status::InvalidArgument("max_read must be at least 4096");
   DLFS_RETURN_IF_ERROR(options.subset.Check(volume->size(), volume->path()));
+  if (options.order && options.batch_order) {
+    return Status::InvalidArgument("an explicit order is given either whole or by batch, not both");
+  }
   const uint64_t n = options.subset.Count(volume->size());
   DLFS_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(n, options.sampler));
   const double t0 = Now();
