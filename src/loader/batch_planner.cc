@@ -1,6 +1,7 @@
 #include "loader/batch_planner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <numeric>
 
@@ -78,6 +79,29 @@ double DirectReadAmplification(const SampleDirectory& dir, const SampleSubset& s
     bytes += static_cast<double>(s.length);
   }
   return bytes > 0 ? extents / bytes : 1;
+}
+
+SampleSizes MeasureSampleSizes(const SampleDirectory& dir, const SampleSubset& subset,
+                               uint64_t align) {
+  constexpr uint64_t kLooked = 65536;
+  const uint64_t n = subset.Count(dir.size());
+  SampleSizes s;
+  if (n == 0) return s;
+  const uint64_t looked = std::min(n, kLooked);
+  align = std::max<uint64_t>(align, 1);
+  double sum = 0, squares = 0;
+  for (uint64_t j = 0; j < looked; ++j) {
+    const auto k = static_cast<uint64_t>(static_cast<unsigned __int128>(j) * n / looked);
+    const uint64_t len = (dir.sample(subset.At(k)).length + align - 1) / align * align;
+    sum += static_cast<double>(len);
+    squares += static_cast<double>(len) * static_cast<double>(len);
+    s.largest = std::max(s.largest, len);
+  }
+  const double mean = sum / static_cast<double>(looked);
+  s.exact_mean = mean;
+  s.mean = static_cast<uint64_t>(std::ceil(mean));
+  s.stddev = std::sqrt(std::max(0.0, squares / static_cast<double>(looked) - mean * mean));
+  return s;
 }
 
 Result<std::unique_ptr<IoEngine>> CreateEngineForSamples(const Volume& volume,

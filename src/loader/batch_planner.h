@@ -53,6 +53,20 @@ void PlanBatch(const SampleDirectory& dir, std::span<const uint64_t> indices,
 double DirectReadAmplification(const SampleDirectory& dir, const SampleSubset& subset,
                                uint32_t alignment);
 
+// The sizes of a loader's samples (all of `dir`, or `subset`), each
+// rounded up to a multiple of `align`: their mean, the largest and their
+// standard deviation. At most 65,536 samples evenly spread over them are
+// looked at (all of them, below that), so that a loader of a billion
+// samples starts as fast as one of a thousand: what buffers are planned
+// for (a batch of larger samples grows its buffer).
+struct SampleSizes {
+  uint64_t mean = 0, largest = 0;
+  double stddev = 0;
+  double exact_mean = 0;  // unrounded
+};
+SampleSizes MeasureSampleSizes(const SampleDirectory& dir, const SampleSubset& subset,
+                               uint64_t align = 1);
+
 // At this amplification or above, reading through the page cache (whose
 // read-ahead brings a densely packed volume's neighbouring samples in with
 // each read) measured faster than O_DIRECT, cold, on this project's VM:

@@ -24,36 +24,6 @@ void AddSeconds(std::atomic<uint64_t>& ns, double seconds) {
   ns.fetch_add(static_cast<uint64_t>(seconds * 1e9), std::memory_order_relaxed);
 }
 
-// The sizes of the samples a loader reads (all, or `subset`): what its
-// batch buffers are planned for. At most 65,536 samples evenly spread over
-// them are looked at (all of them, below that), so that a loader of a
-// billion samples starts as fast as one of a thousand; a batch whose samples
-// turn out larger grows its buffer.
-struct SampleSizes {
-  uint64_t mean = 0, largest = 0;
-  double stddev = 0;
-};
-SampleSizes MeasureSampleSizes(const Volume& volume, const SampleSubset& subset) {
-  constexpr uint64_t kLooked = 65536;
-  const SampleDirectory& dir = volume.directory();
-  const uint64_t n = subset.Count(volume.size());
-  SampleSizes s;
-  if (n == 0) return s;
-  const uint64_t looked = std::min(n, kLooked);
-  double sum = 0, squares = 0;
-  for (uint64_t j = 0; j < looked; ++j) {
-    const auto k = static_cast<uint64_t>(static_cast<unsigned __int128>(j) * n / looked);
-    const uint64_t len = dir.sample(subset.At(k)).length;
-    sum += static_cast<double>(len);
-    squares += static_cast<double>(len) * static_cast<double>(len);
-    s.largest = std::max(s.largest, len);
-  }
-  const double mean = sum / static_cast<double>(looked);
-  s.mean = static_cast<uint64_t>(std::ceil(mean));
-  s.stddev = std::sqrt(std::max(0.0, squares / static_cast<double>(looked) - mean * mean));
-  return s;
-}
-
 // "limit 128.0 MB in FILE, 6.2 MB in use" or "MemAvailable 21.9 GB": where
 // MemoryLimit::usable() comes from, for messages.
 std::string MemoryWhere(const MemoryLimit& m) {
@@ -378,7 +348,8 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
   // Memory: the batch buffers first (they are needed to read at all), then
   // the node cache's budget from what they leave.
   const MemoryLimit memory = ReadMemoryLimit();
-  const SampleSizes sizes = MeasureSampleSizes(*volume, options.subset);
+  const loader_internal::SampleSizes sizes =
+      loader_internal::MeasureSampleSizes(volume->directory(), options.subset);
   Result<loader_internal::BufferPlan> planned =
       loader_internal::PlanBuffers({.window = impl->window_,
                                     .threads = options.io_threads,
