@@ -484,6 +484,7 @@ void RegisterLoader(py::module_& m) {
           "engine_description", [](PyLoader& l) { return l.source().description(); },
           "What the I/O engine is, e.g. 'io_uring, O_DIRECT, ... queue depth 64'.");
 
+  m.attr("ORDER_VERSION") = kOrderVersion;
   m.def(
       "_subset_crc", [](const std::vector<uint64_t>& indices) { return SubsetCrc(indices); },
       py::arg("indices"), "CRC32C of a loader's sample subset, as its state_dict() has it.");
