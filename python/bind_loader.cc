@@ -75,8 +75,9 @@ io_uring (or a pread pool where io_uring is unavailable).
 - verify_checksums: check each sample's CRC32C; a mismatch raises
   CorruptVolumeError naming the sample and file. A sample from the node
   cache is checked the first time this process uses it, not every epoch.
-- indices: read only these sample indices (e.g. vol.indices("train")); the
-  shuffle permutes within them.
+- indices: read only these sample indices; the shuffle permutes within
+  them. A range (e.g. vol.samples_under("train") when its samples are
+  contiguous) holds nothing per sample; a list or array is the caller's.
 - cache_budget: the node cache: bytes, or a size as --cache-budget takes it
   ("2G", "512M", "auto"). Samples read are kept in one
   shared-memory region per node and volume that every process reading the
@@ -486,8 +487,10 @@ void RegisterLoader(py::module_& m) {
 
   m.attr("ORDER_VERSION") = kOrderVersion;
   m.def(
-      "_subset_crc", [](const std::vector<uint64_t>& indices) { return SubsetCrc(indices); },
-      py::arg("indices"), "CRC32C of a loader's sample subset, as its state_dict() has it.");
+      "_subset_crc", [](const py::object& indices) { return SubsetCrc(SubsetFromPython(indices)); },
+      py::arg("indices"),
+      "CRC32C of a loader's sample subset (a range or a sequence of indices), as its "
+      "state_dict() has it.");
 }
 
 }  // namespace dlfs::python

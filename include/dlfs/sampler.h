@@ -54,6 +54,8 @@
 
 namespace dlfs {
 
+class SampleDirectory;
+
 // The epoch order's version: what resume states record (dlfs/batch_source.h).
 // 1: Fisher-Yates (dlfs before this order); 2: EpochPermutation.
 inline constexpr uint32_t kOrderVersion = 2;
@@ -150,6 +152,14 @@ class SampleSubset {
   std::shared_ptr<const std::vector<uint64_t>> list_;
   std::shared_ptr<Inverse> inverse_;  // kList, unsorted: built by PositionOf
 };
+
+// The samples under directory `d` of `dir` (recursively) as a subset: a
+// range when they are one contiguous run (each directory's own samples are
+// one run; a subtree whose runs abut, as when its samples' paths sort
+// together, is one range: found in O(directories under d), no per-sample
+// work), else the list of their indices, ascending (SamplesUnder's).
+// REQUIRES: d < dir.dir_count().
+SampleSubset SubsetUnder(const SampleDirectory& dir, uint64_t d);
 
 struct SamplerOptions {
   bool shuffle = true;  // false: volume (index) order

@@ -459,7 +459,9 @@ class LoaderDataset(_tud.IterableDataset):
             if self.fields is not None:
                 _check_fields(v, p, self.fields)
         self.classes = vol.classes
-        self.indices = vol.indices(root) if root else None
+        # A range when the samples under root are contiguous (nothing per
+        # sample), else an array of their indices.
+        self.indices = vol.samples_under(root) if root else None
         if mixture:
             # What the mixture's order depends on, as its Loader states it.
             probe = _dlfs.Loader(self._volumes, batch_size, shuffle=shuffle, seed=seed,
@@ -474,7 +476,7 @@ class LoaderDataset(_tud.IterableDataset):
         self._identity = {
             "volume_uuid": volume_uuid, "volume_samples": volume_samples,
             "samples": self._samples,
-            "subset_crc": 0 if root is None else _dlfs._subset_crc(self.indices.tolist()),
+            "subset_crc": 0 if root is None else _dlfs._subset_crc(self.indices),
             "seed": seed, "shuffle": bool(shuffle), "batch_size": batch_size,
             "drop_last": bool(drop_last)}
         self._loaded = None  # the state load_state_dict() was given, until iterated

@@ -7,6 +7,7 @@
 
 #include "common/crc32c.h"
 #include "common/xoshiro.h"
+#include "dlfs/directory.h"
 
 namespace dlfs {
 
@@ -303,6 +304,28 @@ uint32_t SampleSubset::Crc() const {
       break;
   }
   return crc == 0 ? 1 : crc;  // 0 means "no subset"
+}
+
+SampleSubset SubsetUnder(const SampleDirectory& dir, uint64_t d) {
+  std::vector<std::pair<uint64_t, uint64_t>> runs;  // (first sample, count)
+  std::vector<uint64_t> pending{d};
+  while (!pending.empty()) {
+    const DirInfo info = dir.dir(pending.back());
+    pending.pop_back();
+    if (info.sample_count > 0) runs.emplace_back(info.first_sample, info.sample_count);
+    for (uint64_t c = info.first_child; c < uint64_t{info.first_child} + info.child_count; ++c) {
+      pending.push_back(c);
+    }
+  }
+  std::sort(runs.begin(), runs.end());
+  for (size_t i = 1; i < runs.size(); ++i) {
+    if (runs[i].first != runs[i - 1].first + runs[i - 1].second) {
+      return SampleSubset(dir.SamplesUnder(d));  // not one run: the list
+    }
+  }
+  if (runs.empty()) return SampleSubset::Range(0, 0);
+  return SampleSubset::Range(runs.front().first,
+                             runs.back().first + runs.back().second - runs.front().first);
 }
 
 // ---- Sampler -------------------------------------------------------------
