@@ -189,13 +189,21 @@ class ShardLoader final : public BatchSource {
 // What `dlfs epoch` prints under mpirun: opens `path` collectively
 // (OpenShared), orders it as a Loader with `sampler` would (rank and world
 // from `comm`, as CreateLoader sets them; no Loader is made), and gathers
-// every rank's indices for `epoch` on rank 0 (rank by rank, each in reading
-// order, rank r's starting at r * samples_per_rank); the other ranks get an
-// empty vector. Collective; the same error on every rank (OpenShared's, or
-// the lowest-ranked rank's bad sampler options).
+// every rank's indices for `epoch` at positions [start, start + count) of
+// its order (fewer past its end; every rank has as many) on rank 0 (rank by
+// rank, each in reading order, rank r's starting at r times that many); the
+// other ranks get an empty vector. Each rank computes only those positions.
+// Collective; the same error on every rank (OpenShared's, or the
+// lowest-ranked rank's bad sampler options).
 Result<std::vector<uint64_t>> GatherEpochIndices(MPI_Comm comm, const std::string& path,
                                                  const VolumeOpenOptions& open,
-                                                 const SamplerOptions& sampler, uint64_t epoch);
+                                                 const SamplerOptions& sampler, uint64_t epoch,
+                                                 uint64_t start = 0, uint64_t count = ~uint64_t{0});
+// The same on a volume every rank has opened (collectively): page after page
+// without opening it again.
+Result<std::vector<uint64_t>> GatherEpochIndices(MPI_Comm comm, const Volume& volume,
+                                                 const SamplerOptions& sampler, uint64_t epoch,
+                                                 uint64_t start = 0, uint64_t count = ~uint64_t{0});
 
 // Measuring a job, as `dlfs bench` does under mpirun.
 struct BenchJobOptions {

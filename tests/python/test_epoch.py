@@ -105,6 +105,18 @@ def test_epoch_matches_reference(run, small_volume, world, drop_last):
         assert set(seen) == set(range(101))
 
 
+def test_epoch_pages_with_start_and_count(run, small_volume):
+    whole = [int(x) for x in run("epoch", small_volume, "--seed", 9, "--rank", 1, "--world", 2,
+                                 check=0).stdout.split()]
+    assert whole == reference_rank_indices(101, 9, 0, 1, 2, 1, False)
+    for start, count in [(0, 5), (10, 7), (45, 100), (51, 3), (200, 1)]:
+        out = run("epoch", small_volume, "--seed", 9, "--rank", 1, "--world", 2,
+                  "--start", start, "--count", count, check=0).stdout.split()
+        assert [int(x) for x in out] == whole[start:start + count]
+    out = run("epoch", small_volume, "--seed", 9, "--start", 100, check=0).stdout.split()
+    assert [int(x) for x in out] == reference_rank_indices(101, 9, 0, 0, 1, 1, False)[100:]
+
+
 def test_epoch_bad_rank_is_an_error(run, small_volume):
     proc = run("epoch", small_volume, "--rank", 4, "--world", 4)
     assert proc.returncode == 2
