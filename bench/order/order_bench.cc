@@ -5,7 +5,9 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <numeric>
+#include <string_view>
 #include <vector>
 
 #include "common/xoshiro.h"
@@ -89,4 +91,21 @@ BENCHMARK(BM_FisherYates)->Arg(100000000)->Iterations(1)->Unit(benchmark::kSecon
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--help") {
+      std::printf(
+          "dlfs_order_bench: the epoch order's indices per second per core, with the\n"
+          "Fisher-Yates shuffle it replaced beside it (bench/order/README.md). The flags\n"
+          "used there:\n"
+          "  --benchmark_filter=REGEX    only the benchmarks matching REGEX, e.g. BM_Order\n"
+          "  --benchmark_min_time=SECS   run each benchmark at least SECS seconds\n"
+          "Google Benchmark's flags:\n");
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
