@@ -150,7 +150,10 @@ batch size may load rank 0's state (every rank of a data-parallel job stops
 at the same step); it reads its share of the samples of the epoch not yet
 handed out, each once, and "segments" in its state lists the parts read
 before (see "Long runs" in the README). After it, set_epoch(state["epoch"]) keeps the position (the usual
-loop); another epoch starts afresh.
+loop); another epoch starts afresh. "order" is the epoch order's version
+(dlfs._dlfs.ORDER_VERSION; a state without it is order 1, the Fisher-Yates
+order of earlier dlfs): a state of another order saved mid-epoch raises
+ValueError saying how to resume at an epoch boundary instead.
 )doc";
 
 // Iteration state for Python: a Loader, a MixtureSource of several volumes

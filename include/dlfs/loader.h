@@ -20,7 +20,9 @@
 //
 // Order: batch k of an epoch holds this rank's samples k*B .. k*B+B-1 of
 // Sampler::RankIndices(epoch) (see dlfs/sampler.h), in that order, whatever
-// order the reads completed in.
+// order the reads completed in. They are computed when the batch is planned
+// (Sampler::Ranked): nothing of the epoch's size is held, and the first
+// batch of a billion-sample epoch is read as soon as that of a small one.
 //
 // Reading ahead: the order is known in advance, so each I/O thread streams
 // the reads of the batches ahead of the caller through its engine, keeping
