@@ -30,6 +30,7 @@ cd "$(dirname "$0")/.."
 # name | tools it needs (tool:package) | full command | quick command
 BENCHES=(
   "directory|:|build/bench/dlfs_directory_bench --cold|build/bench/dlfs_directory_bench --cold --samples 1000000 --runs 2"
+  "order|:|build/bench/dlfs_order_bench|build/bench/dlfs_order_bench --benchmark_min_time=0.01 --benchmark_filter=-BM_FisherYates/100000000"
   "pack|bc:bc tar:tar|bench/pack/pack_vs_tar.sh 3|FILES=2000 bench/pack/pack_vs_tar.sh 1"
   "io|fio:fio fusermount3:fuse3|REPS=5 bench/io/run_io_bench.sh|SMALL=1 REPS=1 DIAG=0 FIO_RUNTIME=1 bench/io/run_io_bench.sh"
   "cache-fill|mpirun:openmpi-bin|bench/cache/run_fill_bench.py --plot docs/cache_fill.png|bench/cache/run_fill_bench.py --reps 1 --big-samples 2000"

@@ -213,10 +213,10 @@ std::unique_ptr<BatchSource> MakeMpiSource(const MpiJob& job,
     LoaderOptions o = options;
     o.sampler.rank = static_cast<uint32_t>(job.rank);
     o.sampler.world_size = static_cast<uint32_t>(job.size);
-    const uint64_t n = o.subset.empty() ? volumes.front()->size() : o.subset.size();
+    const uint64_t n = o.subset.Count(volumes.front()->size());
     auto sampler = std::make_shared<Sampler>(Unwrap(Sampler::Create(n, o.sampler)));
     parts->shard_rank_indices = [sampler, subset = o.subset](uint64_t epoch) {
-      return subset.empty() ? sampler->RankIndices(epoch) : sampler->RankIndices(epoch, subset);
+      return sampler->RankIndices(epoch, subset);
     };
     return loader;
   }

@@ -75,8 +75,9 @@ io_uring (or a pread pool where io_uring is unavailable).
 - verify_checksums: check each sample's CRC32C; a mismatch raises
   CorruptVolumeError naming the sample and file. A sample from the node
   cache is checked the first time this process uses it, not every epoch.
-- indices: read only these sample indices (e.g. vol.indices("train")); the
-  shuffle permutes within them.
+- indices: read only these sample indices; the shuffle permutes within
+  them. A range (e.g. vol.samples_under("train") when its samples are
+  contiguous) holds nothing per sample; a list or array is the caller's.
 - cache_budget: the node cache: bytes, or a size as --cache-budget takes it
   ("2G", "512M", "auto"). Samples read are kept in one
   shared-memory region per node and volume that every process reading the
@@ -151,7 +152,10 @@ handed out, each once, and "segments" in its state lists the parts read
 before (see "Long runs" in the README). After it, set_epoch(state["epoch"]) keeps the position (the usual
 loop: for epoch in range(state["epoch"], epochs)); another epoch raises ValueError when the state
 was taken in the middle of its epoch, rather than drop the rest of it silently
-(set_epoch(e, discard_restored=True) drops it).
+(set_epoch(e, discard_restored=True) drops it). "order" is the epoch order's version
+(dlfs._dlfs.ORDER_VERSION; a state without it is order 1, the Fisher-Yates
+order of earlier dlfs): a state of another order saved mid-epoch raises
+ValueError saying how to resume at an epoch boundary instead.
 )doc";
 
 // Iteration state for Python: a Loader, a MixtureSource of several volumes
@@ -489,9 +493,12 @@ void RegisterLoader(py::module_& m) {
           "engine_description", [](PyLoader& l) { return l.source().description(); },
           "What the I/O engine is, e.g. 'io_uring, O_DIRECT, ... queue depth 64'.");
 
+  m.attr("ORDER_VERSION") = kOrderVersion;
   m.def(
-      "_subset_crc", [](const std::vector<uint64_t>& indices) { return SubsetCrc(indices); },
-      py::arg("indices"), "CRC32C of a loader's sample subset, as its state_dict() has it.");
+      "_subset_crc", [](const py::object& indices) { return SubsetCrc(SubsetFromPython(indices)); },
+      py::arg("indices"),
+      "CRC32C of a loader's sample subset (a range or a sequence of indices), as its "
+      "state_dict() has it.");
 }
 
 }  // namespace dlfs::python

@@ -430,6 +430,29 @@ void DefVolumeDirectory(VolumeClass& c) {
           py::arg("dir") = "",
           "Indices of every sample under directory `dir` (recursively), ascending.")
       .def(
+          "samples_under",
+          [](const Volume& v, const std::string& dir) -> py::object {
+            Result<PathEntry> found = v.directory().Resolve(dir);
+            if (!found.ok()) Check(found.status().WithContext(v.path()));
+            const PathEntry e = *found;
+            if (!e.is_dir) {
+              Check(Status::InvalidArgument(v.path() + ": '" + dir +
+                                            "' is a sample, not a directory"));
+            }
+            const SampleSubset s = SubsetUnder(v.directory(), e.index);
+            if (s.kind() == SampleSubset::Kind::kRange) {
+              return py::module_::import("builtins")
+                  .attr("range")(s.first(), s.first() + s.Count(0));
+            }
+            const std::span<const uint64_t> idx = s.list();
+            return py::array_t<int64_t>(static_cast<py::ssize_t>(idx.size()),
+                                        reinterpret_cast<const int64_t*>(idx.data()));
+          },
+          py::arg("dir") = "",
+          "The samples under directory `dir` (recursively), for a loader's indices=: a "
+          "range(first, end) when they are contiguous (a directory's subtree usually is: "
+          "nothing per sample), else an int64 array as indices(dir) gives.")
+      .def(
           "label",
           [](const Volume& v, int64_t i) {
             return LabelOrNone(v.directory().label(CheckIndex(v, i)));

@@ -145,7 +145,7 @@ LoaderSetup ResolveLoaderKeywords(LoaderKeywords k) {
   o.planned_epochs = k.epochs;
   o.verify_checksums = k.verify_checksums;
   o.plan.coalesce = k.coalesce;
-  if (k.indices) o.subset = std::move(*k.indices);
+  o.subset = SubsetFromPython(k.indices);
   if (auto budget = CacheBudget(k.cache_budget)) o.cache_budget = *budget;
   if (k.fields) o.fields = std::move(*k.fields);
   o.cache_shared = k.cache_shared;
@@ -153,6 +153,22 @@ LoaderSetup ResolveLoaderKeywords(LoaderKeywords k) {
   o.max_bad_samples = k.max_bad_samples;
   if (!k.quarantine.is_none()) o.quarantine = QuarantineIndices(k.quarantine);
   return out;
+}
+
+SampleSubset SubsetFromPython(const py::object& indices) {
+  if (indices.is_none()) return {};
+  static const py::object range_type = py::module_::import("builtins").attr("range");
+  if (py::isinstance(indices, range_type) && indices.attr("step").cast<int64_t>() == 1) {
+    const py::int_ start = indices.attr("start"), stop = indices.attr("stop");
+    if (start < py::int_(0)) {
+      throw py::value_error("indices: a range of sample indices starts at 0 or later, not " +
+                            py::repr(indices).cast<std::string>());
+    }
+    const uint64_t first = start.cast<uint64_t>();
+    const uint64_t end = stop < start ? first : stop.cast<uint64_t>();
+    return SampleSubset::Range(first, end - first);
+  }
+  return SampleSubset(indices.cast<std::vector<uint64_t>>());
 }
 
 std::unique_ptr<BatchSource> MakeSource(LoaderSetup setup, SourceParts* parts) {

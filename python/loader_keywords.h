@@ -42,7 +42,9 @@ struct LoaderKeywords {
   std::optional<bool> direct_io;
   bool verify_checksums = false;
   bool coalesce = false;
-  std::optional<std::vector<uint64_t>> indices;  // the subset; None: every sample
+  // The subset: a range (step 1: nothing per sample), a sequence of
+  // indices, or None: every sample.
+  pybind11::object indices = pybind11::none();
   // None: LoaderOptions' default; bytes (an int) or ParseByteBudget's text.
   pybind11::object cache_budget = pybind11::none();
   std::optional<std::vector<std::string>> fields;
@@ -78,6 +80,11 @@ struct LoaderSetup {
   ShardKeywords shard;
 };
 
+// indices= as a SampleSubset: None, every sample; a range of step 1, that
+// range; else a sequence of indices (an empty one: every sample).
+// ValueError for a range below 0, TypeError for what is no sequence of them.
+SampleSubset SubsetFromPython(const pybind11::object& indices);
+
 // Opens the volumes given as paths (collectively with comm=) and maps every
 // keyword onto LoaderOptions; call it holding the GIL. Throws as the
 // bindings do (status_bridge.h): OSError or CorruptVolumeError for a
@@ -105,13 +112,13 @@ void DefLoaderInit(Class& cls, Make make, OwnArgs... own) {
                       uint32_t rank, uint32_t world_size, bool drop_last, uint32_t prefetch_batches,
                       uint32_t queue_depth, uint32_t io_threads, std::string engine,
                       std::optional<bool> direct_io, bool verify_checksums, bool coalesce,
-                      std::optional<std::vector<uint64_t>> indices, py::object cache_budget,
-                      bool cache_shared, bool skip_bad_samples, uint32_t max_bad_samples,
-                      py::object quarantine, std::optional<std::vector<double>> weights,
-                      uint64_t epoch_samples, bool cycle, py::object comm, bool shard_local,
-                      bool cluster_cache, uint32_t window_batches, bool read_ahead,
-                      py::object target_map, std::string directory, std::string node_name,
-                      uint32_t epochs, Own... own_values) {
+                      py::object indices, py::object cache_budget, bool cache_shared,
+                      bool skip_bad_samples, uint32_t max_bad_samples, py::object quarantine,
+                      std::optional<std::vector<double>> weights, uint64_t epoch_samples,
+                      bool cycle, py::object comm, bool shard_local, bool cluster_cache,
+                      uint32_t window_batches, bool read_ahead, py::object target_map,
+                      std::string directory, std::string node_name, uint32_t epochs,
+                      Own... own_values) {
         return make(LoaderKeywords{.volume = std::move(volume),
                                    .batch_size = batch_size,
                                    .shuffle = shuffle,

@@ -3,8 +3,8 @@
 // load_state_dict() takes (the keys of its text form, dlfs/batch_source.h;
 // flags as bools; the epoch's earlier parts of an elastic resume as the
 // "segments" string; the samples left out as bad as the "quarantine" string
-// "3,17"), the iteration's position, quarantine records, and the rank's
-// sample indices of an epoch. (Their
+// "3,17"; the epoch order's version as "order"), the iteration's position,
+// quarantine records, and the rank's sample indices of an epoch. (Their
 // keywords become LoaderOptions in loader_keywords.h.)
 #pragma once
 
@@ -41,12 +41,14 @@ inline pybind11::dict StateDict(const SourceState& s) {
   d["drop_last"] = s.sampler.drop_last;
   d["rank"] = s.sampler.rank;
   d["world_size"] = s.sampler.world_size;
+  d["order"] = s.order;
   return d;
 }
 
 // The dict back, through the text form's parser (which names a missing,
 // unknown or malformed key). Version 1 of the text form, whose "segments"
-// is optional: a dict saved before elastic resume existed still loads.
+// is optional: a dict saved before elastic resume existed still loads; and
+// "order" too: a dict saved before the order had versions is order 1.
 // TypeError/ValueError for what is not such a dict.
 inline Result<SourceState> StateFromDict(const pybind11::handle& state) {
   namespace py = pybind11;

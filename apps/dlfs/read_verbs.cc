@@ -133,16 +133,36 @@ struct EpochArgs {
   VolumeArgs volume;
   SamplerOptions sampler;
   uint64_t epoch = 0;
+  uint64_t start = 0;             // the first position of the rank's order printed
+  uint64_t count = ~uint64_t{0};  // how many (all of them)
 };
 
-// Under mpirun: rank 0 prints "rank<TAB>index" lines, rank by rank.
+// Indices are computed and printed a page at a time: nothing of the
+// epoch's size is held, and the first lines come at once.
+constexpr uint64_t kEpochPage = uint64_t{1} << 20;
+
+// Under mpirun: rank 0 prints "rank<TAB>index" lines, rank by rank, a page
+// of each rank's order at a time.
 int RunEpochMpi(const EpochArgs& args) {
 #ifdef DLFS_HAVE_MPI
   return RunWithMpi([&](int rank, int world) {
-    auto all = GatherEpochIndices(MPI_COMM_WORLD, args.volume.path, args.volume.open, args.sampler,
-                                  args.epoch);
-    if (!all.ok()) return FailOnRank0(rank, all.status());
-    if (rank == 0) Print(FormatEpochIndices(*all, world));
+    auto volume = OpenShared(MPI_COMM_WORLD, args.volume.path, args.volume.open);
+    if (!volume.ok()) return FailOnRank0(rank, volume.status());
+    uint64_t at = args.start;
+    uint64_t left = args.count;
+    while (true) {
+      auto page = GatherEpochIndices(MPI_COMM_WORLD, **volume, args.sampler, args.epoch, at,
+                                     std::min(left, kEpochPage));
+      if (!page.ok()) return FailOnRank0(rank, page.status());
+      if (rank == 0) Print(FormatEpochIndices(*page, world));
+      // Every rank's page is as long (rank 0 holds world of them).
+      uint64_t got = page->size() / static_cast<uint64_t>(world);
+      MPI_Bcast(&got, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+      if (got < std::min(left, kEpochPage)) break;
+      at += got;
+      left -= got;
+      if (left == 0) break;
+    }
     return kExitOk;
   });
 #else
@@ -157,7 +177,15 @@ int RunEpoch(const EpochArgs& args) {
   if (!vol.ok()) return Fail(vol.status());
   auto sampler = Sampler::Create((*vol)->size(), args.sampler);
   if (!sampler.ok()) return Fail(sampler.status());
-  Print(FormatEpochIndices(sampler->RankIndices(args.epoch), 0));
+  const RankOrder order = sampler->Ranked(args.epoch);
+  const uint64_t first = std::min(args.start, order.size());
+  const uint64_t end = first + std::min(args.count, order.size() - first);
+  std::vector<uint64_t> page;
+  for (uint64_t k = first; k < end; k += page.size()) {
+    page.resize(std::min(kEpochPage, end - k));
+    order.Fill(k, page.size(), page.data());
+    Print(FormatEpochIndices(page, 0));
+  }
   return kExitOk;
 }
 
@@ -279,9 +307,10 @@ void AddEpoch(CLI::App& app, int* exit_code) {
   args->sampler.batch_size = 1;
   auto* e = app.add_subcommand(
       "epoch",
-      "Print the sample indices one rank reads in one epoch, one per line, in order.\n"
+      "Print the sample indices one rank reads in one epoch, one per line, in order\n"
+      "(--start and --count print a part of them; each is computed from its position).\n"
       "Under mpirun: rank and world come from MPI, and rank 0 prints RANK<TAB>INDEX lines\n"
-      "for every rank.");
+      "for every rank, rank by rank a page of 1,048,576 positions at a time.");
   AddVolumeArgs(e, &args->volume);
   SamplerOptions& s = args->sampler;
   AddDefaulted(e, "--seed", s.seed, "Shuffle seed");
@@ -292,6 +321,8 @@ void AddEpoch(CLI::App& app, int* exit_code) {
   e->add_flag("--drop-last", s.drop_last,
               "Drop the tail instead of padding by wrapping around (as DistributedSampler)");
   AddOffFlag(e, "--no-shuffle", &s.shuffle, "Volume order instead of a permutation");
+  AddDefaulted(e, "--start", args->start, "The first position of the rank's order to print");
+  e->add_option("--count", args->count, "How many positions to print (default: to the end)");
   e->callback([args, rank, world, exit_code] {
     if (LaunchedByMpirun() && rank->count() + world->count() > 0) {
       throw CLI::ValidationError("--rank and --world come from mpirun; leave them out");

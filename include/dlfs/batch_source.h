@@ -18,8 +18,9 @@
 // following one; wrong bytes are never handed out as a sample.
 //
 // Resuming: SaveState() says where the source is (epoch, batches handed out)
-// and what decides its order; LoadState() in a new process, on a source made
-// with the same volume and options, continues exactly there:
+// and what decides its order, the order's version among it (kOrderVersion,
+// dlfs/sampler.h); LoadState() in a new process, on a source made with the
+// same volume and options, continues exactly there:
 //
 //   std::string saved = source.SaveState()->Serialize();   // with the checkpoint
 //   ...                                                     // a new process
@@ -29,6 +30,14 @@
 //
 // SetEpoch(state.epoch) right after LoadState keeps the restored position
 // (the first call with that epoch only); any other epoch starts it afresh.
+//
+// A state saved in the middle of an epoch by a dlfs of another epoch order
+// (order 1, Fisher-Yates, before the version was recorded: states without
+// an "order") is refused: its batches handed out cannot be told apart in
+// this order. The error says to resume at an epoch boundary instead (batches
+// 0 and no segments re-reads that epoch whole; the next epoch and batches 0
+// skips its rest). A state at an epoch boundary (no batches of the epoch
+// handed out, or all of them) needs no order and resumes whatever its order.
 //
 // Elastic resume: a state saved by the ranks of a job (all at the same
 // step, as in data-parallel training; any rank's state describes the job)
@@ -71,11 +80,15 @@ struct SourceState {
   uint64_t samples = 0;     // samples the sampler orders (the subset's size when one is set)
   uint32_t subset_crc = 0;  // CRC32C of the subset's indices; 0 without one
   SamplerOptions sampler;   // seed, shuffle, batch size, drop_last, rank, world size
+  // The epoch order's version (kOrderVersion; 1: Fisher-Yates, a state that
+  // does not say).
+  uint32_t order = kOrderVersion;
 
-  // One "key value" line each, after a "dlfs-source-state 2" line; the
+  // One "key value" line each, after a "dlfs-source-state 3" line; the
   // parts as "segments world_size=4,workers=1,batch_size=32,batches=7;..."
-  // (empty value: none); "quarantine 3,17" (sorted indices). Parse also
-  // takes version 1 (neither line).
+  // (empty value: none); "quarantine 3,17" (sorted indices); "order 2".
+  // Parse also takes version 2 (no order line: order 1) and version 1
+  // (neither segments nor quarantine either); "order" may appear in them.
   std::string Serialize() const;
   // InvalidArgument naming the line for text Serialize() did not write.
   static Result<SourceState> Parse(std::string_view text);
@@ -89,9 +102,10 @@ Result<std::vector<EpochSegment>> ParseEpochSegments(std::string_view text);
 
 // Ok when `saved` can be resumed by a source whose own state is `current`
 // (same volume, sample set, seed, shuffle and drop_last; rank, world size
-// and batch size may differ: see "Elastic resume" above); otherwise
-// InvalidArgument "<who>: cannot resume from this state: it was saved with
-// seed 7, this loader has seed 8" (every difference named).
+// and batch size may differ: see "Elastic resume" above; the same order
+// version unless saved at an epoch boundary); otherwise InvalidArgument
+// "<who>: cannot resume from this state: it was saved with seed 7, this
+// loader has seed 8" (every difference named).
 Status CheckResumable(const SourceState& saved, const SourceState& current, const std::string& who);
 
 // Where a source of sampler options `mine` continues `saved` (which
@@ -106,8 +120,9 @@ struct ResumePoint {
 };
 ResumePoint PlanResume(const SourceState& saved, const SamplerOptions& mine);
 
-// CRC32C of a subset's indices (as little-endian uint64), 0 for none.
-uint32_t SubsetCrc(const std::vector<uint64_t>& subset);
+// CRC32C of a subset's indices (as little-endian uint64), 0 for none
+// (SampleSubset::Crc: a range's in O(log^2), equal to its list's).
+inline uint32_t SubsetCrc(const SampleSubset& subset) { return subset.Crc(); }
 
 // Where a source's time and memory went since it was created; the
 // difference of two snapshots covers the time between them (RunEpochs

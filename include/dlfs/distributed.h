@@ -136,8 +136,9 @@ struct ShardLoaderStats {
 // caches form one cache of a volume that every rank can read (a parallel
 // file system, NBD servers). Each sample has one owner node, computed the
 // same on every rank with no communication (cache/placement.h: balanced by
-// bytes, a sample's owner is where the epoch-0 order first reads it when
-// that node has room; what the nodes' budgets cannot hold has no owner).
+// count within the capacities, a sample's owner is where the epoch-0 order
+// first reads it when that node has room; what the nodes' budgets cannot
+// hold has no owner), by a rule per sample: nothing is stored per sample.
 // In each exchange a rank takes the samples its own node caches from the
 // node cache, asks the owners for the others, and reads from storage only
 // the samples no node keeps and those an owner does not hold yet — which it
@@ -148,7 +149,8 @@ struct ShardLoaderStats {
 // the rank that hands it out, whoever sent it; caches keep only samples that
 // pass. Node caches are NodeCache regions (LoaderOptions::cache_budget, per
 // node; cache_shared), one per fake node under DLFS_RANKS_PER_NODE.
-// Memory per rank: one owner entry (4 bytes) per sample of the volume.
+// Memory per rank: the windows' samples; nothing per sample of the volume
+// (a subset given as an unsorted list is sorted once to find positions).
 class ShardLoader final : public BatchSource {
  public:
   // Collective over `comm`. The ranks agree, as CreateLoader's do, and also
@@ -174,9 +176,9 @@ class ShardLoader final : public BatchSource {
 
   const ShardLoaderStats& stats() const;
 
-  // cluster_cache: each sample's owner node (-1: no node's cache keeps it);
-  // the same on every rank. Empty otherwise.
-  std::span<const int32_t> cluster_owners() const;
+  // cluster_cache: sample `index`'s owner node (-1: no node's cache keeps
+  // it, or no cluster cache); the same on every rank. O(1).
+  int cluster_owner(uint64_t index) const;
 
  private:
   class Impl;
@@ -187,13 +189,21 @@ class ShardLoader final : public BatchSource {
 // What `dlfs epoch` prints under mpirun: opens `path` collectively
 // (OpenShared), orders it as a Loader with `sampler` would (rank and world
 // from `comm`, as CreateLoader sets them; no Loader is made), and gathers
-// every rank's indices for `epoch` on rank 0 (rank by rank, each in reading
-// order, rank r's starting at r * samples_per_rank); the other ranks get an
-// empty vector. Collective; the same error on every rank (OpenShared's, or
-// the lowest-ranked rank's bad sampler options).
+// every rank's indices for `epoch` at positions [start, start + count) of
+// its order (fewer past its end; every rank has as many) on rank 0 (rank by
+// rank, each in reading order, rank r's starting at r times that many); the
+// other ranks get an empty vector. Each rank computes only those positions.
+// Collective; the same error on every rank (OpenShared's, or the
+// lowest-ranked rank's bad sampler options).
 Result<std::vector<uint64_t>> GatherEpochIndices(MPI_Comm comm, const std::string& path,
                                                  const VolumeOpenOptions& open,
-                                                 const SamplerOptions& sampler, uint64_t epoch);
+                                                 const SamplerOptions& sampler, uint64_t epoch,
+                                                 uint64_t start = 0, uint64_t count = ~uint64_t{0});
+// The same on a volume every rank has opened (collectively): page after page
+// without opening it again.
+Result<std::vector<uint64_t>> GatherEpochIndices(MPI_Comm comm, const Volume& volume,
+                                                 const SamplerOptions& sampler, uint64_t epoch,
+                                                 uint64_t start = 0, uint64_t count = ~uint64_t{0});
 
 // Measuring a job, as `dlfs bench` does under mpirun.
 struct BenchJobOptions {

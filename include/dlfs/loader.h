@@ -20,7 +20,9 @@
 //
 // Order: batch k of an epoch holds this rank's samples k*B .. k*B+B-1 of
 // Sampler::RankIndices(epoch) (see dlfs/sampler.h), in that order, whatever
-// order the reads completed in.
+// order the reads completed in. They are computed when the batch is planned
+// (Sampler::Ranked): nothing of the epoch's size is held, and the first
+// batch of a billion-sample epoch is read as soon as that of a small one.
 //
 // Reading ahead: the order is known in advance, so each I/O thread streams
 // the reads of the batches ahead of the caller through its engine, keeping
@@ -175,9 +177,11 @@ struct LoaderOptions {
   // O_DIRECT would read kBufferedAbove times the samples' bytes or more
   // (samples much smaller than a block). False: engine.direct_io decides.
   bool auto_direct_io = true;
-  // When non-empty, read only these sample indices (e.g. a split:
-  // SampleDirectory::SamplesUnder); the sampler permutes positions in it.
-  std::vector<uint64_t> subset;
+  // Read only these samples (e.g. a split: the samples under a directory,
+  // a range when they are contiguous); the sampler orders positions in it
+  // (dlfs/sampler.h). The default reads every sample; so does an empty
+  // list, as when this was a vector.
+  SampleSubset subset;
   // Fields to hand out per sample (format v2, see "Fields" above), in this
   // order, e.g. {"jpg", "cls"}. Empty: each sample (Volume::ReadInto's
   // bytes: a volume of one compressed field hands it out decoded), which
@@ -190,11 +194,17 @@ struct LoaderOptions {
   bool skip_bad_samples = false;
   uint32_t max_bad_samples = 16;
   std::vector<uint64_t> quarantine;
-  // For sources built on loaders (dlfs/mixture.h): when set, each epoch's
-  // order is order(epoch), called once per epoch from any thread (again
-  // after LoadState), with order_batches batches; the sampler's order,
-  // subset and elastic resume then do not apply (the caller does that).
+  // For sources built on loaders: when set, each epoch's order is
+  // order(epoch), called once per epoch from any thread (again after
+  // LoadState), with order_batches batches; the sampler's order, subset and
+  // elastic resume then do not apply (the caller does that).
   std::function<std::shared_ptr<const LoaderOrder>(uint64_t epoch)> order;
+  // The same batch by batch, holding nothing of the epoch's size (as
+  // dlfs/mixture.h gives): batch k of an epoch is batch_order(epoch, k),
+  // called when the loader plans that batch, from its I/O threads (several
+  // at once, and again for the same batch after LoadState or SetEpoch); a
+  // batch with an index out of the volume fails. Not with `order`.
+  std::function<std::vector<uint64_t>(uint64_t epoch, uint64_t batch)> batch_order;
   uint64_t order_batches = 0;
 };
 

@@ -9,14 +9,20 @@
 //
 // The epoch: epoch_samples samples (default: the most the weights allow
 // before a volume runs out, min over volumes of size / weight, weights
-// normalised). Volume v contributes round(epoch_samples * weight_v) of them
-// (largest remainders), in its own order (a permutation per epoch, shuffled
-// unless sampler.shuffle is false; with `cycle`, a volume with fewer samples
-// than that starts a new permutation when it runs out; without, Create
-// refuses it). Which position comes from which volume is a shuffle of those
-// counts: exact shares per epoch, and in any window of the epoch the shares
-// of a random draw without replacement (within binomial tolerance). All of
-// it is a pure function of (seed, epoch), computed alike on every rank.
+// normalised). Volume v contributes share_v = round(epoch_samples *
+// weight_v) of them (largest remainders). Which position comes from which
+// volume is a shuffle of those counts (the epoch order of dlfs/sampler.h
+// over share slots: position t takes slot u = P(t), slots of volume v being
+// the share_v after the earlier volumes'): exact shares per epoch, and in
+// any window of the epoch the shares of a random draw without replacement
+// (within binomial tolerance). Volume v's j-th slot holds sample j mod n_v
+// of its own order (a permutation per epoch, shuffled unless
+// sampler.shuffle is false), the permutation of pass j div n_v: with
+// `cycle`, a volume with fewer samples than its share is read again, each
+// pass a new permutation (passes interleave over the epoch); without,
+// Create refuses it. All of it is a pure function of (seed, epoch),
+// computed per position alike on every rank, with nothing of the epoch's
+// size stored.
 //
 // Ranks, batches, padding, drop_last, resuming (also elastic) and the
 // epoch's split are those of one volume's Loader over the epoch's positions

@@ -471,7 +471,9 @@ class LoaderDataset(_tud.IterableDataset):
             if self.fields is not None:
                 _check_fields(v, p, self.fields)
         self.classes = vol.classes
-        self.indices = vol.indices(root) if root else None
+        # A range when the samples under root are contiguous (nothing per
+        # sample), else an array of their indices.
+        self.indices = vol.samples_under(root) if root else None
         if mixture:
             # What the mixture's order depends on, as its Loader states it.
             probe = _dlfs.Loader(self._volumes, batch_size, shuffle=shuffle, seed=seed,
@@ -486,7 +488,7 @@ class LoaderDataset(_tud.IterableDataset):
         self._identity = {
             "volume_uuid": volume_uuid, "volume_samples": volume_samples,
             "samples": self._samples,
-            "subset_crc": 0 if root is None else _dlfs._subset_crc(self.indices.tolist()),
+            "subset_crc": 0 if root is None else _dlfs._subset_crc(self.indices),
             "seed": seed, "shuffle": bool(shuffle), "batch_size": batch_size,
             "drop_last": bool(drop_last)}
         self._loaded = None  # the state load_state_dict() was given, until iterated
@@ -721,7 +723,9 @@ class LoaderDataset(_tud.IterableDataset):
         """The position after the DataLoader has handed out `batches` batches of
         the current epoch, as a dict (ints, bools, strings: torch.save or json
         store it), with what decides the order: volume, sample set, seed,
-        shuffle, batch_size, drop_last, rank, world_size and num_workers.
+        shuffle, batch_size, drop_last, rank, world_size, num_workers and the
+        epoch order's version ("order"; a state saved mid-epoch with another
+        is refused, one at an epoch boundary resumes).
 
         batches: what the training loop has taken from the DataLoader in this
         iteration (step + 1 after `for step, batch in enumerate(loader)`); in a
@@ -764,7 +768,7 @@ class LoaderDataset(_tud.IterableDataset):
             if total > whole:
                 raise ValueError(f"batches={total}, but the epoch has {whole} batches "
                                  f"(num_workers={workers if workers > 1 else 0})")
-        state = dict(self._identity, rank=rank, world_size=world)
+        state = dict(self._identity, rank=rank, world_size=world, order=_dlfs.ORDER_VERSION)
         state.update(epoch=epoch, batches=total,
                      num_workers=workers if total > 0 or segments else 0,
                      segments=_format_segments(segments),
@@ -812,6 +816,7 @@ class LoaderDataset(_tud.IterableDataset):
                              "sample out of range")
         workers = max(workers, 1)
         rest = "continued from an earlier job; more batches to come" if segments else ""
+        whole = batches
         if batches > 0 and not segments:
             shards = world * workers
             per = self._samples // shards if self.drop_last else -(-self._samples // shards)
@@ -821,6 +826,19 @@ class LoaderDataset(_tud.IterableDataset):
                                  f"{batches} batches of an epoch of {whole}")
             if batches < whole:
                 rest = f"{batches} of {whole} batches handed out"
+        # A state of another epoch order (1, Fisher-Yates: states without an
+        # "order") means the same only at an epoch boundary.
+        order = int(state.get("order", 1))
+        if order != _dlfs.ORDER_VERSION and (segments or 0 < batches < whole):
+            raise ValueError(
+                f"{self.path}: cannot resume from this state: it was saved in the middle of "
+                f"epoch {epoch} ({batches} batches handed out"
+                f"{' after earlier parts' if segments else ''}) with epoch order {order}"
+                f"{' (Fisher-Yates, dlfs before the order had versions)' if order == 1 else ''}"
+                f", and this dlfs reads epoch order {_dlfs.ORDER_VERSION}: which samples those "
+                "batches held cannot be told. Resume at an epoch boundary: the state with "
+                f"batches 0 and no segments reads epoch {epoch} again whole; with epoch "
+                f"{epoch + 1} and batches 0 it goes on with the next epoch")
         p = self._position
         self._restored_rest = ""  # a position restored before is replaced
         self.epoch = epoch

@@ -157,7 +157,7 @@ class ImageLoader:
         vol = volume[0] if mixture else open_volume(volume)
         self.volume = volume if mixture else vol
         self.classes = vol.classes
-        indices = vol.indices(root) if root else None
+        indices = vol.samples_under(root) if root else None  # a range when contiguous
         if decode_threads is not None:
             loader_options["decode_threads"] = decode_threads
         self._loader = _dlfs.ImageLoader(volume if mixture else vol, batch_size,

@@ -16,4 +16,9 @@ uint32_t Extend(uint32_t crc, const void* data, size_t n);
 
 inline uint32_t Value(const void* data, size_t n) { return Extend(0, data, n); }
 
+// The CRC32C of A followed by B, from crc_a = Value(A), crc_b = Value(B) and
+// B's length, without B's bytes (zlib's crc32_combine for the Castagnoli
+// polynomial): O(log len_b).
+uint32_t Combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
+
 }  // namespace dlfs::crc32c

@@ -1,6 +1,7 @@
 #include "loader/batch_planner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <numeric>
 
@@ -74,16 +75,16 @@ void PlanBatch(const SampleDirectory& dir, std::span<const uint64_t> indices,
   close_run();
 }
 
-double DirectReadAmplification(const SampleDirectory& dir, std::span<const uint64_t> subset,
+double DirectReadAmplification(const SampleDirectory& dir, const SampleSubset& subset,
                                uint32_t alignment) {
-  const uint64_t n = subset.empty() ? dir.size() : subset.size();
+  const uint64_t n = subset.Count(dir.size());
   if (n == 0 || alignment <= 1) return 1;
   constexpr uint64_t kLooked = 65536;
   const uint64_t step = std::max<uint64_t>(1, n / kLooked);
   const uint64_t a = alignment;
   double extents = 0, bytes = 0;
   for (uint64_t k = 0; k < n; k += step) {
-    const SampleInfo s = dir.sample(subset.empty() ? k : subset[k]);
+    const SampleInfo s = dir.sample(subset.At(k));
     if (s.length == 0) continue;
     const uint64_t begin = s.offset / a * a, end = (s.offset + s.length + a - 1) / a * a;
     extents += static_cast<double>(end - begin);
@@ -92,8 +93,31 @@ double DirectReadAmplification(const SampleDirectory& dir, std::span<const uint6
   return bytes > 0 ? extents / bytes : 1;
 }
 
+SampleSizes MeasureSampleSizes(const SampleDirectory& dir, const SampleSubset& subset,
+                               uint64_t align) {
+  constexpr uint64_t kLooked = 65536;
+  const uint64_t n = subset.Count(dir.size());
+  SampleSizes s;
+  if (n == 0) return s;
+  const uint64_t looked = std::min(n, kLooked);
+  align = std::max<uint64_t>(align, 1);
+  double sum = 0, squares = 0;
+  for (uint64_t j = 0; j < looked; ++j) {
+    const auto k = static_cast<uint64_t>(static_cast<unsigned __int128>(j) * n / looked);
+    const uint64_t len = (dir.sample(subset.At(k)).length + align - 1) / align * align;
+    sum += static_cast<double>(len);
+    squares += static_cast<double>(len) * static_cast<double>(len);
+    s.largest = std::max(s.largest, len);
+  }
+  const double mean = sum / static_cast<double>(looked);
+  s.exact_mean = mean;
+  s.mean = static_cast<uint64_t>(std::ceil(mean));
+  s.stddev = std::sqrt(std::max(0.0, squares / static_cast<double>(looked) - mean * mean));
+  return s;
+}
+
 Result<std::unique_ptr<IoEngine>> CreateEngineForSamples(const Volume& volume,
-                                                         std::span<const uint64_t> subset,
+                                                         const SampleSubset& subset,
                                                          bool auto_direct_io,
                                                          EngineOptions* options,
                                                          std::string* note) {

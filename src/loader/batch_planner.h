@@ -57,8 +57,22 @@ void PlanBatch(const SampleDirectory& dir, std::span<const uint64_t> indices,
 // the sum of their lengths (1 for aligned samples; about 6 for 784-byte
 // samples packed densely in 4 KiB blocks). The samples: all of `dir`, or
 // `subset`; at most 65,536 of them, evenly spread, are looked at.
-double DirectReadAmplification(const SampleDirectory& dir, std::span<const uint64_t> subset,
+double DirectReadAmplification(const SampleDirectory& dir, const SampleSubset& subset,
                                uint32_t alignment);
+
+// The sizes of a loader's samples (all of `dir`, or `subset`), each
+// rounded up to a multiple of `align`: their mean, the largest and their
+// standard deviation. At most 65,536 samples evenly spread over them are
+// looked at (all of them, below that), so that a loader of a billion
+// samples starts as fast as one of a thousand: what buffers are planned
+// for (a batch of larger samples grows its buffer).
+struct SampleSizes {
+  uint64_t mean = 0, largest = 0;
+  double stddev = 0;
+  double exact_mean = 0;  // unrounded
+};
+SampleSizes MeasureSampleSizes(const SampleDirectory& dir, const SampleSubset& subset,
+                               uint64_t align = 1);
 
 // At this amplification or above, reading through the page cache (whose
 // read-ahead brings a densely packed volume's neighbouring samples in with
@@ -73,7 +87,7 @@ inline constexpr double kBufferedAbove = 2.5;
 // times the samples' bytes (all, or `subset`) or more, a buffered one:
 // *options then says direct_io false and *note why ("buffered reads: ...").
 Result<std::unique_ptr<IoEngine>> CreateEngineForSamples(const Volume& volume,
-                                                         std::span<const uint64_t> subset,
+                                                         const SampleSubset& subset,
                                                          bool auto_direct_io,
                                                          EngineOptions* options, std::string* note);
 

@@ -1,10 +1,13 @@
-// The samples a Loader reads in an epoch, in order, and where its batches
-// start: from the sampler, from an explicit order (LoaderOptions::order, as
-// a mixture gives), or the rest of an epoch after an elastic resume.
+// The samples a Loader reads in an epoch, batch by batch: from the sampler
+// (computed per batch, nothing of the epoch's size stored), from an explicit
+// order (LoaderOptions::order: the caller's lists; or batch_order, asked per
+// batch, as a mixture gives), or the rest of an epoch after an elastic
+// resume.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -20,18 +23,33 @@ namespace dlfs::loader_internal {
 // earlier jobs read (an elastic resume): then they are the epoch's last
 // batches, from batch first_seq on, and `part` tells them apart.
 struct EpochOrder {
-  uint64_t epoch;
+  uint64_t epoch = 0;
   uint64_t part = 0;  // 0: the whole epoch; else the resume that made it
   uint64_t first_seq = 0;
+  // The sampler's order (neither explicit form below).
+  RankOrder ranked;
+  // LoaderOptions::order: the indices, and where each batch starts in them.
+  bool listed = false;
   std::vector<uint64_t> indices;
-  // Where each batch starts in indices (LoaderOptions::order); empty:
-  // every batch_size.
   std::vector<uint64_t> starts;
+  // LoaderOptions::batch_order, asked per batch (with the volume's sample
+  // count, to check what it gives).
+  std::function<std::vector<uint64_t>(uint64_t epoch, uint64_t batch)> per_batch;
+  uint64_t volume_samples = 0;
+  std::string volume;
   Status error;  // an explicit order that does not fit: every batch fails with it
+
+  // The indices of batch `seq` (first_seq <= seq < the epoch's batches),
+  // each batch_size but the last of the sampler's order. InvalidArgument
+  // for a batch batch_order gives with an index out of the volume.
+  Status Batch(uint64_t seq, uint64_t batch_size, std::vector<uint64_t>* out) const;
+  // Every index, in order (for RankIndices(): O(the rank's samples)).
+  std::vector<uint64_t> All(uint64_t batches, uint64_t batch_size) const;
 };
 
-// The orders of the last few epochs, each computed once for every I/O
-// thread that needs it. Thread-safe.
+// The orders of the last few epochs, each made once for every I/O thread
+// that needs it (an explicit order's lists are asked once per epoch).
+// Thread-safe.
 class EpochOrders {
  public:
   // `volume`, `volume_samples`: for checking an explicit order and naming
@@ -48,7 +66,7 @@ class EpochOrders {
   // The order of `epoch`: `part` itself when it is that epoch's rest.
   std::shared_ptr<const EpochOrder> Get(uint64_t epoch, std::shared_ptr<const EpochOrder> part);
 
-  // Forgets what was computed (an explicit order may differ after a resume).
+  // Forgets what was made (an explicit order may differ after a resume).
   void Clear();
 
  private:

@@ -24,38 +24,6 @@ void AddSeconds(std::atomic<uint64_t>& ns, double seconds) {
   ns.fetch_add(static_cast<uint64_t>(seconds * 1e9), std::memory_order_relaxed);
 }
 
-// The sizes of the samples a loader reads (all, or `subset`): what its
-// batch buffers are planned for.
-struct SampleSizes {
-  uint64_t mean = 0, largest = 0;
-  double stddev = 0;
-};
-SampleSizes MeasureSampleSizes(const Volume& volume, const std::vector<uint64_t>& subset) {
-  const SampleDirectory& dir = volume.directory();
-  const uint64_t n = subset.empty() ? volume.size() : subset.size();
-  SampleSizes s;
-  if (n == 0) return s;
-  // A compact directory records its largest sample, so the sizes need only
-  // a spread-out sample of at most 65,536 (no pass over a billion samples
-  // before the first batch); otherwise every sample is looked at.
-  const std::optional<uint64_t> largest = dir.max_sample_length();
-  const uint64_t step = largest ? std::max<uint64_t>(1, n / 65536) : 1;
-  double sum = 0, squares = 0, looked = 0;
-  for (uint64_t k = 0; k < n; k += step) {
-    const Result<SampleInfo> info = dir.Locate(subset.empty() ? k : subset[k]);
-    const uint64_t len = info.ok() ? info->length : 0;  // a bad block fails its batch later
-    sum += static_cast<double>(len);
-    squares += static_cast<double>(len) * static_cast<double>(len);
-    s.largest = std::max(s.largest, len);
-    ++looked;
-  }
-  if (largest) s.largest = std::max(s.largest, *largest);
-  const double mean = sum / looked;
-  s.mean = static_cast<uint64_t>(std::ceil(mean));
-  s.stddev = std::sqrt(std::max(0.0, squares / static_cast<double>(n) - mean * mean));
-  return s;
-}
-
 // "limit 128.0 MB in FILE, 6.2 MB in use" or "MemAvailable 21.9 GB": where
 // MemoryLimit::usable() comes from, for messages.
 std::string MemoryWhere(const MemoryLimit& m) {
@@ -129,7 +97,7 @@ SourceState Loader::Impl::Identity() const {
   SourceState s;
   s.volume_uuid = volume_->info().uuid;
   s.volume_samples = volume_->size();
-  s.samples = options_.subset.empty() ? volume_->size() : options_.subset.size();
+  s.samples = options_.subset.Count(volume_->size());
   s.subset_crc = subset_crc_;
   s.sampler = options_.sampler;
   return s;
@@ -157,7 +125,7 @@ Status Loader::Impl::LoadState(const SourceState& state) {
   std::shared_ptr<const EpochOrder> part;
   uint64_t batches = batches_;
   if (!at.done.empty()) {
-    Result<std::vector<uint64_t>> rest = sampler_.RankIndices(at.epoch, at.done, options_.subset);
+    Result<RankOrder> rest = sampler_.Ranked(at.epoch, at.done, options_.subset);
     if (!rest.ok()) {
       return Status::InvalidArgument(who +
                                      ": cannot resume from this state: " + rest.status().message());
@@ -168,7 +136,7 @@ Status Loader::Impl::LoadState(const SourceState& state) {
     o->epoch = at.epoch;
     o->part = ++parts_made_;
     o->first_seq = batches_ - batches;  // the rest is never longer than an epoch
-    o->indices = std::move(rest).value();
+    o->ranked = std::move(rest).value();
     part = std::move(o);
   }
   if (at.batches > batches) {
@@ -292,11 +260,18 @@ SourceStats Loader::Impl::Stats() const {
 }
 
 std::vector<uint64_t> Loader::Impl::RankIndices(uint64_t epoch) const {
+  const uint64_t b = options_.sampler.batch_size;
   {
     std::lock_guard lock(mu_);
-    if (part_ && part_->epoch == epoch) return part_->indices;
+    if (part_ && part_->epoch == epoch) return part_->All(batches_, b);
   }
   if (options_.order) return options_.order(epoch)->indices;
+  if (options_.batch_order) {
+    loader_internal::EpochOrder o;
+    o.epoch = epoch;
+    o.per_batch = options_.batch_order;
+    return o.All(batches_, b);
+  }
   return sampler_.RankIndices(epoch, options_.subset);
 }
 Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -327,14 +302,11 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
   }
   if (options.plan.max_read < 4096)
     return Status::InvalidArgument("max_read must be at least 4096");
-  for (uint64_t i : options.subset) {
-    if (i >= volume->size()) {
-      return Status::InvalidArgument("subset index " + std::to_string(i) + " is out of range (" +
-                                     volume->path() + " has " + std::to_string(volume->size()) +
-                                     " samples)");
-    }
+  DLFS_RETURN_IF_ERROR(options.subset.Check(volume->size(), volume->path()));
+  if (options.order && options.batch_order) {
+    return Status::InvalidArgument("an explicit order is given either whole or by batch, not both");
   }
-  const uint64_t n = options.subset.empty() ? volume->size() : options.subset.size();
+  const uint64_t n = options.subset.Count(volume->size());
   DLFS_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(n, options.sampler));
   const double t0 = Now();
 
@@ -376,7 +348,8 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
   // Memory: the batch buffers first (they are needed to read at all), then
   // the node cache's budget from what they leave.
   const MemoryLimit memory = ReadMemoryLimit();
-  const SampleSizes sizes = MeasureSampleSizes(*volume, options.subset);
+  const loader_internal::SampleSizes sizes =
+      loader_internal::MeasureSampleSizes(volume->directory(), options.subset);
   Result<loader_internal::BufferPlan> planned =
       loader_internal::PlanBuffers({.window = impl->window_,
                                     .threads = options.io_threads,

@@ -58,8 +58,8 @@ class Loader::Impl {
   // A batch whose reads are queued or in flight on one worker.
   struct InFlight {
     uint64_t gen, ticket, epoch, seq;
-    std::shared_ptr<const EpochOrder> order;  // keeps the indices alive
-    std::span<const uint64_t> indices;        // the batch's, in order
+    std::shared_ptr<const EpochOrder> order;
+    std::vector<uint64_t> indices;  // the batch's, in order
     // With a node cache: the bytes of the samples it holds (empty span for
     // the others), and the samples to read, in batch order.
     std::vector<std::optional<std::span<const std::byte>>> cached;
@@ -74,7 +74,7 @@ class Loader::Impl {
       : volume_(std::move(v)),
         options_(o),
         sampler_(std::move(s)),
-        batches_(o.order ? o.order_batches : sampler_.batches_per_epoch()),
+        batches_(o.order || o.batch_order ? o.order_batches : sampler_.batches_per_epoch()),
         window_(std::max<uint32_t>(o.prefetch_batches, 1)) {
     po_.read = options_.plan;
   }

@@ -90,17 +90,17 @@ void Loader::Impl::Run(Worker& w) {
         b->epoch = epoch;
         b->seq = ticket % batches_;
         b->order = orders_.Get(epoch, std::move(part));
-        if (!b->order->error.ok()) {
-          Publish(*b, b->order->error);
+        // This batch's samples, computed now: the order stores nothing of
+        // the epoch's size.
+        Status order_st = b->order->error;
+        if (order_st.ok()) {
+          order_st = b->order->Batch(b->seq, options_.sampler.batch_size, &b->indices);
+        }
+        if (!order_st.ok()) {
+          Publish(*b, order_st);
           continue;
         }
-        const uint64_t bs = options_.sampler.batch_size;
-        const uint64_t first = b->order->starts.empty() ? (b->seq - b->order->first_seq) * bs
-                                                        : b->order->starts[b->seq];
-        const uint64_t count = b->order->starts.empty()
-                                   ? std::min<uint64_t>(bs, b->order->indices.size() - first)
-                                   : b->order->starts[b->seq + 1] - first;
-        b->indices = std::span<const uint64_t>(b->order->indices.data() + first, count);
+        const uint64_t count = b->indices.size();
         std::span<const uint64_t> to_read = b->indices;
         if (cache_) {
           // Samples the node cache holds are not read.

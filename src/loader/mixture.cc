@@ -1,11 +1,13 @@
-// MixtureSource: one Loader per volume, each given the epoch's order for
-// its volume (LoaderOptions::order), read in lockstep and merged.
+// MixtureSource: one Loader per volume, each given its batches of the
+// epoch's order (LoaderOptions::batch_order), read in lockstep and merged.
+// Nothing of the epoch's size is stored: each batch's (volume, index)
+// pairs are computed from its positions when a loader plans it and when it
+// is merged.
 #include "dlfs/mixture.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <deque>
 #include <mutex>
 
 #include "common/xoshiro.h"
@@ -31,15 +33,13 @@ std::string Weight(double w) {
 
 class MixtureSource::Impl {
  public:
-  // This rank's part of one epoch: per reading position, its volume and
-  // index; the batches before first_seq are empty (an elastic resume's
-  // rest is the epoch's last batches), and each volume's LoaderOrder.
+  // This rank's part of one epoch: the epoch's positions it reads, in
+  // order; the batches before first_seq are empty (an elastic resume's rest
+  // is the epoch's last batches).
   struct Plan {
     uint64_t epoch = 0;
     uint64_t first_seq = 0;
-    std::vector<uint32_t> volume;
-    std::vector<uint64_t> index;
-    std::vector<std::shared_ptr<const LoaderOrder>> orders;
+    RankOrder positions;
   };
 
   Impl(std::vector<std::shared_ptr<Volume>> volumes, const MixtureOptions& options,
@@ -50,12 +50,11 @@ class MixtureSource::Impl {
         samples_(samples),
         positions_(std::move(positions)),
         batches_(positions_.batches_per_epoch()) {
+    starts_.push_back(0);
     for (size_t v = 0; v < volumes_.size(); ++v) {
       const uint64_t n = volumes_[v]->size();
       rounds_.push_back(n == 0 ? 0 : std::max<uint64_t>(1, (shares_[v] + n - 1) / n));
-      auto order = Sampler::Create(
-          n, {.shuffle = options_.sampler.shuffle, .seed = StreamSeed(options_.sampler.seed, v)});
-      orders_.push_back(std::move(order).value());
+      starts_.push_back(starts_.back() + shares_[v]);
     }
     identity_ = "mixture[";
     description_ = "mixture of " + std::to_string(volumes_.size()) + " volumes (";
@@ -70,70 +69,70 @@ class MixtureSource::Impl {
 
   ~Impl() { loaders_.clear(); }  // their threads call PlanFor
 
-  // The whole epoch's (volume, index) per position: the volumes' shares in
-  // a shuffled order, each volume's samples in its own order.
-  void EpochSequence(uint64_t epoch, std::vector<uint32_t>* volume,
-                     std::vector<uint64_t>* index) const {
-    std::vector<uint32_t> base;
-    base.reserve(samples_);
-    for (size_t v = 0; v < shares_.size(); ++v) base.insert(base.end(), shares_[v], v);
-    const Sampler shuffle =
-        *Sampler::Create(samples_, {.seed = StreamSeed(options_.sampler.seed, kLabelStream)});
-    const std::vector<uint64_t> p = shuffle.Permutation(epoch);
-    volume->resize(samples_);
-    index->resize(samples_);
-    std::vector<uint64_t> taken(shares_.size(), 0);
-    std::vector<std::vector<uint64_t>> perm(shares_.size());
-    for (uint64_t i = 0; i < samples_; ++i) {
-      const uint32_t v = base[p[i]];
+  // The samples of batch k of `plan` (empty before first_seq): per
+  // position, its volume and its index there. The epoch's positions are
+  // dealt to the volumes by a shuffle of their shares (position t is share
+  // slot u = labels(t); slots starts_[v] .. starts_[v + 1] - 1 are volume
+  // v's), and the j-th slot of volume v holds sample perm(j mod n) of the
+  // volume's permutation for pass j div n of the epoch (several passes with
+  // `cycle`). O(batch) with no state: the same on every rank and thread.
+  void BatchSamples(const Plan& plan, uint64_t k, std::vector<uint32_t>* volume,
+                    std::vector<uint64_t>* index) const {
+    volume->clear();
+    index->clear();
+    if (k < plan.first_seq) return;
+    const uint64_t b = options_.sampler.batch_size;
+    const uint64_t first = (k - plan.first_seq) * b;
+    if (first >= plan.positions.size()) return;
+    const uint64_t count = std::min(b, plan.positions.size() - first);
+    const EpochPermutation labels(samples_, StreamSeed(options_.sampler.seed, kLabelStream),
+                                  plan.epoch);
+    std::vector<uint64_t> pass(volumes_.size(), ~uint64_t{0});
+    std::vector<EpochPermutation> perm(volumes_.size());
+    for (uint64_t i = 0; i < count; ++i) {
+      const uint64_t u = labels(plan.positions.At(first + i));
+      const auto v = static_cast<uint32_t>(std::upper_bound(starts_.begin(), starts_.end(), u) -
+                                           starts_.begin() - 1);
       const uint64_t n = volumes_[v]->size();
-      const uint64_t j = taken[v]++;
-      if (j % n == 0) perm[v] = orders_[v].Permutation(epoch * rounds_[v] + j / n);
-      (*volume)[i] = v;
-      (*index)[i] = perm[v][j % n];
+      const uint64_t j = u - starts_[v];
+      if (pass[v] != j / n) {
+        pass[v] = j / n;
+        perm[v] = EpochPermutation(n, StreamSeed(options_.sampler.seed, v),
+                                   plan.epoch * rounds_[v] + pass[v], options_.sampler.shuffle);
+      }
+      volume->push_back(v);
+      index->push_back(perm[v](j % n));
     }
+  }
+
+  // Volume v's indices of batch k of `epoch`: its Loader's batch_order.
+  std::vector<uint64_t> VolumeBatch(uint64_t epoch, uint64_t k, uint32_t v) const {
+    std::vector<uint32_t> volume;
+    std::vector<uint64_t> index, mine;
+    BatchSamples(*PlanFor(epoch), k, &volume, &index);
+    for (size_t i = 0; i < index.size(); ++i) {
+      if (volume[i] == v) mine.push_back(index[i]);
+    }
+    return mine;
   }
 
   // This rank's plan of `epoch` after the parts `done`.
   Result<std::shared_ptr<Plan>> MakePlan(uint64_t epoch,
                                          const std::vector<EpochSegment>& done) const {
-    DLFS_ASSIGN_OR_RETURN(std::vector<uint64_t> positions, positions_.RankIndices(epoch, done, {}));
-    std::vector<uint32_t> volume;
-    std::vector<uint64_t> index;
-    EpochSequence(epoch, &volume, &index);
     auto plan = std::make_shared<Plan>();
     plan->epoch = epoch;
+    DLFS_ASSIGN_OR_RETURN(plan->positions, positions_.Ranked(epoch, done, {}));
     const uint64_t b = options_.sampler.batch_size;
-    const uint64_t count = (positions.size() + b - 1) / b;
-    plan->first_seq = batches_ - count;
-    std::vector<std::shared_ptr<LoaderOrder>> orders(volumes_.size());
-    for (auto& o : orders) {
-      o = std::make_shared<LoaderOrder>();
-      o->batch_starts.assign(plan->first_seq + 1, 0);
-    }
-    for (uint64_t k = 0; k < count; ++k) {
-      for (uint64_t i = k * b; i < std::min<uint64_t>((k + 1) * b, positions.size()); ++i) {
-        const uint64_t at = positions[i] % samples_;
-        plan->volume.push_back(volume[at]);
-        plan->index.push_back(index[at]);
-        orders[volume[at]]->indices.push_back(index[at]);
-      }
-      for (auto& o : orders) o->batch_starts.push_back(o->indices.size());
-    }
-    plan->orders.assign(orders.begin(), orders.end());
+    plan->first_seq = batches_ - (plan->positions.size() + b - 1) / b;
     return plan;
   }
 
   std::shared_ptr<const Plan> PlanFor(uint64_t epoch) const {
-    std::lock_guard lock(plans_mu_);
-    if (part_ && part_->epoch == epoch) return part_;
-    for (const auto& p : plans_) {
-      if (p->epoch == epoch) return p;
+    {
+      std::lock_guard lock(plans_mu_);
+      if (part_ && part_->epoch == epoch) return part_;
     }
-    std::shared_ptr<const Plan> p = *MakePlan(epoch, {});  // whole epochs always plan
-    plans_.push_back(p);
-    if (plans_.size() > 3) plans_.pop_front();
-    return p;
+    return *MakePlan(epoch, {});  // whole epochs always plan, in O(1)
   }
 
   void SetEpoch(uint64_t e) {
@@ -181,27 +180,26 @@ class MixtureSource::Impl {
       }
     }
     DLFS_RETURN_IF_ERROR(error);
-    const std::shared_ptr<const Plan> plan = PlanFor(epoch_);
+    std::vector<uint32_t> volume;
+    std::vector<uint64_t> index;
+    BatchSamples(*PlanFor(epoch_), k, &volume, &index);
     auto data = std::make_shared<Batch::Data>();
     data->epoch = epoch_;
     data->sequence = k;
-    const uint64_t b = options_.sampler.batch_size;
-    const uint64_t first = (k - plan->first_seq) * b;
-    const uint64_t end = std::min<uint64_t>(first + b, plan->volume.size());
     const size_t fields = fields_;
     std::vector<size_t> cursor(parts.size(), 0);
-    data->indices.reserve(end - first);
-    data->sources.reserve(end - first);
-    data->labels.reserve(end - first);
-    data->samples.reserve(end - first);
-    data->fields.reserve((end - first) * fields);
-    for (uint64_t i = first; i < end; ++i) {
-      const uint32_t v = plan->volume[i];
+    data->indices.reserve(index.size());
+    data->sources.reserve(index.size());
+    data->labels.reserve(index.size());
+    data->samples.reserve(index.size());
+    data->fields.reserve(index.size() * fields);
+    for (size_t i = 0; i < index.size(); ++i) {
+      const uint32_t v = volume[i];
       const Batch& from = parts[v];
       size_t& c = cursor[v];
       // A sample its loader left out (skip_bad_samples) is not in its batch.
-      if (c >= from.size() || from.index(c) != plan->index[i]) continue;
-      data->indices.push_back(plan->index[i]);
+      if (c >= from.size() || from.index(c) != index[i]) continue;
+      data->indices.push_back(index[i]);
       data->sources.push_back(v);
       data->labels.push_back(from.label(c));
       data->samples.push_back(from.sample(c));
@@ -301,12 +299,11 @@ class MixtureSource::Impl {
   Sampler positions_;  // over the epoch's positions (never shuffled: they are)
   uint64_t batches_;
   std::vector<uint64_t> rounds_;  // permutations of each volume per epoch
-  std::vector<Sampler> orders_;   // each volume's order
+  std::vector<uint64_t> starts_;  // each volume's first share slot; then samples_
   size_t fields_ = 0;
   std::string identity_, description_;
 
   mutable std::mutex plans_mu_;
-  mutable std::deque<std::shared_ptr<const Plan>> plans_;  // recent whole epochs
   std::shared_ptr<const Plan> part_;  // the rest of an epoch after an elastic resume
   std::vector<EpochSegment> part_done_;
 
@@ -338,7 +335,7 @@ Result<std::unique_ptr<MixtureSource>> MixtureSource::Create(
     sum += w[v];
   }
   if (!(sum > 0)) return Status::InvalidArgument("a mixture's weights are all 0");
-  if (!loader.subset.empty() || loader.order || !loader.quarantine.empty()) {
+  if (!loader.subset.all() || loader.order || !loader.quarantine.empty()) {
     return Status::InvalidArgument(
         "a mixture reads whole volumes (no subset, explicit order or quarantine list)");
   }
@@ -386,8 +383,8 @@ Result<std::unique_ptr<MixtureSource>> MixtureSource::Create(
   for (size_t v = 0; v < self->volumes_.size(); ++v) {
     LoaderOptions o = loader;
     o.sampler = SamplerOptions{.shuffle = false, .batch_size = options.sampler.batch_size};
-    o.order = [self, v](uint64_t epoch) -> std::shared_ptr<const LoaderOrder> {
-      return self->PlanFor(epoch)->orders[v];
+    o.batch_order = [self, v](uint64_t epoch, uint64_t k) {
+      return self->VolumeBatch(epoch, k, static_cast<uint32_t>(v));
     };
     o.order_batches = self->batches_;
     DLFS_ASSIGN_OR_RETURN(std::unique_ptr<Loader> l, Loader::Create(self->volumes_[v], o));
@@ -413,7 +410,12 @@ const Loader& MixtureSource::loader(size_t volume) const { return *impl_->loader
 std::vector<std::pair<uint32_t, uint64_t>> MixtureSource::RankSamples(uint64_t epoch) const {
   const auto plan = impl_->PlanFor(epoch);
   std::vector<std::pair<uint32_t, uint64_t>> out;
-  for (size_t i = 0; i < plan->volume.size(); ++i) out.push_back({plan->volume[i], plan->index[i]});
+  std::vector<uint32_t> volume;
+  std::vector<uint64_t> index;
+  for (uint64_t k = plan->first_seq; k < impl_->batches_; ++k) {
+    impl_->BatchSamples(*plan, k, &volume, &index);
+    for (size_t i = 0; i < index.size(); ++i) out.push_back({volume[i], index[i]});
+  }
   return out;
 }
 

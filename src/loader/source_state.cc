@@ -4,15 +4,15 @@
 #include <cstring>
 #include <map>
 
-#include "common/crc32c.h"
 #include "dlfs/batch_source.h"
 
 namespace dlfs {
 
 namespace {
 
-constexpr std::string_view kHeader = "dlfs-source-state 2";
-constexpr std::string_view kHeaderV1 = "dlfs-source-state 1";  // no segments
+constexpr std::string_view kHeader = "dlfs-source-state 3";
+constexpr std::string_view kHeaderV2 = "dlfs-source-state 2";  // no order: order 1
+constexpr std::string_view kHeaderV1 = "dlfs-source-state 1";  // nor segments, quarantine
 
 std::string JoinIndices(const std::vector<uint64_t>& v) {
   std::string out;
@@ -36,7 +36,8 @@ std::vector<std::pair<std::string, std::string>> Fields(const SourceState& s) {
           {"batch_size", std::to_string(o.batch_size)},
           {"drop_last", o.drop_last ? "1" : "0"},
           {"rank", std::to_string(o.rank)},
-          {"world_size", std::to_string(o.world_size)}};
+          {"world_size", std::to_string(o.world_size)},
+          {"order", std::to_string(s.order)}};
 }
 
 template <typename T>
@@ -111,7 +112,7 @@ Result<SourceState> SourceState::Parse(std::string_view text) {
   };
   std::map<std::string, std::string, std::less<>> values;
   size_t line_no = 0;
-  bool header = false, v1 = false;
+  bool header = false, v1 = false, v2 = false;
   while (!text.empty()) {
     const size_t nl = text.find('\n');
     std::string_view line = text.substr(0, nl);
@@ -120,7 +121,8 @@ Result<SourceState> SourceState::Parse(std::string_view text) {
     if (line.empty()) continue;
     if (!header) {
       v1 = line == kHeaderV1;
-      if (line != kHeader && !v1) {
+      v2 = line == kHeaderV2;
+      if (line != kHeader && !v1 && !v2) {
         return bad(line_no, "expected '" + std::string(kHeader) + "', found '" +
                                 std::string(line.substr(0, 64)) + "'");
       }
@@ -136,9 +138,12 @@ Result<SourceState> SourceState::Parse(std::string_view text) {
   }
   if (!header) return Status::InvalidArgument("source state: empty");
   SourceState s;
+  s.order = 1;  // a state that does not say: before the order had versions
   // Every field Serialize writes must be there, and nothing else.
   for (const auto& [key, unused] : Fields(s)) {
-    if (values.find(key) == values.end() && !(v1 && (key == "segments" || key == "quarantine"))) {
+    const bool optional =
+        ((v1 || v2) && key == "order") || (v1 && (key == "segments" || key == "quarantine"));
+    if (values.find(key) == values.end() && !optional) {
       return Status::InvalidArgument("source state: '" + key + "' is missing");
     }
   }
@@ -186,6 +191,8 @@ Result<SourceState> SourceState::Parse(std::string_view text) {
       ok = ParseNumber(value, &o.rank);
     } else if (key == "world_size") {
       ok = ParseNumber(value, &o.world_size);
+    } else if (key == "order") {
+      ok = ParseNumber(value, &s.order) && s.order >= 1;
     } else {
       return Status::InvalidArgument("source state: unknown key '" + key + "'");
     }
@@ -220,19 +227,25 @@ Status CheckResumable(const SourceState& saved, const SourceState& current,
     diffs = "it says rank " + std::to_string(a.rank) + " of " + std::to_string(a.world_size) +
             ", batch size " + std::to_string(a.batch_size);
   }
+  if (diffs.empty() && saved.order != current.order) {
+    // Another order: only a position at an epoch boundary means the same.
+    const uint64_t per = SamplesPerShard(saved.samples, a.world_size, a.batch_size, a.drop_last);
+    const uint64_t whole = per / a.batch_size + (per % a.batch_size != 0 ? 1 : 0);
+    if (!saved.done.empty() || (saved.batches > 0 && saved.batches < whole)) {
+      diffs = "it was saved in the middle of epoch " + std::to_string(saved.epoch) + " (" +
+              std::to_string(saved.batches) + " batches handed out" +
+              (saved.done.empty() ? "" : " after earlier parts") + ") with epoch order " +
+              std::to_string(saved.order) +
+              (saved.order == 1 ? " (Fisher-Yates, dlfs before the order had versions)" : "") +
+              ", and this dlfs reads epoch order " + std::to_string(current.order) +
+              ": which samples those batches held cannot be told. Resume at an epoch boundary: "
+              "the state with batches 0 and no segments reads epoch " +
+              std::to_string(saved.epoch) + " again whole; with epoch " +
+              std::to_string(saved.epoch + 1) + " and batches 0 it goes on with the next epoch";
+    }
+  }
   if (diffs.empty()) return Status::Ok();
   return Status::InvalidArgument(who + ": cannot resume from this state: " + diffs);
-}
-
-uint32_t SubsetCrc(const std::vector<uint64_t>& subset) {
-  if (subset.empty()) return 0;
-  uint32_t crc = 0;
-  for (uint64_t i : subset) {
-    unsigned char le[8];
-    for (int k = 0; k < 8; ++k) le[k] = static_cast<unsigned char>(i >> (8 * k));
-    crc = crc32c::Extend(crc, le, sizeof le);
-  }
-  return crc == 0 ? 1 : crc;  // 0 means "no subset"
 }
 
 ResumePoint PlanResume(const SourceState& saved, const SamplerOptions& mine) {

@@ -2,6 +2,8 @@
 // `dlfs epoch` under mpirun.
 #include <mpi.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <type_traits>
 
@@ -56,19 +58,36 @@ Result<std::shared_ptr<Volume>> OpenForJob(MPI_Comm comm, const std::string& pat
 
 Result<std::vector<uint64_t>> GatherEpochIndices(MPI_Comm comm, const std::string& path,
                                                  const VolumeOpenOptions& open,
-                                                 const SamplerOptions& sampler, uint64_t epoch) {
+                                                 const SamplerOptions& sampler, uint64_t epoch,
+                                                 uint64_t start, uint64_t count) {
+  DLFS_ASSIGN_OR_RETURN(std::shared_ptr<Volume> volume, OpenShared(comm, path, open));
+  return GatherEpochIndices(comm, *volume, sampler, epoch, start, count);
+}
+
+Result<std::vector<uint64_t>> GatherEpochIndices(MPI_Comm comm, const Volume& volume,
+                                                 const SamplerOptions& sampler, uint64_t epoch,
+                                                 uint64_t start, uint64_t count) {
   int rank = 0, world = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &world);
-  DLFS_ASSIGN_OR_RETURN(std::shared_ptr<Volume> volume, OpenShared(comm, path, open));
   // The order only: a Loader would also set up its engine, buffers and a
   // node cache (whose filler starts reading the volume).
   SamplerOptions s = sampler;
   s.rank = static_cast<uint32_t>(rank);
   s.world_size = static_cast<uint32_t>(world);
-  Result<Sampler> order = Sampler::Create(volume->size(), s);
+  Result<Sampler> order = Sampler::Create(volume.size(), s);
   DLFS_RETURN_IF_ERROR(AgreeOnStatus(comm, order.ok() ? Status::Ok() : order.status()));
-  const std::vector<uint64_t> mine = order->RankIndices(epoch);
+  // This rank's positions [start, start + count) only (every rank has as
+  // many), computed per position.
+  const RankOrder ranked = order->Ranked(epoch);
+  const uint64_t first = std::min(start, ranked.size());
+  const uint64_t take = std::min(count, ranked.size() - first);
+  if (take > static_cast<uint64_t>(INT32_MAX) / static_cast<uint64_t>(world)) {
+    return Status::InvalidArgument("cannot gather " + std::to_string(take) + " indices from " +
+                                   std::to_string(world) + " ranks at once: ask for fewer (count)");
+  }
+  std::vector<uint64_t> mine(take);
+  ranked.Fill(first, take, mine.data());
   const int n = static_cast<int>(mine.size());
   std::vector<uint64_t> all(rank == 0 ? size_t(n) * world : 0);
   MPI_Gather(mine.data(), n, MPI_UINT64_T, all.data(), n, MPI_UINT64_T, 0, comm);

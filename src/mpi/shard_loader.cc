@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cmath>
 #include <cstring>
 #include <optional>
 #include <thread>
@@ -14,6 +15,7 @@
 #include "dlfs/memory.h"
 #include "dlfs/sampler.h"
 #include "loader/batch_data.h"
+#include "loader/batch_planner.h"
 #include "loader/fields.h"
 #include "loader/quarantine.h"
 
@@ -25,7 +27,7 @@ namespace {
 // the same number of batches: the volume (by uuid and sample count; paths
 // may differ between nodes) and the options that decide the permutation.
 std::vector<NamedValue> PermutationKey(const Volume& volume, const LoaderOptions& o) {
-  const uint64_t n = o.subset.empty() ? volume.size() : o.subset.size();
+  const uint64_t n = o.subset.Count(volume.size());
   const SamplerOptions& s = o.sampler;
   return {
       {"the volume", volume.info().uuid + " with " + std::to_string(volume.size()) + " samples"},
@@ -161,7 +163,7 @@ class ShardLoader::Impl {
       node_size_[all[3 * r]] = all[3 * r + 2];
     }
 
-    const uint64_t n = o.subset.empty() ? volume_->size() : o.subset.size();
+    const uint64_t n = o.subset.Count(volume_->size());
     Status st;
     auto sampler = Sampler::Create(n, o.sampler);
     auto fields = loader_internal::ResolveFields(*volume_, o.fields);
@@ -175,6 +177,9 @@ class ShardLoader::Impl {
                                                                    o.max_bad_samples);
       st = bad_samples_->ListAhead(o.quarantine);
       sampler_.emplace(std::move(*sampler));
+      subset_crc_ = SubsetCrc(o.subset);
+      // The sizes of the samples read, estimated (window buffers, placement).
+      sizes_ = loader_internal::MeasureSampleSizes(volume_->directory(), o.subset);
       auto engine = CreateEngine(volume_->OpenTargetPaths(), o.engine);
       if (engine.ok()) {
         engine_ = std::move(*engine);
@@ -197,9 +202,10 @@ class ShardLoader::Impl {
 
   // Collective. This node's cache (made by its first rank, then attached by
   // the others, so all agree on its size), every node's capacity, and the
-  // placement: a pure function of those, the same on every rank. `layout`
-  // holds (node, first rank, ranks) per rank. A node without a cache owns
-  // nothing; the job then reads from storage what no cache keeps.
+  // placement: a pure function of those and of the first epoch's order, the
+  // same on every rank, and a rule per sample (nothing stored per sample).
+  // `layout` holds (node, first rank, ranks) per rank. A node without a
+  // cache owns nothing; the job then reads from storage what no cache keeps.
   void OpenClusterCache(const std::vector<int>& layout) {
     const LoaderOptions& o = options_.loader;
     const int ranks = topo_->size();
@@ -233,11 +239,12 @@ class ShardLoader::Impl {
       capacity[rank_node[r]] = std::min(capacity[rank_node[r]], each[r]);
     }
     node_capacity_ = capacity;
-    std::vector<uint64_t> order = sampler_->Permutation(0);
-    if (!o.subset.empty()) {
-      for (uint64_t& i : order) i = o.subset[i];
-    }
-    owner_ = cache_internal::PlaceSamples(volume_->directory(), order, rank_node, capacity);
+    first_order_ = sampler_->Order(0);
+    const loader_internal::SampleSizes cached = loader_internal::MeasureSampleSizes(
+        volume_->directory(), o.subset, cache_internal::CachedBytes(1));
+    // The estimate's own error (a sample of the volume) is allowed for too.
+    placement_ = cache_internal::Placement(sampler_->sample_count(), rank_node, capacity,
+                                           cached.exact_mean * 1.01, cached.stddev);
     if (cache_) {
       engine_description_ += "; cluster cache: node " + std::to_string(topo_->node_index()) +
                              " of " + std::to_string(topo_->node_count()) + ", " +
@@ -256,26 +263,21 @@ class ShardLoader::Impl {
     epoch_ = epoch;
     next_batch_ = 0;
     window_end_ = 0;
-    indices_ = sampler_->RankIndices(epoch, options_.loader.subset);
+    order_ = sampler_->Ranked(epoch, options_.loader.subset);
     epoch_batches_ = sampler_->batches_per_epoch();
     done_.clear();
     window_hint_ = 0;
   }
 
-  // The sample bytes of this epoch's largest window (of this rank).
-  uint64_t LargestWindow() const {
-    const SampleDirectory& dir = volume_->directory();
-    const uint64_t per_window =
-        uint64_t{options_.window_batches} * options_.loader.sampler.batch_size;
-    uint64_t largest = 0;
-    for (uint64_t first = 0; first < indices_.size(); first += per_window) {
-      uint64_t bytes = 0;
-      for (uint64_t i = first; i < std::min<uint64_t>(first + per_window, indices_.size()); ++i) {
-        bytes += dir.sample(indices_[i]).length;
-      }
-      largest = std::max(largest, bytes);
-    }
-    return largest;
+  // The sample bytes a window of this rank holds with near certainty (four
+  // standard deviations above the mean window): what its buffers are first
+  // made for, so they rarely grow. Estimated: measuring every window would
+  // read the directory entry of every sample of the epoch first.
+  uint64_t LargeWindow() const {
+    const uint64_t per_window = std::min<uint64_t>(
+        uint64_t{options_.window_batches} * options_.loader.sampler.batch_size, order_.size());
+    const double w = static_cast<double>(per_window);
+    return static_cast<uint64_t>(w * sizes_.exact_mean + 4 * std::sqrt(w) * sizes_.stddev);
   }
 
   // What the order depends on, with no position.
@@ -284,8 +286,8 @@ class ShardLoader::Impl {
     SourceState s;
     s.volume_uuid = volume_->info().uuid;
     s.volume_samples = volume_->size();
-    s.samples = o.subset.empty() ? volume_->size() : o.subset.size();
-    s.subset_crc = SubsetCrc(o.subset);
+    s.samples = o.subset.Count(volume_->size());
+    s.subset_crc = subset_crc_;
     s.sampler = o.sampler;
     return s;
   }
@@ -315,10 +317,9 @@ class ShardLoader::Impl {
       }
     }
     const ResumePoint at = PlanResume(state, options_.loader.sampler);
-    std::vector<uint64_t> rest;
+    RankOrder rest;
     if (st.ok() && !at.done.empty()) {
-      Result<std::vector<uint64_t>> r =
-          sampler_->RankIndices(at.epoch, at.done, options_.loader.subset);
+      Result<RankOrder> r = sampler_->Ranked(at.epoch, at.done, options_.loader.subset);
       if (r.ok()) {
         rest = std::move(r).value();
       } else {
@@ -343,7 +344,7 @@ class ShardLoader::Impl {
     resume_pending_ = false;
     SetEpoch(at.epoch);
     if (!at.done.empty()) {
-      indices_ = std::move(rest);
+      order_ = std::move(rest);
       epoch_batches_ = batches;
       done_ = at.done;
     }
@@ -358,7 +359,7 @@ class ShardLoader::Impl {
     if (next_batch_ >= window_end_) DLFS_RETURN_IF_ERROR(Exchange(next_batch_));
     const uint64_t k = next_batch_++;
     const uint64_t b = options_.loader.sampler.batch_size;
-    const uint64_t begin = k * b, end = std::min<uint64_t>(begin + b, indices_.size());
+    const uint64_t begin = k * b, end = std::min<uint64_t>(begin + b, order_.size());
 
     auto data = std::make_shared<Batch::Data>();
     if (cache_) {
@@ -377,7 +378,7 @@ class ShardLoader::Impl {
     const SampleDirectory& dir = volume_->directory();
     for (uint64_t p = begin; p < end; ++p) {
       const uint64_t at = p - window_first_position_;
-      const uint64_t index = indices_[p];
+      const uint64_t index = window_indices_[at];
       if (!status_[at].ok()) {
         if (!options_.loader.skip_bad_samples) return status_[at];
         data->left_out.emplace_back(index, status_[at].message());  // quarantined below
@@ -413,14 +414,22 @@ class ShardLoader::Impl {
 
   uint64_t batches_per_epoch() const { return sampler_->batches_per_epoch(); }
   const ShardLoaderStats& stats() const { return stats_; }
-  std::span<const int32_t> owners() const { return owner_; }
+  int ClusterOwner(uint64_t index) const {
+    if (!options_.cluster_cache || index >= volume_->size()) return -1;
+    return OwnerNode(index);
+  }
   const std::string& engine_description() const { return engine_description_; }
 
  private:
   // The node that keeps (cluster cache) or stores (shard-local) `index`; -1
-  // for a sample no node's cache keeps.
+  // for a sample no node's cache keeps. The cluster cache's placement is by
+  // the sample's position in the first epoch's order (O(1) each way).
   int OwnerNode(uint64_t index) const {
-    if (options_.cluster_cache) return owner_[index];
+    if (options_.cluster_cache) {
+      const std::optional<uint64_t> p = options_.loader.subset.PositionOf(index);
+      if (!p || *p >= first_order_.size()) return -1;
+      return placement_.Owner(first_order_.PositionOf(*p));
+    }
     return static_cast<int>(volume_->directory().sample(index).target % node_first_.size());
   }
 
@@ -457,6 +466,7 @@ class ShardLoader::Impl {
   struct Pending {
     uint64_t first_batch = 0, end_batch = 0;
     uint64_t first_position = 0, count = 0;
+    std::vector<uint64_t> indices;                // the window's samples, in order
     std::vector<std::vector<uint64_t>> ask;       // per server: samples asked of it
     std::vector<std::pair<int, uint64_t>> where;  // per position: (server, kOwn or kCached; slot)
     std::vector<uint64_t> own, served;            // read here; asked of this rank
@@ -487,7 +497,10 @@ class ShardLoader::Impl {
     p->first_batch = first;
     p->end_batch = std::min<uint64_t>(first + options_.window_batches, epoch_batches_);
     p->first_position = first * b;
-    p->count = std::min<uint64_t>(p->end_batch * b, indices_.size()) - p->first_position;
+    p->count = std::min<uint64_t>(p->end_batch * b, order_.size()) - p->first_position;
+    // The window's samples, computed now (the order stores nothing).
+    p->indices.resize(p->count);
+    order_.Fill(p->first_position, p->count, p->indices.data());
     const int ranks = topo_->size();
     const int my_node = topo_->node_index();
     const bool cluster = options_.cluster_cache;
@@ -495,7 +508,7 @@ class ShardLoader::Impl {
     p->ask.resize(ranks);
     p->where.resize(p->count);
     for (uint64_t i = 0; i < p->count; ++i) {
-      const uint64_t index = indices_[p->first_position + i];
+      const uint64_t index = p->indices[i];
       const int node = OwnerNode(index);
       if (cluster && node == my_node && cache_) {
         if (auto hit = cache_->Find(index)) {
@@ -681,7 +694,7 @@ class ShardLoader::Impl {
     // Open MPI can use its single-copy path (CMA) and keeps driving progress.
     // (Served samples sent in place through hindexed datatypes went through
     // MPI's fragment pipeline, and polite waiting starved that pipeline.)
-    if (window_hint_ == 0) window_hint_ = LargestWindow();
+    if (window_hint_ == 0) window_hint_ = LargeWindow();
     if (st.ok() && (!send_buffer_.Reserve(out_bytes, window_hint_) ||
                     !p->bytes->received.Reserve(in_bytes, window_hint_))) {
       st = Status::Unavailable("out of memory for a shard window");
@@ -690,6 +703,7 @@ class ShardLoader::Impl {
     // batches then fail with the error and the next call moves on.
     st = AgreeOnStatus(comm_, st);
     window_first_position_ = p->first_position;
+    window_indices_ = p->indices;
     window_end_ = p->end_batch;
     samples_.assign(p->count, {});
     status_.assign(p->count, Status::Ok());
@@ -746,7 +760,7 @@ class ShardLoader::Impl {
       const auto [server, slot] = p->where[i];
       if (server >= 0 && in_codes[p->sdispl[server] + slot] == kAbsent) {
         absent_at[i] = absent.size();
-        absent.push_back(indices_[p->first_position + i]);
+        absent.push_back(p->indices[i]);
       }
     }
     std::vector<std::span<const std::byte>> absent_got;
@@ -765,7 +779,7 @@ class ShardLoader::Impl {
     // This window's samples in reading order.
     uint64_t peer = 0;
     for (uint64_t i = 0; i < p->count; ++i) {
-      const uint64_t index = indices_[p->first_position + i];
+      const uint64_t index = p->indices[i];
       const auto [server, slot] = p->where[i];
       if (server == kCached) {
         samples_[i] = p->cached[slot];
@@ -938,11 +952,14 @@ class ShardLoader::Impl {
   // resume (then done_ holds the parts read before).
   uint64_t epoch_batches_ = 0;
   std::vector<EpochSegment> done_;
-  bool resume_pending_ = false;    // LoadState's position, not yet used or moved
-  std::vector<uint64_t> indices_;  // this rank's samples of the epoch, in order
+  bool resume_pending_ = false;  // LoadState's position, not yet used or moved
+  RankOrder order_;              // this rank's samples of the epoch, in order
+  uint32_t subset_crc_ = 0;
+  loader_internal::SampleSizes sizes_;  // of the samples read, estimated
 
   uint64_t window_first_position_ = 0;
-  uint64_t window_end_ = 0;  // first batch after the window
+  std::vector<uint64_t> window_indices_;  // its samples, in order
+  uint64_t window_end_ = 0;               // first batch after the window
   std::shared_ptr<WindowBytes> window_bytes_;
   std::vector<std::shared_ptr<WindowBytes>> pool_;
   Buffer send_buffer_;             // served samples, packed per requester
@@ -954,9 +971,10 @@ class ShardLoader::Impl {
   // Cluster cache: this node's cache, each sample's owner node (or -1),
   // and samples read for other owners, sent with the next window.
   std::shared_ptr<cache_internal::NodeCache> cache_;
-  std::vector<int32_t> owner_;
+  EpochPermutation first_order_;  // the first epoch's, which the placement follows
+  cache_internal::Placement placement_;
   std::vector<uint64_t> node_capacity_;
-  uint64_t window_hint_ = 0;  // LargestWindow() of this epoch; 0: not known yet
+  uint64_t window_hint_ = 0;  // LargeWindow() of this epoch; 0: not known yet
   std::vector<Gift> pending_gifts_;
   ShardLoaderStats stats_;
 };
@@ -976,7 +994,7 @@ void ShardLoader::SetEpoch(uint64_t epoch) { impl_->SetEpoch(epoch); }
 Result<bool> ShardLoader::Next(Batch* batch) { return impl_->Next(batch); }
 uint64_t ShardLoader::batches_per_epoch() const { return impl_->batches_per_epoch(); }
 const ShardLoaderStats& ShardLoader::stats() const { return impl_->stats(); }
-std::span<const int32_t> ShardLoader::cluster_owners() const { return impl_->owners(); }
+int ShardLoader::cluster_owner(uint64_t index) const { return impl_->ClusterOwner(index); }
 const std::string& ShardLoader::description() const { return impl_->engine_description(); }
 Result<SourceState> ShardLoader::SaveState() const { return impl_->SaveState(); }
 Status ShardLoader::LoadState(const SourceState& state) { return impl_->LoadState(state); }

@@ -1,65 +1,79 @@
 """`dlfs epoch` and `dlfs bench` from the command line.
 
-The epoch order is specified (dlfs/sampler.h) well enough to reimplement:
-this file carries an independent Python version of it, and the CLI must agree
-with it for every rank, i.e. the order does not depend on the C++ toolchain.
+The epoch order is specified (docs/format.md, "Epoch order") well enough to
+reimplement: this file carries an independent Python version of it, and the
+CLI must agree with it for every rank, i.e. the order does not depend on the
+C++ toolchain.
 """
 import json
 
 import pytest
 
 M = (1 << 64) - 1
+GAMMA = 0x9E3779B97F4A7C15
 
 
-def _splitmix(state):
-    state = (state + 0x9E3779B97F4A7C15) & M
-    z = state
+def _splitmix_output(z):
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M
-    return state, z ^ (z >> 31)
+    return z ^ (z >> 31)
 
 
-def _rotl(x, k):
-    return ((x << k) | (x >> (64 - k))) & M
+def _round_function(key, half):
+    z = ((half ^ key) * 0xBF58476D1CE4E5B9) & M
+    z ^= z >> 32
+    z = (z * 0x94D049BB133111EB) & M
+    return z ^ (z >> 32)
 
 
-class _Xoshiro256:
-    def __init__(self, seed, epoch):
-        sm = seed ^ ((epoch * 0xD1342543DE82EF95 + 0x2545F4914F6CDD1D) & M)
-        self.s = []
-        for _ in range(4):
-            sm, v = _splitmix(sm)
-            self.s.append(v)
+class EpochPermutation:
+    """docs/format.md, "Epoch order" (order version 2), written from that text."""
 
-    def next(self):
-        s = self.s
-        result = (_rotl((s[1] * 5) & M, 7) * 9) & M
-        t = (s[1] << 17) & M
-        s[2] ^= s[0]
-        s[3] ^= s[1]
-        s[1] ^= s[2]
-        s[0] ^= s[3]
-        s[2] ^= t
-        s[3] = _rotl(s[3], 45)
-        return result
+    def __init__(self, n, seed, epoch, shuffle=True):
+        self.n, self.keys = n, []
+        if not shuffle or n < 2:
+            return
+        k = (n - 1).bit_length()
+        self.low_bits = (k + 1) // 2
+        self.high_count = (n + (1 << self.low_bits) - 1) >> self.low_bits
+        state = seed ^ _splitmix_output((epoch + GAMMA) & M)
+        for _ in range(max(6, -(-48 // k))):
+            state = (state + GAMMA) & M
+            self.keys.append(_splitmix_output(state))
 
-    def below(self, bound):  # Lemire's unbiased multiply-and-reject
-        m = self.next() * bound
-        if (m & M) < bound:
-            threshold = ((1 << 64) - bound) % bound
-            while (m & M) < threshold:
-                m = self.next() * bound
-        return m >> 64
+    def _network(self, x):
+        mask = (1 << self.low_bits) - 1
+        low, high = x & mask, x >> self.low_bits
+        for i, key in enumerate(self.keys):
+            if i % 2 == 0:
+                low = (low ^ _round_function(key, high)) & mask
+            else:
+                high = (high + ((_round_function(key, low) * self.high_count) >> 64)) \
+                    % self.high_count
+        return (high << self.low_bits) | low
+
+    def __call__(self, position):
+        if not self.keys:
+            return position
+        x = self._network(position)
+        while x >= self.n:  # cycle walking
+            x = self._network(x)
+        return x
 
 
 def reference_rank_indices(n, seed, epoch, rank, world, batch, drop_last):
-    perm = list(range(n))
-    rng = _Xoshiro256(seed, epoch)
-    for i in range(n - 1, 0, -1):
-        j = rng.below(i + 1)
-        perm[i], perm[j] = perm[j], perm[i]
+    perm = EpochPermutation(n, seed, epoch)
     per_rank = (n // world) // batch * batch if drop_last else -(-n // world)
-    return [perm[(k * world + rank) % n] for k in range(per_rank)]
+    return [perm((k * world + rank) % n) for k in range(per_rank)]
+
+
+def test_reference_matches_the_documented_golden_values():
+    # The table of docs/format.md's "Epoch order" (and sampler_test.cc's).
+    for n, seed, epoch, position, sample in [
+            (10, 42, 0, 0, 1), (1000, 7, 3, 500, 771), (100000000, 7, 0, 0, 98052685),
+            (1000000000, 123, 17, 999999999, 866032615),
+            (18446744073709551615, 1, 2, 3, 554798756374177014)]:
+        assert EpochPermutation(n, seed, epoch)(position) == sample
 
 
 @pytest.fixture
@@ -89,6 +103,18 @@ def test_epoch_matches_reference(run, small_volume, world, drop_last):
         assert len(seen) == len(set(seen))
     else:
         assert set(seen) == set(range(101))
+
+
+def test_epoch_pages_with_start_and_count(run, small_volume):
+    whole = [int(x) for x in run("epoch", small_volume, "--seed", 9, "--rank", 1, "--world", 2,
+                                 check=0).stdout.split()]
+    assert whole == reference_rank_indices(101, 9, 0, 1, 2, 1, False)
+    for start, count in [(0, 5), (10, 7), (45, 100), (51, 3), (200, 1)]:
+        out = run("epoch", small_volume, "--seed", 9, "--rank", 1, "--world", 2,
+                  "--start", start, "--count", count, check=0).stdout.split()
+        assert [int(x) for x in out] == whole[start:start + count]
+    out = run("epoch", small_volume, "--seed", 9, "--start", 100, check=0).stdout.split()
+    assert [int(x) for x in out] == reference_rank_indices(101, 9, 0, 0, 1, 1, False)[100:]
 
 
 def test_epoch_bad_rank_is_an_error(run, small_volume):

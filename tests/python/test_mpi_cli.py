@@ -62,6 +62,10 @@ def test_epoch_under_mpirun_matches_explicit_ranks(mpi, run, volumes):
         alone = run("epoch", one, "--seed", 5, "--rank", rank, "--world", 4, check=0)
         assert mine == [int(x) for x in alone.stdout.split()]
     assert sorted(i for _, i in rows) == list(range(300))
+    # A page of every rank's order: positions 10 .. 29 of each.
+    out = mpi("epoch", one, "--seed", 5, "--start", 10, "--count", 20).stdout.decode().split("\n")
+    page = [tuple(map(int, line.split("\t"))) for line in out if line]
+    assert page == [(r, i) for r in range(4) for i in [i for q, i in rows if q == r][10:30]]
     # Under mpirun the ranks come from MPI: an explicit one is refused, not ignored.
     err = mpi("epoch", one, "--world", 8, check=2).stderr.decode()
     assert "--rank and --world come from mpirun" in err, err

@@ -154,6 +154,38 @@ def test_subset_reads_only_those_samples(many):
     assert all(many.path(i).startswith("k3/") for i in got)
 
 
+def test_samples_under_a_directory_are_a_range_when_contiguous(tmp_path):
+    """A root= split holds nothing per sample when its samples are one run
+    (Volume.samples_under gives a range), and its list where they are not;
+    both read the same samples in the same order, and name the subset alike
+    in state_dict (as a list of those indices always did)."""
+    path = str(tmp_path / "s.dlfs")
+    with dlfs.Writer(path) as w:
+        # Breadth-first: a's own sample, then b's, then a/s's: a's subtree
+        # is samples 0 and 2, b's is sample 1, c's (leaves only) 3 .. 5.
+        for name in ["a/1", "a/s/2", "b/3", "c/x/4", "c/x/5", "c/y/6"]:
+            w.add(name, name.encode())
+    vol = dlfs.Volume(path)
+    assert vol.samples_under("c") == range(3, 6)
+    assert vol.samples_under("b") == range(1, 2)
+    assert vol.samples_under("") == range(0, 6)
+    a = vol.samples_under("a")
+    assert isinstance(a, np.ndarray) and a.tolist() == [0, 2] == vol.indices("a").tolist()
+    for under in ("a", "c"):
+        subset = vol.samples_under(under)
+        as_list = [int(i) for i in subset]
+        runs = [dlfs.Loader(vol, 2, seed=3, indices=x, cache_budget=0) for x in (subset, as_list)]
+        orders = [[int(i) for b in r for i in b.indices] for r in runs]
+        assert orders[0] == orders[1] and sorted(orders[0]) == as_list
+        assert runs[0].state_dict() == runs[1].state_dict()
+        assert runs[0].state_dict()["subset_crc"] == dlfs._dlfs._subset_crc(as_list)
+    with pytest.raises(ValueError, match="starts at 0"):
+        dlfs.Loader(vol, 2, indices=range(-1, 3))
+    with pytest.raises(ValueError, match="out of range"):
+        dlfs.Loader(vol, 2, indices=range(4, 9))
+    assert len(dlfs.Loader(vol, 2, indices=range(2, 2))) == 0  # an empty range reads nothing
+
+
 def test_read_many_returns_the_samples_asked_for(many):
     rng = random.Random(1)
     want = [rng.randrange(len(many)) for _ in range(300)] + [0, 0, -1]

@@ -282,6 +282,56 @@ def test_loader_dataset_refuses_a_state_of_other_options(numbered):
     assert ds2.state_dict(batches=1)["num_workers"] == 2
 
 
+def test_a_state_of_the_old_order_resumes_at_epoch_boundaries_only(numbered):
+    """States saved before the epoch order had versions (no "order": order 1,
+    Fisher-Yates) resume at an epoch boundary; mid-epoch they are refused,
+    saying how to resume instead."""
+    pytest.importorskip("torch")
+    import dlfs.torch as dt
+
+    path, _ = numbered
+    a = dlfs.Loader(path, 16, seed=5, cache_budget=0)
+    a.set_epoch(2)
+    it = iter(a)
+    next(it), next(it)
+    st = a.state_dict()
+    assert st["order"] == dlfs._dlfs.ORDER_VERSION == 2
+    old = {k: v for k, v in st.items() if k != "order"}
+    with pytest.raises(ValueError, match=r"in the middle of epoch 2 \(2 batches handed out\) "
+                                         r"with epoch order 1 \(Fisher-Yates") as e:
+        dlfs.Loader(path, 16, seed=5).load_state_dict(old)
+    assert "with epoch 3 and batches 0 it goes on with the next epoch" in str(e.value)
+    with pytest.raises(ValueError, match="epoch order 1"):
+        dlfs.Loader(path, 16, seed=5).load_state_dict(dict(old, order=1))
+    for boundary in (dict(old, batches=0), dict(old, epoch=3, batches=0),
+                     dict(old, batches=len(a))):
+        b = dlfs.Loader(path, 16, seed=5)
+        b.load_state_dict(boundary)
+        assert b.state_dict()["epoch"] == boundary["epoch"]
+    b = dlfs.Loader(path, 16, seed=5)
+    b.load_state_dict(dict(old, batches=0))
+    b.set_epoch(2)
+    assert [x.sequence for x in b] == list(range(len(a)))
+
+    ds = dt.LoaderDataset(path, 8, seed=9)
+    ds.set_epoch(1)
+    it = iter(ds)
+    for _ in range(3):
+        next(it)
+    st = ds.state_dict()
+    assert st["order"] == 2
+    old = {k: v for k, v in st.items() if k != "order"}
+    with pytest.raises(ValueError, match="middle of epoch 1 .* epoch order 1"):
+        dt.LoaderDataset(path, 8, seed=9).load_state_dict(old)
+    with pytest.raises(ValueError, match="after earlier parts"):
+        dt.LoaderDataset(path, 8, seed=9).load_state_dict(
+            dict(old, batches=0, segments="world_size=2,workers=1,batch_size=8,batches=3"))
+    fresh = dt.LoaderDataset(path, 8, seed=9)
+    fresh.load_state_dict(dict(old, batches=0))
+    assert sum(1 for _ in fresh) == len(fresh)
+    dt.LoaderDataset(path, 8, seed=9).load_state_dict(dict(old, batches=len(ds)))
+
+
 def test_a_loader_destroyed_in_a_forked_child(numbered):
     """A Loader garbage-collected in a child of fork() (a DataLoader worker
     inherits the parent's objects) leaves the parent's threads and locks

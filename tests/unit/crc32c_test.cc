@@ -27,5 +27,16 @@ TEST(Crc32cTest, ExtendEqualsWholeBuffer) {
   }
 }
 
+TEST(Crc32cTest, CombineEqualsWholeBuffer) {
+  const auto data = testing::RandomBytes(10000, 9);
+  const uint32_t whole = crc32c::Value(data.data(), data.size());
+  for (size_t split :
+       {size_t{0}, size_t{1}, size_t{8}, size_t{4096}, size_t{9999}, size_t{10000}}) {
+    const uint32_t a = crc32c::Value(data.data(), split);
+    const uint32_t b = crc32c::Value(data.data() + split, data.size() - split);
+    EXPECT_EQ(crc32c::Combine(a, b, data.size() - split), whole) << "split at " << split;
+  }
+}
+
 }  // namespace crc32c_test
 }  // namespace dlfs

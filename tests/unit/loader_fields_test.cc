@@ -89,9 +89,11 @@ class LoaderFieldsTest : public ::testing::TestWithParam<bool> {
 TEST_P(LoaderFieldsTest, FieldsInRequestedOrderEqualVolumeRead) {
   // The samples that have every field.
   LoaderOptions o = Options({"json", "cls", "jpg"});
+  std::vector<uint64_t> subset;
   for (int i = 0; i < kSamples; ++i) {
-    if (!LacksJson(i) && !LacksJpg(i)) o.subset.push_back(static_cast<uint64_t>(i));
+    if (!LacksJson(i) && !LacksJpg(i)) subset.push_back(static_cast<uint64_t>(i));
   }
+  o.subset = subset;
   auto loader = Make(o);
   ASSERT_NE(loader, nullptr);
   for (uint64_t epoch : {0, 1}) {
@@ -237,9 +239,11 @@ TEST_P(LoaderFieldsTest, ResumeContinuesWithTheNextBatch) {
 // loader is gone keeps its own, and the next batches never write into it.
 TEST_P(LoaderFieldsTest, DecodedFieldsOutliveTheLoaderAndLaterBatches) {
   LoaderOptions o = Options({"json"});
+  std::vector<uint64_t> subset;
   for (int i = 0; i < kSamples; ++i) {
-    if (!LacksJson(i)) o.subset.push_back(static_cast<uint64_t>(i));
+    if (!LacksJson(i)) subset.push_back(static_cast<uint64_t>(i));
   }
+  o.subset = subset;
   auto loader = Make(o);
   ASSERT_NE(loader, nullptr);
   std::vector<Batch> kept;  // every other batch: the others' buffers are reused

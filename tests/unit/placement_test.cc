@@ -1,11 +1,13 @@
 // The cluster cache's placement (cache/placement.h): within capacities,
-// balanced by bytes, on the first reader's node where there is room, the
-// part read first kept when the capacities hold only part of the volume.
+// balanced, on the first reader's node where there is room, the part read
+// first kept when the capacities hold only part of the volume; a rule per
+// position, nothing stored per sample.
 #include "cache/placement.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -25,19 +27,30 @@ class PlacementTest : public ::testing::Test {
                                                                           static_cast<uint32_t>(i));
                                             }});
     ASSERT_TRUE(volume_);
+    // The epoch's order: position p reads sample order_[p].
     order_.resize(volume_->size());
     std::iota(order_.begin(), order_.end(), uint64_t{0});
     std::shuffle(order_.begin(), order_.end(), std::mt19937_64(5));
+    double squares = 0;
     for (uint64_t i = 0; i < volume_->size(); ++i) {
-      total_ += CachedBytes(volume_->directory().sample(i).length);
+      const auto b = static_cast<double>(CachedBytes(volume_->directory().sample(i).length));
+      total_ += static_cast<uint64_t>(b);
+      squares += b * b;
     }
+    mean_ = static_cast<double>(total_) / volume_->size();
+    stddev_ = std::sqrt(squares / volume_->size() - mean_ * mean_);
+  }
+
+  Placement Place(const std::vector<int>& rank_node, const std::vector<uint64_t>& capacity) const {
+    return Placement(volume_->size(), rank_node, capacity, mean_, stddev_);
   }
 
   // Bytes each node owns.
-  std::vector<uint64_t> Owned(const std::vector<int32_t>& owner, size_t nodes) const {
+  std::vector<uint64_t> Owned(const Placement& p, size_t nodes) const {
     std::vector<uint64_t> bytes(nodes, 0);
-    for (uint64_t i = 0; i < owner.size(); ++i) {
-      if (owner[i] >= 0) bytes[owner[i]] += CachedBytes(volume_->directory().sample(i).length);
+    for (uint64_t pos = 0; pos < order_.size(); ++pos) {
+      const int o = p.Owner(pos);
+      if (o >= 0) bytes[o] += CachedBytes(volume_->directory().sample(order_[pos]).length);
     }
     return bytes;
   }
@@ -46,51 +59,76 @@ class PlacementTest : public ::testing::Test {
   std::shared_ptr<Volume> volume_;
   std::vector<uint64_t> order_;
   uint64_t total_ = 0;
+  double mean_ = 0, stddev_ = 0;
 };
 
 TEST_F(PlacementTest, RoomForAllIsBalancedAndFollowsTheFirstReader) {
   const std::vector<int> rank_node = {0, 0, 1, 1, 2, 2, 3, 3};  // 4 nodes of 2 ranks
   const std::vector<uint64_t> capacity(4, total_);              // each could hold all
-  const std::vector<int32_t> owner =
-      PlaceSamples(volume_->directory(), order_, rank_node, capacity);
-  ASSERT_EQ(owner.size(), volume_->size());
-  EXPECT_EQ(owner, PlaceSamples(volume_->directory(), order_, rank_node, capacity));
-  for (int32_t o : owner) ASSERT_GE(o, 0);
-  // Within a few samples of a quarter each (a share rounds up by a sample).
-  for (uint64_t b : Owned(owner, 4)) EXPECT_NEAR(b, total_ / 4.0, 4 * 3100.0);
+  const Placement p = Place(rank_node, capacity);
   uint64_t first_reader = 0;
-  for (size_t p = 0; p < order_.size(); ++p) {
-    first_reader += owner[order_[p]] == rank_node[p % rank_node.size()];
+  for (uint64_t pos = 0; pos < order_.size(); ++pos) {
+    ASSERT_GE(p.Owner(pos), 0);
+    EXPECT_EQ(p.Owner(pos), Place(rank_node, capacity).Owner(pos));  // a pure function
+    first_reader += p.Owner(pos) == rank_node[pos % rank_node.size()];
   }
-  EXPECT_GT(first_reader, order_.size() * 9 / 10);
+  EXPECT_EQ(first_reader, order_.size());
+  // A quarter of the samples each, so of the bytes within their spread.
+  for (uint64_t b : Owned(p, 4)) EXPECT_NEAR(b, total_ / 4.0, total_ * 0.05);
 }
 
 TEST_F(PlacementTest, CapacitiesBoundWhatIsKeptAndKeepWhatIsReadFirst) {
   const std::vector<int> rank_node = {0, 1};
   const std::vector<uint64_t> capacity = {total_ * 3 / 20, total_ * 3 / 20};  // 30 % in all
-  const std::vector<int32_t> owner =
-      PlaceSamples(volume_->directory(), order_, rank_node, capacity);
-  const std::vector<uint64_t> owned = Owned(owner, 2);
+  const Placement p = Place(rank_node, capacity);
+  const std::vector<uint64_t> owned = Owned(p, 2);
   EXPECT_LE(owned[0], capacity[0]);
   EXPECT_LE(owned[1], capacity[1]);
-  // Nearly full: only a sample's worth of room left.
-  EXPECT_GT(owned[0] + owned[1], capacity[0] + capacity[1] - 2 * 3200);
-  // The part kept is read first: of the samples read first (as many as
-  // are kept), nearly all are kept.
-  const uint64_t kept = std::ranges::count_if(owner, [](int32_t o) { return o >= 0; });
-  uint64_t early = 0;
-  for (uint64_t p = 0; p < kept; ++p) early += owner[order_[p]] >= 0;
-  EXPECT_GT(early, kept * 9 / 10);
+  // Nearly full (the bound keeps 4 standard deviations of the sum spare).
+  EXPECT_GT(owned[0] + owned[1], (capacity[0] + capacity[1]) * 85 / 100);
+  // The part kept is read first.
+  uint64_t kept = 0;
+  for (uint64_t pos = 0; pos < order_.size(); ++pos) kept += p.Owner(pos) >= 0;
+  for (uint64_t pos = 0; pos < kept; ++pos) ASSERT_GE(p.Owner(pos), 0) << pos;
+  for (uint64_t pos = kept; pos < order_.size(); ++pos) ASSERT_EQ(p.Owner(pos), -1) << pos;
 }
 
 TEST_F(PlacementTest, NoCapacityKeepsNothing) {
-  const std::vector<int32_t> owner = PlaceSamples(
-      volume_->directory(), order_, std::vector<int>{0, 1}, std::vector<uint64_t>{0, 0});
-  EXPECT_TRUE(std::ranges::all_of(owner, [](int32_t o) { return o == -1; }));
+  const Placement none = Place({0, 1}, {0, 0});
+  for (uint64_t pos = 0; pos < order_.size(); ++pos) ASSERT_EQ(none.Owner(pos), -1);
   // A node without a cache owns nothing; the other takes what fits.
-  const std::vector<int32_t> one = PlaceSamples(
-      volume_->directory(), order_, std::vector<int>{0, 1}, std::vector<uint64_t>{0, total_});
-  EXPECT_TRUE(std::ranges::all_of(one, [](int32_t o) { return o == 1; }));
+  const Placement one = Place({0, 1}, {0, total_});
+  uint64_t second = 0;
+  for (uint64_t pos = 0; pos < order_.size(); ++pos) {
+    ASSERT_NE(one.Owner(pos), 0);
+    second += one.Owner(pos) == 1;
+  }
+  EXPECT_GT(second, order_.size() * 9 / 10);
+  EXPECT_LE(Owned(one, 2)[1], total_);
+}
+
+// Nodes of other sizes and capacities: the leftovers of full nodes fill the
+// room of the others, in reading order, never past a share.
+TEST_F(PlacementTest, LeftoversFillTheRoomOfOtherNodes) {
+  const std::vector<int> rank_node = {0, 0, 0, 1, 2, 2};
+  const std::vector<uint64_t> capacity = {total_ / 10, total_, total_ / 2};
+  const Placement p = Place(rank_node, capacity);
+  const std::vector<uint64_t> owned = Owned(p, 3);
+  for (size_t k = 0; k < 3; ++k) EXPECT_LE(owned[k], capacity[k]) << k;
+  uint64_t kept = 0;
+  for (uint64_t pos = 0; pos < order_.size(); ++pos) kept += p.Owner(pos) >= 0;
+  EXPECT_GT(kept, order_.size() * 9 / 10);
+  // Proportional to the capacities (node 1 takes node 0's overflow).
+  EXPECT_GT(owned[1], owned[2]);
+  EXPECT_GT(owned[2], owned[0]);
+  // Node 0 keeps what its ranks read first.
+  for (uint64_t pos = 0; pos < 60; ++pos) {
+    if (rank_node[pos % 6] == 0) EXPECT_EQ(p.Owner(pos), 0) << pos;
+  }
+  // A billion positions: a rule, no table.
+  const Placement big(1000000000, rank_node, capacity, 100, 10);
+  EXPECT_GE(big.Owner(999999999), -1);
+  EXPECT_EQ(big.Owner(1000000000), -1);
 }
 
 }  // namespace placement_test

@@ -247,6 +247,55 @@ TEST(ResumeIoTest, MismatchedStateIsRefused) {
   EXPECT_NE(sub.message().find("another subset"), std::string::npos) << sub.message();
 }
 
+// A state of order 1 (Fisher-Yates: dlfs before the order had versions)
+// resumes at an epoch boundary only; mid-epoch it is refused, saying how to
+// resume instead.
+TEST(ResumeOrderTest, AnOlderOrderResumesAtEpochBoundariesOnly) {
+  TempDir tmp;
+  auto vol = MakeVolume(tmp / "v.dlfs", 100);
+  const LoaderOptions base{.sampler = {.seed = 7, .batch_size = 10}, .cache_budget = 0};
+  auto make = [&] { return std::move(Loader::Create(vol, base)).value(); };
+  auto a = make();
+  a->SetEpoch(3);
+  SampleOracle want(*vol);
+  Take(*a, want, 3, 0, 4);
+  SourceState old = *a->SaveState();
+  EXPECT_EQ(old.order, kOrderVersion);
+  old.order = 1;
+  const Status st = make()->LoadState(old);
+  EXPECT_THAT(st, StatusIs(StatusCode::kInvalidArgument,
+                           "cannot resume from this state: it was saved in the middle of epoch 3 "
+                           "(4 batches handed out) with epoch order 1 (Fisher-Yates"));
+  EXPECT_NE(st.message().find("with epoch 4 and batches 0 it goes on with the next epoch"),
+            std::string::npos)
+      << st.message();
+  // So does one of another shape (an elastic resume), or with earlier parts.
+  SourceState other = old;
+  other.sampler.world_size = 2;
+  EXPECT_THAT(make()->LoadState(other), StatusIs(StatusCode::kInvalidArgument, "epoch order 1"));
+  SourceState parts = old;
+  parts.batches = 0;
+  parts.done = {{2, 1, 10, 3}};
+  EXPECT_THAT(make()->LoadState(parts), StatusIs(StatusCode::kInvalidArgument, "epoch order 1"));
+  // At an epoch boundary it resumes: the start of epoch 3, or its end.
+  for (uint64_t batches : {uint64_t{0}, a->batches_per_epoch()}) {
+    SourceState boundary = old;
+    boundary.batches = batches;
+    auto b = make();
+    ASSERT_OK(b->LoadState(boundary));
+    b->SetEpoch(3);
+    const std::vector<uint64_t> got = Take(*b, want, 3, batches);
+    EXPECT_EQ(got.size(), batches == 0 ? 100u : 0u);
+    if (batches == 0) EXPECT_EQ(got, b->RankIndices(3));
+  }
+  // A state without an order line is order 1.
+  std::string text = old.Serialize();
+  text.replace(text.find("state 3"), 7, "state 2");
+  text.erase(text.find("order 1\n"), std::string("order 1\n").size());
+  ASSERT_OK_AND_ASSIGN(SourceState parsed, SourceState::Parse(text));
+  EXPECT_THAT(make()->LoadState(parsed), StatusIs(StatusCode::kInvalidArgument, "epoch order 1"));
+}
+
 TEST(SourceStateTest, TextRoundTripsAndBadTextIsNamed) {
   SourceState s;
   s.epoch = 12;
@@ -274,7 +323,7 @@ TEST(SourceStateTest, TextRoundTripsAndBadTextIsNamed) {
     return r.status().message();
   };
   EXPECT_NE(error("").find("empty"), std::string::npos);
-  EXPECT_NE(error("hello\n").find("line 1: expected 'dlfs-source-state 2'"), std::string::npos);
+  EXPECT_NE(error("hello\n").find("line 1: expected 'dlfs-source-state 3'"), std::string::npos);
   std::string missing = text;
   missing.erase(missing.find("seed "),
                 missing.find('\n', missing.find("seed ")) - missing.find("seed ") + 1);
@@ -300,12 +349,22 @@ TEST(SourceStateTest, SegmentsRoundTripAndVersionOneStillParses) {
       << text;
   ASSERT_OK_AND_ASSIGN(SourceState back, SourceState::Parse(text));
   EXPECT_EQ(back.done, s.done);
-  // Version 1 (before elastic resume) has no segments line.
-  std::string v1 = SourceState{}.Serialize();
+  // Version 2 (before the order had versions) has no order line: order 1.
+  std::string v2 = SourceState{}.Serialize();
+  EXPECT_NE(v2.find("\norder 2\n"), std::string::npos) << v2;
+  v2.replace(v2.find("state 3"), 7, "state 2");
+  v2.erase(v2.find("order 2\n"), std::string("order 2\n").size());
+  ASSERT_OK_AND_ASSIGN(SourceState older, SourceState::Parse(v2));
+  EXPECT_EQ(older.order, 1u);
+  EXPECT_THAT(SourceState::Parse(SourceState{}.Serialize() + "order 0\n"),
+              StatusIs(StatusCode::kInvalidArgument, "'order' appears twice"));
+  // Version 1 (before elastic resume) has no segments line either.
+  std::string v1 = v2;
   v1.replace(v1.find("state 2"), 7, "state 1");
   v1.erase(v1.find("segments "), std::string("segments \n").size());
   ASSERT_OK_AND_ASSIGN(SourceState old, SourceState::Parse(v1));
   EXPECT_TRUE(old.done.empty());
+  EXPECT_EQ(old.order, 1u);
   for (const char* bad : {"world_size=4", "world_size=0,workers=1,batch_size=1,batches=0",
                           "world_size=1,workers=1,batch_size=1,batches=x",
                           "world_size=1,workers=1,batch_size=1,batches=0,colour=2"}) {
