@@ -114,8 +114,14 @@ py::dict InfoDict(const Volume& v) {
   py::dict d;
   d["path"] = s.path;
   d["format_version"] = i.format_version;
-  // "v2" when the volume uses the features docs/format.md calls format v2.
-  d["format"] = s.incompat_flags.empty() ? "v1" : "v2";
+  // "v2" when the volume uses the features docs/format.md calls format v2;
+  // "v3" for the compact directory.
+  d["format"] = s.layout == "compact" ? "v3" : s.incompat_flags.empty() ? "v1" : "v2";
+  d["layout"] = s.layout;
+  d["names"] = s.names;
+  d["directory_bytes_per_sample"] = s.directory_bytes_per_sample();
+  d["sample_metadata_bytes"] = s.sample_metadata_bytes;
+  d["sample_metadata_bytes_per_sample"] = s.sample_metadata_bytes_per_sample();
   d["uuid"] = i.uuid;
   d["samples"] = i.sample_count;
   d["directories"] = i.dir_count;
@@ -458,6 +464,21 @@ void DefVolumeDirectory(VolumeClass& c) {
             return LabelOrNone(v.directory().label(CheckIndex(v, i)));
           },
           py::arg("index"), "Label (class id) of sample `index`, or None.")
+      .def(
+          "labels_at",
+          [](const Volume& v, py::array_t<int64_t, py::array::c_style | py::array::forcecast> idx) {
+            py::array_t<int64_t> out(idx.size());
+            auto w = out.mutable_unchecked<1>();
+            const int64_t* in = idx.data();
+            for (py::ssize_t k = 0; k < idx.size(); ++k) {
+              const uint32_t l = v.directory().label(CheckIndex(v, in[k]));
+              w(k) = l == kNoLabel ? -1 : static_cast<int64_t>(l);
+            }
+            return out;
+          },
+          py::arg("indices"),
+          "The labels of samples `indices` as an int64 numpy array (-1 where a sample has "
+          "none): labels without a pass over the whole volume.")
       .def_property_readonly(
           "labels",
           [](const Volume& v) {

@@ -91,7 +91,7 @@ class VolumeBuilder {
     DirectoryLayout layout = DirectoryLayout::kAuto;
     // Compact layout: samples per block of the directory, 2^block_shift
     // (4..16); a block is the unit checked on first use, and its samples lie
-    // on one target. 0: 10 (1,024 samples) for one target, 6 (64) for
+    // on one target. 0: 10 (1,024 samples) for one target, 5 (32) for
     // several, so that small volumes still spread over their targets.
     uint32_t block_shift = 0;
     // Every sample starts at a multiple of this (a power of two, at most

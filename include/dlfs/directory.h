@@ -169,8 +169,8 @@ class SampleDirectory {
   uint32_t format_version() const { return compact_ ? 3 : 1; }
   bool compact() const { return compact_ != nullptr; }
   // Whether samples have names (always in v1/v2; optional in v3). Without
-  // names, Path(i) is "#<i>", Lookup finds nothing, and the tree is the
-  // root alone.
+  // names, sample i's path is "#<i>" (which Lookup and Resolve take), and
+  // the tree is the root alone.
   bool has_names() const;
 
   // Sample i's extent, CRC and label. v3: checks the block holding it the
@@ -181,7 +181,8 @@ class SampleDirectory {
   // block fails its check comes back with length 0 and a CRC no bytes have
   // (so a verified read of it fails); callers on a read path use Locate.
   SampleInfo sample(uint64_t i) const;
-  std::string_view name(uint64_t i) const;  // the last path component
+  // The last path component ("#<i>" for a compact volume without names).
+  std::string name(uint64_t i) const;
   uint32_t label(uint64_t i) const;
   // "train/00042": the directory names from the root, joined by '/'.
   // v3: "#<i>" without names, "<damaged name block N>" when its block fails

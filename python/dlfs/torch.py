@@ -119,19 +119,34 @@ class VolumeDataset(_tud.Dataset):
             if target_transform is not None:
                 raise ValueError("VolumeDataset: with fields the label is a field (e.g. 'cls'); "
                                  "use transform instead of target_transform")
-        self.indices = vol.indices(root) if root else _np.arange(len(vol), dtype=_np.int64)
+        # The volume's samples (range(len(vol))) or those under `root` (a
+        # range when they are one run, else an int64 array): nothing per
+        # sample is made here, so a billion-sample volume opens at once.
+        self.indices = vol.samples_under(root) if root else range(len(vol))
         self.classes = vol.classes
         self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
-        self._labels = vol.labels[self.indices]  # int64 array, item order
         self._targets = None
         self._vol, self._pid = vol, _os.getpid()
 
     @property
     def targets(self):
-        """The label of every item, as a list of ints (made on first use)."""
+        """The label of every item, as a list of ints (made on first use:
+        a pass over the items)."""
         if self._targets is None:
-            self._targets = self._labels.tolist()
+            self._targets = self._labels(_np.arange(len(self.indices))).tolist()
         return self._targets
+
+    def _samples(self, positions):
+        """The sample indices of item positions (an int64 array)."""
+        positions = _np.asarray(positions, dtype=_np.int64)
+        if isinstance(self.indices, range):
+            n = len(self.indices)
+            return _np.where(positions < 0, positions + n, positions) + self.indices.start
+        return _np.asarray(self.indices)[positions]
+
+    def _labels(self, positions):
+        """The labels of item positions: an int64 array, -1 for none."""
+        return self._volume().labels_at(self._samples(positions))
 
     def _volume(self):
         if self._pid != _os.getpid():
@@ -162,7 +177,8 @@ class VolumeDataset(_tud.Dataset):
             sample = _torch.from_numpy(self.decode(vol.read(i, self.verify), self.epoch, i))
         else:
             sample = vol.read_array(i, self.verify)  # writable, no copy
-        label = int(self._labels[index])
+        label = vol.label(i)
+        label = -1 if label is None else label
         if self.transform is not None:
             sample = self.transform(sample)
         if self.target_transform is not None:
@@ -179,13 +195,13 @@ class VolumeDataset(_tud.Dataset):
     def _batch(self, vol, positions):
         positions = _np.asarray(positions, dtype=_np.int64)
         if self.fields is not None:
-            items = [self._fields_of(vol, int(self.indices[p])) for p in positions]
+            items = [self._fields_of(vol, int(i)) for i in self._samples(positions)]
             if self.transform is not None:
                 items = [self.transform(item) for item in items]
             columns = tuple(list(c) for c in zip(*items)) if items else tuple(
                 [] for _ in self.fields)
             if self.batch_transform is not _default_batch_transform:
-                return self.batch_transform(columns, self._labels[positions])
+                return self.batch_transform(columns, self._labels(positions))
             return columns
         if (self.shared_memory and self.decode is None and self.transform is None
                 and self.target_transform is None
@@ -194,22 +210,22 @@ class VolumeDataset(_tud.Dataset):
             shared = self._shared_batch(vol, positions)
             if shared is not None:
                 return shared
-        batch = vol.read_many(self.indices[positions].tolist(), self.verify)
+        batch = vol.read_many(self._samples(positions).tolist(), self.verify)
         # Writable, as in every other path, whether or not the node cache
         # (another process's, maybe) held a sample: its views are read-only.
         samples = [s if s.flags.writeable else s.copy() for s in batch.samples]
         if self.decode is not None:
             samples = [_torch.from_numpy(self.decode(s, self.epoch, int(i)))
-                       for s, i in zip(samples, self.indices[positions])]
+                       for s, i in zip(samples, self._samples(positions))]
         if self.transform is not None:
             samples = [self.transform(s) for s in samples]
-        labels = self._labels[positions]
+        labels = self._labels(positions)
         if self.target_transform is not None:
             labels = _np.asarray([self.target_transform(int(x)) for x in labels])
         return self.batch_transform(samples, labels)
 
     def _shared_batch(self, vol, positions):
-        indices = self.indices[positions].tolist()
+        indices = self._samples(positions).tolist()
         if self._slots_pid != _os.getpid():
             self._slots, self._slots_pid = None, _os.getpid()
         if self._slots is None:
@@ -230,7 +246,7 @@ class VolumeDataset(_tud.Dataset):
         offsets, lengths = where
         return _SharedBatch(_os.getpid(), self._slots.fd, self._slots.total,
                             self._slots.slot_bytes, slot, offsets, lengths,
-                            self._labels[positions])
+                            self._labels(positions))
 
     def __getstate__(self):  # workers reopen the volume themselves
         state = dict(self.__dict__)

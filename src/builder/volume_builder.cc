@@ -364,7 +364,7 @@ Result<std::unique_ptr<VolumeBuilder>> VolumeBuilder::Create(const std::string& 
   const bool tree_only = o.compress.zstd || o.images.enabled();
   if (o.layout == DirectoryLayout::kCompact || (o.layout == DirectoryLayout::kAuto && !tree_only)) {
     const uint32_t shift = o.block_shift != 0          ? o.block_shift
-                           : impl->targets_.size() > 1 ? 6
+                           : impl->targets_.size() > 1 ? 5
                                                        : format::kDefaultBlockShift;
     DLFS_ASSIGN_OR_RETURN(impl->compact_,
                           builder_internal::CompactWriter::Create(

@@ -34,6 +34,23 @@ constexpr uint32_t kCostsNone = 0, kCostsMeasuring = 1, kCostsPublished = 2;
 
 uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
+}  // namespace
+
+// `words` zeroed atomics in pages the kernel zeroes when first touched: a
+// bitmap of a billion samples costs memory only where bits are set (a
+// value-initialized array wrote all of it, 125 MB at 1e9 samples, before
+// the first batch).
+void NodeCache::UnmapWords::operator()(std::atomic<uint64_t>* p) const { ::munmap(p, bytes); }
+
+NodeCache::Words LazyZeroWords(uint64_t words) {
+  const size_t bytes = std::max<size_t>(words * sizeof(uint64_t), 1);
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) std::abort();  // as operator new would fail: no memory
+  return NodeCache::Words(static_cast<std::atomic<uint64_t>*>(p), NodeCache::UnmapWords{bytes});
+}
+
+namespace {
+
 std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
 
 }  // namespace
@@ -80,7 +97,13 @@ struct Layout {
 Layout LayoutFor(const Volume& volume, uint64_t budget) {
   const SampleDirectory& dir = volume.directory();
   uint64_t all = 0;  // every sample, aligned: more is never needed
-  for (uint64_t i = 0; i < dir.size() && all <= budget; ++i) {
+  if (dir.compact()) {
+    // No pass over the samples (a billion of them take seconds): at most
+    // kAlign - 1 bytes of padding each.
+    const uint64_t n = dir.size();
+    all = volume.info().data_bytes + std::min(n, (budget + kAlign) / (kAlign - 1)) * (kAlign - 1);
+  }
+  for (uint64_t i = 0; !dir.compact() && i < dir.size() && all <= budget; ++i) {
     all += AlignUp(dir.sample(i).length, kAlign);
   }
   Layout l;
@@ -122,7 +145,7 @@ std::shared_ptr<NodeCache> NodeCache::Open(const Volume& volume, const NodeCache
   if (layout.capacity == 0) return nullptr;
   std::shared_ptr<NodeCache> c(new NodeCache(volume));
   const uint64_t n = volume.size();
-  c->checked_ = std::make_unique<std::atomic<uint64_t>[]>((n + 63) / 64);
+  c->checked_ = LazyZeroWords((n + 63) / 64);
 
   auto init_header = [&](Header* h) {
     std::memset(static_cast<void*>(h), 0, sizeof *h);

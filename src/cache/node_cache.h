@@ -181,8 +181,17 @@ class NodeCache {
   const Volume& volume_;
   const pid_t pid_ = ::getpid();  // the process that opened it
   std::string path_;
-  shm::Region region_;               // the node's region; not valid for a private cache
-  int fd_ = -1;                      // region_'s descriptor, -1 for a private cache
+  shm::Region region_;  // the node's region; not valid for a private cache
+  int fd_ = -1;         // region_'s descriptor, -1 for a private cache
+ public:
+  // Atomics in a private anonymous mapping (LazyZeroWords).
+  struct UnmapWords {
+    size_t bytes;
+    void operator()(std::atomic<uint64_t>* p) const;
+  };
+  using Words = std::unique_ptr<std::atomic<uint64_t>[], UnmapWords>;
+
+ private:
   std::byte* base_ = nullptr;        // read-write mapping (filling)
   const std::byte* view_ = nullptr;  // read-only mapping of the same bytes (handed out)
   uint64_t file_bytes_ = 0;
@@ -192,7 +201,7 @@ class NodeCache {
   int sharer_slot_ = -1;
   // Per process: samples whose bytes were checked here, 2 MiB blocks of the
   // data area known to be allocated, and those mapped for reading.
-  std::unique_ptr<std::atomic<uint64_t>[]> checked_;
+  Words checked_;
   std::unique_ptr<std::atomic<uint64_t>[]> reserved_;
   std::unique_ptr<std::atomic<uint64_t>[]> mapped_;
   uint64_t block_words_ = 0;          // words of reserved_ and mapped_

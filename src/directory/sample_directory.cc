@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <utility>
 
@@ -157,15 +158,14 @@ SampleInfo SampleDirectory::sample(uint64_t i) const {
   return SampleInfo{s.offset, s.length, s.crc32c, s.label, s.parent, s.target};
 }
 
-std::string_view SampleDirectory::name(uint64_t i) const {
+std::string SampleDirectory::name(uint64_t i) const {
   if (compact_) {
-    if (!compact_->layout().has_names()) return {};
-    Result<std::string_view> p = compact_->PathOf(i);
-    if (!p.ok()) return {};
-    const size_t slash = p->rfind('/');
-    return slash == p->npos ? *p : p->substr(slash + 1);
+    if (!compact_->layout().has_names()) return "#" + std::to_string(i);
+    const std::string path = Path(i);
+    const size_t slash = path.rfind('/');
+    return slash == path.npos ? path : path.substr(slash + 1);
   }
-  return String(samples_[i].name_offset, samples_[i].name_length);
+  return std::string(String(samples_[i].name_offset, samples_[i].name_length));
 }
 
 uint32_t SampleDirectory::label(uint64_t i) const {
@@ -332,8 +332,17 @@ Result<PathEntry> SampleDirectory::Resolve(std::string_view path) const {
     }
     if (norm.empty()) return PathEntry{true, 0};
     if (!compact_->layout().has_names()) {
+      // Samples without names are "#<index>".
+      uint64_t i = 0;
+      const char* first = norm.data() + 1;
+      const char* last = norm.data() + norm.size();
+      const auto [end, ec] = std::from_chars(first, last, i);
+      if (norm.size() > 1 && norm[0] == '#' && ec == std::errc() && end == last &&
+          i < sample_count_ && std::to_string(i) == norm.substr(1)) {
+        return PathEntry{false, i};
+      }
       return Status::NotFound("no sample or directory '" + std::string(path) +
-                              "' (the volume was written without names)");
+                              "' (the volume's samples have no names: '#<index>' names them)");
     }
     DLFS_ASSIGN_OR_RETURN(const std::optional<uint64_t> sample, compact_->FindSample(norm));
     if (sample) return PathEntry{false, *sample};

@@ -45,6 +45,9 @@ bool IsValidPath(std::string_view name) {
 }
 
 int CompareDirKeys(std::string_view a, std::string_view b) {
+  // The root's path is "" and its key too: it comes first (not "/", which
+  // sorts after ".x/").
+  if (a.empty() || b.empty()) return a.empty() ? (b.empty() ? 0 : -1) : 1;
   const size_t n = a.size() < b.size() ? a.size() : b.size();
   const int c = n == 0 ? 0 : std::memcmp(a.data(), b.data(), n);
   if (c != 0) return c;

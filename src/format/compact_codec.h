@@ -160,7 +160,8 @@ inline std::string_view TreePath(const CompactLayout& l, uint64_t d) {
 // readers use the same rule.
 bool IsValidPath(std::string_view name);
 
-// Compares (a + "/") with (b + "/") byte-wise: the tree's order (§10.6).
+// Compares (a + "/") with (b + "/") byte-wise, the root ("") first: the
+// tree's order (§10.6).
 int CompareDirKeys(std::string_view a, std::string_view b);
 
 // The CRC32C of a block entry's first 28 bytes followed by `records`.

@@ -20,6 +20,7 @@
 #include "dlfs/loader.h"
 #include "dlfs/mpi.h"
 #include "dlfs/volume.h"
+#include "format/format.h"
 #include "mpi/mpi_testutil.h"
 #include "synthetic_volume.h"
 #include "testutil.h"
@@ -49,10 +50,17 @@ class DistributedTest : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new SharedTempDir();
     if (Rank() == 0) {
-      testing::SyntheticVolume spec{
-          .samples = kSamples, .classes = 5, .volume = {.align = 4096}, .bytes = SampleBytes};
+      // The tree layout, whose directory the collective open reads once and
+      // shares per node (a compact one: compact.dlfs, mapped by every rank).
+      testing::SyntheticVolume spec{.samples = kSamples,
+                                    .classes = 5,
+                                    .volume = {.layout = DirectoryLayout::kTree, .align = 4096},
+                                    .bytes = SampleBytes};
       EXPECT_OK(testing::WriteSyntheticVolume(*dir_ / "one.dlfs", spec));
+      spec.volume.layout = DirectoryLayout::kCompact;
+      EXPECT_OK(testing::WriteSyntheticVolume(*dir_ / "compact.dlfs", spec));
       // The same samples over two targets: one per fake node.
+      spec.volume.layout = DirectoryLayout::kTree;
       spec.volume.targets = 2;
       EXPECT_OK(testing::WriteSyntheticVolume(*dir_ / "two.dlfs", spec));
     }
@@ -225,6 +233,33 @@ TEST_F(DistributedTest, CollectiveOpenSharesTheDirectoryPerNode) {
     ASSERT_TRUE(a.ok() && b.ok());
     EXPECT_EQ(*a, *b);
     EXPECT_EQ((*shared)->directory().Path(i), own->directory().Path(i));
+  }
+}
+
+// A compact directory (format v3) is mapped from the volume file by every
+// rank: the page cache holds it once, the collective open hands over only
+// the superblocks, and no node region is made.
+TEST_F(DistributedTest, CollectiveOpenMapsACompactDirectory) {
+  TwoFakeNodes nodes;
+  SharedOpenStats stats;
+  auto shared = OpenShared(MPI_COMM_WORLD, *dir_ / "compact.dlfs", {}, &stats);
+  ASSERT_OK(shared);
+  EXPECT_TRUE((*shared)->directory().compact());
+  EXPECT_EQ((*shared)->directory_region(), "");
+  // One memory object on every rank: the file's pages.
+  EXPECT_EQ(DistinctDirectoryCopies(**shared), 1u);
+  EXPECT_NE(BackingOf((*shared)->metadata().directory.get()).inode, 0u);
+  uint64_t read_here = stats.metadata_bytes_read, window = stats.window_bytes;
+  EXPECT_LE(read_here, uint64_t{format::kSuperblockSize});  // the superblock only
+  EXPECT_EQ(window, 0u);
+  auto own = OpenVolume("one.dlfs");
+  ASSERT_TRUE(own);
+  for (uint64_t i = 0; i < kSamples; i += 37) {
+    const uint64_t j = *own->directory().Lookup((*shared)->directory().Path(i));
+    auto a = (*shared)->Read(i);
+    auto b = own->Read(j);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(*a, *b);
   }
 }
 

@@ -49,9 +49,11 @@ def test_info_json_fields(run, volume):
     assert info["bytes"] == sum(len(d) for d in files.values())
     assert info["classes"] == 3
     assert info["class_names"] == ["Emu", "cat", "dog"]
-    assert info["format_version"] == 1
+    assert info["format_version"] == 3 and info["layout"] == "compact" and info["names"]
     assert info["targets"] == [str(vol)]
-    # A v1 volume: no feature flag, no field table.
+    # The compact directory: 6-10 bytes per sample to locate one, the rest names.
+    assert info["sample_metadata_bytes_per_sample"] < 10 + 32 / len(files)
+    # No feature flag, no field table.
     assert info["incompat_flags"] == [] and info["fields"] == []
     assert info["dictionary_bytes"] == 0
     text = run("info", vol, check=0).stdout.decode()

@@ -100,8 +100,12 @@ def volumes(tmp_path_factory, dlfs_bin):
         (root / f"c{c}").mkdir(parents=True, exist_ok=True)
         Image.fromarray(img, "L").save(root / f"c{c}" / f"{i:04d}.png")
     one, two = root.parent / "one.dlfs", root.parent / "two.dlfs"
-    subprocess.run([dlfs_bin, "pack", str(root), "-o", str(one), "-q"], check=True)
-    subprocess.run([dlfs_bin, "pack", str(root), "-o", str(two), "-q", "--targets", "2"],
+    # The tree layout, whose directory is read and shared in a node region
+    # (a compact one is mapped from the file: test_a_compact_directory_...).
+    subprocess.run([dlfs_bin, "pack", str(root), "-o", str(one), "-q", "--layout", "tree"],
+                   check=True)
+    subprocess.run([dlfs_bin, "pack", str(root), "-o", str(two), "-q", "--targets", "2",
+                    "--layout", "tree"],
                    check=True)
     # The sample index each image holds, by volume index (packing sorts by path).
     vol = dlfs.Volume(str(one))
@@ -199,7 +203,7 @@ def test_torchrun_style_job_shares_one_directory_per_node(tmp_path, volumes, run
     with open(idx / "train-labels-idx1-ubyte", "wb") as f:
         f.write(struct.pack(">II", 0x801, n) + (np.arange(n) % 10).astype(np.uint8).tobytes())
     big = tmp_path / "big.dlfs"
-    run("pack", idx, "-o", big, "-q", check=0)
+    run("pack", idx, "-o", big, "-q", "--layout", "tree", check=0)
     directory = dlfs.Volume(str(big)).info()["directory_bytes"]
 
     # Rank 0 lists the regions late: the others (node 1 too) must not let go
@@ -226,6 +230,41 @@ def test_torchrun_style_job_shares_one_directory_per_node(tmp_path, volumes, run
           f"{sum(r['memory']['pss'] for r in reports.values()) / 1e6:.1f} MB PSS; "
           f"directory {directory / 1e6:.1f} MB")
     assert private <= 1.5 * directory, (private, directory)
+
+
+@pytest.mark.parametrize("launch", ["mpirun", "torchrun"])
+def test_a_compact_directory_is_mapped_by_every_rank_not_copied(tmp_path, volumes, run, launch):
+    """Format v3's directory is used in place through a read-only mapping of
+    the volume file: every rank of a node shares the page cache's one copy,
+    with no node region to make, name or remove, and no rank holds a copy
+    of its own (issue 47)."""
+    one, _, _ = volumes
+    idx = tmp_path / "idx"
+    idx.mkdir()
+    n = 1_000_000
+    with open(idx / "train-images-idx3-ubyte", "wb") as f:
+        f.write(struct.pack(">IIII", 0x803, n, 2, 2) + bytes(4 * n))
+    with open(idx / "train-labels-idx1-ubyte", "wb") as f:
+        f.write(struct.pack(">II", 0x801, n) + (np.arange(n) % 10).astype(np.uint8).tobytes())
+    big = tmp_path / "big.dlfs"
+    run("pack", idx, "-o", big, "-q", check=0)  # the default: compact
+    info = dlfs.Volume(str(big)).info()
+    assert info["layout"] == "compact"
+    args = ("--volume", one, "--memory-volume", big, "--epochs", 1)
+    if launch == "mpirun":
+        rc, err, _, reports = mpirun(tmp_path, *args)
+        assert rc == 0, err
+    else:
+        reports = torchrun_style(tmp_path, *args)
+    assert sorted(reports) == [0, 1, 2, 3]
+    for r in reports.values():
+        # Listed while every rank held a LoaderDataset of `big` (and before
+        # `one`, a tree volume with its node regions, was opened).
+        assert r["memory"]["notes"] == [] and r["memory"]["dir_regions"] == []
+    # The mapping's pages are the page cache's: not private to any rank
+    # (in the tree layout each node held a 38 MB copy of this directory).
+    private = sum(r["memory"]["private"] for r in reports.values())
+    assert private <= 0.25 * info["directory_bytes"], (private, info["directory_bytes"])
 
 
 def test_a_rank_with_a_bad_path_fails_the_whole_job(tmp_path, volumes):

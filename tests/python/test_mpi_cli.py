@@ -81,11 +81,10 @@ def test_bench_under_mpirun_reads_every_sample(mpi, volumes, extra):
     assert isinstance(j["cache_plan"], str) and 0 <= j["ranks_filling"] <= 4
     if "--shard-local" in extra:
         assert j["mode"] == "shard-local" and j["remote_samples"] > 0
-    if "--private-open" in extra:
-        assert j["directory_window_bytes"] == 0
-    else:
-        # One directory copy per fake node, read from storage once.
-        assert j["directory_window_bytes"] == 2 * j["directory_bytes"]
+    # The compact directory (the default) is mapped by every rank from the
+    # file: no copy is sent or made, collective open or not (a tree one's
+    # node copies: tests/mpi/distributed_mpi_test.cc).
+    assert j["directory_window_bytes"] == 0
 
 
 def test_bench_of_what_mpirun_does_not_run_is_refused(mpi, volumes):

@@ -16,7 +16,7 @@ def test_volume_reads_what_was_packed(volume):
     assert len(vol) == len(files)
     assert vol.classes == ["Emu", "cat", "dog"]
     info = vol.info()
-    assert info["samples"] == len(files) and info["format_version"] == 1
+    assert info["samples"] == len(files) and info["format_version"] == 3  # compact (v3)
     for i in range(len(vol)):
         data, label = vol[i]
         assert data == files[vol.path(i)]
@@ -160,8 +160,9 @@ def test_samples_under_a_directory_are_a_range_when_contiguous(tmp_path):
     both read the same samples in the same order, and name the subset alike
     in state_dict (as a list of those indices always did)."""
     path = str(tmp_path / "s.dlfs")
-    with dlfs.Writer(path) as w:
-        # Breadth-first: a's own sample, then b's, then a/s's: a's subtree
+    with dlfs.Writer(path, layout="tree") as w:
+        # The tree layout orders samples breadth first: a's own sample, then
+        # b's, then a/s's (the compact one keeps the order added): a's subtree
         # is samples 0 and 2, b's is sample 1, c's (leaves only) 3 .. 5.
         for name in ["a/1", "a/s/2", "b/3", "c/x/4", "c/x/5", "c/y/6"]:
             w.add(name, name.encode())

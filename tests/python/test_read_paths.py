@@ -173,11 +173,16 @@ def test_info_says_format_v2_for_a_volume_with_v2_features(multi_field, source, 
     text = run("info", multi_field, check=0).stdout.decode()
     assert "format       dlfs v2 (version 1 with fields" in text, text
     assert json.loads(run("info", multi_field, "--json", check=0).stdout)["format"] == "v2"
-    run("pack", source[0], "-o", tmp_path / "plain.dlfs", "-q", "--all-files", check=0)
+    run("pack", source[0], "-o", tmp_path / "plain.dlfs", "-q", "--all-files", "--layout",
+        "tree", check=0)
     text = run("info", tmp_path / "plain.dlfs", check=0).stdout.decode()
     assert "format       dlfs v1, uuid" in text, text
     plain = json.loads(run("info", tmp_path / "plain.dlfs", "--json", check=0).stdout)
     assert plain["format"] == "v1" and plain["format_version"] == 1
+    # The default: the compact directory, format v3.
+    run("pack", source[0], "-o", tmp_path / "v3.dlfs", "-q", "--all-files", check=0)
+    text = run("info", tmp_path / "v3.dlfs", check=0).stdout.decode()
+    assert "format       dlfs v3, uuid" in text and "compact (v3) layout" in text, text
 
 
 def test_ls_help_names_every_json_key_it_prints(multi_field, run):

@@ -51,9 +51,9 @@ Status Write(const std::string& path, const std::vector<Sample>& samples,
 std::vector<Sample> Samples(size_t n, uint32_t seed, bool sorted) {
   std::mt19937 rng(seed);
   std::vector<Sample> out;
-  const char* dirs[] = {"cat", "cat/sub", "cat-x", "dog", "dog/a/b", ""};
+  const char* dirs[] = {"cat", "cat/sub", "cat-x", "dog", "dog/a/b", "", ".hidden", "cat/.x"};
   for (size_t i = 0; i < n; ++i) {
-    const std::string dir = dirs[rng() % 6];
+    const std::string dir = dirs[rng() % 8];
     char name[32];
     std::snprintf(name, sizeof name, "%05zu.jpg", i);
     out.push_back({dir.empty() ? name : dir + "/" + name, RandomBytes(rng() % 200, seed + i),
@@ -174,6 +174,12 @@ TEST(CompactTest, UnnamedSamplesCostNoNames) {
   const SampleDirectory& d = v->directory();
   EXPECT_FALSE(d.has_names());
   EXPECT_EQ(d.Path(3), "#3");
+  EXPECT_EQ(d.name(3), "#3");
+  EXPECT_EQ(*d.Lookup("#3"), 3u);
+  EXPECT_EQ(*d.Lookup("/#999/"), 999u);
+  EXPECT_THAT(d.Lookup("#1000"), StatusIs(StatusCode::kNotFound, "'#<index>'"));
+  EXPECT_THAT(d.Lookup("#03"), StatusIs(StatusCode::kNotFound, ""));
+  EXPECT_THAT(d.Lookup("3"), StatusIs(StatusCode::kNotFound, ""));
   for (uint64_t i = 0; i < samples.size(); ++i) {
     EXPECT_EQ(*v->Read(i), samples[i].bytes);
     EXPECT_EQ(d.label(i), samples[i].label);

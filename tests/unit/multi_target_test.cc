@@ -135,7 +135,7 @@ TEST_F(MultiTargetTest, BytesAreBalancedAndPlacementIsDeterministic) {
     }
     largest = std::max(largest, b);
   }
-  EXPECT_EQ(unit, d.compact() ? 64u : 1u);  // several targets: 64 samples per block
+  EXPECT_EQ(unit, d.compact() ? 32u : 1u);  // several targets: 32 samples per block
   // Greedy placement keeps every target within one unit of the others.
   const auto [lo, hi] = std::minmax_element(bytes.begin(), bytes.end());
   EXPECT_LE(*hi - *lo, largest) << bytes[0] << " " << bytes[1] << " " << bytes[2];
