@@ -102,12 +102,13 @@ uint32_t ResealCompact(std::byte* dir, uint64_t len, const std::byte* file, uint
     const uint64_t bytes = BlockRecordBytes(c, e.end_width, e.label_width);
     if (!InBounds(e.records_offset, bytes, records_len)) continue;
     std::byte* rec = records + e.records_offset;
+    const uint32_t r = RecordBytes(e.end_width, e.label_width);
     uint64_t start = 0;
     for (uint64_t j = 0; j < c; ++j) {
-      const uint64_t end = LoadUint(rec + j * e.end_width, e.end_width);
+      const uint64_t end = LoadUint(rec + j * r, e.end_width);
       if (end >= start && InBounds(e.data_offset + start, end - start, file_size) &&
           e.data_offset <= file_size) {
-        StoreUint(rec + c * e.end_width + 4 * j,
+        StoreUint(rec + j * r + e.end_width,
                   crc32c::Value(file + e.data_offset + start, end - start), 4);
       }
       start = alignment != 0 ? AlignUp(end, alignment) : end;

@@ -15,8 +15,9 @@ own index, so every read is checked), labels over 10 classes, no names:
            one core (first use, blocks checked as they come; then warm)
   batch    time, peak RSS and RSS added to the first batch of a shuffled
            dlfs.Loader (batch 256), in a fresh process
-  epoch    with --epoch: one shuffled epoch through dlfs.Loader, every sample
-           checked (its bytes are its index): samples/s
+  epoch    with --epoch: one shuffled epoch through dlfs.torch.LoaderDataset
+           (batches of 4,096 as one tensor), every sample checked (its bytes are
+           its index, its label the index mod 10) and every index once: samples/s
 
 and, with --tree N,..., the same volume written in today's tree layout
 (v1: layout="tree") at those sizes, beside the compact one. Megatron-LM's
@@ -94,20 +95,24 @@ print(seconds, rss() - before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrs
 """
 
 EPOCH = r"""
-import sys, time, numpy as np, dlfs
-v = dlfs.Volume(sys.argv[1])
-n = len(v)
-loader = dlfs.Loader(v, batch_size=4096, seed=2)
-seen = 0
-bad = 0
+import sys, time, numpy as np, dlfs, dlfs.torch
+path = sys.argv[1]
+n = len(dlfs.Volume(path))
+# What a PyTorch user runs: LoaderDataset, fixed-size samples stacked into
+# one tensor per batch. A sample's bytes are its index and its label the
+# index mod 10: each batch is checked, and every index must come once.
+ds = dlfs.torch.LoaderDataset(path, 4096, seed=2)
+seen = np.zeros(n, dtype=np.uint8)
+got = bad = 0
 t = time.perf_counter()
-for batch in loader:
-    idx = np.asarray(batch.indices, dtype=np.uint64)
-    vals = np.concatenate([np.frombuffer(s, dtype=np.uint64) for s in batch.samples])
-    bad += int((vals != idx).sum())
-    seen += len(idx)
+for samples, labels in ds:
+    idx = samples.numpy().view(np.uint64).ravel()
+    bad += int((labels.numpy() != (idx % 10)).sum()) + int((idx >= n).sum())
+    seen[idx[idx < n]] += 1
+    got += len(idx)
 seconds = time.perf_counter() - t
-print(seconds, seen, bad)
+bad += int((seen != 1).sum())
+print(seconds, got, bad)
 """
 
 

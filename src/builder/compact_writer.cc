@@ -149,13 +149,18 @@ Status CompactWriter::CloseBlock() {
     while (max >= format::NoLabelValue(lw)) ++lw;
   }
   e.label_width = static_cast<uint8_t>(lw);
+  // One record per sample (end, CRC, label): a sample is located with one
+  // cache line, not three.
   std::vector<std::byte> rec(format::BlockRecordBytes(c, e.end_width, lw));
   std::byte* p = rec.data();
-  for (uint64_t j = 0; j < c; ++j, p += e.end_width) format::StoreUint(p, ends_[j], e.end_width);
-  for (uint64_t j = 0; j < c; ++j, p += 4) format::StoreUint(p, crcs_[j], 4);
-  for (uint64_t j = 0; lw > 0 && j < c; ++j, p += lw) {
-    const uint32_t l = labels_[j];
-    format::StoreUint(p, l == format::kNone ? format::NoLabelValue(lw) : l, lw);
+  for (uint64_t j = 0; j < c; ++j) {
+    format::StoreUint(p, ends_[j], e.end_width);
+    format::StoreUint(p + e.end_width, crcs_[j], 4);
+    if (lw > 0) {
+      const uint32_t l = labels_[j];
+      format::StoreUint(p + e.end_width + 4, l == format::kNone ? format::NoLabelValue(lw) : l, lw);
+    }
+    p += format::RecordBytes(e.end_width, lw);
   }
   e.crc32c = format::SampleBlockCrc(e, rec);
   DLFS_RETURN_IF_ERROR(records_->Append(rec));

@@ -1,6 +1,7 @@
 #include "directory/compact_state.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "common/map_guard.h"
 
@@ -26,16 +27,35 @@ Status CompactState::CheckSamples(uint64_t b) const {
 
 Result<SampleInfo> CompactState::Locate(uint64_t i) const {
   const uint64_t b = i >> l_.header.block_shift;
-  DLFS_RETURN_IF_ERROR(CheckSamples(b));
-  const format::SampleBlockView v = format::SampleBlock(l_, b);
+  if (!samples_ok_.Get(b)) DLFS_RETURN_IF_ERROR(CheckSamples(b));
+  // The hot path of every read: one record (and the one before it) with
+  // fixed-size loads instead of memcpy calls of a variable width. An 8-byte
+  // load at any field stays inside the block's records, which end with 8
+  // zero bytes and which CheckSampleBlock placed inside the records section.
+  const format::BlockEntry& e = l_.blocks[b];
   const uint64_t j = i & (l_.block_samples - 1);
-  const uint64_t start = v.Start(j, expected_.data_alignment);
-  const SampleInfo info{v.entry->data_offset + start,
-                        static_cast<uint32_t>(v.End(j) - start),
-                        v.Crc(j),
-                        v.Label(j),
-                        kNoParent,
-                        v.entry->target};
+  const uint32_t w = e.end_width;
+  const uint32_t r = format::RecordBytes(w, e.label_width);
+  const std::byte* rec = l_.records + e.records_offset + j * r;
+  const auto load64 = [](const std::byte* p) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    return v;
+  };
+  const uint64_t mask = w >= 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * w)) - 1;
+  const uint64_t end = load64(rec) & mask;
+  const uint64_t a = expected_.data_alignment;  // a power of two
+  const uint64_t start = j == 0 ? 0 : ((load64(rec - r) & mask) + a - 1) & ~(a - 1);
+  const uint64_t tail = load64(rec + w);  // the CRC, then the label
+  const uint32_t crc = static_cast<uint32_t>(tail);
+  uint32_t label = e.label;
+  if (e.label_width > 0) {
+    const uint64_t none = format::NoLabelValue(e.label_width);
+    const uint64_t v = (tail >> 32) & none;
+    label = v == none ? kNoLabel : static_cast<uint32_t>(v);
+  }
+  const SampleInfo info{
+      e.data_offset + start, static_cast<uint32_t>(end - start), crc, label, kNoParent, e.target};
   // Checked blocks are read again on every use: bytes that became zeros
   // since must not pass for the sample's.
   DLFS_RETURN_IF_ERROR(Intact());

@@ -230,9 +230,8 @@ SampleBlockView SampleBlock(const CompactLayout& l, uint64_t b) {
   SampleBlockView v;
   v.entry = &l.blocks[b];
   v.count = l.BlockCount(b);
-  v.ends = l.records + v.entry->records_offset;
-  v.crcs = v.ends + v.count * v.entry->end_width;
-  v.labels = v.crcs + v.count * 4;
+  v.records = l.records + v.entry->records_offset;
+  v.record_bytes = RecordBytes(v.entry->end_width, v.entry->label_width);
   return v;
 }
 

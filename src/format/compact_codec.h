@@ -39,9 +39,14 @@ inline uint32_t WidthFor(uint64_t max_value) {
 // The value a label of `width` bytes (1..4) stores for "no label".
 inline uint64_t NoLabelValue(uint32_t width) { return (uint64_t{1} << (8 * width)) - 1; }
 
-// Bytes of a block's sample records: ends, CRCs, labels, padded to 8.
+// Bytes of one sample's record: its end, CRC and label (§10.2).
+inline uint32_t RecordBytes(uint32_t end_width, uint32_t label_width) {
+  return end_width + 4 + label_width;
+}
+// Bytes of a block's records: `count` records, then 8 zero bytes (so a
+// reader may load 8 bytes at any field), then zeros to a multiple of 8.
 inline uint64_t BlockRecordBytes(uint64_t count, uint32_t end_width, uint32_t label_width) {
-  return AlignUp(count * (end_width + 4 + label_width), 8);
+  return AlignUp(count * RecordBytes(end_width, label_width) + 8, 8);
 }
 
 // Where the name order's entries start in its section: after one u32 CRC per
@@ -96,20 +101,22 @@ Result<CompactLayout> DecodeCompactHeader(const std::byte* region, uint64_t size
 // passed for the block.
 struct SampleBlockView {
   const BlockEntry* entry = nullptr;
-  const std::byte* ends = nullptr;
-  const std::byte* crcs = nullptr;
-  const std::byte* labels = nullptr;
+  const std::byte* records = nullptr;
+  uint32_t record_bytes = 0;
   uint64_t count = 0;
 
-  uint64_t End(uint64_t j) const { return LoadUint(ends + j * entry->end_width, entry->end_width); }
+  const std::byte* Record(uint64_t j) const { return records + j * record_bytes; }
+  uint64_t End(uint64_t j) const { return LoadUint(Record(j), entry->end_width); }
   uint64_t Start(uint64_t j, uint32_t alignment) const {
     return j == 0 ? 0 : AlignUp(End(j - 1), alignment);
   }
-  uint32_t Crc(uint64_t j) const { return static_cast<uint32_t>(LoadUint(crcs + 4 * j, 4)); }
+  uint32_t Crc(uint64_t j) const {
+    return static_cast<uint32_t>(LoadUint(Record(j) + entry->end_width, 4));
+  }
   uint32_t Label(uint64_t j) const {
     const uint32_t w = entry->label_width;
     if (w == 0) return entry->label;
-    const uint64_t v = LoadUint(labels + j * w, w);
+    const uint64_t v = LoadUint(Record(j) + entry->end_width + 4, w);
     return v == NoLabelValue(w) ? kNone : static_cast<uint32_t>(v);
   }
 };
