@@ -144,6 +144,17 @@ py::dict InfoDict(const Volume& v) {
 
 // Index `index` of `v` (negative: from the end); IndexError naming the
 // volume and its size.
+// The directory `dir` names; KeyError when nothing has that path, ValueError
+// when it is a sample.
+uint64_t DirIndex(const Volume& v, const std::string& dir) {
+  Result<PathEntry> found = v.directory().Resolve(dir);
+  if (!found.ok()) Check(found.status().WithContext(v.path()));
+  if (!found->is_dir) {
+    Check(Status::InvalidArgument(v.path() + ": '" + dir + "' is a sample, not a directory"));
+  }
+  return found->index;
+}
+
 uint64_t CheckIndex(const Volume& v, int64_t index) {
   const int64_t given = index;
   if (index < 0) index += static_cast<int64_t>(v.size());
@@ -422,14 +433,7 @@ void DefVolumeDirectory(VolumeClass& c) {
       .def(
           "indices",
           [](const Volume& v, const std::string& dir) {
-            Result<PathEntry> found = v.directory().Resolve(dir);
-            if (!found.ok()) Check(found.status().WithContext(v.path()));
-            const PathEntry e = *found;
-            if (!e.is_dir) {
-              Check(Status::InvalidArgument(v.path() + ": '" + dir +
-                                            "' is a sample, not a directory"));
-            }
-            const std::vector<uint64_t> idx = v.directory().SamplesUnder(e.index);
+            const std::vector<uint64_t> idx = v.directory().SamplesUnder(DirIndex(v, dir));
             return py::array_t<int64_t>(static_cast<py::ssize_t>(idx.size()),
                                         reinterpret_cast<const int64_t*>(idx.data()));
           },
@@ -438,14 +442,7 @@ void DefVolumeDirectory(VolumeClass& c) {
       .def(
           "samples_under",
           [](const Volume& v, const std::string& dir) -> py::object {
-            Result<PathEntry> found = v.directory().Resolve(dir);
-            if (!found.ok()) Check(found.status().WithContext(v.path()));
-            const PathEntry e = *found;
-            if (!e.is_dir) {
-              Check(Status::InvalidArgument(v.path() + ": '" + dir +
-                                            "' is a sample, not a directory"));
-            }
-            const SampleSubset s = SubsetUnder(v.directory(), e.index);
+            const SampleSubset s = SubsetUnder(v.directory(), DirIndex(v, dir));
             if (s.kind() == SampleSubset::Kind::kRange) {
               return py::module_::import("builtins")
                   .attr("range")(s.first(), s.first() + s.Count(0));

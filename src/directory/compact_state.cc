@@ -62,6 +62,33 @@ Result<SampleInfo> CompactState::Locate(uint64_t i) const {
   return info;
 }
 
+void CompactState::LocateMany(std::span<const uint64_t> indices, std::span<SampleInfo> out,
+                              std::vector<Status>* failed) const {
+  failed->clear();
+  const uint32_t shift = l_.header.block_shift;
+  // In passes, so the cache misses of one sample overlap those of the
+  // others: the block entries, then (their blocks checked) the records.
+  for (const uint64_t i : indices) __builtin_prefetch(&l_.blocks[i >> shift]);
+  for (const uint64_t i : indices) {
+    const uint64_t b = i >> shift;
+    if (!samples_ok_.Get(b)) continue;  // Locate checks it below
+    const format::BlockEntry& e = l_.blocks[b];
+    const uint64_t j = i & (l_.block_samples - 1);
+    __builtin_prefetch(l_.records + e.records_offset +
+                       j * format::RecordBytes(e.end_width, e.label_width));
+  }
+  for (size_t k = 0; k < indices.size(); ++k) {
+    Result<SampleInfo> r = Locate(indices[k]);
+    if (r.ok()) {
+      out[k] = *r;
+      continue;
+    }
+    if (failed->empty()) failed->assign(indices.size(), Status::Ok());
+    (*failed)[k] = r.status();
+    out[k] = SampleInfo{0, 0, 0xFFFFFFFFu, kNoLabel, kNoParent, 0};
+  }
+}
+
 Result<std::string_view> CompactState::PathOf(uint64_t i) const {
   const uint64_t b = i >> l_.header.block_shift;
   if (!names_ok_.Get(b)) {

@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -63,6 +64,9 @@ class CompactState {
 
   // Sample i's extent, CRC and label; checks its block on first use.
   Result<SampleInfo> Locate(uint64_t i) const;
+  // Locate for many samples, their blocks and records prefetched first.
+  void LocateMany(std::span<const uint64_t> indices, std::span<SampleInfo> out,
+                  std::vector<Status>* failed) const;
   Status CheckSamples(uint64_t block) const;
 
   // Sample i's full path ("cat/sub/b.jpg"); checks its name block on first

@@ -99,6 +99,13 @@ Result<SampleInfo> SampleDirectory::Locate(uint64_t i) const {
   return sample(i);
 }
 
+void SampleDirectory::LocateMany(std::span<const uint64_t> indices, std::span<SampleInfo> out,
+                                 std::vector<Status>* failed) const {
+  if (compact_) return compact_->LocateMany(indices, out, failed);
+  failed->clear();
+  for (size_t k = 0; k < indices.size(); ++k) out[k] = sample(indices[k]);
+}
+
 Status SampleDirectory::CheckAll() const { return compact_ ? compact_->CheckAll() : Status::Ok(); }
 
 std::optional<VolumeImages> SampleDirectory::images() const {

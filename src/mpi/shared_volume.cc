@@ -86,12 +86,9 @@ Result<std::shared_ptr<Volume>> OpenShared(MPI_Comm comm, const std::string& pat
     BcastBytes(sb.data(), sb.size(), 0, comm);
   }
 
-  if (header.mapped) {
-    // A compact directory: every rank maps it from the volume file, and the
-    // page cache holds it once per node (docs/format.md §10). Nothing of
-    // size n crosses the network.
-    md.directory = nullptr;
-    md.directory_mapped = true;
+  // The last step: every rank opens over `md` (rank 0 drops its private
+  // copy), and all agree on the outcome.
+  auto open_over = [&]() -> Result<std::shared_ptr<Volume>> {
     first.reset();
     VolumeOpenOptions o = options;
     o.metadata = &md;
@@ -101,6 +98,14 @@ Result<std::shared_ptr<Volume>> OpenShared(MPI_Comm comm, const std::string& pat
     local_stats.seconds = Now() - start;
     if (stats) *stats = local_stats;
     return *v;
+  };
+  if (header.mapped) {
+    // A compact directory: every rank maps it from the volume file, and the
+    // page cache holds it once per node (docs/format.md §10). Nothing of
+    // size n crosses the network.
+    md.directory = nullptr;
+    md.directory_mapped = true;
+    return open_over();
   }
 
   // 3. Node leaders receive the directory and publish it as their node's
@@ -169,17 +174,9 @@ Result<std::shared_ptr<Volume>> OpenShared(MPI_Comm comm, const std::string& pat
   // a region made by someone else is checked as if read from storage.
   md.directory_validated = copy != kOtherRegion;
   md.directory_region = region;
-  first.reset();
-  VolumeOpenOptions o = options;
-  o.metadata = &md;
-  auto v = Volume::Open(path, o);
-  st = v.ok() ? Status::Ok() : v.status();
-  DLFS_RETURN_IF_ERROR(AgreeOnStatus(comm, st));
-  local_stats.seconds = Now() - start;
   local_stats.note =
       note.empty() ? "" : "no node copy of the directory (" + note + "); a copy per rank instead";
-  if (stats) *stats = local_stats;
-  return *v;
+  return open_over();
 }
 
 }  // namespace dlfs

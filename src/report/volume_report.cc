@@ -114,18 +114,23 @@ std::string SummaryText(const VolumeSummary& s) {
     out += Printf("format       dlfs v2 (version %u with %s), uuid %s\n", i.format_version,
                   features.c_str(), i.uuid.c_str());
   }
-  out += Printf("samples      %llu in %s\n", static_cast<unsigned long long>(i.sample_count),
-                report_internal::Count(i.dir_count, "directory", "directories").c_str());
+  if (s.layout == "compact" && !s.names) {
+    out += Printf("samples      %llu, unnamed (addressed by index)\n",
+                  static_cast<unsigned long long>(i.sample_count));
+  } else {
+    out += Printf("samples      %llu in %s\n", static_cast<unsigned long long>(i.sample_count),
+                  report_internal::Count(i.dir_count, "directory", "directories").c_str());
+  }
   const std::string where = i.target_details.size() == 1
                                 ? std::string(NameOf(kTargetKindNames, i.target_details[0].kind))
                                 : "in " + std::to_string(i.target_details.size()) + " targets";
   out += Printf("data         %s in samples, %s %s\n", HumanBytes(i.data_bytes).c_str(),
                 HumanBytes(s.file_bytes()).c_str(), where.c_str());
   out += Printf(
-      "directory    %s (%.1f bytes per sample), %s layout\n", HumanBytes(i.directory_bytes).c_str(),
+      "directory    %s (%.2f bytes per sample), %s layout\n", HumanBytes(i.directory_bytes).c_str(),
       s.directory_bytes_per_sample(),
       s.layout == "compact" ? (s.names ? "compact (v3)" : "compact (v3), no names") : "tree (v1)");
-  if (s.layout == "compact") {
+  if (s.layout == "compact" && s.names) {
     out += Printf("             %.2f bytes per sample to locate and check one, the rest names\n",
                   s.sample_metadata_bytes_per_sample());
   }

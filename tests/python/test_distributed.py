@@ -195,13 +195,7 @@ def test_elastic_resume_from_4_ranks_to_2(tmp_path, volumes):
 def test_torchrun_style_job_shares_one_directory_per_node(tmp_path, volumes, run):
     one, _, held = volumes
     # A 1M-sample volume (38 MB directory) for the memory figure.
-    idx = tmp_path / "idx"
-    idx.mkdir()
-    n = 1_000_000
-    with open(idx / "train-images-idx3-ubyte", "wb") as f:
-        f.write(struct.pack(">IIII", 0x803, n, 2, 2) + bytes(4 * n))
-    with open(idx / "train-labels-idx1-ubyte", "wb") as f:
-        f.write(struct.pack(">II", 0x801, n) + (np.arange(n) % 10).astype(np.uint8).tobytes())
+    idx = _million_sample_idx(tmp_path)
     big = tmp_path / "big.dlfs"
     run("pack", idx, "-o", big, "-q", "--layout", "tree", check=0)
     directory = dlfs.Volume(str(big)).info()["directory_bytes"]
@@ -232,13 +226,8 @@ def test_torchrun_style_job_shares_one_directory_per_node(tmp_path, volumes, run
     assert private <= 1.5 * directory, (private, directory)
 
 
-@pytest.mark.parametrize("launch", ["mpirun", "torchrun"])
-def test_a_compact_directory_is_mapped_by_every_rank_not_copied(tmp_path, volumes, run, launch):
-    """Format v3's directory is used in place through a read-only mapping of
-    the volume file: every rank of a node shares the page cache's one copy,
-    with no node region to make, name or remove, and no rank holds a copy
-    of its own (issue 47)."""
-    one, _, _ = volumes
+def _million_sample_idx(tmp_path):
+    """An IDX split of 1,000,000 4-byte samples (a sizeable directory)."""
     idx = tmp_path / "idx"
     idx.mkdir()
     n = 1_000_000
@@ -246,6 +235,17 @@ def test_a_compact_directory_is_mapped_by_every_rank_not_copied(tmp_path, volume
         f.write(struct.pack(">IIII", 0x803, n, 2, 2) + bytes(4 * n))
     with open(idx / "train-labels-idx1-ubyte", "wb") as f:
         f.write(struct.pack(">II", 0x801, n) + (np.arange(n) % 10).astype(np.uint8).tobytes())
+    return idx
+
+
+@pytest.mark.parametrize("launch", ["mpirun", "torchrun"])
+def test_a_compact_directory_is_mapped_by_every_rank_not_copied(tmp_path, volumes, run, launch):
+    """Format v3's directory is used in place through a read-only mapping of
+    the volume file: every rank of a node shares the page cache's one copy,
+    with no node region to make, name or remove, and no rank holds a copy
+    of its own (issue 47)."""
+    one, _, _ = volumes
+    idx = _million_sample_idx(tmp_path)
     big = tmp_path / "big.dlfs"
     run("pack", idx, "-o", big, "-q", check=0)  # the default: compact
     info = dlfs.Volume(str(big)).info()
