@@ -146,6 +146,7 @@ std::shared_ptr<NodeCache> NodeCache::Open(const Volume& volume, const NodeCache
   std::shared_ptr<NodeCache> c(new NodeCache(volume));
   const uint64_t n = volume.size();
   c->checked_ = LazyZeroWords((n + 63) / 64);
+  c->entries_reserved_ = LazyZeroWords((n * 8 / kBlock + 64) / 64);
 
   auto init_header = [&](Header* h) {
     std::memset(static_cast<void*>(h), 0, sizeof *h);
@@ -221,9 +222,9 @@ std::shared_ptr<NodeCache> NodeCache::Open(const Volume& volume, const NodeCache
       c->region_ = std::move(region);
       break;
     }
-    // Create: complete (header and entries allocated, the data area as it
-    // fills) before it is linked into place.
-    auto made = shm::Create(dir, name, layout.file_bytes, layout.data_offset, [&](int fd) {
+    // Create: complete (header allocated; the entries and the data area as
+    // they are used) before it is linked into place.
+    auto made = shm::Create(dir, name, layout.file_bytes, kHeaderBytes, [&](int fd) {
       if (!MapRegion(fd, layout.file_bytes, &c->base_, &c->view_)) {
         return Status::IOError(Errno("mmap"));
       }
@@ -282,7 +283,29 @@ NodeCache::~NodeCache() {
   region_.Release();  // the last user removes the region
 }
 
+bool NodeCache::ReserveEntry(uint64_t index) {
+  if (fd_ < 0) return true;  // private memory is reserved on touch
+  const uint64_t b = index * sizeof(uint64_t) / kBlock;
+  std::atomic<uint64_t>& word = entries_reserved_[b / 64];
+  const uint64_t bit = uint64_t{1} << (b % 64);
+  if (word.load(std::memory_order_relaxed) & bit) return true;
+  // Another process may have allocated it: fallocate of allocated pages
+  // changes nothing and costs one pass over them.
+  const uint64_t from = kHeaderBytes + b * kBlock;
+  const uint64_t to = std::min(from + kBlock, data_offset_);
+  if (from < to &&
+      ::fallocate(fd_, 0, static_cast<off_t>(from), static_cast<off_t>(to - from)) != 0) {
+    return false;
+  }
+  word.fetch_or(bit, std::memory_order_relaxed);
+  return true;
+}
+
 std::optional<std::span<const std::byte>> NodeCache::Find(uint64_t index) {
+  if (!ReserveEntry(index)) {
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    return std::nullopt;
+  }
   const uint64_t v = entries_[index].load(std::memory_order_acquire);
   if (v < kReadyBase) {
     misses_.fetch_add(1, std::memory_order_relaxed);
@@ -372,6 +395,10 @@ bool NodeCache::Reserve(uint64_t offset, uint64_t length) {
 
 bool NodeCache::Admit(uint64_t index, std::span<const std::byte> bytes) {
   if (full()) return false;
+  if (!ReserveEntry(index)) {
+    stopped_.store(true, std::memory_order_relaxed);
+    return false;
+  }
   uint64_t expected = kEmpty;
   if (!entries_[index].compare_exchange_strong(expected, kFilling, std::memory_order_acq_rel)) {
     return false;  // cached, or another process is filling it

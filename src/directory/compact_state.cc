@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "common/map_guard.h"
 
 namespace dlfs::directory_internal {
@@ -62,12 +65,55 @@ Result<SampleInfo> CompactState::Locate(uint64_t i) const {
   return info;
 }
 
+namespace {
+
+// MADV_WILLNEED for the pages holding [p, p + n): starts reading those not
+// in memory, without waiting. Best effort (a failure only loses the hint).
+void WillNeed(const void* p, size_t n) {
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(p) / page * page;
+  const auto end = reinterpret_cast<uintptr_t>(p) + n;
+  ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_WILLNEED);
+}
+
+}  // namespace
+
 void CompactState::LocateMany(std::span<const uint64_t> indices, std::span<SampleInfo> out,
                               std::vector<Status>* failed) const {
   failed->clear();
   const uint32_t shift = l_.header.block_shift;
   // In passes, so the cache misses of one sample overlap those of the
   // others: the block entries, then (their blocks checked) the records.
+  // Blocks not checked yet are about to be read whole, and their pages may
+  // not be in memory (a cold volume): ask the kernel for all of them at
+  // once, so one batch waits for the device once rather than once per
+  // block (at 10^9 samples, 256 faults in a row took seconds).
+  // (Once per run of indices in one block: probes read runs.)
+  bool cold = false;
+  uint64_t last = ~uint64_t{0};
+  for (const uint64_t i : indices) {
+    if ((i >> shift) != last && !samples_ok_.Get(i >> shift)) {
+      WillNeed(&l_.blocks[i >> shift], sizeof(format::BlockEntry));
+      cold = true;
+    }
+    last = i >> shift;
+  }
+  if (cold) {
+    last = ~uint64_t{0};
+    for (const uint64_t i : indices) {
+      const uint64_t b = i >> shift;
+      if (b == last || samples_ok_.Get(b)) continue;
+      last = b;
+      const format::BlockEntry& e = l_.blocks[b];
+      const uint64_t count =
+          std::min<uint64_t>(l_.block_samples, l_.header.sample_count - b * l_.block_samples);
+      // Unchecked: an entry may lie, so the hint stays inside the records.
+      if (e.records_offset >= l_.records_bytes) continue;
+      WillNeed(l_.records + e.records_offset,
+               std::min<uint64_t>(count * format::RecordBytes(e.end_width, e.label_width) + 8,
+                                  l_.records_bytes - e.records_offset));
+    }
+  }
   for (const uint64_t i : indices) __builtin_prefetch(&l_.blocks[i >> shift]);
   for (const uint64_t i : indices) {
     const uint64_t b = i >> shift;
