@@ -38,7 +38,8 @@ LAYERS = [
     ("directory",),             # SampleDirectory: lookups over a validated directory region
     ("volume",),                # Volume::Open, Read, Verify, Summary, the node's directory copy
     ("cache",),                 # the node cache, its fill, the memory it may use
-    ("loader",),                # Sampler, batch planning and reads, Loader, MixtureSource
+    ("loader", "tokens"),       # Sampler, batch planning and reads, Loader, MixtureSource;
+                                # token corpora (the Megatron-compatible order)
     ("decode",),                # ImagePipeline, DecodeStage, pack-time image preparation
     ("builder", "measure"),     # VolumeBuilder (uses decode's preparation); RunEpochs, bench
     ("mpi",),                   # topology, collective open, ShardLoader, bench jobs (dlfs_mpi)

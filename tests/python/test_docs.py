@@ -567,6 +567,7 @@ OTHER_FLAGS = {
     "--hostfile",  # mpirun
     "--time",  # sbatch
     "--exit-with-parent", "--tls", "--tls-psk",  # nbdkit
+    "--split", "--seq-length", "--mid-level-dataset-surplus", "--train-data-path",  # Megatron-LM
 }
 
 
