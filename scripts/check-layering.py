@@ -36,6 +36,7 @@ LAYERS = [
     ("io",),                    # IoEngine and its backends, Target: reading and writing targets
     ("format",),                # the on-disk format in code: superblock, directory codec, zstd
     ("directory",),             # SampleDirectory: lookups over a validated directory region
+    ("tokens",),                # token volumes: checking token windows against their chunks
     ("volume",),                # Volume::Open, Read, Verify, Summary, the node's directory copy
     ("cache",),                 # the node cache, its fill, the memory it may use
     ("loader",),                # Sampler, batch planning and reads, Loader, MixtureSource
