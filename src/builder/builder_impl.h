@@ -62,6 +62,11 @@ class VolumeBuilder::Impl {
   Status EndCompactSample();
   // One whole sample in the compact layout (AddBatch's fast path).
   Status AddCompact(std::string_view path, std::span<const std::byte> bytes, uint32_t label);
+  // A token volume's AddBatch (Options::token_width): all checked, then
+  // written in one piece.
+  Status AddDocuments(std::span<const std::byte> data, std::span<const uint64_t> lengths,
+                      std::span<const uint32_t> labels, std::span<const std::string_view> paths);
+  std::vector<uint32_t> crcs_;  // AddDocuments' per-batch CRCs
   // kAuto: the first sample wants fields; continue in the tree layout (the
   // caller begins the sample again).
   void SwitchToTree();
