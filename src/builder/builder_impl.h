@@ -45,6 +45,12 @@ class VolumeBuilder::Impl {
     std::vector<std::byte> buf;
     uint64_t buf_start = format::kSuperblockSize;
     bool published = false;  // made visible at `path` by this Finish
+    // A new file: what lies past every byte written to it reads as zeros,
+    // so Flush leaves pages of zeros there as holes (a sparse source, e.g.
+    // token ids of 0, makes a sparse volume). Not for an export, written
+    // over its old contents.
+    bool sparse = false;
+    uint64_t written_end = 0;  // the end of the furthest write made
 
     uint64_t Tell() const { return buf_start + buf.size(); }
   };
