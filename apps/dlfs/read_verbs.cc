@@ -123,8 +123,10 @@ int RunVerify(const VerifyArgs& args) {
                 copy.sys_errno()));
   }
   if (!report.directory.ok()) Fail(report.directory);
+  if (!report.tokens.ok()) Fail(report.tokens);
   Print(FormatVerifyReport(args.volume.path, report, FormatOf(args.json)));
-  return report.bad_samples == 0 && report.backup_superblock.ok() && report.directory.ok()
+  return report.bad_samples == 0 && report.backup_superblock.ok() && report.directory.ok() &&
+                 report.tokens.ok()
              ? kExitOk
              : kExitDamaged;
 }

@@ -152,6 +152,16 @@ class VolumeBuilder {
     } compress;
     // Image preparation (dlfs/image_prep.h): off unless images.enabled().
     ImagePrepOptions images;
+    // A token volume (docs/format.md §10.11): 2 (uint16) or 4 (uint32)
+    // bytes per token id; 0 for samples of any bytes. Each sample is then a
+    // document, its bytes token ids (little-endian), a multiple of
+    // token_width long (else InvalidArgument; empty documents are kept),
+    // without a name (Add's path ""; AddBatch without paths) and with a
+    // label only when given. Needs the compact layout (kAuto takes it) on
+    // one target with align 1, without compression or image preparation
+    // (InvalidArgument otherwise). The documents lie back to back; the
+    // writer sums the CRC32C of every 4 KiB of them as they go by.
+    uint32_t token_width = 0;
   };
 
   // Trains a zstd dictionary of at most `max_bytes` on `samples` (a few
@@ -219,7 +229,10 @@ class VolumeBuilder {
   // bytes back to back in `data`, lengths[k] bytes each, with labels[k]
   // (kNoLabel for none; `labels` may be empty for none at all) and paths[k]
   // (may be empty: no names). InvalidArgument when the lengths do not sum
-  // to data's size or the arrays differ in length.
+  // to data's size or the arrays differ in length. A token volume's
+  // documents (Options::token_width) are checked first, all of them (each a
+  // multiple of the width, labels in range, no paths), then written in one
+  // piece: a refused batch adds nothing.
   Status AddBatch(std::span<const std::byte> data, std::span<const uint64_t> lengths,
                   std::span<const uint32_t> labels, std::span<const std::string_view> paths = {});
 

@@ -239,6 +239,33 @@ class SampleDirectory {
   // REQUIRES: c < class_count().
   std::string_view class_name(uint64_t c) const;
 
+  // ---- Token volumes (format v3 with the TOKENS flag, docs/format.md
+  // §10.11): each sample is a document, an array of little-endian unsigned
+  // token ids of token_width() bytes, and the documents lie back to back:
+  // the corpus's token stream is target 0's bytes [token_stream_offset(),
+  // + token_count() * token_width()), and document d starts at token
+  // (Locate(d).offset - token_stream_offset()) / token_width(). Empty
+  // documents are kept (they hold no token). The stream is checked in
+  // chunks of 2^token_check_shift() bytes (TokenCheck): a reader of a
+  // window of tokens checks the chunks it covers instead of whole
+  // documents (src/directory/token_checks.h). Any other volume answers 0 and
+  // its queries NotSupported.
+  uint32_t token_width() const;          // 2 or 4; 0: not a token volume
+  uint64_t token_count() const;          // tokens in the corpus
+  uint64_t token_stream_offset() const;  // byte offset in target 0 of token 0
+  uint32_t token_check_shift() const;    // chunks of 2^shift bytes
+  uint64_t token_chunk_count() const;    // ceil(token bytes / 2^shift)
+  // The CRC32C of chunk `chunk` of the stream: its bytes [chunk << shift,
+  // min((chunk + 1) << shift, token bytes)). InvalidArgument past the last.
+  Result<uint32_t> TokenCheck(uint64_t chunk) const;
+  // The first token of `document`; document == size() gives token_count().
+  // Checks the document's block (and that it follows the one before).
+  Result<uint64_t> DocumentStart(uint64_t document) const;
+  // The document holding token `token` (< token_count()): the last
+  // non-empty document starting at or before it. O(log n) through the
+  // block entries, then the block's records; no per-document arrays.
+  Result<uint64_t> DocumentAt(uint64_t token) const;
+
   // Resolves a '/'-separated path relative to the root ("" or "/" is the
   // root; leading, trailing and repeated slashes are ignored). NotFound when
   // nothing has that path.

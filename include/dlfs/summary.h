@@ -64,6 +64,11 @@ struct VolumeSummary {
   // (v3: block entries and records; v1/v2: the sample entries).
   uint64_t sample_metadata_bytes = 0;
   bool names = true;  // whether samples have paths (v3: optional)
+  // A token volume (docs/format.md §10.11): bytes per token id (2 or 4; 0
+  // for any other volume) and the corpus's tokens. Its samples are its
+  // documents.
+  uint32_t token_width = 0;
+  uint64_t token_count = 0;
 
   // Bytes of all target files together.
   uint64_t file_bytes() const;

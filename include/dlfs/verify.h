@@ -26,6 +26,13 @@ struct VerifyReport {
   // A compact directory's names, name order and tree
   // (SampleDirectory::CheckAll); its blocks of samples fail their samples.
   Status directory;
+  // A token volume (docs/format.md §10.11): its stream's chunks compared
+  // with the token checks as the samples were read (chunks touched by bytes
+  // that could not be read are not), those that differ, and the verdict:
+  // Corruption naming the first few chunks that differ.
+  uint64_t token_chunks_checked = 0;
+  uint64_t bad_token_chunks = 0;
+  Status tokens;
   double seconds = 0;
 };
 

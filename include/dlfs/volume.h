@@ -213,6 +213,19 @@ class Volume {
   // both checksums. REQUIRES: index < size().
   Status CheckSample(uint64_t index, std::span<const std::byte> bytes) const;
 
+  // ---- Tokens (a token volume, docs/format.md §10.11; the directory's
+  // token_width(), DocumentStart, DocumentAt say where documents lie).
+
+  // Tokens [first, first + count) of the corpus (across documents) into
+  // `dst`, exactly count * token_width bytes of little-endian token ids.
+  // Reads the chunk-aligned range of the token stream covering them and,
+  // with `verify`, checks those chunks against the token checks first:
+  // Corruption naming the volume, the chunk and its tokens. InvalidArgument
+  // for tokens past the corpus's end or a `dst` of another size;
+  // NotSupported for a volume that is not a token volume.
+  Status ReadTokens(uint64_t first, uint64_t count, std::span<std::byte> dst,
+                    bool verify = true) const;
+
   // ---- Fields (format v2, docs/format.md §4.8). A volume without the
   // fields feature has one unnamed field "" per sample: the whole sample.
   // These return decoded fields by name.

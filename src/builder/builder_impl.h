@@ -45,6 +45,12 @@ class VolumeBuilder::Impl {
     std::vector<std::byte> buf;
     uint64_t buf_start = format::kSuperblockSize;
     bool published = false;  // made visible at `path` by this Finish
+    // A new file: what lies past every byte written to it reads as zeros,
+    // so Flush leaves pages of zeros there as holes (a sparse source, e.g.
+    // token ids of 0, makes a sparse volume). Not for an export, written
+    // over its old contents.
+    bool sparse = false;
+    uint64_t written_end = 0;  // the end of the furthest write made
 
     uint64_t Tell() const { return buf_start + buf.size(); }
   };
@@ -62,6 +68,11 @@ class VolumeBuilder::Impl {
   Status EndCompactSample();
   // One whole sample in the compact layout (AddBatch's fast path).
   Status AddCompact(std::string_view path, std::span<const std::byte> bytes, uint32_t label);
+  // A token volume's AddBatch (Options::token_width): all checked, then
+  // written in one piece.
+  Status AddDocuments(std::span<const std::byte> data, std::span<const uint64_t> lengths,
+                      std::span<const uint32_t> labels, std::span<const std::string_view> paths);
+  std::vector<uint32_t> crcs_;  // AddDocuments' per-batch CRCs
   // kAuto: the first sample wants fields; continue in the tree layout (the
   // caller begins the sample again).
   void SwitchToTree();

@@ -12,6 +12,26 @@ namespace dlfs {
 namespace {
 
 constexpr size_t kWriteBuffer = 8u << 20;
+// Flush leaves pages of zeros past a new file's written bytes as holes.
+constexpr uint64_t kSparsePage = 4096;
+
+bool AllZero(const std::byte* p, size_t n) {
+  // Usually decided by the first word; a page of zeros is read in 64-byte
+  // strides the compiler vectorizes.
+  uint64_t first = 0;
+  std::memcpy(&first, p, std::min<size_t>(n, 8));
+  if (first != 0) return false;
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    uint64_t w[8];
+    std::memcpy(w, p + i, 64);
+    if ((w[0] | w[1] | w[2] | w[3] | w[4] | w[5] | w[6] | w[7]) != 0) return false;
+  }
+  for (; i < n; ++i) {
+    if (p[i] != std::byte{0}) return false;
+  }
+  return true;
+}
 
 // Zeroes the target's primary superblock and syncs: from then on it holds
 // no valid target, whatever the rest of it holds.
@@ -81,6 +101,7 @@ Status VolumeBuilder::Impl::CreateTargets() {
                           io_internal::OpenTarget(tf.path, io_internal::TargetMode::kCreate,
                                                   {.overwrite = options_.overwrite}));
     if (tf.target->location() != tf.path) tf.temp_path = tf.target->location();
+    tf.sparse = tf.target->kind() == TargetKind::kFile && tf.target->size() == 0;
     DLFS_RETURN_IF_ERROR(ClaimOldContents(*tf.target, options_.overwrite));
   }
   return Status::Ok();
@@ -88,8 +109,34 @@ Status VolumeBuilder::Impl::CreateTargets() {
 
 Status VolumeBuilder::Impl::Flush(TargetFile& t) {
   if (t.buf.empty()) return Status::Ok();
-  DLFS_RETURN_IF_ERROR(t.target->Write(t.buf.data(), t.buf.size(), t.buf_start));
-  t.buf_start += t.buf.size();
+  const uint64_t start = t.buf_start;
+  const uint64_t end = start + t.buf.size();
+  auto write = [&](uint64_t from, uint64_t to) -> Status {
+    if (from == to) return Status::Ok();
+    DLFS_RETURN_IF_ERROR(t.target->Write(t.buf.data() + (from - start), to - from, from));
+    t.written_end = std::max(t.written_end, to);
+    return Status::Ok();
+  };
+  if (!t.sparse || end <= t.written_end) {
+    DLFS_RETURN_IF_ERROR(write(start, end));
+  } else {
+    // Bytes up to the furthest write so far are written whatever they are
+    // (they may cover older bytes, after a Rewind); past it, pages that
+    // are all zeros are left as holes.
+    const uint64_t fresh = std::max(start, t.written_end);
+    DLFS_RETURN_IF_ERROR(write(start, fresh));
+    uint64_t run = fresh;  // the pending run of bytes to write starts here
+    for (uint64_t a = fresh; a < end;) {
+      const uint64_t b = std::min(end, format::AlignUp(a + 1, kSparsePage));
+      if (AllZero(t.buf.data() + (a - start), b - a)) {
+        DLFS_RETURN_IF_ERROR(write(run, a));
+        run = b;
+      }
+      a = b;
+    }
+    DLFS_RETURN_IF_ERROR(write(run, end));
+  }
+  t.buf_start = end;
   t.buf.clear();
   return Status::Ok();
 }

@@ -40,6 +40,89 @@ Result<std::unique_ptr<CompactWriter>> CompactWriter::Create(const std::string& 
   return w;
 }
 
+Status CompactWriter::SetTokens(uint32_t width, uint32_t check_shift) {
+  if (count_ != 0) return Status::InvalidArgument("SetTokens after the first sample");
+  if ((width != 2 && width != 4) || check_shift < format::kMinCheckShift ||
+      check_shift > format::kMaxCheckShift) {
+    return Status::InvalidArgument("token width " + std::to_string(width) +
+                                   " (2 or 4), check shift " + std::to_string(check_shift));
+  }
+  token_width_ = width;
+  check_shift_ = check_shift;
+  chunk_bytes_ = uint64_t{1} << check_shift;
+  names_ = 0;  // documents are unnamed
+  DLFS_ASSIGN_OR_RETURN(token_checks_, SpillFile::Create(volume_path_));
+  return Status::Ok();
+}
+
+void CompactWriter::FeedTokens(std::span<const std::byte> bytes) {
+  fed_bytes_ += bytes.size();
+  while (!bytes.empty()) {
+    const uint64_t n = std::min<uint64_t>(bytes.size(), chunk_bytes_ - fed_filled_);
+    fed_crc_ = crc32c::Extend(fed_crc_, bytes.data(), n);
+    fed_filled_ += n;
+    bytes = bytes.subspan(n);
+    if (fed_filled_ == chunk_bytes_) {
+      fed_done_.push_back(fed_crc_);
+      fed_crc_ = 0;
+      fed_filled_ = 0;
+    }
+  }
+}
+
+void CompactWriter::DropTokenBytes() {
+  fed_crc_ = crc_;
+  fed_filled_ = filled_;
+  fed_bytes_ = 0;
+  fed_done_.clear();
+}
+
+Status CompactWriter::CommitTokens(uint64_t length) {
+  if (fed_bytes_ != length) {
+    return Status::IOError("compact writer: " + std::to_string(fed_bytes_) +
+                           " token bytes fed for a document of " + std::to_string(length));
+  }
+  if (!fed_done_.empty()) {
+    DLFS_RETURN_IF_ERROR(token_checks_->Append(fed_done_.data(), 4 * fed_done_.size()));
+    chunks_ += fed_done_.size();
+    fed_done_.clear();
+  }
+  crc_ = fed_crc_;
+  filled_ = fed_filled_;
+  fed_bytes_ = 0;
+  return Status::Ok();
+}
+
+Status CompactWriter::AddDocuments(uint64_t offset, std::span<const uint64_t> lengths,
+                                   std::span<const uint32_t> crcs,
+                                   std::span<const uint32_t> labels) {
+  if (count_ > 0 && offset != stream_end_) {
+    return Status::InvalidArgument("compact writer: documents placed at offset " +
+                                   std::to_string(offset) + ", expected " +
+                                   std::to_string(stream_end_));
+  }
+  uint64_t total = 0;
+  for (const uint64_t l : lengths) total += l;
+  DLFS_RETURN_IF_ERROR(CommitTokens(total));
+  uint64_t at = offset;
+  for (size_t k = 0; k < lengths.size(); ++k) {
+    if (AtBlockStart()) {
+      block_target_ = 0;
+      block_offset_ = at;
+    }
+    const uint64_t length = lengths[k];
+    at += length;
+    ends_.push_back(at - block_offset_);
+    crcs_.push_back(crcs[k]);
+    labels_.push_back(labels.empty() ? format::kNone : labels[k]);
+    max_length_ = std::max(max_length_, length);
+    ++count_;
+    if (AtBlockStart()) DLFS_RETURN_IF_ERROR(CloseBlock());
+  }
+  stream_end_ = at;
+  return Status::Ok();
+}
+
 uint64_t CompactWriter::NextOffset() const {
   return block_offset_ + (ends_.empty() ? 0 : AlignUp(ends_.back(), alignment_));
 }
@@ -54,6 +137,26 @@ Status CompactWriter::Add(uint16_t target, uint64_t offset, uint64_t length, uin
   }
   if (length > 0xFFFFFFFFull) {
     return Status::InvalidArgument("sample larger than 4 GiB - 1 bytes");
+  }
+  if (token_width_ != 0) {
+    if (named) {
+      return Status::InvalidArgument("document '" + std::string(path) +
+                                     "': a token volume's documents have no names (they are "
+                                     "addressed by index)");
+    }
+    if (length % token_width_ != 0) {
+      return Status::InvalidArgument("document #" + std::to_string(count_) + " of " +
+                                     std::to_string(length) + " bytes is not whole tokens of " +
+                                     std::to_string(token_width_) + " bytes");
+    }
+    if (target != 0 || (count_ > 0 && offset != stream_end_)) {
+      return Status::InvalidArgument("compact writer: document #" + std::to_string(count_) +
+                                     " placed at target " + std::to_string(target) + " offset " +
+                                     std::to_string(offset) + ", expected 0 " +
+                                     std::to_string(stream_end_));
+    }
+    DLFS_RETURN_IF_ERROR(CommitTokens(length));
+    stream_end_ = offset + length;
   }
   if (named) {
     if (!format::IsValidPath(path)) {
@@ -278,6 +381,19 @@ Result<CompactWriter::Region> CompactWriter::Finish(
   h.block_count = blocks;
   h.block_shift = block_shift_;
   h.max_sample_length = max_length_;
+  if (token_width_ != 0) {
+    // The stream's last chunk, shorter than the others.
+    if (filled_ > 0) {
+      DLFS_RETURN_IF_ERROR(token_checks_->Append(&crc_, sizeof crc_));
+      ++chunks_;
+      crc_ = 0;
+      filled_ = 0;
+      DropTokenBytes();
+    }
+    h.flags |= format::kCompactTokens;
+    h.token_width = static_cast<uint16_t>(token_width_);
+    h.check_shift = static_cast<uint16_t>(check_shift_);
+  }
 
   // Names: sorted (or found unsorted and ordered), then the tree over them.
   std::vector<uint64_t> order;
@@ -290,7 +406,7 @@ Result<CompactWriter::Region> CompactWriter::Finish(
     name_ends_map_ = reinterpret_cast<const uint64_t*>(ends);
     if (!sorted_) DLFS_RETURN_IF_ERROR(SortNames(&order));
     DLFS_RETURN_IF_ERROR(BuildTree(order, &dir_count));
-    h.flags = format::kCompactNames | (sorted_ ? format::kCompactNamesSorted : 0);
+    h.flags |= format::kCompactNames | (sorted_ ? format::kCompactNamesSorted : 0);
     h.order_width = sorted_ ? 0 : format::WidthFor(n - 1);
     // Name blocks: each block's ends, relative to its first name.
     for (uint64_t b = 0; b < blocks; ++b) {
@@ -350,6 +466,11 @@ Result<CompactWriter::Region> CompactWriter::Finish(
     const uint64_t tree_bytes =
         sizeof(format::TreeHeader) + dir_count * sizeof(format::TreeEntry) + tree_paths_->size();
     place(format::kSectionTree, tree_bytes);
+  }
+  if (token_width_ != 0) {
+    // After the others (its entry is not in the sections array, §10.11).
+    h.token_checks = {at, 4 * chunks_};
+    at = AlignUp(at + 4 * chunks_, 8);
   }
   h.crc32c = crc32c::Value(&h, offsetof(format::CompactHeader, crc32c));
 
@@ -444,6 +565,10 @@ Result<CompactWriter::Region> CompactWriter::Finish(
     DLFS_RETURN_IF_ERROR(put({reinterpret_cast<const std::byte*>(&th), sizeof th}));
     DLFS_RETURN_IF_ERROR(tree_->CopyTo(0, tree_->size(), put));
     DLFS_RETURN_IF_ERROR(tree_paths_->CopyTo(0, tree_paths_->size(), put));
+    DLFS_RETURN_IF_ERROR(pad());
+  }
+  if (token_width_ != 0) {
+    DLFS_RETURN_IF_ERROR(token_checks_->CopyTo(0, token_checks_->size(), put));
     DLFS_RETURN_IF_ERROR(pad());
   }
   if (written != at) {

@@ -12,6 +12,12 @@
 // Memory: one block of records and names; at Finish, when names were not
 // added in sorted order, 8 bytes per sample to sort them.
 //
+// Token volumes (SetTokens; docs/format.md §10.11): the samples are
+// unnamed documents on target 0, back to back across blocks, and the writer
+// sums the CRC32C of every 2^check_shift bytes of their stream as the bytes
+// go by (FeedTokens), spilling one u32 per chunk: no second pass over the
+// data, nothing per document.
+//
 // Thread safety: none; one writer.
 #pragma once
 
@@ -47,6 +53,24 @@ class CompactWriter {
   bool has_names() const { return names_ == 1; }
   bool names_sorted() const { return sorted_; }
 
+  // Makes this a token volume's directory: documents of tokens of `width`
+  // bytes (2 or 4), checked in chunks of 2^check_shift bytes. REQUIRES: no
+  // sample added yet.
+  Status SetTokens(uint32_t width, uint32_t check_shift);
+  uint32_t token_width() const { return token_width_; }
+  // The bytes of the document being added, as they are written; Add (or
+  // AddDocuments) takes them into the stream, DropTokenBytes forgets them
+  // (the document was abandoned and its bytes rewound).
+  void FeedTokens(std::span<const std::byte> bytes);
+  void DropTokenBytes();
+  // Token volumes' fast path: documents of lengths[k] bytes with CRC
+  // crcs[k] and label labels[k] (labels empty: none), the first at
+  // `offset` of target 0, right after the document before, their bytes fed
+  // already. REQUIRES: every length a multiple of the width, the spans of
+  // one size (labels: or empty).
+  Status AddDocuments(uint64_t offset, std::span<const uint64_t> lengths,
+                      std::span<const uint32_t> crcs, std::span<const uint32_t> labels);
+
   // Adds the next sample: its target, offset in it, length, CRC32C, label
   // (class id or format::kNone) and path ("" for an unnamed sample; every
   // sample is named or none is). InvalidArgument for a path that is not
@@ -78,6 +102,9 @@ class CompactWriter {
   // Finish's parts.
   Status SortNames(std::vector<uint64_t>* order);
   Status BuildTree(const std::vector<uint64_t>& order, uint64_t* dir_count);
+  // Token volumes: takes the bytes fed since the last commit (`length` of
+  // them, the document just added) into the stream's chunk sums.
+  Status CommitTokens(uint64_t length);
 
   uint32_t alignment_ = 1;
   uint32_t block_shift_ = format::kDefaultBlockShift;
@@ -106,6 +133,23 @@ class CompactWriter {
   const std::byte* name_bytes_map_ = nullptr;
   const uint64_t* name_ends_map_ = nullptr;
   std::string volume_path_;
+
+  // Token volumes. The stream's chunk sums: chunks_ complete ones spilled
+  // to token_checks_; the open chunk's CRC and bytes as committed (crc_,
+  // filled_) and with the bytes fed since (fed_*), whose completed chunks
+  // wait in fed_done_ until the commit.
+  uint32_t token_width_ = 0;
+  uint32_t check_shift_ = 0;
+  uint64_t chunk_bytes_ = 0;
+  uint64_t stream_end_ = 0;  // target 0's offset where the next document starts
+  std::unique_ptr<SpillFile> token_checks_;
+  uint64_t chunks_ = 0;
+  uint32_t crc_ = 0;
+  uint64_t filled_ = 0;
+  uint32_t fed_crc_ = 0;
+  uint64_t fed_filled_ = 0;
+  uint64_t fed_bytes_ = 0;
+  std::vector<uint32_t> fed_done_;
 };
 
 }  // namespace dlfs::builder_internal

@@ -55,6 +55,25 @@ Status CheckOptions(const std::string& path, const VolumeBuilder::Options& optio
         "need the tree layout");
   }
   const uint32_t n = options.TargetCount();
+  if (options.token_width != 0) {
+    const auto refuse = [](const std::string& what) {
+      return Status::InvalidArgument("a token volume (token_width) " + what);
+    };
+    if (options.token_width != 2 && options.token_width != 4) {
+      return Status::InvalidArgument("token_width must be 2 (uint16) or 4 (uint32), not " +
+                                     std::to_string(options.token_width));
+    }
+    if (options.layout == DirectoryLayout::kTree) {
+      return refuse("needs the compact directory layout, not the tree layout");
+    }
+    if (options.compress.zstd) return refuse("holds raw token ids: no compression");
+    if (options.images.enabled()) return refuse("holds token ids: no image preparation");
+    if (n != 1) return refuse("has one target, not " + std::to_string(n));
+    if (options.align != 1) {
+      return refuse("holds its documents back to back: align must be 1, not " +
+                    std::to_string(options.align));
+    }
+  }
   if (n > format::kMaxTargets) {
     return Status::InvalidArgument("a volume has 1 to " + std::to_string(format::kMaxTargets) +
                                    " targets, not " + std::to_string(n));
@@ -370,6 +389,10 @@ Result<std::unique_ptr<VolumeBuilder>> VolumeBuilder::Create(const std::string& 
                           builder_internal::CompactWriter::Create(
                               impl->targets_[0].target->location(), o.align, shift));
     impl->layout_decided_ = o.layout == DirectoryLayout::kCompact;
+    if (o.token_width != 0) {
+      DLFS_RETURN_IF_ERROR(impl->compact_->SetTokens(o.token_width, format::kDefaultCheckShift));
+      impl->layout_decided_ = true;  // never switched to the tree by a named field
+    }
   } else {
     impl->layout_decided_ = true;
   }
@@ -493,7 +516,11 @@ Status VolumeBuilder::BeginSample(std::string_view path, uint32_t label) {
 Status VolumeBuilder::Append(std::span<const std::byte> data) {
   Impl& m = *impl_;
   if (!m.in_sample_) return Status::InvalidArgument("Append without BeginSample");
-  if (m.compact_) return m.WriteBytes(m.cur_, nullptr, data);
+  if (m.compact_) {
+    DLFS_RETURN_IF_ERROR(m.WriteBytes(m.cur_, nullptr, data));
+    if (m.compact_->token_width() != 0) m.compact_->FeedTokens(data);
+    return Status::Ok();
+  }
   if (!m.in_field_) {
     if (m.cur_.field_count != 0) {
       return Status::InvalidArgument("Append outside a field of a sample that has fields");
@@ -677,6 +704,7 @@ void VolumeBuilder::AbortSample() {
   m.implicit_field_ = false;
   if (m.compact_) {
     Impl::Rewind(m.targets_[m.cur_.target], m.cur_.offset);
+    if (m.compact_->token_width() != 0) m.compact_->DropTokenBytes();
     return;
   }
   m.field_buf_.clear();
@@ -722,6 +750,11 @@ DirectoryLayout VolumeBuilder::layout() const {
 }
 
 Status VolumeBuilder::Impl::BeginCompactSample(std::string_view path, uint32_t label) {
+  if (compact_->token_width() != 0 && !path.empty()) {
+    return Status::InvalidArgument("document '" + std::string(path) +
+                                   "': a token volume's documents have no names (they are "
+                                   "addressed by index; give \"\")");
+  }
   if (path.starts_with('/')) {
     return Status::InvalidArgument("bad sample path '" + std::string(path) +
                                    "': absolute (paths in a volume are relative)");
@@ -744,6 +777,7 @@ Status VolumeBuilder::Impl::EndCompactSample() {
   in_sample_ = false;
   if (!st.ok()) {
     Rewind(targets_[cur_.target], cur_.offset);
+    if (compact_->token_width() != 0) compact_->DropTokenBytes();
     return st;
   }
   layout_decided_ = true;
@@ -789,6 +823,8 @@ Status VolumeBuilder::AddBatch(std::span<const std::byte> data, std::span<const 
   }
   if (m.closed_) return Status::InvalidArgument("builder already finished");
   if (m.in_sample_) return Status::InvalidArgument("AddBatch while a sample is open");
+  if (m.compact_ && m.compact_->token_width() != 0)
+    return m.AddDocuments(data, lengths, labels, paths);
   uint64_t at = 0;
   for (size_t k = 0; k < lengths.size(); ++k) {
     const std::span<const std::byte> bytes = data.subspan(at, lengths[k]);
@@ -797,6 +833,65 @@ Status VolumeBuilder::AddBatch(std::span<const std::byte> data, std::span<const 
     DLFS_RETURN_IF_ERROR(m.compact_ ? m.AddCompact(path, bytes, label) : Add(path, bytes, label));
     at += lengths[k];
   }
+  return Status::Ok();
+}
+
+// A token volume's AddBatch: every document checked first, then their bytes
+// written and fed to the chunk sums in one piece, and their records added
+// together (nothing per document but its CRC and its record).
+Status VolumeBuilder::Impl::AddDocuments(std::span<const std::byte> data,
+                                         std::span<const uint64_t> lengths,
+                                         std::span<const uint32_t> labels,
+                                         std::span<const std::string_view> paths) {
+  const uint32_t width = compact_->token_width();
+  for (size_t k = 0; k < paths.size(); ++k) {
+    if (!paths[k].empty()) {
+      return Status::InvalidArgument("document '" + std::string(paths[k]) +
+                                     "': a token volume's documents have no names (they are "
+                                     "addressed by index)");
+    }
+  }
+  uint64_t bad = 0;
+  for (const uint64_t l : lengths) bad |= l % width;
+  if (bad != 0 ||
+      std::any_of(lengths.begin(), lengths.end(), [](uint64_t l) { return l > 0xFFFFFFFFull; })) {
+    for (size_t k = 0; k < lengths.size(); ++k) {
+      if (lengths[k] % width != 0 || lengths[k] > 0xFFFFFFFFull) {
+        return Status::InvalidArgument(
+            "document #" + std::to_string(compact_->count() + k) + " of " +
+            std::to_string(lengths[k]) + " bytes is " +
+            (lengths[k] % width != 0 ? "not whole tokens of " + std::to_string(width) + " bytes"
+                                     : "4 GiB or larger"));
+      }
+    }
+  }
+  uint32_t max_label = 0;
+  for (size_t k = 0; k < labels.size(); ++k) {
+    if (labels[k] == kNoLabel) continue;
+    if (LabelTooLarge(labels[k])) {
+      return LabelError("document #" + std::to_string(compact_->count() + k), labels[k]);
+    }
+    max_label = std::max(max_label, labels[k] + 1);
+  }
+  crcs_.resize(lengths.size());
+  const std::byte* p = data.data();
+  for (size_t k = 0; k < lengths.size(); ++k) {
+    crcs_[k] = crc32c::Value(p, lengths[k]);
+    p += lengths[k];
+  }
+  TargetFile& tf = targets_[0];
+  const uint64_t offset = tf.Tell();
+  DLFS_RETURN_IF_ERROR(Write(tf, data));
+  compact_->FeedTokens(data);
+  Status st = compact_->AddDocuments(offset, lengths, crcs_, labels);
+  if (!st.ok()) {
+    Rewind(tf, offset);
+    compact_->DropTokenBytes();
+    return st;
+  }
+  layout_decided_ = true;
+  data_bytes_ += data.size();
+  max_label_plus_one_ = std::max(max_label_plus_one_, max_label);
   return Status::Ok();
 }
 

@@ -19,13 +19,106 @@ Status CompactState::Intact() const {
                             "be read: truncated, or its device failed); open it again");
 }
 
+Status CompactState::CheckIntact(uint64_t b) const {
+  if (intact_.Get(b)) return Status::Ok();
+  Status st = format::CheckSampleBlock(l_, b, expected_, path_);
+  DLFS_RETURN_IF_ERROR(Intact());
+  DLFS_RETURN_IF_ERROR(st);
+  intact_.Set(b);
+  return Status::Ok();
+}
+
 Status CompactState::CheckSamples(uint64_t b) const {
   if (samples_ok_.Get(b)) return Status::Ok();
+  if (l_.tokens()) {
+    // Where block b starts is checked against where block b - 1 ends: that
+    // one's records must pass their own check first.
+    DLFS_RETURN_IF_ERROR(CheckIntact(b));
+    if (b > 0) {
+      Status previous = CheckIntact(b - 1);
+      if (!previous.ok()) {
+        return Status::Corruption(path_ + ": directory block " + std::to_string(b) +
+                                  ": cannot check that it follows block " + std::to_string(b - 1) +
+                                  ": " + previous.message());
+      }
+    }
+    Status st = format::CheckTokenLink(l_, b, path_);
+    DLFS_RETURN_IF_ERROR(Intact());
+    DLFS_RETURN_IF_ERROR(st);
+    samples_ok_.Set(b);
+    return Status::Ok();
+  }
   Status st = format::CheckSampleBlock(l_, b, expected_, path_);
   DLFS_RETURN_IF_ERROR(Intact());
   DLFS_RETURN_IF_ERROR(st);
   samples_ok_.Set(b);
   return Status::Ok();
+}
+
+Result<uint64_t> CompactState::DocumentStart(uint64_t document) const {
+  if (document == size()) return l_.token_stream_bytes / l_.token_width;
+  if (document > size()) {
+    return Status::InvalidArgument(path_ + ": no document " + std::to_string(document) +
+                                   " (the volume has " + std::to_string(size()) + ")");
+  }
+  DLFS_ASSIGN_OR_RETURN(const SampleInfo s, Locate(document));
+  // CheckTokenLink placed every block inside the stream, so this is too.
+  return (s.offset - l_.token_stream_begin) / l_.token_width;
+}
+
+Result<uint64_t> CompactState::DocumentAt(uint64_t token) const {
+  const uint64_t tokens = l_.token_stream_bytes / l_.token_width;
+  if (token >= tokens) {
+    return Status::InvalidArgument(path_ + ": no token " + std::to_string(token) +
+                                   " (the volume has " + std::to_string(tokens) + ")");
+  }
+  const uint64_t pos = l_.token_stream_begin + token * l_.token_width;
+  // The last block starting at or before pos (block 0 starts the stream).
+  // The entries are read unchecked: the block found is checked below, and
+  // a search misled by a damaged entry ends at a block that fails.
+  uint64_t lo = 1, hi = l_.block_count();
+  while (lo < hi) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    if (l_.blocks[mid].data_offset <= pos) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  const uint64_t b = lo - 1;
+  DLFS_RETURN_IF_ERROR(CheckSamples(b));
+  const format::SampleBlockView v = format::SampleBlock(l_, b);
+  const uint64_t rel = pos - v.entry->data_offset;
+  if (rel >= v.End(v.count - 1)) {
+    // Block b + 1 starts past pos, yet block b ends at or before it: b + 1
+    // does not follow b, which its check says.
+    if (b + 1 < l_.block_count()) DLFS_RETURN_IF_ERROR(CheckSamples(b + 1));
+    return Status::Corruption(path_ + ": directory block " + std::to_string(b) + ": token " +
+                              std::to_string(token) + " lies in no block");
+  }
+  // The first document ending after pos holds it (empty ones end where
+  // they start).
+  uint64_t jlo = 0, jhi = v.count - 1;
+  while (jlo < jhi) {
+    const uint64_t mid = jlo + (jhi - jlo) / 2;
+    if (v.End(mid) <= rel) {
+      jlo = mid + 1;
+    } else {
+      jhi = mid;
+    }
+  }
+  DLFS_RETURN_IF_ERROR(Intact());
+  return b * l_.block_samples + jlo;
+}
+
+Result<uint32_t> CompactState::TokenCheck(uint64_t chunk) const {
+  if (chunk >= l_.token_chunks) {
+    return Status::InvalidArgument(path_ + ": no token chunk " + std::to_string(chunk) +
+                                   " (the volume has " + std::to_string(l_.token_chunks) + ")");
+  }
+  const uint32_t crc = format::TokenCheckAt(l_, chunk);
+  DLFS_RETURN_IF_ERROR(Intact());
+  return crc;
 }
 
 Result<SampleInfo> CompactState::Locate(uint64_t i) const {
@@ -250,6 +343,7 @@ std::vector<uint64_t> CompactState::OwnPositions(uint64_t d, uint64_t from, uint
 
 Status CompactState::CheckAll() const {
   for (uint64_t b = 0; b < l_.block_count(); ++b) DLFS_RETURN_IF_ERROR(CheckSamples(b));
+  // (A token volume's chunks are checked against the data: dlfs verify.)
   if (!l_.has_names()) return Status::Ok();
   DLFS_RETURN_IF_ERROR(CheckTree());
   std::string previous;

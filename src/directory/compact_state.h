@@ -53,6 +53,7 @@ class CompactState {
         l_(layout),
         expected_(expected),
         path_(std::move(volume_path)),
+        intact_(layout.tokens() ? layout.block_count() : 0),
         samples_ok_(layout.block_count()),
         names_ok_(layout.has_names() ? layout.block_count() : 0),
         order_ok_(layout.order != nullptr ? layout.block_count() : 0) {}
@@ -67,7 +68,19 @@ class CompactState {
   // Locate for many samples, their blocks and records prefetched first.
   void LocateMany(std::span<const uint64_t> indices, std::span<SampleInfo> out,
                   std::vector<Status>* failed) const;
+  // Checks block b of samples on first use; in a token volume also that it
+  // follows block b - 1 (whose own check it needs) and, the last one, that
+  // it ends with the token stream (docs/format.md §10.11).
   Status CheckSamples(uint64_t block) const;
+
+  // ---- Token volumes (layout().tokens(); docs/format.md §10.11)
+  // The first token of `document` (document == size(): the token count).
+  Result<uint64_t> DocumentStart(uint64_t document) const;
+  // The document holding token `token`: binary searches over the block
+  // entries, then over the block's ends.
+  Result<uint64_t> DocumentAt(uint64_t token) const;
+  // The CRC32C of the stream's chunk `chunk`.
+  Result<uint32_t> TokenCheck(uint64_t chunk) const;
 
   // Sample i's full path ("cat/sub/b.jpg"); checks its name block on first
   // use. REQUIRES: layout().has_names().
@@ -103,6 +116,10 @@ class CompactState {
   format::CompactLayout l_;
   SampleDirectory::Expected expected_;
   std::string path_;
+  // Token volumes: blocks that passed their own check (CheckSampleBlock),
+  // before their links to their neighbours are checked.
+  mutable CheckedBits intact_;
+  Status CheckIntact(uint64_t block) const;
   mutable CheckedBits samples_ok_;
   mutable CheckedBits names_ok_;
   mutable CheckedBits order_ok_;

@@ -305,6 +305,48 @@ std::string SampleDirectory::DirPath(uint64_t k) const {
   return path;
 }
 
+namespace {
+Status NotTokens() {
+  return Status::NotSupported("not a token volume (its samples are not documents of tokens)");
+}
+}  // namespace
+
+uint32_t SampleDirectory::token_width() const {
+  return compact_ && compact_->layout().tokens() ? compact_->layout().token_width : 0;
+}
+
+uint64_t SampleDirectory::token_count() const {
+  const uint32_t w = token_width();
+  return w == 0 ? 0 : compact_->layout().token_stream_bytes / w;
+}
+
+uint64_t SampleDirectory::token_stream_offset() const {
+  return token_width() == 0 ? 0 : compact_->layout().token_stream_begin;
+}
+
+uint32_t SampleDirectory::token_check_shift() const {
+  return token_width() == 0 ? 0 : compact_->layout().check_shift;
+}
+
+uint64_t SampleDirectory::token_chunk_count() const {
+  return token_width() == 0 ? 0 : compact_->layout().token_chunks;
+}
+
+Result<uint32_t> SampleDirectory::TokenCheck(uint64_t chunk) const {
+  if (token_width() == 0) return NotTokens();
+  return compact_->TokenCheck(chunk);
+}
+
+Result<uint64_t> SampleDirectory::DocumentStart(uint64_t document) const {
+  if (token_width() == 0) return NotTokens();
+  return compact_->DocumentStart(document);
+}
+
+Result<uint64_t> SampleDirectory::DocumentAt(uint64_t token) const {
+  if (token_width() == 0) return NotTokens();
+  return compact_->DocumentAt(token);
+}
+
 std::string_view SampleDirectory::class_name(uint64_t c) const {
   if (compact_) return compact_->layout().class_name(c);
   return String(classes_[c].name_offset, classes_[c].name_length);

@@ -26,6 +26,61 @@ bool Inside(uint64_t offset, uint64_t length, uint64_t size) {
   return offset <= size && length <= size - offset;
 }
 
+// The token fields of the header (§10.11) against the superblock: the
+// stream is target 0's whole data region, of whole tokens, and the checks
+// section has one u32 per chunk of it.
+template <typename Bad>
+Status DecodeTokens(const std::byte* region, uint64_t size, const SampleDirectory::Expected& e,
+                    const Bad& bad, CompactLayout* l) {
+  const CompactHeader& h = l->header;
+  if (h.token_width != 2 && h.token_width != 4) {
+    return bad("token width " + std::to_string(h.token_width) + " (2 or 4 bytes)");
+  }
+  if (h.check_shift < kMinCheckShift || h.check_shift > kMaxCheckShift) {
+    return bad("token check shift " + std::to_string(h.check_shift) + " outside " +
+               std::to_string(kMinCheckShift) + ".." + std::to_string(kMaxCheckShift));
+  }
+  if (e.data_regions.size() != 1) {
+    return bad("a token volume has one target, this one " + std::to_string(e.data_regions.size()));
+  }
+  if (e.data_alignment != 1) {
+    return bad("a token volume's documents are back to back (alignment 1), not aligned to " +
+               std::to_string(e.data_alignment));
+  }
+  if (e.data_bytes % h.token_width != 0) {
+    return bad(std::to_string(e.data_bytes) + " bytes of tokens are not whole tokens of " +
+               std::to_string(h.token_width) + " bytes");
+  }
+  const auto& data = e.data_regions[0];
+  if (data.end - data.begin != e.data_bytes) {
+    return bad("the token stream (" + std::to_string(e.data_bytes) +
+               " bytes) is not the whole data region (" + std::to_string(data.end - data.begin) +
+               " bytes)");
+  }
+  if (h.block_count == 0 && e.data_bytes != 0) {
+    return bad(std::to_string(e.data_bytes) + " bytes of tokens in no document");
+  }
+  const uint64_t chunk = uint64_t{1} << h.check_shift;
+  const uint64_t chunks = e.data_bytes / chunk + (e.data_bytes % chunk != 0 ? 1 : 0);
+  const SectionEntry& s = h.token_checks;
+  if (s.offset % 8 != 0 || s.offset < kCompactHeaderSize || !Inside(s.offset, s.length, size)) {
+    return bad("token checks section [" + std::to_string(s.offset) + ", +" +
+               std::to_string(s.length) + ") lies outside the region of " + std::to_string(size) +
+               " bytes or is misaligned");
+  }
+  if (s.length != 4 * chunks) {
+    return bad("token checks section of " + std::to_string(s.length) + " bytes for " +
+               std::to_string(chunks) + " chunks of " + std::to_string(chunk) + " bytes");
+  }
+  l->token_width = h.token_width;
+  l->check_shift = h.check_shift;
+  l->token_stream_begin = data.begin;
+  l->token_stream_bytes = e.data_bytes;
+  l->token_checks = region + s.offset;
+  l->token_chunks = chunks;
+  return Status::Ok();
+}
+
 }  // namespace
 
 bool IsValidPath(std::string_view name) {
@@ -100,6 +155,11 @@ Result<CompactLayout> DecodeCompactHeader(const std::byte* region, uint64_t size
   }
   if ((h.flags & kCompactNamesSorted) != 0 && (h.flags & kCompactNames) == 0) {
     return bad("NAMES_SORTED without NAMES");
+  }
+  if ((h.flags & kCompactTokens) == 0 &&
+      (h.token_width != 0 || h.check_shift != 0 || h.token_checks.offset != 0 ||
+       h.token_checks.length != 0)) {
+    return bad("token width, check shift or token checks set without the TOKENS flag");
   }
   if (h.sample_count != expected.sample_count || h.class_count != expected.class_count ||
       h.dir_count != expected.dir_count) {
@@ -223,6 +283,7 @@ Result<CompactLayout> DecodeCompactHeader(const std::byte* region, uint64_t size
     l.order = at(kSectionNameOrder);
     l.order_bytes = len;
   }
+  if (l.tokens()) DLFS_RETURN_IF_ERROR(DecodeTokens(region, size, expected, bad, &l));
   return l;
 }
 
@@ -273,12 +334,17 @@ Status CheckSampleBlock(const CompactLayout& l, uint64_t b,
                std::to_string(e.target) + "'s data region or misaligned");
   }
   const SampleBlockView v = SampleBlock(l, b);
+  const uint32_t width = l.tokens() ? l.token_width : 1;
   uint64_t start = 0;
   for (uint64_t j = 0; j < count; ++j) {
     const uint64_t end = v.End(j);
     if (end < start || end - start > 0xFFFFFFFFull) {
       return bad("sample " + std::to_string(first + j) + " ends at " + std::to_string(end) +
                  " before it starts (" + std::to_string(start) + ") or is 4 GiB or larger");
+    }
+    if (end % width != 0) {
+      return bad("document " + std::to_string(first + j) + " ends at " + std::to_string(end) +
+                 ", within a token of " + std::to_string(width) + " bytes");
     }
     if (j + 1 < count) {
       start = AlignUp(end, align);
@@ -297,6 +363,39 @@ Status CheckSampleBlock(const CompactLayout& l, uint64_t b,
       return bad("sample " + std::to_string(first + j) + " has label " + std::to_string(label) +
                  " (the volume has " + std::to_string(expected.class_count) + " classes)");
     }
+  }
+  return Status::Ok();
+}
+
+uint64_t SampleBlockEnd(const CompactLayout& l, uint64_t b) {
+  const SampleBlockView v = SampleBlock(l, b);
+  return v.entry->data_offset + (v.count == 0 ? 0 : v.End(v.count - 1));
+}
+
+Status CheckTokenLink(const CompactLayout& l, uint64_t b, const std::string& volume_path) {
+  const uint64_t first = b * l.block_samples;
+  auto bad = [&](const std::string& what) {
+    return Status::Corruption(volume_path + ": directory block " + std::to_string(b) +
+                              " (samples " + std::to_string(first) + ".." +
+                              std::to_string(first + l.BlockCount(b) - 1) + "): " + what +
+                              " (a token volume's documents lie back to back)");
+  };
+  const uint64_t start = l.blocks[b].data_offset;
+  if (b == 0 && start != l.token_stream_begin) {
+    return bad("starts at byte " + std::to_string(start) + ", but the token stream starts at " +
+               std::to_string(l.token_stream_begin));
+  }
+  if (b > 0) {
+    const uint64_t previous = SampleBlockEnd(l, b - 1);
+    if (start != previous) {
+      return bad("starts at byte " + std::to_string(start) + ", but block " +
+                 std::to_string(b - 1) + " ends at " + std::to_string(previous));
+    }
+  }
+  const uint64_t stream_end = l.token_stream_begin + l.token_stream_bytes;
+  if (b + 1 == l.block_count() && SampleBlockEnd(l, b) != stream_end) {
+    return bad("the last block ends at byte " + std::to_string(SampleBlockEnd(l, b)) +
+               ", but the token stream ends at " + std::to_string(stream_end));
   }
   return Status::Ok();
 }

@@ -75,11 +75,21 @@ struct CompactLayout {
   uint64_t tree_path_bytes = 0;
   const std::byte* tree_section = nullptr;  // for the tree's CRC
   uint64_t tree_section_bytes = 0;
+  // TOKENS (§10.11): the token stream is target 0's whole data region,
+  // [token_stream_begin, + token_stream_bytes); token_checks holds one u32
+  // CRC32C per 2^check_shift bytes of it.
+  uint32_t token_width = 0;  // 0: not a token volume
+  uint32_t check_shift = 0;
+  uint64_t token_stream_begin = 0;
+  uint64_t token_stream_bytes = 0;
+  const std::byte* token_checks = nullptr;
+  uint64_t token_chunks = 0;
 
   uint64_t sample_count() const { return header.sample_count; }
   uint64_t block_count() const { return header.block_count; }
   bool has_names() const { return (header.flags & kCompactNames) != 0; }
   bool names_sorted() const { return (header.flags & kCompactNamesSorted) != 0; }
+  bool tokens() const { return (header.flags & kCompactTokens) != 0; }
   // Samples in block b. REQUIRES: b < block_count().
   uint64_t BlockCount(uint64_t b) const {
     const uint64_t first = b * block_samples;
@@ -123,10 +133,27 @@ struct SampleBlockView {
 SampleBlockView SampleBlock(const CompactLayout& l, uint64_t b);
 
 // Checks block b of samples (docs/format.md §10.2): its entry, its records'
-// place and CRC, every extent inside its target's data region, every label.
-// Corruption naming the volume and the block.
+// place and CRC, every extent inside its target's data region, every label;
+// in a token volume also every end a multiple of the token width. The
+// block alone: CheckTokenLink relates it to its neighbours. Corruption
+// naming the volume and the block.
 Status CheckSampleBlock(const CompactLayout& l, uint64_t b,
                         const SampleDirectory::Expected& expected, const std::string& volume_path);
+
+// The end of block b's samples in its target (data_offset + the last end).
+// REQUIRES: CheckSampleBlock passed for b.
+uint64_t SampleBlockEnd(const CompactLayout& l, uint64_t b);
+
+// Token volumes (§10.11): block b starts where block b - 1 ends (block 0
+// where the token stream starts), and the last block ends where the stream
+// ends. REQUIRES: l.tokens(); CheckSampleBlock passed for b and for b - 1.
+// Corruption naming the volume and the block.
+Status CheckTokenLink(const CompactLayout& l, uint64_t b, const std::string& volume_path);
+
+// Token volumes: the CRC32C of the stream's chunk k (k < l.token_chunks).
+inline uint32_t TokenCheckAt(const CompactLayout& l, uint64_t k) {
+  return static_cast<uint32_t>(LoadUint(l.token_checks + 4 * k, 4));
+}
 
 // One block's names (full paths), read in place. Valid once CheckNameBlock
 // passed.

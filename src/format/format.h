@@ -313,7 +313,15 @@ inline constexpr uint32_t kCompactNames = 0x1;
 // NAMES_SORTED (with NAMES): index order is name order, so there is no
 // name-order section (§10.5).
 inline constexpr uint32_t kCompactNamesSorted = 0x2;
-inline constexpr uint32_t kKnownCompactFlags = kCompactNames | kCompactNamesSorted;
+// TOKENS: a token volume (§10.11): the samples are documents of token ids
+// of token_width bytes, back to back across blocks on one target, and the
+// token checks section holds a CRC32C per 2^check_shift bytes of them.
+inline constexpr uint32_t kCompactTokens = 0x4;
+inline constexpr uint32_t kKnownCompactFlags = kCompactNames | kCompactNamesSorted | kCompactTokens;
+// Token volumes: chunk sizes of the token checks, 2^check_shift bytes.
+inline constexpr uint32_t kMinCheckShift = 9;
+inline constexpr uint32_t kMaxCheckShift = 24;
+inline constexpr uint32_t kDefaultCheckShift = 12;  // 4 KiB: one page, one O_DIRECT unit
 
 // The sections of a compact directory, by their place in CompactHeader::sections.
 enum CompactSection : uint32_t {
@@ -341,17 +349,27 @@ struct CompactHeader {
   uint64_t dir_count;    // tree entries (0 without NAMES)
   uint64_t block_count;  // ceil(sample_count / 2^block_shift)
   uint32_t block_shift;  // samples per block = 2^block_shift
-  uint32_t flags;        // kCompactNames | kCompactNamesSorted
+  uint32_t flags;        // kCompactNames | kCompactNamesSorted | kCompactTokens
   uint32_t order_width;  // bytes per name-order entry (1..8), 0 without that section
-  uint32_t reserved0;
+  // TOKENS: bytes per token id (2 or 4) and the token checks' chunk size,
+  // 2^check_shift bytes (kMinCheckShift..kMaxCheckShift); both 0 without.
+  uint16_t token_width;
+  uint16_t check_shift;
   SectionEntry sections[kSectionCount];
   uint64_t max_sample_length;  // the largest sample's length (what a reader's buffers need)
-  uint8_t reserved1[252 - 56 - 16 * kSectionCount - 8];
+  // TOKENS: the token checks section, u32 CRC32C[ceil(data_bytes /
+  // 2^check_shift)]; (0, 0) without.
+  SectionEntry token_checks;
+  uint8_t reserved1[252 - 56 - 16 * kSectionCount - 8 - 16];
   uint32_t crc32c;  // of bytes [0, 252)
 };
 static_assert(sizeof(CompactHeader) == kCompactHeaderSize);
+static_assert(offsetof(CompactHeader, token_width) == 52);
+static_assert(offsetof(CompactHeader, check_shift) == 54);
 static_assert(offsetof(CompactHeader, sections) == 56);
 static_assert(offsetof(CompactHeader, max_sample_length) == 168);
+static_assert(offsetof(CompactHeader, token_checks) == 176);
+static_assert(offsetof(CompactHeader, reserved1) == 192);
 static_assert(offsetof(CompactHeader, crc32c) == 252);
 
 // One per block of 2^block_shift samples (the last block may hold fewer).

@@ -96,7 +96,9 @@ json SummaryJson(const VolumeSummary& s) {
           {"compat_flags", s.compat_flags},
           {"images", ImagesJson(s.images)},
           {"fields", fields},
-          {"dictionary_bytes", s.dictionary_bytes}};
+          {"dictionary_bytes", s.dictionary_bytes},
+          {"token_width", s.token_width},
+          {"token_count", s.token_count}};
 }
 
 std::string SummaryText(const VolumeSummary& s) {
@@ -114,7 +116,12 @@ std::string SummaryText(const VolumeSummary& s) {
     out += Printf("format       dlfs v2 (version %u with %s), uuid %s\n", i.format_version,
                   features.c_str(), i.uuid.c_str());
   }
-  if (s.layout == "compact" && !s.names) {
+  if (s.token_width != 0) {
+    // "tokens: N uint16 tokens in D documents"
+    out += Printf("tokens       %llu uint%u tokens in %s\n",
+                  static_cast<unsigned long long>(s.token_count), 8 * s.token_width,
+                  report_internal::Count(i.sample_count, "document", "documents").c_str());
+  } else if (s.layout == "compact" && !s.names) {
     out += Printf("samples      %llu, unnamed (addressed by index)\n",
                   static_cast<unsigned long long>(i.sample_count));
   } else {
@@ -387,12 +394,19 @@ std::string FormatVerifyReport(const std::string& path, const VerifyReport& repo
                                ReportFormat format) {
   const Status& copy = report.backup_superblock;
   if (format == ReportFormat::kText) {
-    return report_internal::Printf("%s: %llu samples, %s checked in %.2f s: %llu bad%s\n",
+    // A token volume's chunks too: "..., 2 bad; 512 token chunks, 1 bad".
+    const std::string chunks =
+        report.token_chunks_checked == 0 && report.bad_token_chunks == 0
+            ? std::string()
+            : report_internal::Printf("; %llu token chunks, %llu bad",
+                                      static_cast<unsigned long long>(report.token_chunks_checked),
+                                      static_cast<unsigned long long>(report.bad_token_chunks));
+    return report_internal::Printf("%s: %llu samples, %s checked in %.2f s: %llu bad%s%s\n",
                                    path.c_str(),
                                    static_cast<unsigned long long>(report.samples_checked),
                                    HumanBytes(report.bytes_checked).c_str(), report.seconds,
                                    static_cast<unsigned long long>(report.bad_samples),
-                                   copy.ok() ? "" : ", superblock copy damaged");
+                                   chunks.c_str(), copy.ok() ? "" : ", superblock copy damaged");
   }
   json records = json::array();
   for (const BadSample& b : report.bad) {
@@ -405,6 +419,9 @@ std::string FormatVerifyReport(const std::string& path, const VerifyReport& repo
        {"bytes_checked", report.bytes_checked},
        {"seconds", report.seconds},
        {"bad_samples", records},
+       {"token_chunks_checked", report.token_chunks_checked},
+       {"bad_token_chunks", report.bad_token_chunks},
+       {"tokens", report.tokens.ok() ? std::string("ok") : report.tokens.message()},
        {"superblock_copy", copy.ok() ? std::string("ok") : copy.message()}},
       2);
 }

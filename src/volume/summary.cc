@@ -30,6 +30,8 @@ VolumeSummary SummarizeVolume(const Volume& volume) {
   s.layout = d.compact() ? "compact" : "tree";
   s.sample_metadata_bytes = d.sample_metadata_bytes();
   s.names = d.has_names();
+  s.token_width = d.token_width();
+  s.token_count = d.token_count();
   if (d.compact()) {
     // Per target from the block entries: a block's samples span from its
     // data offset to the next block's on the same target (or the end of

@@ -5,6 +5,7 @@
 
 #include "common/clock.h"
 #include "common/file_util.h"
+#include "directory/token_checks.h"
 #include "volume/field_decode.h"
 #include "volume/scan.h"
 
@@ -24,7 +25,14 @@ Status VerifyVolume(const Volume& volume, const VerifyOptions& options, VerifyRe
   report->total_bytes = volume.info().data_bytes;
   const volume_internal::VolumeScan scan(volume, kWindow);
   std::vector<std::byte> window, decoded;
+  // A token volume's samples are its stream, in storage order: its chunks
+  // are checked as the samples go by, from the bytes read for them.
+  const bool tokens = dir.token_width() != 0;
+  tokens::TokenStreamChecker stream(dir, volume.path());
   auto check_sample = [&](uint64_t i, std::span<const std::byte> bytes, Status check) {
+    if (tokens && check.ok() && !bytes.empty()) {
+      stream.Feed(dir.sample(i).offset - dir.token_stream_offset(), bytes);
+    }
     ++report->samples_checked;
     report->bytes_checked += bytes.size();
     // Format v2: every field's own CRC first (so a damaged sample's message
@@ -69,6 +77,20 @@ Status VerifyVolume(const Volume& volume, const VerifyOptions& options, VerifyRe
   // The blocks of samples were checked above, each by its first sample; the
   // rest of a compact directory (names, their order, the tree) here.
   if (dir.compact()) report->directory = dir.CheckAll();
+  if (tokens) {
+    stream.Finish();
+    report->token_chunks_checked = stream.checked();
+    report->bad_token_chunks = stream.bad();
+    if (stream.bad() > 0) {
+      std::string message = std::to_string(stream.bad()) + " of " +
+                            std::to_string(dir.token_chunk_count()) +
+                            " token chunks differ from their checks:";
+      for (const Status& e : stream.errors()) message += " " + e.message() + ";";
+      message.pop_back();
+      if (stream.bad() > stream.errors().size()) message += "; ...";
+      report->tokens = Status::Corruption(message);
+    }
+  }
   report->seconds = Now() - start;
   return Status::Ok();
 }

@@ -15,6 +15,7 @@
 #include "format/superblock.h"
 #include "format/zstd_field.h"
 #include "io/target.h"
+#include "directory/token_checks.h"
 #include "volume/field_decode.h"
 #include "volume/node_directory.h"
 
@@ -46,6 +47,44 @@ Status Volume::ReadTarget(uint32_t t, void* buf, size_t n, uint64_t offset,
                                ") is not open on this node");
   }
   return targets_[t]->Read(buf, n, offset, what);
+}
+
+Status Volume::ReadTokens(uint64_t first, uint64_t count, std::span<std::byte> dst,
+                          bool verify) const {
+  const SampleDirectory& d = directory_;
+  const uint32_t w = d.token_width();
+  if (w == 0) return Status::NotSupported(path_ + ": not a token volume");
+  DLFS_ASSIGN_OR_RETURN(const tokens::ChunkRange r, tokens::CoveringChunks(d, first, count));
+  if (dst.size() != count * w) {
+    return Status::InvalidArgument(path_ + ": " + std::to_string(count) + " tokens of " +
+                                   std::to_string(w) + " bytes into " + std::to_string(dst.size()) +
+                                   " bytes");
+  }
+  if (count == 0) return Status::Ok();
+  const uint64_t base = d.token_stream_offset();
+  const uint64_t begin = first * w;  // the window, in stream bytes
+  const uint64_t end = begin + dst.size();
+  const std::string what =
+      path_ + ": tokens [" + std::to_string(first) + ", " + std::to_string(first + count) + ")";
+  if (!verify) return ReadTarget(0, dst.data(), dst.size(), base + begin, what);
+  // The window straight into dst; the parts of its first and last chunks
+  // around it beside (less than a chunk each), read with it in one read
+  // when the whole is small.
+  if (r.end - r.begin <= (1u << 20)) {
+    std::vector<std::byte> all(r.end - r.begin);
+    DLFS_RETURN_IF_ERROR(ReadTarget(0, all.data(), all.size(), base + r.begin, what));
+    DLFS_RETURN_IF_ERROR(tokens::CheckTokenRange(d, r.begin, all, path_));
+    std::memcpy(dst.data(), all.data() + (begin - r.begin), dst.size());
+    return Status::Ok();
+  }
+  std::vector<std::byte> head(begin - r.begin), tail(r.end - end);
+  if (!head.empty()) {
+    DLFS_RETURN_IF_ERROR(ReadTarget(0, head.data(), head.size(), base + r.begin, what));
+  }
+  DLFS_RETURN_IF_ERROR(ReadTarget(0, dst.data(), dst.size(), base + begin, what));
+  if (!tail.empty())
+    DLFS_RETURN_IF_ERROR(ReadTarget(0, tail.data(), tail.size(), base + end, what));
+  return tokens::CheckTokenPieces(d, r.begin, {head, dst, tail}, path_);
 }
 
 void Volume::Close() {

@@ -1,5 +1,6 @@
 #include "dlfs/builder.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -227,6 +228,41 @@ TEST(BuilderTest, AbortedSamplesLeaveNoTrace) {
   EXPECT_EQ(*(*v)->Read(*(*v)->directory().Lookup("last")), last);
   // The dropped sample's bytes were cut off: the file is small again.
   EXPECT_LT((*v)->info().volume_size, 64u * 1024);
+}
+
+// Pages of zeros past what a new file holds are left as holes: a sparse
+// source makes a sparse volume. Zeros written over bytes a dropped sample
+// left in the file are written, not skipped.
+TEST(BuilderTest, PagesOfZerosInANewFileAreHoles) {
+  TempDir tmp;
+  const std::string path = tmp / "v.dlfs";
+  auto b = VolumeBuilder::Create(path);
+  ASSERT_OK(b);
+  const std::vector<std::byte> zeros(64u << 20);
+  std::vector<std::byte> mixed(20u << 20);
+  for (size_t i = 0; i < mixed.size(); i += 4096 * 7) mixed[i] = std::byte{1};
+  const auto noise = testing::RandomBytes(12u << 20, 4);
+  ASSERT_OK((*b)->Add("zeros", zeros));
+  ASSERT_OK((*b)->Add("mixed", mixed));
+  // Bytes written to the file (beyond one write buffer), then dropped, then
+  // zeros over them.
+  ASSERT_OK((*b)->BeginSample("dropped"));
+  ASSERT_OK((*b)->Append(noise));
+  (*b)->AbortSample();
+  ASSERT_OK((*b)->Add("zeros-again", std::span(zeros).first(noise.size() + 4096)));
+  ASSERT_OK((*b)->Finish());
+  auto v = Volume::Open(path);
+  ASSERT_OK(v);
+  EXPECT_EQ(*(*v)->Read(*(*v)->directory().Lookup("zeros")), zeros);
+  EXPECT_EQ(*(*v)->Read(*(*v)->directory().Lookup("mixed")), mixed);
+  EXPECT_EQ(*(*v)->Read(*(*v)->directory().Lookup("zeros-again")),
+            std::vector<std::byte>(noise.size() + 4096));
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  // About 96 MiB long; on disk the mixed sample's non-zero pages (1 in 7)
+  // and the noise's 12 MiB (written before it was dropped, then zeroed).
+  EXPECT_GT(static_cast<uint64_t>(st.st_size), 90u << 20);
+  EXPECT_LT(static_cast<uint64_t>(st.st_blocks) * 512, 20u << 20);
 }
 
 TEST(BuilderTest, ClassCountCoversNamesAndLabels) {
