@@ -25,6 +25,7 @@ void RegisterWriter(pybind11::module_& m);
 void RegisterDecode(pybind11::module_& m);
 void RegisterImageLoader(pybind11::module_& m);
 void RegisterDistributed(pybind11::module_& m);
+void RegisterTokens(pybind11::module_& m);
 
 // This process's SampleReader of a Python dlfs.Volume, made on first use
 // after a fork (kept in the object's __dict__). Throws as status_bridge.h.

@@ -20,4 +20,5 @@ PYBIND11_MODULE(_dlfs, m) {
   RegisterDecode(m);
   RegisterImageLoader(m);
   RegisterDistributed(m);
+  RegisterTokens(m);
 }

@@ -81,6 +81,7 @@ PUBLIC_HEADERS = {
     "sampler.h": "loader",
     "loader.h": "loader",
     "mixture.h": "loader",
+    "tokens.h": "tokens",
     "sample_reader.h": "loader",
     "decode.h": "decode",
     "decode_stage.h": "decode",

@@ -1,0 +1,477 @@
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "common/crc32c.h"
+#include "common/xoshiro.h"
+#include "dlfs/directory.h"
+#include "dlfs/sampler.h"
+#include "dlfs/tokens.h"
+#include "dlfs/volume.h"
+#include "tokens/blend.h"
+
+namespace dlfs {
+
+using tokens_internal::TokenBlend;
+
+namespace {
+
+uint64_t Mix(uint64_t h, uint64_t v) { return SplitMixOutput(h ^ (v + kSplitMixGamma)); }
+
+uint64_t HashWeights(const std::vector<TokenSource>& sources) {
+  uint64_t h = 0x746F6B656E73ull;  // "tokens"
+  for (const TokenSource& s : sources) {
+    uint64_t bits;
+    std::memcpy(&bits, &s.weight, sizeof bits);
+    h = Mix(h, bits);
+  }
+  return h;
+}
+
+uint64_t HashUuid(uint64_t h, const std::string& uuid) {
+  for (char c : uuid) h = Mix(h, static_cast<unsigned char>(c));
+  return h;
+}
+
+// Aligned scratch memory for one batch's reads (O_DIRECT wants it).
+struct AlignedBuffer {
+  std::byte* data = nullptr;
+  size_t size = 0;
+  ~AlignedBuffer() { std::free(data); }
+  bool Reserve(size_t n, size_t alignment) {
+    if (n <= size) return true;
+    std::free(data);
+    size = (n + alignment - 1) / alignment * alignment;
+    data = static_cast<std::byte*>(std::aligned_alloc(alignment, size));
+    if (data == nullptr) size = 0;
+    return data != nullptr;
+  }
+};
+
+}  // namespace
+
+class TokenLoader::Impl {
+ public:
+  struct Source {
+    std::shared_ptr<Volume> volume;
+    const SampleDirectory* dir = nullptr;
+    uint32_t width = 0;
+    uint64_t tokens = 0;
+    uint64_t windows = 0;
+    uint64_t stream_offset = 0;  // byte offset of token 0 in target 0
+    uint64_t data_bytes = 0;
+    uint32_t check_shift = 12;
+    uint64_t key = 0;  // of its window orders
+    // The order of the latest pass drawn from (one bijection per pass).
+    uint64_t pass = ~uint64_t{0};
+    EpochPermutation order;
+  };
+
+  // One row's read: `bytes` of source `source` from stream byte `begin`,
+  // landing at `offset` in the batch buffer, whose first `skip` bytes
+  // precede the row's first token (alignment, chunk cover).
+  struct Piece {
+    uint32_t source;
+    uint64_t first_token, tokens;
+    uint64_t cover_begin, cover_end;  // stream bytes read (checked chunks)
+    uint64_t file_begin, file_end;    // aligned, what the engine reads
+    uint64_t buffer_offset;
+    int64_t request = -1;  // its read, or -1 for an empty window (nothing to read)
+  };
+
+  TokenLoaderOptions options;
+  std::vector<TokenSource> specs;
+  std::vector<Source> sources;
+  std::vector<uint64_t> source_windows;
+  uint64_t epoch_windows = 0;
+  TokenBlend blend;
+  std::unique_ptr<IoEngine> engine;
+  uint32_t alignment = 1;
+  // The segment: where the current weights took effect, and the windows
+  // each source had given before it.
+  uint64_t segment_start = 0;
+  std::vector<uint64_t> segment_base;
+  uint64_t weights_hash = 0, sources_hash = 0;
+
+  AlignedBuffer buffer;
+  std::vector<Piece> pieces;
+  std::vector<ReadRequest> requests;
+  std::vector<Status> results;
+  std::map<uint32_t, uint64_t> run_counts;
+
+  uint64_t global_batch() const { return options.batch_size * options.world_size; }
+
+  uint64_t BatchesAfter(uint64_t position) const {
+    const uint64_t rest = position >= epoch_windows ? 0 : epoch_windows - position;
+    const uint64_t g = global_batch();
+    return options.drop_last ? rest / g : (rest + g - 1) / g;
+  }
+
+  // The window drawn `draw`-th from source s: its index among s's windows.
+  uint64_t WindowOf(Source& s, uint64_t draw) {
+    const uint64_t pass = draw / s.windows, k = draw % s.windows;
+    if (!options.shuffle) return k;
+    if (pass != s.pass) {
+      s.order = EpochPermutation(s.windows, s.key, pass);
+      s.pass = pass;
+    }
+    return s.order(k);
+  }
+
+  // Tokens [first, first + count) of source s that window `w` covers.
+  Status WindowRange(const Source& s, uint64_t w, uint64_t* first, uint64_t* count) const {
+    const uint64_t span = options.seq_len + 1;
+    if (options.windowing == TokenWindowing::kAcross) {
+      *first = w * options.seq_len;
+      *count = span;
+      return Status::Ok();
+    }
+    Result<uint64_t> begin = s.dir->DocumentStart(w);
+    if (!begin.ok()) return begin.status();
+    Result<uint64_t> end = s.dir->DocumentStart(w + 1);
+    if (!end.ok()) return end.status();
+    *first = *begin;
+    *count = std::min(span, *end - *begin);
+    return Status::Ok();
+  }
+
+  // The global stream positions of this rank's batch, as (position) list.
+  void BatchPositions(uint64_t epoch, uint64_t batch, uint64_t start,
+                      std::vector<uint64_t>* out) const {
+    out->clear();
+    const uint64_t base = epoch * epoch_windows;
+    const uint64_t first = start + batch * global_batch() + options.rank * options.batch_size;
+    for (uint64_t i = 0; i < options.batch_size; ++i) {
+      uint64_t p = first + i;
+      // A last partial global batch is filled from the epoch's start.
+      if (p >= epoch_windows) p %= epoch_windows;
+      out->push_back(base + p);
+    }
+  }
+
+  // Draw index (windows of s drawn before) of stream position g, for the
+  // positions of one batch in order: counts at each run's start, then
+  // incremented along it.
+  void Draws(const std::vector<uint64_t>& positions, std::vector<uint32_t>* src,
+             std::vector<uint64_t>* draws) {
+    src->resize(positions.size());
+    draws->resize(positions.size());
+    size_t i = 0;
+    while (i < positions.size()) {
+      size_t j = i + 1;
+      while (j < positions.size() && positions[j] == positions[j - 1] + 1) ++j;
+      // Run [i, j): consecutive positions from positions[i].
+      run_counts.clear();
+      const uint64_t g0 = positions[i] - segment_start;
+      for (size_t k = i; k < j; ++k) {
+        const uint32_t s = blend.SourceOf(g0 + (k - i));
+        (*src)[k] = s;
+        auto [it, fresh] = run_counts.try_emplace(s, 0);
+        if (fresh) it->second = segment_base[s] + blend.CountOf(s, g0);
+        (*draws)[k] = it->second++;
+      }
+      i = j;
+    }
+  }
+
+  template <typename T>
+  Status Read(uint64_t epoch, uint64_t batch, std::span<T> out, TokenBatchInfo* info,
+              uint64_t start) {
+    const uint64_t span = options.seq_len + 1;
+    if (out.size() < options.batch_size * span) {
+      return Status::InvalidArgument("ReadBatch: the output holds " + std::to_string(out.size()) +
+                                     " tokens, a batch " +
+                                     std::to_string(options.batch_size * span));
+    }
+    if (batch >= BatchesAfter(start)) {
+      return Status::InvalidArgument("ReadBatch: batch " + std::to_string(batch) +
+                                     " of an epoch of " + std::to_string(BatchesAfter(start)));
+    }
+    TokenBatchInfo local;
+    TokenBatchInfo& in = info ? *info : local;
+    BatchPositions(epoch, batch, start, &in.positions);
+    Draws(in.positions, &in.sources, &scratch_draws_);
+    const size_t rows = in.positions.size();
+    in.windows = rows;
+    in.first_tokens.resize(rows);
+    in.lengths.assign(rows, static_cast<uint32_t>(span));
+    pieces.clear();
+    uint64_t buffer_bytes = 0;
+    for (size_t r = 0; r < rows; ++r) {
+      Source& s = sources[in.sources[r]];
+      const uint64_t w = WindowOf(s, scratch_draws_[r]);
+      Piece p{};
+      p.source = in.sources[r];
+      if (Status st = WindowRange(s, w, &p.first_token, &p.tokens); !st.ok()) return st;
+      in.first_tokens[r] = p.first_token;
+      in.lengths[r] = static_cast<uint32_t>(p.tokens);
+      const uint64_t b = p.first_token * s.width, e = (p.first_token + p.tokens) * s.width;
+      if (p.tokens == 0) {
+        p.cover_begin = p.cover_end = b;
+      } else if (options.verify) {
+        const uint64_t chunk = uint64_t{1} << s.check_shift;
+        p.cover_begin = b / chunk * chunk;
+        p.cover_end = std::min((e + chunk - 1) / chunk * chunk, s.data_bytes);
+      } else {
+        p.cover_begin = b;
+        p.cover_end = e;
+      }
+      p.file_begin = (s.stream_offset + p.cover_begin) / alignment * alignment;
+      p.file_end = (s.stream_offset + p.cover_end + alignment - 1) / alignment * alignment;
+      if (p.tokens == 0) p.file_begin = p.file_end = 0;
+      p.buffer_offset = buffer_bytes;
+      buffer_bytes += p.file_end - p.file_begin;
+      pieces.push_back(p);
+    }
+    if (!buffer.Reserve(std::max<uint64_t>(buffer_bytes, alignment), std::max(alignment, 64u))) {
+      return Status::IOError(
+          "cannot allocate " + std::to_string(buffer_bytes) + " bytes for a batch of windows",
+          ENOMEM);
+    }
+    requests.clear();
+    for (Piece& p : pieces) {
+      if (p.file_end == p.file_begin) continue;
+      p.request = static_cast<int64_t>(requests.size());
+      requests.push_back(ReadRequest{p.source, p.file_begin, p.file_end - p.file_begin,
+                                     buffer.data + p.buffer_offset, ReadRequest::kNoSlot});
+    }
+    results.assign(requests.size(), Status::Ok());
+    if (!requests.empty()) {
+      if (Status st = engine->Read(requests, results); !st.ok()) return st;
+    }
+    in.starts.clear();
+    in.row_starts.assign(1, 0);
+    for (size_t r = 0; r < rows; ++r) {
+      const Piece& p = pieces[r];
+      Source& s = sources[p.source];
+      if (p.request >= 0 && !results[p.request].ok()) return results[p.request];
+      const std::byte* at = buffer.data + p.buffer_offset;
+      const uint64_t lead = s.stream_offset + p.cover_begin - p.file_begin;
+      if (options.verify) {
+        if (Status st = CheckChunks(s, p, at + lead); !st.ok()) return st;
+      }
+      const std::byte* tokens = at + lead + (p.first_token * s.width - p.cover_begin);
+      T* row = out.data() + r * span;
+      if (s.width == 2) {
+        const auto* v = reinterpret_cast<const uint16_t*>(tokens);
+        for (uint64_t t = 0; t < p.tokens; ++t) row[t] = static_cast<T>(v[t]);
+      } else {
+        for (uint64_t t = 0; t < p.tokens; ++t) {
+          uint32_t v;
+          std::memcpy(&v, tokens + 4 * t, 4);
+          row[t] = static_cast<T>(v);
+        }
+      }
+      for (uint64_t t = p.tokens; t < span; ++t) row[t] = static_cast<T>(options.pad_id);
+      if (options.windowing == TokenWindowing::kAcross) {
+        if (Status st = DocumentStarts(s, p, &in.starts); !st.ok()) return st;
+      }
+      in.row_starts.push_back(in.starts.size());
+    }
+    return Status::Ok();
+  }
+
+  // The chunks [cover_begin, cover_end) of a piece against their CRC32C.
+  Status CheckChunks(const Source& s, const Piece& p, const std::byte* bytes) const {
+    const uint64_t chunk = uint64_t{1} << s.check_shift;
+    for (uint64_t b = p.cover_begin; b < p.cover_end; b += chunk) {
+      const uint64_t n = std::min(chunk, s.data_bytes - b);
+      Result<uint32_t> want = s.dir->TokenCheck(b >> s.check_shift);
+      if (!want.ok()) return want.status();
+      const uint32_t got = crc32c::Value(bytes + (b - p.cover_begin), n);
+      if (got != *want) {
+        return Status::Corruption(s.volume->path() + ": token chunk " +
+                                  std::to_string(b >> s.check_shift) + " (stream bytes " +
+                                  std::to_string(b) + ".." + std::to_string(b + n) +
+                                  ") fails its CRC32C check (stored " + std::to_string(*want) +
+                                  ", computed " + std::to_string(got) + ")");
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Where documents begin inside a window, as offsets in (0, window).
+  Status DocumentStarts(const Source& s, const Piece& p, std::vector<uint32_t>* out) const {
+    const uint64_t end = p.first_token + p.tokens;
+    Result<uint64_t> d = s.dir->DocumentAt(p.first_token);
+    if (!d.ok()) return d.status();
+    uint64_t doc = *d + 1;
+    uint64_t last = p.first_token;
+    while (doc < s.dir->size()) {
+      Result<uint64_t> begin = s.dir->DocumentStart(doc);
+      if (!begin.ok()) return begin.status();
+      if (*begin >= end) break;
+      if (*begin > last) {
+        out->push_back(static_cast<uint32_t>(*begin - p.first_token));
+        last = *begin;
+      }
+      ++doc;
+    }
+    return Status::Ok();
+  }
+
+  std::vector<uint64_t> scratch_draws_;
+};
+
+Result<std::unique_ptr<TokenLoader>> TokenLoader::Open(const std::vector<TokenSource>& sources,
+                                                       const TokenLoaderOptions& options) {
+  if (sources.empty()) return Status::InvalidArgument("a token loader needs at least one volume");
+  if (options.seq_len == 0) return Status::InvalidArgument("seq_len must be >= 1");
+  if (options.seq_len >= (uint64_t{1} << 31)) {
+    return Status::InvalidArgument("seq_len " + std::to_string(options.seq_len) +
+                                   " is past 2^31 - 1 tokens");
+  }
+  if (options.batch_size == 0) return Status::InvalidArgument("batch_size must be >= 1");
+  if (options.world_size == 0 || options.rank >= options.world_size) {
+    return Status::InvalidArgument("rank " + std::to_string(options.rank) + " of world size " +
+                                   std::to_string(options.world_size));
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->specs = sources;
+  std::vector<double> weights;
+  std::vector<std::string> paths;
+  impl->sources_hash = 0x736F7572636573ull;  // "sources"
+  for (size_t k = 0; k < sources.size(); ++k) {
+    const TokenSource& spec = sources[k];
+    Result<std::shared_ptr<Volume>> volume = Volume::Open(spec.path);
+    if (!volume.ok()) return volume.status();
+    Impl::Source s;
+    s.volume = *volume;
+    s.dir = &s.volume->directory();
+    s.width = s.dir->token_width();
+    if (s.width == 0) {
+      return Status::InvalidArgument(
+          spec.path +
+          " is not a token volume (pack a Megatron .bin/.idx, a .npy or flat token file, "
+          "or write documents with dlfs.Writer(tokens=...); docs/tokens.md)");
+    }
+    s.tokens = s.dir->token_count();
+    s.stream_offset = s.dir->token_stream_offset();
+    s.data_bytes = s.tokens * s.width;
+    s.check_shift = s.dir->token_check_shift();
+    s.windows = options.windowing == TokenWindowing::kAcross
+                    ? (s.tokens > options.seq_len ? (s.tokens - 1) / options.seq_len : 0)
+                    : s.dir->size();
+    if (s.windows == 0) {
+      return Status::InvalidArgument(
+          spec.path + " has " + std::to_string(s.tokens) +
+          " tokens: not one window of seq_len + 1 = " + std::to_string(options.seq_len + 1));
+    }
+    s.key = Mix(options.seed, k + 1);
+    impl->source_windows.push_back(s.windows);
+    weights.push_back(spec.weight);
+    paths.push_back(s.volume->path());
+    impl->sources_hash = HashUuid(impl->sources_hash, s.volume->info().uuid);
+    impl->sources.push_back(std::move(s));
+  }
+  Result<TokenBlend> blend = TokenBlend::Create(weights, Mix(options.seed, 0));
+  if (!blend.ok()) return blend.status();
+  impl->blend = std::move(*blend);
+  impl->weights_hash = HashWeights(sources);
+  impl->segment_base.assign(sources.size(), 0);
+  impl->epoch_windows = options.epoch_windows;
+  if (impl->epoch_windows == 0) {
+    for (uint64_t w : impl->source_windows) impl->epoch_windows += w;
+  }
+  if (impl->BatchesAfter(0) == 0) {
+    return Status::InvalidArgument("an epoch of " + std::to_string(impl->epoch_windows) +
+                                   " windows has no global batch of " +
+                                   std::to_string(impl->global_batch()) + " with drop_last");
+  }
+  Result<std::unique_ptr<IoEngine>> engine = CreateEngine(paths, options.engine);
+  if (!engine.ok()) return engine.status();
+  impl->engine = std::move(*engine);
+  impl->alignment = std::max<uint32_t>(1, impl->engine->alignment());
+  return std::unique_ptr<TokenLoader>(new TokenLoader(std::move(impl)));
+}
+
+TokenLoader::TokenLoader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TokenLoader::~TokenLoader() = default;
+
+uint64_t TokenLoader::window_tokens() const { return impl_->options.seq_len + 1; }
+uint64_t TokenLoader::batch_tokens() const { return impl_->options.batch_size * window_tokens(); }
+uint64_t TokenLoader::windows_per_epoch() const { return impl_->epoch_windows; }
+std::span<const uint64_t> TokenLoader::source_windows() const { return impl_->source_windows; }
+uint32_t TokenLoader::token_width(uint32_t source) const { return impl_->sources[source].width; }
+uint64_t TokenLoader::batches_per_epoch() const { return impl_->BatchesAfter(0); }
+uint64_t TokenLoader::batches_after(uint64_t position) const {
+  return impl_->BatchesAfter(position);
+}
+
+Status TokenLoader::ReadBatch(uint64_t epoch, uint64_t batch, std::span<int64_t> out,
+                              TokenBatchInfo* info, uint64_t start) {
+  return impl_->Read(epoch, batch, out, info, start);
+}
+Status TokenLoader::ReadBatch(uint64_t epoch, uint64_t batch, std::span<int32_t> out,
+                              TokenBatchInfo* info, uint64_t start) {
+  return impl_->Read(epoch, batch, out, info, start);
+}
+
+TokenStreamState TokenLoader::StateAt(uint64_t epoch, uint64_t consumed) const {
+  const Impl& m = *impl_;
+  TokenStreamState s;
+  s.epoch = epoch;
+  s.position = std::min(consumed, m.epoch_windows);
+  s.segment_start = m.segment_start;
+  s.weights_hash = m.weights_hash;
+  s.sources_hash = m.sources_hash;
+  s.counts.resize(m.sources.size());
+  const uint64_t g = epoch * m.epoch_windows + s.position;
+  for (uint32_t k = 0; k < m.sources.size(); ++k) {
+    s.counts[k] =
+        m.segment_base[k] + (g > m.segment_start ? m.blend.CountOf(k, g - m.segment_start) : 0);
+  }
+  return s;
+}
+
+Result<uint64_t> TokenLoader::Resume(const TokenStreamState& state) {
+  Impl& m = *impl_;
+  if (state.position > m.epoch_windows) {
+    return Status::InvalidArgument("cannot resume at window " + std::to_string(state.position) +
+                                   " of an epoch of " + std::to_string(m.epoch_windows));
+  }
+  if (state.counts.size() > m.sources.size()) {
+    return Status::InvalidArgument("cannot resume: the state has " +
+                                   std::to_string(state.counts.size()) + " sources, this loader " +
+                                   std::to_string(m.sources.size()) +
+                                   " (sources may be appended, not removed)");
+  }
+  // The sources the state knew must be the first ones here, in order.
+  uint64_t prefix = 0x736F7572636573ull;
+  for (size_t k = 0; k < state.counts.size(); ++k) {
+    prefix = HashUuid(prefix, m.sources[k].volume->info().uuid);
+  }
+  if (prefix != state.sources_hash) {
+    return Status::InvalidArgument(
+        "cannot resume: the state's sources are not this loader's first " +
+        std::to_string(state.counts.size()) +
+        " volumes (same volumes, same order; new ones may only be appended)");
+  }
+  const uint64_t g = state.epoch * m.epoch_windows + state.position;
+  const bool same = state.weights_hash == m.weights_hash &&
+                    state.counts.size() == m.sources.size() && state.segment_start <= g;
+  m.segment_base.assign(m.sources.size(), 0);
+  if (same) {
+    // The same segment continues: its base is what was drawn before it.
+    for (uint32_t k = 0; k < m.sources.size(); ++k) {
+      const uint64_t in = m.blend.CountOf(k, g - state.segment_start);
+      if (in > state.counts[k]) {
+        return Status::InvalidArgument("cannot resume: the state's counts do not fit its stream");
+      }
+      m.segment_base[k] = state.counts[k] - in;
+    }
+    m.segment_start = state.segment_start;
+  } else {
+    // Other weights (or sources appended): a new segment from here.
+    for (size_t k = 0; k < state.counts.size(); ++k) m.segment_base[k] = state.counts[k];
+    m.segment_start = g;
+  }
+  return state.position;
+}
+
+}  // namespace dlfs
