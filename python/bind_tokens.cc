@@ -65,7 +65,9 @@ void RegisterTokens(py::module_& m) {
                        uint64_t batch_size, uint64_t seed, bool shuffle,
                        const std::string& windowing, int64_t pad_id, uint64_t epoch_windows,
                        uint32_t rank, uint32_t world_size, bool drop_last, bool verify,
-                       const std::string& engine) {
+                       const std::string& engine, bool megatron, const std::string& split,
+                       uint32_t split_index, uint64_t num_samples, bool weighted, double surplus,
+                       bool drop_last_partial) {
              std::vector<TokenSource> specs;
              for (const auto& [path, weight] : sources) specs.push_back({path, weight});
              TokenLoaderOptions o;
@@ -88,13 +90,22 @@ void RegisterTokens(py::module_& m) {
              o.drop_last = drop_last;
              o.verify = verify;
              o.engine.kind = Unwrap(ParseEngineKind(engine));
+             o.megatron.enabled = megatron;
+             o.megatron.split = split;
+             o.megatron.split_index = split_index;
+             o.megatron.num_samples = num_samples;
+             o.megatron.weighted = weighted;
+             o.megatron.surplus = surplus;
+             o.megatron.drop_last_partial = drop_last_partial;
              py::gil_scoped_release release;
              return Unwrap(TokenLoader::Open(specs, o));
            }),
            py::arg("sources"), py::arg("seq_len"), py::arg("batch_size"), py::arg("seed"),
            py::arg("shuffle"), py::arg("windows"), py::arg("pad_id"), py::arg("epoch_windows"),
            py::arg("rank"), py::arg("world_size"), py::arg("drop_last"), py::arg("verify"),
-           py::arg("engine"))
+           py::arg("engine"), py::arg("megatron") = false, py::arg("split") = "1",
+           py::arg("split_index") = 0, py::arg("num_samples") = 0, py::arg("weighted") = false,
+           py::arg("surplus") = 0.005, py::arg("drop_last_partial") = true)
       .def_property_readonly("window_tokens", &TokenLoader::window_tokens)
       .def_property_readonly("windows_per_epoch", &TokenLoader::windows_per_epoch)
       .def_property_readonly("batches_per_epoch", &TokenLoader::batches_per_epoch)

@@ -70,6 +70,30 @@ struct TokenLoaderOptions {
   bool drop_last = false;  // a last partial global batch: dropped, or filled from the epoch's start
   bool verify = true;
   EngineOptions engine;
+  // Megatron-LM's order instead of the one above (docs/tokens.md,
+  // "Megatron-compatible order"): the windows GPTDataset and
+  // BlendedDataset give for the same seed (< 2^32), seq_len (>= 2), split
+  // and weights, in their order; shuffle, windowing and epoch_windows do
+  // not apply. Builds Megatron's per-window arrays at Open (as Megatron
+  // does: 12 bytes per window, 4 per document per epoch), reading every
+  // document's length. An epoch is the whole order; later epochs repeat it.
+  struct MegatronOrder {
+    bool enabled = false;
+    std::string split = "1";   // --split, e.g. "969,30,1"
+    uint32_t split_index = 0;  // 0 train, 1 valid, 2 test
+    // The samples Megatron's builder asks of the split (train: train_iters
+    // x global batch size); 0: one epoch of a single source, or every
+    // window of the sources of a blend weighted by their lengths.
+    uint64_t num_samples = 0;
+    // The sources' weights are --data-path weights (a BlendedDataset even
+    // for one source); false: a single source is a plain GPTDataset, and
+    // several are blended by their lengths.
+    bool weighted = false;
+    double surplus = 0.005;  // --mid-level-dataset-surplus
+    // Megatron keeps a last partial window only in the valid split with
+    // drop_last_partial_validation_sequence=False; it is padded with pad_id.
+    bool drop_last_partial = true;
+  } megatron;
 };
 
 // Where a stream stands, to resume it: a few numbers plus one per source.

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -13,6 +14,7 @@
 #include "dlfs/tokens.h"
 #include "dlfs/volume.h"
 #include "tokens/blend.h"
+#include "tokens/megatron_order.h"
 
 namespace dlfs {
 
@@ -76,6 +78,8 @@ class TokenLoader::Impl {
   // precede the row's first token (alignment, chunk cover).
   struct Piece {
     uint32_t source;
+    uint32_t row;         // of the batch
+    uint64_t row_offset;  // where its tokens go in the row
     uint64_t first_token, tokens;
     uint64_t cover_begin, cover_end;  // stream bytes read (checked chunks)
     uint64_t file_begin, file_end;    // aligned, what the engine reads
@@ -178,6 +182,72 @@ class TokenLoader::Impl {
     }
   }
 
+  // Appends the read of tokens [first, first + count) of source `src` for
+  // row `row` at `row_offset`, widened to the checked chunks around it.
+  void AddPiece(uint32_t src, uint32_t row, uint64_t row_offset, uint64_t first, uint64_t count,
+                uint64_t* buffer_bytes) {
+    const Source& s = sources[src];
+    Piece p{};
+    p.source = src;
+    p.row = row;
+    p.row_offset = row_offset;
+    p.first_token = first;
+    p.tokens = count;
+    const uint64_t b = first * s.width, e = (first + count) * s.width;
+    if (count == 0) {
+      p.cover_begin = p.cover_end = b;
+    } else if (options.verify) {
+      const uint64_t chunk = uint64_t{1} << s.check_shift;
+      p.cover_begin = b / chunk * chunk;
+      p.cover_end = std::min((e + chunk - 1) / chunk * chunk, s.data_bytes);
+    } else {
+      p.cover_begin = b;
+      p.cover_end = e;
+    }
+    p.file_begin = (s.stream_offset + p.cover_begin) / alignment * alignment;
+    p.file_end = (s.stream_offset + p.cover_end + alignment - 1) / alignment * alignment;
+    if (count == 0) p.file_begin = p.file_end = 0;
+    p.buffer_offset = *buffer_bytes;
+    *buffer_bytes += p.file_end - p.file_begin;
+    pieces.push_back(p);
+  }
+
+  // The pieces of row r: the window at stream position in.positions[r].
+  Status PlanRow(uint32_t r, TokenBatchInfo& in, uint64_t* buffer_bytes) {
+    const uint64_t span = options.seq_len + 1;
+    if (megatron) {
+      const uint64_t k = in.positions[r] % epoch_windows;
+      uint32_t src = 0;
+      uint64_t sample = k;
+      if (megatron->blend) {
+        src = megatron->blend->dataset(k);
+        sample = megatron->blend->sample(k);
+      }
+      in.sources[r] = src;
+      megatron->orders[src]->Window(sample, &scratch_pieces_);
+      uint64_t at = 0;
+      for (const tokens_internal::TokenPiece& tp : scratch_pieces_) {
+        Result<uint64_t> start = sources[src].dir->DocumentStart(tp.document);
+        if (!start.ok()) return start.status();
+        const uint64_t count = std::min(tp.count, span - at);
+        if (at == 0) in.first_tokens[r] = *start + tp.begin;
+        AddPiece(src, r, at, *start + tp.begin, count, buffer_bytes);
+        at += count;
+      }
+      in.lengths[r] = static_cast<uint32_t>(at);
+      return Status::Ok();
+    }
+    Source& s = sources[in.sources[r]];
+    uint64_t first = 0, count = 0;
+    if (Status st = WindowRange(s, WindowOf(s, scratch_draws_[r]), &first, &count); !st.ok()) {
+      return st;
+    }
+    in.first_tokens[r] = first;
+    in.lengths[r] = static_cast<uint32_t>(count);
+    AddPiece(in.sources[r], r, 0, first, count, buffer_bytes);
+    return Status::Ok();
+  }
+
   template <typename T>
   Status Read(uint64_t epoch, uint64_t batch, std::span<T> out, TokenBatchInfo* info,
               uint64_t start) {
@@ -194,38 +264,19 @@ class TokenLoader::Impl {
     TokenBatchInfo local;
     TokenBatchInfo& in = info ? *info : local;
     BatchPositions(epoch, batch, start, &in.positions);
-    Draws(in.positions, &in.sources, &scratch_draws_);
     const size_t rows = in.positions.size();
+    if (megatron) {
+      in.sources.assign(rows, 0);
+    } else {
+      Draws(in.positions, &in.sources, &scratch_draws_);
+    }
     in.windows = rows;
-    in.first_tokens.resize(rows);
-    in.lengths.assign(rows, static_cast<uint32_t>(span));
+    in.first_tokens.assign(rows, 0);
+    in.lengths.assign(rows, 0);
     pieces.clear();
     uint64_t buffer_bytes = 0;
-    for (size_t r = 0; r < rows; ++r) {
-      Source& s = sources[in.sources[r]];
-      const uint64_t w = WindowOf(s, scratch_draws_[r]);
-      Piece p{};
-      p.source = in.sources[r];
-      if (Status st = WindowRange(s, w, &p.first_token, &p.tokens); !st.ok()) return st;
-      in.first_tokens[r] = p.first_token;
-      in.lengths[r] = static_cast<uint32_t>(p.tokens);
-      const uint64_t b = p.first_token * s.width, e = (p.first_token + p.tokens) * s.width;
-      if (p.tokens == 0) {
-        p.cover_begin = p.cover_end = b;
-      } else if (options.verify) {
-        const uint64_t chunk = uint64_t{1} << s.check_shift;
-        p.cover_begin = b / chunk * chunk;
-        p.cover_end = std::min((e + chunk - 1) / chunk * chunk, s.data_bytes);
-      } else {
-        p.cover_begin = b;
-        p.cover_end = e;
-      }
-      p.file_begin = (s.stream_offset + p.cover_begin) / alignment * alignment;
-      p.file_end = (s.stream_offset + p.cover_end + alignment - 1) / alignment * alignment;
-      if (p.tokens == 0) p.file_begin = p.file_end = 0;
-      p.buffer_offset = buffer_bytes;
-      buffer_bytes += p.file_end - p.file_begin;
-      pieces.push_back(p);
+    for (uint32_t r = 0; r < rows; ++r) {
+      if (Status st = PlanRow(r, in, &buffer_bytes); !st.ok()) return st;
     }
     if (!buffer.Reserve(std::max<uint64_t>(buffer_bytes, alignment), std::max(alignment, 64u))) {
       return Status::IOError(
@@ -243,11 +294,8 @@ class TokenLoader::Impl {
     if (!requests.empty()) {
       if (Status st = engine->Read(requests, results); !st.ok()) return st;
     }
-    in.starts.clear();
-    in.row_starts.assign(1, 0);
-    for (size_t r = 0; r < rows; ++r) {
-      const Piece& p = pieces[r];
-      Source& s = sources[p.source];
+    for (const Piece& p : pieces) {
+      const Source& s = sources[p.source];
       if (p.request >= 0 && !results[p.request].ok()) return results[p.request];
       const std::byte* at = buffer.data + p.buffer_offset;
       const uint64_t lead = s.stream_offset + p.cover_begin - p.file_begin;
@@ -255,21 +303,43 @@ class TokenLoader::Impl {
         if (Status st = CheckChunks(s, p, at + lead); !st.ok()) return st;
       }
       const std::byte* tokens = at + lead + (p.first_token * s.width - p.cover_begin);
-      T* row = out.data() + r * span;
+      T* dst = out.data() + p.row * span + p.row_offset;
       if (s.width == 2) {
         const auto* v = reinterpret_cast<const uint16_t*>(tokens);
-        for (uint64_t t = 0; t < p.tokens; ++t) row[t] = static_cast<T>(v[t]);
+        for (uint64_t t = 0; t < p.tokens; ++t) dst[t] = static_cast<T>(v[t]);
       } else {
         for (uint64_t t = 0; t < p.tokens; ++t) {
           uint32_t v;
           std::memcpy(&v, tokens + 4 * t, 4);
-          row[t] = static_cast<T>(v);
+          dst[t] = static_cast<T>(v);
         }
       }
-      for (uint64_t t = p.tokens; t < span; ++t) row[t] = static_cast<T>(options.pad_id);
-      if (options.windowing == TokenWindowing::kAcross) {
-        if (Status st = DocumentStarts(s, p, &in.starts); !st.ok()) return st;
+    }
+    in.starts.clear();
+    in.row_starts.assign(1, 0);
+    size_t next = 0;
+    for (uint32_t r = 0; r < rows; ++r) {
+      T* row = out.data() + r * span;
+      for (uint64_t t = in.lengths[r]; t < span; ++t) row[t] = static_cast<T>(options.pad_id);
+      // The row's pieces are pieces[next, end).
+      size_t end = next;
+      while (end < pieces.size() && pieces[end].row == r) ++end;
+      if (megatron) {
+        // Each piece is (part of) one document: documents begin where pieces do.
+        for (size_t k = next + 1; k < end; ++k) {
+          const uint64_t o = pieces[k].row_offset;
+          if (o > 0 && o < in.lengths[r] && (in.starts.size() == in.row_starts.back() ||
+                                            in.starts.back() < o)) {
+            in.starts.push_back(static_cast<uint32_t>(o));
+          }
+        }
+      } else if (options.windowing == TokenWindowing::kAcross) {
+        if (Status st = DocumentStarts(sources[pieces[next].source], pieces[next], &in.starts);
+            !st.ok()) {
+          return st;
+        }
       }
+      next = end;
       in.row_starts.push_back(in.starts.size());
     }
     return Status::Ok();
@@ -314,7 +384,108 @@ class TokenLoader::Impl {
     return Status::Ok();
   }
 
+  // Megatron's datasets over the sources, composed as its
+  // BlendedMegatronDatasetBuilder composes them for one split.
+  Status BuildMegatron(const std::vector<double>& weights) {
+    using namespace tokens_internal;
+    const TokenLoaderOptions::MegatronOrder& mo = options.megatron;
+    if (options.seed > 0xFFFFFFFFull) {
+      return Status::InvalidArgument("Megatron's seed is < 2^32, not " +
+                                     std::to_string(options.seed));
+    }
+    if (mo.split_index > 2) {
+      return Status::InvalidArgument("split_index is 0 (train), 1 (valid) or 2 (test)");
+    }
+    auto m = std::make_unique<Megatron>();
+    m->lengths.resize(sources.size());
+    std::vector<MegatronSplit> ranges;
+    for (size_t k = 0; k < sources.size(); ++k) {
+      const SampleDirectory& dir = *sources[k].dir;
+      std::vector<uint64_t>& lengths = m->lengths[k];
+      lengths.resize(dir.size());
+      Result<uint64_t> prev = dir.DocumentStart(0);
+      if (!prev.ok()) return prev.status();
+      for (uint64_t d = 0; d < dir.size(); ++d) {
+        Result<uint64_t> next = dir.DocumentStart(d + 1);
+        if (!next.ok()) return next.status();
+        lengths[d] = *next - *prev;
+        prev = next;
+      }
+      auto splits = MegatronSplits(mo.split, dir.size());
+      if (!splits.ok()) return splits.status();
+      if (!(*splits)[mo.split_index]) {
+        return Status::InvalidArgument("split \"" + mo.split + "\" gives split " +
+                                       std::to_string(mo.split_index) + " no documents of " +
+                                       specs[k].path);
+      }
+      ranges.push_back(*(*splits)[mo.split_index]);
+    }
+    MegatronGptOptions g;
+    g.seq_len = options.seq_len;
+    g.seed = static_cast<uint32_t>(options.seed);
+    g.add_extra_token = true;
+    g.drop_last_partial = mo.drop_last_partial;
+    auto build = [&](size_t k, uint64_t samples) -> Status {
+      g.num_samples = samples;
+      auto order = MegatronGptOrder::Build(m->lengths[k], ranges[k], g);
+      if (!order.ok()) {
+        return Status(order.status().code(), specs[k].path + ": " + order.status().message());
+      }
+      m->orders.push_back(std::make_unique<MegatronGptOrder>(std::move(*order)));
+      return Status::Ok();
+    };
+    if (mo.weighted) {
+      if (mo.num_samples == 0) {
+        return Status::InvalidArgument(
+            "a weighted Megatron blend needs num_samples (Megatron's weights need sizes)");
+      }
+      auto asked = MegatronComponentSizes(weights, mo.num_samples, mo.surplus);
+      if (!asked.ok()) return asked.status();
+      for (size_t k = 0; k < sources.size(); ++k) {
+        if (Status st = build(k, (*asked)[k]); !st.ok()) return st;
+      }
+      auto b = BuildMegatronBlend(weights, mo.num_samples);
+      if (!b.ok()) return b.status();
+      m->blend = std::move(*b);
+    } else if (sources.size() == 1) {
+      if (Status st = build(0, mo.num_samples); !st.ok()) return st;
+    } else {
+      std::vector<uint64_t> sizes;
+      for (size_t k = 0; k < sources.size(); ++k) {
+        if (Status st = build(k, 0); !st.ok()) return st;
+        sizes.push_back(m->orders.back()->size());
+      }
+      auto b = BuildMegatronLengthBlend(
+          sizes, mo.num_samples ? std::optional<uint64_t>(mo.num_samples) : std::nullopt);
+      if (!b.ok()) return b.status();
+      m->blend = std::move(*b);
+    }
+    for (size_t k = 0; k < sources.size(); ++k) {
+      const uint64_t have = m->orders[k]->size();
+      if (m->blend && m->blend->counts()[k] > have) {
+        return Status::InvalidArgument(specs[k].path + ": the blend takes " +
+                                       std::to_string(m->blend->counts()[k]) +
+                                       " windows of it, its order has " + std::to_string(have) +
+                                       " (Megatron: \"oversamples\")");
+      }
+      sources[k].windows = have;
+      source_windows[k] = have;
+    }
+    megatron = std::move(m);
+    return Status::Ok();
+  }
+
   std::vector<uint64_t> scratch_draws_;
+  std::vector<tokens_internal::TokenPiece> scratch_pieces_;
+
+  // The Megatron-compatible order (TokenLoaderOptions::megatron): each
+  // source's GPTDataset order, and the blend over them if there is one.
+  struct Megatron {
+    std::vector<std::vector<uint64_t>> lengths;  // each source's document token counts
+    std::vector<std::unique_ptr<tokens_internal::MegatronGptOrder>> orders;
+    std::optional<tokens_internal::MegatronBlend> blend;
+  };
+  std::unique_ptr<Megatron> megatron;
 };
 
 Result<std::unique_ptr<TokenLoader>> TokenLoader::Open(const std::vector<TokenSource>& sources,
@@ -357,7 +528,7 @@ Result<std::unique_ptr<TokenLoader>> TokenLoader::Open(const std::vector<TokenSo
     s.windows = options.windowing == TokenWindowing::kAcross
                     ? (s.tokens > options.seq_len ? (s.tokens - 1) / options.seq_len : 0)
                     : s.dir->size();
-    if (s.windows == 0) {
+    if (s.windows == 0 && !options.megatron.enabled) {
       return Status::InvalidArgument(
           spec.path + " has " + std::to_string(s.tokens) +
           " tokens: not one window of seq_len + 1 = " + std::to_string(options.seq_len + 1));
@@ -369,13 +540,19 @@ Result<std::unique_ptr<TokenLoader>> TokenLoader::Open(const std::vector<TokenSo
     impl->sources_hash = HashUuid(impl->sources_hash, s.volume->info().uuid);
     impl->sources.push_back(std::move(s));
   }
+  if (options.megatron.enabled) {
+    if (Status st = impl->BuildMegatron(weights); !st.ok()) return st;
+  }
   Result<TokenBlend> blend = TokenBlend::Create(weights, Mix(options.seed, 0));
   if (!blend.ok()) return blend.status();
   impl->blend = std::move(*blend);
   impl->weights_hash = HashWeights(sources);
   impl->segment_base.assign(sources.size(), 0);
   impl->epoch_windows = options.epoch_windows;
-  if (impl->epoch_windows == 0) {
+  if (impl->megatron) {
+    impl->epoch_windows = impl->megatron->blend ? impl->megatron->blend->size()
+                                                : impl->megatron->orders[0]->size();
+  } else if (impl->epoch_windows == 0) {
     for (uint64_t w : impl->source_windows) impl->epoch_windows += w;
   }
   if (impl->BatchesAfter(0) == 0) {
@@ -453,6 +630,11 @@ Result<uint64_t> TokenLoader::Resume(const TokenStreamState& state) {
         " volumes (same volumes, same order; new ones may only be appended)");
   }
   const uint64_t g = state.epoch * m.epoch_windows + state.position;
+  if (m.megatron && (state.weights_hash != m.weights_hash ||
+                     state.counts.size() != m.sources.size())) {
+    return Status::InvalidArgument(
+        "cannot resume Megatron's order with other weights or sources: it is another order");
+  }
   const bool same = state.weights_hash == m.weights_hash &&
                     state.counts.size() == m.sources.size() && state.segment_start <= g;
   m.segment_base.assign(m.sources.size(), 0);
