@@ -21,7 +21,12 @@ namespace {
 // crc32_iscsi (or a plain loop), 11 ns so (mostly the mispredicted branches
 // of varying lengths).
 constexpr size_t kSmall = 64;
-const bool kHaveSse42 = __builtin_cpu_supports("sse4.2");
+// Set during static initialization, maybe before libgcc's own: initialized
+// here first.
+const bool kHaveSse42 = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("sse4.2") != 0;
+}();
 
 __attribute__((target("sse4.2"))) uint32_t SmallExtend(uint32_t reg, const unsigned char* p,
                                                        size_t n) {
