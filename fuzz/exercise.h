@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <vector>
 
 #include "dlfs/summary.h"
 #include "dlfs/verify.h"
@@ -53,6 +54,30 @@ inline uint64_t ExerciseVolume(const Volume& v, uint64_t limit = 4096) {
       Broken("Resolve(DirPath(k)) != k");
     }
     (void)info;
+  }
+  // A token volume (format.md §10.11): a document's first token leads back
+  // to it unless it is empty, and windows of tokens read in bounds.
+  if (const uint32_t w = d.token_width(); w != 0) {
+    if (w != 2 && w != 4) Broken("a token width that is not 2 or 4");
+    const uint64_t tokens = d.token_count();
+    for (uint64_t i = 0; i < n; ++i) {
+      const Result<uint64_t> start = d.DocumentStart(i);
+      if (!start.ok()) continue;
+      if (*start > tokens) Broken("a document starts past the corpus");
+      const Result<SampleInfo> s = d.Locate(i);
+      if (s.ok() && s->length > 0) {
+        const Result<uint64_t> at = d.DocumentAt(*start);
+        if (at.ok() && *at != i) Broken("DocumentAt(DocumentStart(i)) != i");
+      }
+    }
+    if (d.DocumentAt(tokens).ok()) Broken("a document holds the token past the last");
+    for (uint64_t first : {uint64_t{0}, tokens / 3, tokens > 0 ? tokens - 1 : 0}) {
+      const uint64_t count = std::min<uint64_t>(tokens - std::min(first, tokens), 3000);
+      std::vector<std::byte> out(count * w);
+      (void)v.ReadTokens(first, count, out);
+    }
+    std::vector<std::byte> one(w);
+    if (v.ReadTokens(tokens, 1, one).ok()) Broken("a token past the corpus was read");
   }
   if (d.dir_count() > 0 && d.size() <= limit) (void)d.SamplesUnder(0);
   // Listings page through any tree without reading out of bounds.

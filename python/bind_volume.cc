@@ -139,6 +139,8 @@ py::dict InfoDict(const Volume& v) {
   d["images"] = ImagesDict(s.images);
   d["fields"] = fields;
   d["dictionary_bytes"] = s.dictionary_bytes;
+  d["token_width"] = s.token_width;
+  d["token_count"] = s.token_count;
   return d;
 }
 
@@ -289,6 +291,7 @@ void DefVolumeFile(VolumeClass& c) {
             Check(st);
             std::vector<std::string> bad;
             if (!report.directory.ok()) bad.push_back(report.directory.message());
+            if (!report.tokens.ok()) bad.push_back(report.tokens.message());
             for (const BadSample& b : report.bad) bad.push_back(b.reason);
             return bad;
           },
@@ -417,6 +420,100 @@ indices at once (a BatchSampler); for whole epochs use dlfs.Loader.)doc")
           "(compressed ones as stored).");
 }
 
+// A token volume (docs/format.md §10.11): documents of token ids back to
+// back in one stream.
+uint32_t TokenWidth(const Volume& v) {
+  const uint32_t w = v.directory().token_width();
+  if (w == 0) {
+    throw py::value_error(v.path() +
+                          ": not a token volume (pack one from a Megatron dataset or token "
+                          "files, or write one with dlfs.Writer(path, tokens=\"uint16\"))");
+  }
+  return w;
+}
+
+void DefVolumeTokens(VolumeClass& c) {
+  c.def_property_readonly(
+       "token_width", [](const Volume& v) { return v.directory().token_width(); },
+       "Bytes per token id of a token volume (2: uint16, 4: uint32); 0 for any other volume.")
+      .def_property_readonly(
+          "token_count", [](const Volume& v) { return v.directory().token_count(); },
+          "Tokens in a token volume's corpus (its documents back to back); 0 for any other "
+          "volume.")
+      .def(
+          "document_start",
+          [](const Volume& v, int64_t d) -> uint64_t {
+            TokenWidth(v);
+            const int64_t given = d;
+            if (d < 0) d += static_cast<int64_t>(v.size());
+            if (d < 0 || static_cast<uint64_t>(d) > v.size()) {
+              throw py::index_error(v.path() + ": document " + std::to_string(given) +
+                                    " out of range (the volume has " + std::to_string(v.size()) +
+                                    " documents)");
+            }
+            Result<uint64_t> r = Status::Cancelled("not run");
+            {
+              py::gil_scoped_release release;
+              r = v.directory().DocumentStart(static_cast<uint64_t>(d));
+            }
+            return Unwrap(std::move(r));
+          },
+          py::arg("document"),
+          "The first token of `document` in the corpus; document_start(len(vol)) is "
+          "token_count. Empty documents start where the next one does.")
+      .def(
+          "document_at",
+          [](const Volume& v, int64_t t) -> uint64_t {
+            TokenWidth(v);
+            const uint64_t n = v.directory().token_count();
+            const int64_t given = t;
+            if (t < 0) t += static_cast<int64_t>(n);
+            if (t < 0 || static_cast<uint64_t>(t) >= n) {
+              throw py::index_error(v.path() + ": token " + std::to_string(given) +
+                                    " out of range (the corpus has " + std::to_string(n) +
+                                    " tokens)");
+            }
+            Result<uint64_t> r = Status::Cancelled("not run");
+            {
+              py::gil_scoped_release release;
+              r = v.directory().DocumentAt(static_cast<uint64_t>(t));
+            }
+            return Unwrap(std::move(r));
+          },
+          py::arg("token"),
+          "The document holding token `token` (the last non-empty document starting at or "
+          "before it): a binary search, nothing per document in memory.")
+      .def(
+          "read_tokens",
+          [](const Volume& v, int64_t first, int64_t count, bool verify) -> py::array {
+            const uint32_t w = TokenWidth(v);
+            const uint64_t n = v.directory().token_count();
+            if (first < 0 || count < 0 || static_cast<uint64_t>(first) > n ||
+                static_cast<uint64_t>(count) > n - static_cast<uint64_t>(first)) {
+              throw py::index_error(v.path() + ": tokens [" + std::to_string(first) + ", +" +
+                                    std::to_string(count) + ") out of range (the corpus has " +
+                                    std::to_string(n) + " tokens)");
+            }
+            py::array out = w == 2 ? py::array(py::dtype::of<uint16_t>(), count)
+                                   : py::array(py::dtype::of<uint32_t>(), count);
+            const std::span<std::byte> dst(static_cast<std::byte*>(out.mutable_data()),
+                                           static_cast<size_t>(count) * w);
+            Status st;
+            {
+              py::gil_scoped_release release;
+              st = v.ReadTokens(static_cast<uint64_t>(first), static_cast<uint64_t>(count), dst,
+                                verify);
+            }
+            Check(st);
+            return out;
+          },
+          py::arg("first"), py::arg("count"), py::arg("verify") = true,
+          "Tokens [first, first + count) of the corpus, across documents, as a new numpy array "
+          "of the volume's dtype (uint16 or uint32). Reads the chunks of the token stream "
+          "covering them and checks their CRC32C (unless verify=False): a mismatch raises "
+          "CorruptVolumeError naming the file and the chunk.");
+}
+
 // The sample directory: paths, labels, classes, fields.
 void DefVolumeDirectory(VolumeClass& c) {
   c.def(
@@ -534,6 +631,7 @@ void RegisterVolume(py::module_& m) {
   DefVolumeFile(volume);
   DefVolumeReads(volume);
   DefVolumeDirectory(volume);
+  DefVolumeTokens(volume);
 }
 
 }  // namespace dlfs::python

@@ -39,7 +39,11 @@ constexpr Rewording kKeywords[] = {
     {"skip_hidden left out", "skip_hidden=True left out"},
     {"skip_hidden leaves", "skip_hidden=True leaves"},
     {"(set skip_unreadable to leave out", "(pass skip_unreadable=True to leave out"},
-    {"needs the lmdb_payload_only option", "needs datum_payload=True"}};
+    {"needs the lmdb_payload_only option", "needs datum_payload=True"},
+    {"a token volume (token_width)", "a token volume (tokens=)"},
+    {"the token_dtype option applies", "token_dtype= applies"},
+    {"the lengths option applies", "lengths= applies"},
+    {"the eod option applies", "eod= applies"}};
 
 // The image preparation keywords of dlfs.pack and dlfs.Writer (the flags of
 // `dlfs pack`), as ImagePrepOptions; ValueError for a bad one.
@@ -119,10 +123,11 @@ class PyWriter {
  public:
   PyWriter(const std::string& path, uint32_t targets, uint32_t alignment, bool force,
            std::vector<std::string> class_names, const std::string& compress, bool dict,
-           const py::dict& images, const std::string& layout)
+           const py::dict& images, const std::string& layout, uint32_t token_width)
       : path_(path) {
     VolumeBuilder::Options o;
     o.layout = Unwrap(ParseEnum(kDirectoryLayoutNames, layout, "layout"));
+    o.token_width = token_width;
     // The builder's 0 means "as many as target_paths name"; a Writer names none.
     if (targets == 0) throw py::value_error(path + ": a volume has 1 to 8 targets, not 0");
     o.targets = targets;
@@ -286,8 +291,12 @@ void RegisterPack(py::module_& m) {
          std::optional<uint32_t> max_side, const std::string& resize_filter,
          std::optional<uint32_t> jpeg_quality, bool always_reencode,
          const std::string& image_format, uint64_t smart_threshold, double jpeg_probability,
-         uint64_t image_seed, const std::string& image_color, uint32_t prepare_threads) {
+         uint64_t image_seed, const std::string& image_color, uint32_t prepare_threads,
+         const std::string& token_dtype, const std::string& lengths, std::optional<uint64_t> eod) {
         PackOptions o;
+        o.token_dtype = token_dtype;
+        o.lengths = lengths;
+        o.eod = eod;
         o.from = Unwrap(ParseSourceKind(source_kind));
         o.volume.overwrite = force;
         o.volume.align = align;
@@ -350,6 +359,8 @@ void RegisterPack(py::module_& m) {
         d["empty_classes"] = s.empty_classes;
         d["renamed_classes"] = s.renamed_classes;
         d["dictionary_bytes"] = s.dictionary_bytes;
+        d["token_width"] = s.token_width;
+        d["tokens"] = s.tokens;
         py::dict images;
         images["images"] = s.images.images;
         images["changed"] = s.images.changed;
@@ -377,10 +388,13 @@ void RegisterPack(py::module_& m) {
       py::arg("smart_threshold") = ImagePrepOptions{}.smart_threshold,
       py::arg("jpeg_probability") = ImagePrepOptions{}.jpeg_probability,
       py::arg("image_seed") = ImagePrepOptions{}.seed, py::arg("image_color") = "rgb",
-      py::arg("prepare_threads") = 0,
+      py::arg("prepare_threads") = 0, py::arg("token_dtype") = "", py::arg("lengths") = "",
+      py::arg("eod") = py::none(),
       R"doc(Packs a data set into a new volume (like `dlfs pack`) and returns stats.
 
-source_kind: "auto", "imagefolder", "idx", "tar" or "lmdb". Raises
+source_kind: "auto", "imagefolder", "idx", "tar", "lmdb", "megatron" or
+"tokens" (the last two make a token volume: token_dtype, lengths, eod as
+dlfs pack's --token-dtype, --lengths, --eod). Raises
 FileExistsError if output exists and force is False. all_files: imagefolder
 packs every file, not only what torchvision's ImageFolder loads.
 class_names: a list, or "a,b,c" / "@FILE" as --class-names takes it.
@@ -462,10 +476,10 @@ void RegisterWriter(py::module_& m) {
   py::class_<PyWriter>(m, "_VolumeWriter",
                        "The engine of dlfs.Writer (see help(dlfs.Writer)); use that instead.")
       .def(py::init<const std::string&, uint32_t, uint32_t, bool, std::vector<std::string>,
-                    const std::string&, bool, const py::dict&, const std::string&>(),
+                    const std::string&, bool, const py::dict&, const std::string&, uint32_t>(),
            py::arg("path"), py::arg("targets"), py::arg("alignment"), py::arg("force"),
            py::arg("class_names"), py::arg("compress") = "", py::arg("dict") = false,
-           py::arg("images") = py::dict(), py::arg("layout") = "auto")
+           py::arg("images") = py::dict(), py::arg("layout") = "auto", py::arg("token_width") = 0)
       .def("add", &PyWriter::Add, py::arg("path"), py::arg("data"), py::arg("label"))
       .def("add_batch", &PyWriter::AddBatch, py::arg("data"), py::arg("lengths"), py::arg("labels"),
            py::arg("paths"))

@@ -44,7 +44,11 @@ constexpr Rewording kPackFlags[] = {
     {"class_names renamed", "--class-names renamed"},
     {"needs the lmdb_payload_only option", "needs --datum-payload"},
     {"jpeg_probability must", "--jpeg-probability must"},
-    {"smart_threshold must", "--smart-threshold must"}};
+    {"smart_threshold must", "--smart-threshold must"},
+    {"a token volume (token_width)", "a token volume"},
+    {"the token_dtype option", "--token-dtype"},
+    {"the lengths option", "--lengths"},
+    {"the eod option", "--eod"}};
 
 int RunPack(PackArgs& args) {
   PackOptions& options = args.options;
@@ -75,10 +79,14 @@ void AddPack(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<PackArgs>();
   auto* p = app.add_subcommand(
       "pack",
-      "Pack a data set (ImageFolder tree, IDX files, tar shards, LMDB database) into a volume");
-  p->add_option(
-       "source", args->source,
-       "Data set to pack: a directory, a tar shard, or an LMDB (its directory or data.mdb)")
+      "Pack a data set (ImageFolder tree, IDX files, tar shards, LMDB database) into a volume,\n"
+      "or a token corpus (Megatron-LM indexed dataset, .npy or flat token files) into a token\n"
+      "volume");
+  p->add_option("source", args->source,
+                "Data set to pack: a directory, a tar shard, an LMDB (its directory or\n"
+                "data.mdb), a Megatron-LM dataset (its prefix dir/name of name.bin and\n"
+                "name.idx, or either file), or a file of token ids (.npy, or flat binary with\n"
+                "--from tokens --token-dtype)")
       ->required();
   p->add_option("-o,--output", args->output, "Volume file to create")->required();
   AddEnumOption(p, "--from", &args->options.from, kSourceKindNames, "Importer");
@@ -105,6 +113,21 @@ void AddPack(CLI::App& app, int* exit_code) {
               "then differ from torchvision's where a hidden directory is at the top");
   p->add_flag("--datum-payload", args->options.lmdb_payload_only,
               "lmdb: store only each Caffe Datum's data (e.g. the JPEG), not the whole record");
+  // Token corpora: a token volume (docs/format.md §10.11), one document per
+  // Megatron sequence or per cut of a token file.
+  p->add_option("--token-dtype", args->options.token_dtype,
+                "megatron, tokens: store token ids as uint16 or uint32. By default uint16 when\n"
+                "every id fits (known from a uint8/int8/int16/uint16 dtype; int32, int64 and\n"
+                "uint32 sources are scanned once for their largest id), else uint32. Required\n"
+                "for a flat binary token file, whose dtype it also is")
+      ->check(CLI::IsMember({"uint16", "uint32"}));
+  p->add_option("--lengths", args->options.lengths,
+                "tokens: cut the tokens into documents of these lengths (in tokens): a .npy\n"
+                "array or a text file with one per line, summing to the token count");
+  p->add_option_function<uint64_t>(
+      "--eod", [args](const uint64_t& id) { args->options.eod = id; },
+      "tokens: cut the tokens after each end-of-document token ID (kept at the end of its\n"
+      "document); tokens after the last one are the last document");
   p->add_option("--targets", args->options.volume.targets,
                 "Spread the samples over N target files (1..8), e.g. on N devices. Target 0 is\n"
                 "the -o file and holds the directory; targets 1..N-1 are OUT.t1 .. OUT.t<N-1>\n"

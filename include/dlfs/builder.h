@@ -231,8 +231,8 @@ class VolumeBuilder {
   // (may be empty: no names). InvalidArgument when the lengths do not sum
   // to data's size or the arrays differ in length. A token volume's
   // documents (Options::token_width) are checked first, all of them (each a
-  // multiple of the width, labels in range, no paths), then written in one
-  // piece: a refused batch adds nothing.
+  // multiple of the width, labels in range, no paths), then written: a
+  // refused batch adds nothing.
   Status AddBatch(std::span<const std::byte> data, std::span<const uint64_t> lengths,
                   std::span<const uint32_t> labels, std::span<const std::string_view> paths = {});
 

@@ -42,6 +42,28 @@
 //                Datum when it parses as one. The stored bytes are the
 //                record's value, or only the Datum's data with
 //                lmdb_payload_only.
+//   megatron     a Megatron-LM indexed dataset (megatron/core/datasets/
+//                indexed_dataset.py): the prefix "dir/name" of name.bin and
+//                name.idx, or either file. Makes a token volume (docs/
+//                format.md §10.11): each sequence (what Megatron's
+//                GPTDataset samples) becomes one document, in order; the
+//                .idx's document_indices are not used (their size is
+//                checked). Integer token dtypes are stored as uint16 when
+//                every id fits (known from the dtype for uint8, int8, int16
+//                and uint16; found by a scan of the .bin for int32 and int64,
+//                unless token_dtype says) else uint32; negative ids or ids of
+//                2^32 or more are an error naming the file and the token,
+//                float dtypes are refused. A multimodal .idx's sequence
+//                modes become the documents' labels (the mode numbers:
+//                Megatron's preprocess_mmdata writes 0 for text, 1 for an
+//                image). The .bin is copied in large pieces.
+//   tokens       raw token ids: a .npy file (1-D, any integer dtype; the
+//                width chosen as for megatron) or a flat binary file
+//                (token_dtype says uint16 or uint32), cut into documents by
+//                `lengths` (a .npy or text file of token counts, one per
+//                line, summing to the token count) or by `eod` (each
+//                document ends after its end-of-document token, which it
+//                keeps; tokens after the last one are the last document).
 //
 // Image preparation (options.volume.images, dlfs/image_prep.h: `dlfs pack
 // --max-side/--jpeg-quality/--image-format`): imagefolder, tar and lmdb
@@ -60,6 +82,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,23 +92,23 @@
 
 namespace dlfs {
 
-enum class SourceKind { kAuto, kImageFolder, kIdx, kTar, kLmdb };
+enum class SourceKind { kAuto, kImageFolder, kIdx, kTar, kLmdb, kMegatron, kTokens };
 
 inline constexpr EnumName<SourceKind> kSourceKindNames[] = {
-    {SourceKind::kAuto, "auto"},
-    {SourceKind::kImageFolder, "imagefolder"},
-    {SourceKind::kIdx, "idx"},
-    {SourceKind::kTar, "tar"},
-    {SourceKind::kLmdb, "lmdb"}};
+    {SourceKind::kAuto, "auto"},    {SourceKind::kImageFolder, "imagefolder"},
+    {SourceKind::kIdx, "idx"},      {SourceKind::kTar, "tar"},
+    {SourceKind::kLmdb, "lmdb"},    {SourceKind::kMegatron, "megatron"},
+    {SourceKind::kTokens, "tokens"}};
 
-// "auto", "imagefolder", "idx", "tar", "lmdb".
+// "auto", "imagefolder", "idx", "tar", "lmdb", "megatron", "tokens".
 std::string_view SourceKindName(SourceKind kind);
 Result<SourceKind> ParseSourceKind(std::string_view name);
 
 // Picks the importer for `source`: a data.mdb file or a directory holding
 // one is lmdb; a directory holding *-idx?-ubyte[.gz] files is idx; a .tar*
-// file or a directory holding only tar files is tar; any other directory is
-// imagefolder.
+// file or a directory holding only tar files is tar; a .bin or .idx file
+// with its sibling, or a prefix naming both, is megatron; a .npy file is
+// tokens; any other directory is imagefolder.
 Result<SourceKind> DetectSourceKind(const std::string& source);
 
 // How far packing got. When progress is asked for (on_progress), the
@@ -126,6 +149,15 @@ struct PackOptions {
   // torchvision's ImageFolder reads (see above): the labels then differ
   // from torchvision's where a hidden directory is at the top.
   bool skip_hidden = false;
+  // megatron and tokens: "uint16" or "uint32", the volume's token ids
+  // ("" chooses, see above); for a flat binary tokens file (required) also
+  // the file's.
+  std::string token_dtype;
+  // tokens: the file of document lengths in tokens (.npy, or text with one
+  // per line), or "" to cut at `eod`.
+  std::string lengths;
+  // tokens: the end-of-document token id, or nullopt to cut by `lengths`.
+  std::optional<uint64_t> eod;
   // Called about every 100 ms from the packing thread.
   std::function<void(const PackProgress&)> on_progress;
   // When set to true from another thread or a signal handler, packing stops
@@ -167,6 +199,10 @@ struct PackStats {
   // imagefolder with class_names: "DIRECTORY -> NAME" for each class
   // directory given another name.
   std::vector<std::string> renamed_classes;
+  // megatron and tokens: bytes per token id (2 or 4) and the tokens packed
+  // (the samples are the documents); 0 for other sources.
+  uint32_t token_width = 0;
+  uint64_t tokens = 0;
   double seconds = 0;
 };
 

@@ -143,9 +143,14 @@ def pack(source, output, *args, progress=False, **options):
          targets=None, target_paths=[], datum_payload=False, skip_hidden=False,
          max_side=None, resize_filter="bilinear", jpeg_quality=None,
          always_reencode=False, image_format="keep", smart_threshold=196608,
-         jpeg_probability=0.5, image_seed=0, image_color="rgb", prepare_threads=0)
+         jpeg_probability=0.5, image_seed=0, image_color="rgb", prepare_threads=0,
+         token_dtype="", lengths="", eod=None)
 
-    source_kind: "auto", "imagefolder", "idx", "tar" or "lmdb". imagefolder
+    source_kind: "auto", "imagefolder", "idx", "tar", "lmdb", "megatron" or
+    "tokens". megatron (a Megatron-LM dataset: its prefix, .bin or .idx) and
+    tokens (a .npy or flat file of token ids, cut into documents by lengths=
+    FILE or eod=ID; token_dtype= for a flat file) make a token volume, one
+    document per sequence or cut (see `dlfs pack --help`). imagefolder
     packs what torchvision's ImageFolder loads (image files below class
     directories); all_files=True packs every file. Raises FileExistsError if
     `output` exists and force is False. class_names: a list, or "a,b,c" /

@@ -56,6 +56,14 @@ class Writer:
         are optional (write_batch without names). "tree" (format v1/v2)
         orders samples by path and holds fields, compression and prepared
         images; its directory stays in memory until close().
+    tokens: "uint16" or "uint32" (keyword-only) writes a token volume
+        (docs/format.md §10.11) for LLM pretraining: each sample is a
+        document of token ids of that width, the documents lie back to back
+        in one stream and are read by index, by token (Volume.document_at,
+        Volume.read_tokens) or in windows by a token loader. Add documents
+        with write_documents / write_document (no names; add() and
+        write_batch take raw little-endian bytes). Compact layout, one
+        target, no alignment, compression or image preparation.
 
     Image preparation (keyword-only; `dlfs pack`'s --max-side etc., FFCV's
     RGBImageField options; docs/format.md §4.9). Image fields — a plain
@@ -123,7 +131,7 @@ class Writer:
                  resize_filter="bilinear", jpeg_quality=None, always_reencode=False,
                  image_format="keep", smart_threshold=256 * 256 * 3, jpeg_probability=0.5,
                  image_seed=0, image_color="rgb", prepare_threads=0, skip_unreadable=False,
-                 layout="auto"):
+                 layout="auto", tokens=None):
         if alignment is not None:
             if align is not None and align != alignment:
                 raise ValueError(f"dlfs.Writer: align={align} and alignment={alignment} differ "
@@ -139,10 +147,21 @@ class Writer:
                   "jpeg_probability": float(jpeg_probability), "image_seed": int(image_seed),
                   "image_color": image_color, "prepare_threads": int(prepare_threads),
                   "skip_unreadable": bool(skip_unreadable)}
+        self._token_dtype = None
+        if tokens is not None:
+            try:
+                dtype = np.dtype(tokens)
+            except TypeError:
+                dtype = None
+            if dtype is None or dtype.name not in ("uint16", "uint32"):
+                raise ValueError(f"{self.path}: tokens={tokens!r}: token ids are \"uint16\" or "
+                                 "\"uint32\"")
+            self._token_dtype = dtype.newbyteorder("<")
         self._writer = _VolumeWriter(self.path, int(targets),
                                      1 if align is None else int(align), bool(force),
                                      self.class_names or [], compress or "", bool(dict), images,
-                                     str(layout))
+                                     str(layout),
+                                     0 if tokens is None else self._token_dtype.itemsize)
         self._progress = Progress(f"writing {self.path}") if progress else None
 
     def __enter__(self):
@@ -314,6 +333,71 @@ class Writer:
         self._writer.add_batch(buffer, lengths, labels, names)
         if self._progress is not None:
             self._progress.update_to(self._writer.samples, bytes=self._writer.bytes)
+
+    @property
+    def token_dtype(self):
+        """The token volume's dtype (numpy uint16 or uint32), or None."""
+        return self._token_dtype
+
+    def _tokens(self, what, tokens):
+        """`tokens` as a contiguous little-endian array of the volume's
+        dtype: any integer array whose values fit (ValueError naming the
+        first that does not), converted without Python objects."""
+        if self._token_dtype is None:
+            raise ValueError(f"{self.path}: {what}: not a token volume "
+                             "(dlfs.Writer(path, tokens=\"uint16\" or \"uint32\"))")
+        a = np.asarray(tokens)
+        if a.ndim == 1 and a.size == 0:  # [] is float64 to numpy
+            return np.empty(0, dtype=self._token_dtype)
+        if a.ndim != 1:
+            raise TypeError(f"{self.path}: {what}: tokens must be a 1-D integer array, not of "
+                            f"shape {a.shape}")
+        if a.dtype.kind == "f":
+            raise TypeError(f"{self.path}: {what}: {a.dtype} tokens are not token ids")
+        if a.dtype.kind not in "iu":
+            raise TypeError(f"{self.path}: {what}: tokens must be a 1-D integer array, not "
+                            f"{a.dtype}")
+        dtype = self._token_dtype
+        if a.dtype == dtype:
+            return np.ascontiguousarray(a)
+        if a.size:
+            high = np.iinfo(dtype).max
+            low_value, high_value = a.min(), a.max()
+            if low_value < 0 or high_value > high:
+                bad = np.flatnonzero((a < 0) | (a > high))[0]
+                raise ValueError(f"{self.path}: {what}: token {bad} is {a[bad]}, outside "
+                                 f"{dtype.name} (0..{high})")
+        return np.ascontiguousarray(a, dtype=dtype)
+
+    def write_documents(self, tokens, lengths, labels=None):
+        """Adds len(lengths) documents to a token volume: `tokens` a 1-D
+        integer array of all their token ids back to back, `lengths` a 1-D
+        integer array of each one's tokens (0 for an empty document),
+        summing to len(tokens); `labels` optional (-1 for none). Values must
+        fit the volume's dtype (ValueError naming the first that does not);
+        the arrays are converted with numpy, never as Python lists."""
+        data = self._tokens("write_documents", tokens)
+        lengths = np.asarray(lengths)
+        if lengths.ndim != 1 or not (lengths.size == 0 or
+                                     np.issubdtype(lengths.dtype, np.integer)):
+            raise TypeError(f"{self.path}: write_documents: lengths must be a 1-D integer array, "
+                            f"not {lengths.dtype} of shape {lengths.shape}")
+        if lengths.size and lengths.min() < 0:
+            bad = int(np.flatnonzero(lengths < 0)[0])
+            raise ValueError(f"{self.path}: write_documents: length {bad} is {lengths[bad]}")
+        total = int(lengths.sum(dtype=np.uint64)) if lengths.size else 0
+        if total != data.size:
+            raise ValueError(f"{self.path}: write_documents: the lengths sum to {total} tokens, "
+                             f"not the {data.size} given")
+        byte_lengths = lengths.astype(np.uint64) * np.uint64(data.itemsize)
+        self.write_batch(data.view(np.uint8), byte_lengths, labels)
+
+    def write_document(self, tokens, label=None):
+        """Adds one document (a 1-D integer array of token ids, possibly
+        empty) to a token volume; see write_documents."""
+        data = self._tokens("write_document", tokens)
+        labels = None if label is None else np.array([self._label("<document>", label)])
+        self.write_batch(data.view(np.uint8), np.array([data.nbytes], dtype=np.uint64), labels)
 
     def close(self):
         """Writes the directory, syncs and publishes the volume at `path`.

@@ -4,15 +4,18 @@
 // finish.cc (Finish, step by step, down to sealing and publishing).
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -26,6 +29,44 @@
 #include "io/target.h"
 
 namespace dlfs {
+
+namespace builder_internal {
+
+// Writes a target's full buffers on a thread of its own while the next one
+// fills (token volumes: large sequential writes, whose copies into the page
+// cache took as long as everything else an import does). One buffer is in
+// flight at a time, written in the order handed over.
+class WriteBehind {
+ public:
+  using WriteFn = std::function<Status(std::span<const std::byte> data, uint64_t offset)>;
+  explicit WriteBehind(WriteFn write);
+  ~WriteBehind();  // waits for the buffer in flight
+  WriteBehind(const WriteBehind&) = delete;
+  WriteBehind& operator=(const WriteBehind&) = delete;
+
+  // Hands *data (to go at `offset`) to the thread once the buffer before it
+  // is written, and leaves in *data an empty buffer to fill next. The first
+  // error of an earlier write, if any, instead (and every time after).
+  Status Submit(std::vector<std::byte>* data, uint64_t offset);
+  // Waits until every buffer handed over is written: the first error.
+  Status Wait();
+
+ private:
+  void Run();
+
+  WriteFn write_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::byte> job_;    // in flight while pending_
+  std::vector<std::byte> spare_;  // the last one written, to be refilled
+  uint64_t offset_ = 0;
+  bool pending_ = false;
+  bool stop_ = false;
+  Status error_;
+  std::thread thread_;
+};
+
+}  // namespace builder_internal
 
 // Entries kept per added sample and directory until Finish() orders them:
 // the codec's tree types, so Finish hands them over without a copy.
@@ -51,6 +92,10 @@ class VolumeBuilder::Impl {
     // over its old contents.
     bool sparse = false;
     uint64_t written_end = 0;  // the end of the furthest write made
+    // Token volumes: full buffers are written by this thread (the target,
+    // written_end and the bytes of a buffer in flight are its until Wait).
+    // Declared after `target`, so destroyed (waiting) before it.
+    std::unique_ptr<builder_internal::WriteBehind> behind;
 
     uint64_t Tell() const { return buf_start + buf.size(); }
   };
@@ -69,7 +114,7 @@ class VolumeBuilder::Impl {
   // One whole sample in the compact layout (AddBatch's fast path).
   Status AddCompact(std::string_view path, std::span<const std::byte> bytes, uint32_t label);
   // A token volume's AddBatch (Options::token_width): all checked, then
-  // written in one piece.
+  // written a slice of documents at a time.
   Status AddDocuments(std::span<const std::byte> data, std::span<const uint64_t> lengths,
                       std::span<const uint32_t> labels, std::span<const std::string_view> paths);
   std::vector<uint32_t> crcs_;  // AddDocuments' per-batch CRCs
@@ -212,8 +257,11 @@ class VolumeBuilder::Impl {
   Status CreateTargets();
   // Writes the buffered bytes of `t` to it.
   Status Flush(TargetFile& t);
-  // Appends `data` to `t` through its buffer.
+  // Appends `data` to `t` through its buffer (a large one straight).
   Status Write(TargetFile& t, std::span<const std::byte> data);
+  // Writes `data` at `start` of t's target: whole, or with pages of zeros
+  // past the furthest write so far left as holes (TargetFile::sparse).
+  static Status WriteOut(TargetFile& t, std::span<const std::byte> data, uint64_t start);
   // Moves the logical end back to `pos` (dropping a half-written sample).
   static void Rewind(TargetFile& t, uint64_t pos);
   // Appends zeros up to the next multiple of `align`.

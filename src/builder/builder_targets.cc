@@ -107,41 +107,129 @@ Status VolumeBuilder::Impl::CreateTargets() {
   return Status::Ok();
 }
 
-Status VolumeBuilder::Impl::Flush(TargetFile& t) {
-  if (t.buf.empty()) return Status::Ok();
-  const uint64_t start = t.buf_start;
-  const uint64_t end = start + t.buf.size();
+Status VolumeBuilder::Impl::WriteOut(TargetFile& t, std::span<const std::byte> data,
+                                     uint64_t start) {
+  const uint64_t end = start + data.size();
   auto write = [&](uint64_t from, uint64_t to) -> Status {
     if (from == to) return Status::Ok();
-    DLFS_RETURN_IF_ERROR(t.target->Write(t.buf.data() + (from - start), to - from, from));
+    DLFS_RETURN_IF_ERROR(t.target->Write(data.data() + (from - start), to - from, from));
     t.written_end = std::max(t.written_end, to);
     return Status::Ok();
   };
-  if (!t.sparse || end <= t.written_end) {
-    DLFS_RETURN_IF_ERROR(write(start, end));
-  } else {
-    // Bytes up to the furthest write so far are written whatever they are
-    // (they may cover older bytes, after a Rewind); past it, pages that
-    // are all zeros are left as holes.
-    const uint64_t fresh = std::max(start, t.written_end);
-    DLFS_RETURN_IF_ERROR(write(start, fresh));
-    uint64_t run = fresh;  // the pending run of bytes to write starts here
-    for (uint64_t a = fresh; a < end;) {
-      const uint64_t b = std::min(end, format::AlignUp(a + 1, kSparsePage));
-      if (AllZero(t.buf.data() + (a - start), b - a)) {
-        DLFS_RETURN_IF_ERROR(write(run, a));
-        run = b;
-      }
-      a = b;
+  if (!t.sparse || end <= t.written_end) return write(start, end);
+  // Bytes up to the furthest write so far are written whatever they are
+  // (they may cover older bytes, after a Rewind); past it, pages that are
+  // all zeros are left as holes.
+  const uint64_t fresh = std::max(start, t.written_end);
+  DLFS_RETURN_IF_ERROR(write(start, fresh));
+  uint64_t run = fresh;  // the pending run of bytes to write starts here
+  for (uint64_t a = fresh; a < end;) {
+    const uint64_t b = std::min(end, format::AlignUp(a + 1, kSparsePage));
+    if (AllZero(data.data() + (a - start), b - a)) {
+      DLFS_RETURN_IF_ERROR(write(run, a));
+      run = b;
     }
-    DLFS_RETURN_IF_ERROR(write(run, end));
+    a = b;
   }
-  t.buf_start = end;
+  return write(run, end);
+}
+
+namespace builder_internal {
+
+WriteBehind::WriteBehind(WriteFn write) : write_(std::move(write)) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+WriteBehind::~WriteBehind() {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !pending_; });
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void WriteBehind::Run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    cv_.wait(lock, [&] { return pending_ || stop_; });
+    if (!pending_) return;
+    std::vector<std::byte> job = std::move(job_);
+    const uint64_t offset = offset_;
+    const bool failed = !error_.ok();
+    lock.unlock();
+    // After a failure nothing more is written: the builder fails.
+    Status st = failed ? Status::Ok() : write_(job, offset);
+    lock.lock();
+    if (error_.ok()) error_ = std::move(st);
+    job.clear();
+    spare_ = std::move(job);
+    pending_ = false;
+    cv_.notify_all();
+  }
+}
+
+Status WriteBehind::Submit(std::vector<std::byte>* data, uint64_t offset) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !pending_; });
+  if (!error_.ok()) return error_;
+  job_ = std::move(*data);
+  *data = std::move(spare_);
+  data->clear();
+  offset_ = offset;
+  pending_ = true;
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+Status WriteBehind::Wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !pending_; });
+  return error_;
+}
+
+}  // namespace builder_internal
+
+Status VolumeBuilder::Impl::Flush(TargetFile& t) {
+  if (t.behind) {
+    // Handed over and waited for: a Flush leaves every byte in the target.
+    if (!t.buf.empty()) {
+      const uint64_t n = t.buf.size();
+      DLFS_RETURN_IF_ERROR(t.behind->Submit(&t.buf, t.buf_start));
+      t.buf_start += n;
+    }
+    return t.behind->Wait();
+  }
+  if (t.buf.empty()) return Status::Ok();
+  DLFS_RETURN_IF_ERROR(WriteOut(t, t.buf, t.buf_start));
+  t.buf_start += t.buf.size();
   t.buf.clear();
   return Status::Ok();
 }
 
 Status VolumeBuilder::Impl::Write(TargetFile& t, std::span<const std::byte> data) {
+  if (t.behind) {
+    // Copied into buffers the thread writes while the caller goes on.
+    while (!data.empty()) {
+      if (t.buf.capacity() < kWriteBuffer) t.buf.reserve(kWriteBuffer);
+      const size_t n = std::min(kWriteBuffer - t.buf.size(), data.size());
+      t.buf.insert(t.buf.end(), data.begin(), data.begin() + n);
+      data = data.subspan(n);
+      if (t.buf.size() == kWriteBuffer) {
+        DLFS_RETURN_IF_ERROR(t.behind->Submit(&t.buf, t.buf_start));
+        t.buf_start += kWriteBuffer;
+      }
+    }
+    return Status::Ok();
+  }
+  if (data.size() >= kWriteBuffer) {
+    // Large: written from the caller's memory, not copied through the buffer.
+    DLFS_RETURN_IF_ERROR(Flush(t));
+    DLFS_RETURN_IF_ERROR(WriteOut(t, data, t.buf_start));
+    t.buf_start += data.size();
+    return Status::Ok();
+  }
   // Grown as data comes (up to kWriteBuffer), not reserved whole: a small
   // volume, or a target that never receives a sample, does not pay for
   // 8 MiB.

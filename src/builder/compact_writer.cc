@@ -104,19 +104,34 @@ Status CompactWriter::AddDocuments(uint64_t offset, std::span<const uint64_t> le
   uint64_t total = 0;
   for (const uint64_t l : lengths) total += l;
   DLFS_RETURN_IF_ERROR(CommitTokens(total));
+  // A block's worth at a time: its ends, CRCs and labels appended in runs.
   uint64_t at = offset;
-  for (size_t k = 0; k < lengths.size(); ++k) {
+  for (size_t k = 0; k < lengths.size();) {
     if (AtBlockStart()) {
       block_target_ = 0;
       block_offset_ = at;
     }
-    const uint64_t length = lengths[k];
-    at += length;
-    ends_.push_back(at - block_offset_);
-    crcs_.push_back(crcs[k]);
-    labels_.push_back(labels.empty() ? format::kNone : labels[k]);
-    max_length_ = std::max(max_length_, length);
-    ++count_;
+    const size_t room = block_samples_ - (count_ & (block_samples_ - 1));
+    const size_t m = std::min<size_t>(room, lengths.size() - k);
+    const size_t base = ends_.size();
+    ends_.resize(base + m);
+    uint64_t* ends = ends_.data() + base;
+    uint64_t longest = max_length_;
+    for (size_t i = 0; i < m; ++i) {
+      const uint64_t length = lengths[k + i];
+      at += length;
+      ends[i] = at - block_offset_;
+      longest = std::max(longest, length);
+    }
+    max_length_ = longest;
+    crcs_.insert(crcs_.end(), crcs.begin() + k, crcs.begin() + k + m);
+    if (labels.empty()) {
+      labels_.insert(labels_.end(), m, format::kNone);
+    } else {
+      labels_.insert(labels_.end(), labels.begin() + k, labels.begin() + k + m);
+    }
+    count_ += m;
+    k += m;
     if (AtBlockStart()) DLFS_RETURN_IF_ERROR(CloseBlock());
   }
   stream_end_ = at;
@@ -253,18 +268,22 @@ Status CompactWriter::CloseBlock() {
   }
   e.label_width = static_cast<uint8_t>(lw);
   // One record per sample (end, CRC, label): a sample is located with one
-  // cache line, not three.
-  std::vector<std::byte> rec(format::BlockRecordBytes(c, e.end_width, lw));
+  // cache line, not three. Each record is made with two 8-byte stores
+  // (its end, then its CRC and label), the next record's overwriting what
+  // spills past it; the 8 bytes the records end with are zeroed after.
+  const uint32_t w = e.end_width;
+  const uint32_t rb = format::RecordBytes(w, lw);
+  std::vector<std::byte>& rec = block_records_;
+  rec.resize(format::BlockRecordBytes(c, w, lw));
   std::byte* p = rec.data();
-  for (uint64_t j = 0; j < c; ++j) {
-    format::StoreUint(p, ends_[j], e.end_width);
-    format::StoreUint(p + e.end_width, crcs_[j], 4);
-    if (lw > 0) {
-      const uint32_t l = labels_[j];
-      format::StoreUint(p + e.end_width + 4, l == format::kNone ? format::NoLabelValue(lw) : l, lw);
-    }
-    p += format::RecordBytes(e.end_width, lw);
+  const uint64_t none = lw > 0 ? format::NoLabelValue(lw) : 0;
+  for (uint64_t j = 0; j < c; ++j, p += rb) {
+    std::memcpy(p, &ends_[j], 8);
+    const uint32_t l = labels_[j];
+    const uint64_t tail = uint64_t{crcs_[j]} | (uint64_t{l == format::kNone ? none : l} << 32);
+    std::memcpy(p + w, &tail, 8);
   }
+  std::memset(rec.data() + c * rb, 0, rec.size() - c * rb);
   e.crc32c = format::SampleBlockCrc(e, rec);
   DLFS_RETURN_IF_ERROR(records_->Append(rec));
   records_bytes_ += rec.size();

@@ -122,6 +122,7 @@ class CompactWriter {
   std::vector<uint32_t> crcs_;
   std::vector<uint32_t> labels_;
 
+  std::vector<std::byte> block_records_;    // CloseBlock's, reused
   std::vector<format::BlockEntry> blocks_;  // 32 bytes per block of samples
   uint64_t records_bytes_ = 0;
   std::unique_ptr<SpillFile> records_;     // the records section, as it will be

@@ -42,7 +42,10 @@ Status VolumeBuilder::Finish() {
   m.closed_ = true;
   // Closed either way; one not published (Finish failed) takes its
   // temporary file with it.
-  for (Impl::TargetFile& t : m.targets_) t.target.reset();
+  for (Impl::TargetFile& t : m.targets_) {
+    t.behind.reset();  // its thread writes to the target
+    t.target.reset();
+  }
   return st;
 }
 

@@ -1,6 +1,8 @@
 // VolumeBuilder's public calls: samples, fields, labels and their checks,
 // the table of paths that refuses duplicates when they are added, and
 // compression. Its targets are in builder_targets.cc, Finish in finish.cc.
+#include <fcntl.h>
+
 #include <algorithm>
 #include <bit>
 #include <charconv>
@@ -392,6 +394,21 @@ Result<std::unique_ptr<VolumeBuilder>> VolumeBuilder::Create(const std::string& 
     if (o.token_width != 0) {
       DLFS_RETURN_IF_ERROR(impl->compact_->SetTokens(o.token_width, format::kDefaultCheckShift));
       impl->layout_decided_ = true;  // never switched to the tree by a named field
+      // Written behind: the page cache's copies overlap the next bytes'
+      // checksums and records.
+      for (Impl::TargetFile& tf : impl->targets_) {
+        tf.behind = std::make_unique<builder_internal::WriteBehind>(
+            [&tf](std::span<const std::byte> data, uint64_t offset) {
+              DLFS_RETURN_IF_ERROR(Impl::WriteOut(tf, data, offset));
+              // Its writeback starts now, not at Finish's fsync: the disk
+              // works while the import goes on.
+              if (const int fd = tf.target->fd(); fd >= 0) {
+                (void)::sync_file_range(fd, static_cast<off_t>(offset),
+                                        static_cast<off_t>(data.size()), SYNC_FILE_RANGE_WRITE);
+              }
+              return Status::Ok();
+            });
+      }
     }
   } else {
     impl->layout_decided_ = true;
@@ -837,8 +854,8 @@ Status VolumeBuilder::AddBatch(std::span<const std::byte> data, std::span<const 
 }
 
 // A token volume's AddBatch: every document checked first, then their bytes
-// written and fed to the chunk sums in one piece, and their records added
-// together (nothing per document but its CRC and its record).
+// written and fed to the chunk sums, and their records added, a slice of
+// documents at a time (nothing per document but its CRC and its record).
 Status VolumeBuilder::Impl::AddDocuments(std::span<const std::byte> data,
                                          std::span<const uint64_t> lengths,
                                          std::span<const uint32_t> labels,
@@ -873,24 +890,39 @@ Status VolumeBuilder::Impl::AddDocuments(std::span<const std::byte> data,
     }
     max_label = std::max(max_label, labels[k] + 1);
   }
-  crcs_.resize(lengths.size());
-  const std::byte* p = data.data();
-  for (size_t k = 0; k < lengths.size(); ++k) {
-    crcs_[k] = crc32c::Value(p, lengths[k]);
-    p += lengths[k];
-  }
+  // The bytes in one write (straight from `data` when large), then the
+  // records a slice of documents at a time, so that what is kept per
+  // document (its CRC until its record is made) stays bounded whatever the
+  // batch. A slice that fails leaves the slices before it added.
   TargetFile& tf = targets_[0];
-  const uint64_t offset = tf.Tell();
-  DLFS_RETURN_IF_ERROR(Write(tf, data));
-  compact_->FeedTokens(data);
-  Status st = compact_->AddDocuments(offset, lengths, crcs_, labels);
-  if (!st.ok()) {
+  uint64_t offset = tf.Tell();
+  if (Status st = Write(tf, data); !st.ok()) {
     Rewind(tf, offset);
-    compact_->DropTokenBytes();
     return st;
   }
-  layout_decided_ = true;
-  data_bytes_ += data.size();
+  constexpr size_t kSlice = 1u << 16;
+  const std::byte* p = data.data();
+  for (size_t first = 0; first < lengths.size(); first += kSlice) {
+    const size_t n = std::min(kSlice, lengths.size() - first);
+    crcs_.resize(n);
+    const std::byte* begin = p;
+    for (size_t k = 0; k < n; ++k) {
+      crcs_[k] = crc32c::Value(p, lengths[first + k]);
+      p += lengths[first + k];
+    }
+    const std::span<const std::byte> bytes(begin, static_cast<size_t>(p - begin));
+    compact_->FeedTokens(bytes);
+    Status st = compact_->AddDocuments(offset, lengths.subspan(first, n), crcs_,
+                                       labels.empty() ? labels : labels.subspan(first, n));
+    if (!st.ok()) {
+      Rewind(tf, offset);
+      compact_->DropTokenBytes();
+      return st;
+    }
+    layout_decided_ = true;
+    data_bytes_ += bytes.size();
+    offset += bytes.size();
+  }
   max_label_plus_one_ = std::max(max_label_plus_one_, max_label);
   return Status::Ok();
 }

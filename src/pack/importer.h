@@ -74,4 +74,15 @@ Status ImportIdx(const std::string& dir, PackContext& ctx);
 Status ImportTar(const std::string& source, PackContext& ctx);
 Status ImportLmdb(const std::string& source, PackContext& ctx);
 
+// Token corpora (token_importer.cc). The volume's token width (2 or 4) for
+// a megatron or tokens source, before the builder is made: the token_dtype
+// option, or what the source's dtype allows (a scan of the tokens for a
+// dtype wider than 16 bits). Errors name the file.
+Result<uint32_t> TokenWidth(const std::string& source, SourceKind kind, const PackOptions& options);
+// Whether `source` is a Megatron dataset: "dir/name", "dir/name.bin" or
+// "dir/name.idx" with both name.bin and name.idx present.
+bool IsMegatronSource(const std::string& source);
+Status ImportMegatron(const std::string& source, uint32_t width, PackContext& ctx);
+Status ImportTokens(const std::string& source, uint32_t width, PackContext& ctx);
+
 }  // namespace dlfs::pack_internal

@@ -144,12 +144,25 @@ Result<SourceKind> ParseSourceKind(std::string_view name) {
 
 Result<SourceKind> DetectSourceKind(const std::string& source) {
   struct stat st;
-  if (::stat(source.c_str(), &st) != 0) return Status::FromErrno(errno, source);
+  if (::stat(source.c_str(), &st) != 0) {
+    const int err = errno;
+    // A Megatron dataset is named by the prefix of its two files.
+    if (err == ENOENT && pack_internal::IsMegatronSource(source)) return SourceKind::kMegatron;
+    return Status::FromErrno(err, source);
+  }
   if (S_ISREG(st.st_mode)) {
     if (IsTarName(source)) return SourceKind::kTar;
     if (EndsWith(source, "data.mdb")) return SourceKind::kLmdb;
+    if ((EndsWith(source, ".bin") || EndsWith(source, ".idx")) &&
+        pack_internal::IsMegatronSource(source)) {
+      return SourceKind::kMegatron;
+    }
+    if (EndsWith(source, ".npy")) return SourceKind::kTokens;
     return Status::InvalidArgument(
-        source + ": a single file can only be a tar shard (.tar, .tar.gz, ...) or a data.mdb");
+        source +
+        ": a single file can only be a tar shard (.tar, .tar.gz, ...), a data.mdb, a Megatron "
+        "dataset's .bin or .idx (with the other beside it) or a .npy of tokens (a flat file of "
+        "tokens: the tokens importer with the token_dtype option)");
   }
   if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(source + ": not a file or directory");
   struct stat mdb;
@@ -233,6 +246,14 @@ Result<PackStats> Pack(const std::string& source, const std::string& volume_path
   if (options.lmdb_payload_only && stats.from != SourceKind::kLmdb) {
     return refuse("lmdb_payload_only", "LMDB databases");
   }
+  const bool tokens = stats.from == SourceKind::kMegatron || stats.from == SourceKind::kTokens;
+  if (!options.token_dtype.empty() && !tokens) {
+    return refuse("token_dtype", "megatron and tokens sources");
+  }
+  if (!options.lengths.empty() && stats.from != SourceKind::kTokens) {
+    return refuse("lengths", "tokens sources");
+  }
+  if (options.eod && stats.from != SourceKind::kTokens) return refuse("eod", "tokens sources");
   if (options.volume.images.enabled()) {
     if (stats.from == SourceKind::kIdx) {
       return Status::InvalidArgument(source +
@@ -247,6 +268,11 @@ Result<PackStats> Pack(const std::string& source, const std::string& volume_path
   }
   DLFS_RETURN_IF_ERROR(CheckOutsideSource(source, volume_path, options.volume));
   VolumeBuilder::Options volume = options.volume;
+  if (tokens) {
+    // A token volume: its width must be known before the builder is made.
+    DLFS_ASSIGN_OR_RETURN(volume.token_width,
+                          pack_internal::TokenWidth(source, stats.from, options));
+  }
   volume.images.skip_unreadable = options.skip_unreadable;  // one option for every source
   DLFS_ASSIGN_OR_RETURN(std::unique_ptr<VolumeBuilder> builder,
                         VolumeBuilder::Create(volume_path, volume));
@@ -266,6 +292,12 @@ Result<PackStats> Pack(const std::string& source, const std::string& volume_path
     case SourceKind::kLmdb:
       st = pack_internal::ImportLmdb(source, ctx);
       break;
+    case SourceKind::kMegatron:
+      st = pack_internal::ImportMegatron(source, volume.token_width, ctx);
+      break;
+    case SourceKind::kTokens:
+      st = pack_internal::ImportTokens(source, volume.token_width, ctx);
+      break;
     case SourceKind::kAuto:
       st = Status::InvalidArgument("no importer");
       break;
@@ -281,6 +313,8 @@ Result<PackStats> Pack(const std::string& source, const std::string& volume_path
   stats.classes = builder->class_count();
   stats.dictionary_bytes = builder->dictionary_bytes();
   stats.bytes = builder->data_bytes();
+  stats.token_width = volume.token_width;
+  stats.tokens = volume.token_width == 0 ? 0 : stats.bytes / volume.token_width;
   stats.images = builder->image_stats();
   stats.skipped += stats.images.skipped;
   for (const std::string& e : stats.images.skipped_examples) {

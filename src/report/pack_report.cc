@@ -26,11 +26,19 @@ std::string FormatPackProgress(const PackProgress& p) {
 std::string FormatPackReport(const PackStats& stats, const std::string& source,
                              const std::string& output, const VolumeBuilder::Options& volume) {
   std::string out =
-      Printf("packed %llu samples (%s, %llu classes) from %s source %s into %s in %.2f s\n",
-             static_cast<unsigned long long>(stats.samples), HumanBytes(stats.bytes).c_str(),
-             static_cast<unsigned long long>(stats.classes),
-             std::string(SourceKindName(stats.from)).c_str(), source.c_str(), output.c_str(),
-             stats.seconds);
+      stats.token_width != 0
+          ? Printf(
+                "packed %llu documents (%llu uint%u tokens, %s) from %s source %s into %s in "
+                "%.2f s\n",
+                static_cast<unsigned long long>(stats.samples),
+                static_cast<unsigned long long>(stats.tokens), 8 * stats.token_width,
+                HumanBytes(stats.bytes).c_str(), std::string(SourceKindName(stats.from)).c_str(),
+                source.c_str(), output.c_str(), stats.seconds)
+          : Printf("packed %llu samples (%s, %llu classes) from %s source %s into %s in %.2f s\n",
+                   static_cast<unsigned long long>(stats.samples), HumanBytes(stats.bytes).c_str(),
+                   static_cast<unsigned long long>(stats.classes),
+                   std::string(SourceKindName(stats.from)).c_str(), source.c_str(), output.c_str(),
+                   stats.seconds);
   if (stats.dictionary_bytes > 0) {
     out += Printf("zstd dictionary: %s, trained on the first samples' fields\n",
                   HumanBytes(stats.dictionary_bytes).c_str());

@@ -27,6 +27,30 @@ TEST(Crc32cTest, ExtendEqualsWholeBuffer) {
   }
 }
 
+// Small buffers take the crc32 instruction, larger ones ISA-L: both agree
+// with the bit-by-bit definition at every length and alignment around the
+// switch.
+TEST(Crc32cTest, EveryLengthAndAlignmentMatchesTheDefinition) {
+  const auto data = testing::RandomBytes(400, 11);
+  auto reference = [](uint32_t crc, const std::byte* p, size_t n) {
+    crc = ~crc;
+    for (size_t i = 0; i < n; ++i) {
+      crc ^= static_cast<uint8_t>(p[i]);
+      for (int b = 0; b < 8; ++b) crc = (crc >> 1) ^ (0x82f63b78u & (0u - (crc & 1)));
+    }
+    return ~crc;
+  };
+  for (size_t start = 0; start < 9; ++start) {
+    for (size_t n = 0; n + start <= 300; ++n) {
+      ASSERT_EQ(crc32c::Value(data.data() + start, n), reference(0, data.data() + start, n))
+          << start << " " << n;
+      ASSERT_EQ(crc32c::Extend(0x12345678u, data.data() + start, n),
+                reference(0x12345678u, data.data() + start, n))
+          << start << " " << n;
+    }
+  }
+}
+
 TEST(Crc32cTest, CombineEqualsWholeBuffer) {
   const auto data = testing::RandomBytes(10000, 9);
   const uint32_t whole = crc32c::Value(data.data(), data.size());

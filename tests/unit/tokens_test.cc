@@ -14,6 +14,8 @@
 #include "format/superblock.h"
 #include "testutil.h"
 #include "directory/token_checks.h"
+// The fuzz harnesses' exercise of an opened volume, token queries included.
+#include "../../fuzz/exercise.h"
 
 namespace dlfs {
 namespace tokens_test {
@@ -564,6 +566,37 @@ TEST(TokensTest, LargeWindowsAreReadInPlaceAndCheckedAtBothEnds) {
     WriteFile(vol, bytes);
   }
   ExpectCorpus(*v, c);
+}
+
+// Every 5th byte of the directory region flipped in turn, checksums left as
+// they are: the volume is refused, or every query (the fuzz harnesses'
+// exercise, which aborts on a broken promise) stays in bounds and
+// consistent, and only the unprotected token checks section goes unnoticed
+// until a chunk is checked against it.
+TEST_F(TokensDamageTest, DamageToTheDirectoryIsCaughtOrHarmless) {
+  ASSERT_OK_AND_ASSIGN(auto v, Volume::Open(vol_));
+  const uint64_t length = v->info().directory_bytes;
+  v.reset();
+  const std::vector<std::byte> original = bytes_;
+  uint64_t refused = 0, opened = 0;
+  for (uint64_t at = 0; at < length; at += 5) {
+    bytes_ = original;
+    Dir()[at] ^= std::byte{0x11};
+    Save();
+    auto damaged = Volume::Open(vol_);
+    if (!damaged.ok()) {
+      ++refused;
+      continue;
+    }
+    ++opened;
+    (void)fuzz::ExerciseVolume(**damaged);
+  }
+  EXPECT_GT(refused, 0u);
+  EXPECT_GT(opened, 0u);
+  bytes_ = original;
+  Save();
+  ASSERT_OK_AND_ASSIGN(auto intact, Volume::Open(vol_));
+  EXPECT_EQ(fuzz::ExerciseVolume(*intact), 0u);
 }
 
 }  // namespace tokens_test
