@@ -33,8 +33,10 @@ from . import distributed as _distributed
 from ._torch_common import distributed_rank_world
 from ._torch_common import make_pipeline as _make_pipeline
 from .torch_image import ImageLoader
+from .torch_tokens import TokenDataset
 
-__all__ = ["VolumeDataset", "LoaderDataset", "ImageLoader", "distributed_rank_world"]
+__all__ = ["VolumeDataset", "LoaderDataset", "ImageLoader", "TokenDataset",
+           "distributed_rank_world"]
 
 
 class VolumeDataset(_tud.Dataset):
