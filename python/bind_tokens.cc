@@ -67,7 +67,7 @@ void RegisterTokens(py::module_& m) {
                        uint32_t rank, uint32_t world_size, bool drop_last, bool verify,
                        const std::string& engine, bool megatron, const std::string& split,
                        uint32_t split_index, uint64_t num_samples, bool weighted, double surplus,
-                       bool drop_last_partial) {
+                       bool drop_last_partial, const py::object& direct_io) {
              std::vector<TokenSource> specs;
              for (const auto& [path, weight] : sources) specs.push_back({path, weight});
              TokenLoaderOptions o;
@@ -90,6 +90,9 @@ void RegisterTokens(py::module_& m) {
              o.drop_last = drop_last;
              o.verify = verify;
              o.engine.kind = Unwrap(ParseEngineKind(engine));
+             o.reads = direct_io.is_none()      ? TokenLoaderOptions::Reads::kAuto
+                       : direct_io.cast<bool>() ? TokenLoaderOptions::Reads::kDirect
+                                                : TokenLoaderOptions::Reads::kPageCache;
              o.megatron.enabled = megatron;
              o.megatron.split = split;
              o.megatron.split_index = split_index;
@@ -105,8 +108,10 @@ void RegisterTokens(py::module_& m) {
            py::arg("rank"), py::arg("world_size"), py::arg("drop_last"), py::arg("verify"),
            py::arg("engine"), py::arg("megatron") = false, py::arg("split") = "1",
            py::arg("split_index") = 0, py::arg("num_samples") = 0, py::arg("weighted") = false,
-           py::arg("surplus") = 0.005, py::arg("drop_last_partial") = true)
+           py::arg("surplus") = 0.005, py::arg("drop_last_partial") = true,
+           py::arg("direct_io") = py::none())
       .def_property_readonly("window_tokens", &TokenLoader::window_tokens)
+      .def_property_readonly("description", &TokenLoader::description)
       .def_property_readonly("windows_per_epoch", &TokenLoader::windows_per_epoch)
       .def_property_readonly("batches_per_epoch", &TokenLoader::batches_per_epoch)
       .def_property_readonly("source_windows",

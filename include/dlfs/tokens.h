@@ -69,6 +69,15 @@ struct TokenLoaderOptions {
   uint32_t world_size = 1;
   bool drop_last = false;  // a last partial global batch: dropped, or filled from the epoch's start
   bool verify = true;
+  // How windows are read: through the page cache, or around it with
+  // O_DIRECT. kAuto: the page cache when the sources' tokens fit in half of
+  // the memory this job may use (dlfs/memory.h: MemAvailable and the memory
+  // cgroup), as a corpus that will be read again and again should (4x the
+  // windows per second of O_DIRECT once it is in memory, bench/tokens);
+  // O_DIRECT for a larger corpus, which the page cache would only churn.
+  // description() says which and why. engine.direct_io is set from it.
+  enum class Reads : uint8_t { kAuto, kPageCache, kDirect };
+  Reads reads = Reads::kAuto;
   EngineOptions engine;
   // Megatron-LM's order instead of the one above (docs/tokens.md,
   // "Megatron-compatible order"): the windows GPTDataset and
@@ -137,6 +146,9 @@ class TokenLoader {
   uint64_t windows_per_epoch() const;                // E
   std::span<const uint64_t> source_windows() const;  // each source's windows
   uint32_t token_width(uint32_t source) const;       // 2 or 4
+  // "page cache (1.2 GB of tokens, half of what the job may use is 10 GB);
+  // io_uring ...": how windows are read, and why.
+  const std::string& description() const;
   // This rank's batches in an epoch read from its start.
   uint64_t batches_per_epoch() const;
   // ... and in the rest of an epoch from global position `position` (what

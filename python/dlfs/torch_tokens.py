@@ -113,6 +113,10 @@ class TokenDataset(_tud.IterableDataset):
     out in stream order. The ranks: comm= (mpi4py), or rank= and
     world_size=, or found from the launcher (mpirun, srun, torchrun).
 
+    direct_io: None (default) reads through the page cache when the
+    sources' tokens fit in half of the memory the job may use, else with
+    O_DIRECT; True or False forces it (description says which and why).
+
     Use it with DataLoader(ds, batch_size=None, num_workers=k); call
     set_epoch(e) before each epoch. state_dict(batches) after `batches`
     batches of the epoch (e.g. step + 1) and load_state_dict() resume the
@@ -123,7 +127,7 @@ class TokenDataset(_tud.IterableDataset):
     def __init__(self, volumes, seq_len, batch_size, seed=0, *, shuffle=True, windows="across",
                  pad_id=0, epoch_windows=0, drop_last=False, verify=True, dtype="int64",
                  position_ids=False, pin_memory=False, comm=None, rank=None, world_size=None,
-                 engine="auto", order="dlfs", split="1", split_name="train", num_samples=0,
+                 engine="auto", direct_io=None, order="dlfs", split="1", split_name="train", num_samples=0,
                  drop_last_partial=True):
         super().__init__()
         if order not in ("dlfs", "megatron"):
@@ -149,7 +153,8 @@ class TokenDataset(_tud.IterableDataset):
                           seed=int(seed), shuffle=bool(shuffle), windows=windows,
                           pad_id=int(pad_id), epoch_windows=int(epoch_windows), rank=self.rank,
                           world_size=self.world_size, drop_last=bool(drop_last),
-                          verify=bool(verify), engine=engine, megatron=order == "megatron",
+                          verify=bool(verify), engine=engine, direct_io=direct_io,
+                          megatron=order == "megatron",
                           split=str(split), split_index=splits.index(split_name),
                           num_samples=int(num_samples), weighted=weighted,
                           drop_last_partial=bool(drop_last_partial))
@@ -183,6 +188,11 @@ class TokenDataset(_tud.IterableDataset):
     @property
     def epoch(self):
         return self._shared[_Shared.EPOCH]
+
+    @property
+    def description(self):
+        """How windows are read and why: the page cache or O_DIRECT, the engine."""
+        return self._loader_here().description
 
     @property
     def windows_per_epoch(self):

@@ -10,6 +10,7 @@
 #include "common/crc32c.h"
 #include "common/xoshiro.h"
 #include "dlfs/directory.h"
+#include "dlfs/memory.h"
 #include "dlfs/sampler.h"
 #include "dlfs/tokens.h"
 #include "dlfs/volume.h"
@@ -328,8 +329,8 @@ class TokenLoader::Impl {
         // Each piece is (part of) one document: documents begin where pieces do.
         for (size_t k = next + 1; k < end; ++k) {
           const uint64_t o = pieces[k].row_offset;
-          if (o > 0 && o < in.lengths[r] && (in.starts.size() == in.row_starts.back() ||
-                                            in.starts.back() < o)) {
+          if (o > 0 && o < in.lengths[r] &&
+              (in.starts.size() == in.row_starts.back() || in.starts.back() < o)) {
             in.starts.push_back(static_cast<uint32_t>(o));
           }
         }
@@ -475,6 +476,7 @@ class TokenLoader::Impl {
     return Status::Ok();
   }
 
+  std::string description;
   std::vector<uint64_t> scratch_draws_;
   std::vector<tokens_internal::TokenPiece> scratch_pieces_;
 
@@ -550,8 +552,8 @@ Result<std::unique_ptr<TokenLoader>> TokenLoader::Open(const std::vector<TokenSo
   impl->segment_base.assign(sources.size(), 0);
   impl->epoch_windows = options.epoch_windows;
   if (impl->megatron) {
-    impl->epoch_windows = impl->megatron->blend ? impl->megatron->blend->size()
-                                                : impl->megatron->orders[0]->size();
+    impl->epoch_windows =
+        impl->megatron->blend ? impl->megatron->blend->size() : impl->megatron->orders[0]->size();
   } else if (impl->epoch_windows == 0) {
     for (uint64_t w : impl->source_windows) impl->epoch_windows += w;
   }
@@ -560,9 +562,33 @@ Result<std::unique_ptr<TokenLoader>> TokenLoader::Open(const std::vector<TokenSo
                                    " windows has no global batch of " +
                                    std::to_string(impl->global_batch()) + " with drop_last");
   }
-  Result<std::unique_ptr<IoEngine>> engine = CreateEngine(paths, options.engine);
+  EngineOptions engine_options = options.engine;
+  uint64_t token_bytes = 0;
+  for (const Impl::Source& s : impl->sources) token_bytes += s.data_bytes;
+  std::string why;
+  switch (options.reads) {
+    case TokenLoaderOptions::Reads::kPageCache:
+      engine_options.direct_io = false;
+      why = "page cache (asked)";
+      break;
+    case TokenLoaderOptions::Reads::kDirect:
+      engine_options.direct_io = true;
+      why = "O_DIRECT (asked)";
+      break;
+    case TokenLoaderOptions::Reads::kAuto: {
+      const uint64_t usable = ReadMemoryLimit().usable();
+      engine_options.direct_io = token_bytes > usable / 2;
+      why = std::string(engine_options.direct_io ? "O_DIRECT" : "page cache") + " (" +
+            HumanBytes(static_cast<double>(token_bytes)) + " of tokens, " +
+            (engine_options.direct_io ? "more" : "not more") + " than half of the " +
+            HumanBytes(static_cast<double>(usable)) + " this job may use)";
+      break;
+    }
+  }
+  Result<std::unique_ptr<IoEngine>> engine = CreateEngine(paths, engine_options);
   if (!engine.ok()) return engine.status();
   impl->engine = std::move(*engine);
+  impl->description = why + "; " + impl->engine->description();
   impl->alignment = std::max<uint32_t>(1, impl->engine->alignment());
   return std::unique_ptr<TokenLoader>(new TokenLoader(std::move(impl)));
 }
@@ -575,6 +601,7 @@ uint64_t TokenLoader::batch_tokens() const { return impl_->options.batch_size * 
 uint64_t TokenLoader::windows_per_epoch() const { return impl_->epoch_windows; }
 std::span<const uint64_t> TokenLoader::source_windows() const { return impl_->source_windows; }
 uint32_t TokenLoader::token_width(uint32_t source) const { return impl_->sources[source].width; }
+const std::string& TokenLoader::description() const { return impl_->description; }
 uint64_t TokenLoader::batches_per_epoch() const { return impl_->BatchesAfter(0); }
 uint64_t TokenLoader::batches_after(uint64_t position) const {
   return impl_->BatchesAfter(position);
@@ -630,8 +657,8 @@ Result<uint64_t> TokenLoader::Resume(const TokenStreamState& state) {
         " volumes (same volumes, same order; new ones may only be appended)");
   }
   const uint64_t g = state.epoch * m.epoch_windows + state.position;
-  if (m.megatron && (state.weights_hash != m.weights_hash ||
-                     state.counts.size() != m.sources.size())) {
+  if (m.megatron &&
+      (state.weights_hash != m.weights_hash || state.counts.size() != m.sources.size())) {
     return Status::InvalidArgument(
         "cannot resume Megatron's order with other weights or sources: it is another order");
   }
