@@ -32,6 +32,7 @@ BENCHES=(
   "directory|:|build/bench/dlfs_directory_bench --cold|build/bench/dlfs_directory_bench --cold --samples 1000000 --runs 2"
   "order|:|build/bench/dlfs_order_bench|build/bench/dlfs_order_bench --benchmark_min_time=0.01 --benchmark_filter=-BM_FisherYates/100000000"
   "scale|:|bench/scale/scale_bench.py --dir \$DLFS_BENCH_DIR --tree 1e7,1e8 --epoch|bench/scale/scale_bench.py --dir \$DLFS_BENCH_DIR --sizes 1e6 --tree 1e6 --runs 1"
+  "tokens|:|bench/tokens/token_bench.py --dir \$DLFS_BENCH_DIR/tokens \${MEGATRON_DIR:+--megatron \$MEGATRON_DIR} && build/bench/dlfs_blend_bench|bench/tokens/token_bench.py --dir \$DLFS_BENCH_DIR/tokens --docs 20000 --windows 2000 --sources 50 --runs 1"
   "pack|bc:bc tar:tar|bench/pack/pack_vs_tar.sh 3|FILES=2000 bench/pack/pack_vs_tar.sh 1"
   "io|fio:fio fusermount3:fuse3|REPS=5 bench/io/run_io_bench.sh|SMALL=1 REPS=1 DIAG=0 FIO_RUNTIME=1 bench/io/run_io_bench.sh"
   "cache-fill|mpirun:openmpi-bin|bench/cache/run_fill_bench.py --plot docs/cache_fill.png|bench/cache/run_fill_bench.py --reps 1 --big-samples 2000"

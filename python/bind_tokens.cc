@@ -122,7 +122,8 @@ void RegisterTokens(py::module_& m) {
       .def("batches_after", &TokenLoader::batches_after, py::arg("position"))
       .def(
           "read_batch",
-          [](TokenLoader& l, uint64_t epoch, uint64_t batch, py::array out, uint64_t start) {
+          [](TokenLoader& l, uint64_t epoch, uint64_t batch, py::array out, uint64_t start,
+             const py::object& position_ids) {
             if (out.ndim() != 2 || !(out.flags() & py::array::c_style) || !out.writeable() ||
                 static_cast<uint64_t>(out.size()) != l.batch_tokens()) {
               throw py::value_error("read_batch: out must be a writable C-contiguous (batch, " +
@@ -140,7 +141,37 @@ void RegisterTokens(py::module_& m) {
             } else {
               throw py::value_error("read_batch: out must be int64 or int32");
             }
+            // cu_seqlens over the flattened inputs (rows of seq_len tokens):
+            // each row's start, each document start inside it, the end.
+            const uint64_t seq = l.window_tokens() - 1;
+            std::vector<int32_t> cu;
+            cu.reserve(info.windows + info.starts.size() + 1);
+            for (uint64_t r = 0; r < info.windows; ++r) {
+              cu.push_back(static_cast<int32_t>(r * seq));
+              for (uint64_t k = info.row_starts[r]; k < info.row_starts[r + 1]; ++k) {
+                if (info.starts[k] < seq)
+                  cu.push_back(static_cast<int32_t>(r * seq + info.starts[k]));
+              }
+            }
+            cu.push_back(static_cast<int32_t>(info.windows * seq));
+            if (!position_ids.is_none()) {
+              auto pos = position_ids.cast<py::array_t<int64_t, py::array::c_style>>();
+              if (pos.ndim() != 2 || static_cast<uint64_t>(pos.shape(0)) != info.windows ||
+                  static_cast<uint64_t>(pos.shape(1)) != seq || !pos.writeable()) {
+                throw py::value_error("read_batch: position_ids must be a writable (batch, " +
+                                      std::to_string(seq) + ") int64 array");
+              }
+              int64_t* p = pos.mutable_data();
+              for (uint64_t r = 0; r < info.windows; ++r) {
+                uint64_t k = info.row_starts[r], last = 0;
+                for (uint64_t t = 0; t < seq; ++t) {
+                  if (k < info.row_starts[r + 1] && info.starts[k] == t) last = info.starts[k++];
+                  p[r * seq + t] = static_cast<int64_t>(t - last);
+                }
+              }
+            }
             py::dict d;
+            d["cu_seqlens"] = ToArray(cu);
             d["positions"] = ToArray(info.positions);
             d["sources"] = ToArray(info.sources);
             d["first_tokens"] = ToArray(info.first_tokens);
@@ -149,7 +180,8 @@ void RegisterTokens(py::module_& m) {
             d["lengths"] = ToArray(info.lengths);
             return d;
           },
-          py::arg("epoch"), py::arg("batch"), py::arg("out"), py::arg("start") = 0)
+          py::arg("epoch"), py::arg("batch"), py::arg("out"), py::arg("start") = 0,
+          py::arg("position_ids") = py::none())
       .def(
           "state_at",
           [](const TokenLoader& l, uint64_t epoch, uint64_t consumed) {

@@ -235,36 +235,23 @@ class TokenDataset(_tud.IterableDataset):
         if info is None:
             self._taken = 0
         dtype = _np.int64 if self.dtype == "int64" else _np.int32
+        S = self.seq_len
         for b in range(worker, batches, workers):
-            out = _np.empty((self.batch_size, self.seq_len + 1), dtype=dtype)
-            meta = loader.read_batch(epoch, b, out, start)
-            item = self._item(out, meta)
+            out = _np.empty((self.batch_size, S + 1), dtype=dtype)
+            pos = _np.empty((self.batch_size, S), dtype=_np.int64) if self.position_ids else None
+            meta = loader.read_batch(epoch, b, out, start, pos)
+            tokens = _torch.from_numpy(out)
+            if self.pin_memory and _torch.cuda.is_available():
+                tokens = tokens.pin_memory()
+            item = {"tokens": tokens, "cu_seqlens": _torch.from_numpy(meta["cu_seqlens"]),
+                    "sources": _torch.from_numpy(meta["sources"].astype(_np.int64))}
+            if pos is not None:
+                item["position_ids"] = _torch.from_numpy(pos)
+            if self._windows == "document":
+                item["lengths"] = _torch.from_numpy(meta["lengths"].astype(_np.int64))
             if info is None:
                 self._taken = b + 1
             yield item
-
-    def _item(self, out, meta):
-        S, B = self.seq_len, self.batch_size
-        tokens = _torch.from_numpy(out)
-        if self.pin_memory and _torch.cuda.is_available():
-            tokens = tokens.pin_memory()
-        row_starts = meta["row_starts"]
-        starts = meta["starts"].astype(_np.int64)
-        rows = _np.repeat(_np.arange(B, dtype=_np.int64), _np.diff(row_starts.astype(_np.int64)))
-        inside = starts < S
-        cu = _np.concatenate([_np.arange(B, dtype=_np.int64) * S, rows[inside] * S + starts[inside],
-                              [B * S]])
-        cu.sort()
-        item = {"tokens": tokens, "cu_seqlens": _torch.from_numpy(cu.astype(_np.int32)),
-                "sources": _torch.from_numpy(meta["sources"].astype(_np.int64))}
-        if self.position_ids:
-            mark = _np.zeros((B, S), dtype=_np.int64)
-            mark[rows[inside], starts[inside]] = starts[inside]
-            last = _np.maximum.accumulate(mark, axis=1)
-            item["position_ids"] = _torch.from_numpy(_np.arange(S, dtype=_np.int64) - last)
-        if self._windows == "document":
-            item["lengths"] = _torch.from_numpy(meta["lengths"].astype(_np.int64))
-        return item
 
     def state_dict(self, batches=None):
         """Where the stream stands after this rank's DataLoader handed out
