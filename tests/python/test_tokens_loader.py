@@ -2,6 +2,7 @@
 .bin/.idx pair: windows laid across documents, every token once per epoch,
 the same stream on 1, 2 and 3 ranks and any number of workers, resume on
 another world size, blends, and corruption caught."""
+import json
 import os
 import struct
 import subprocess
@@ -276,3 +277,46 @@ def test_tiny_gpt_example_learns_and_resumes(tmp_path):
     resumed = subprocess.run(common + ["--steps", "40", "--resume", str(tmp_path / "ck.pt")],
                              check=True, capture_output=True, text=True, env=env).stdout
     assert "resumed at step 30" in resumed and "step    40" in resumed, resumed
+
+
+RANK_JOB = r"""
+import json, sys
+import dlfs.torch as dt
+kw = {}
+if sys.argv[3] == "mpi":
+    from mpi4py import MPI
+    kw["comm"] = MPI.COMM_WORLD
+ds = dt.TokenDataset(sys.argv[1], seq_len=64, batch_size=4, seed=5, **kw)
+rows = [r for item in ds for r in item["tokens"].tolist()]
+with open(f"{sys.argv[2]}/rank{ds.rank}.json", "w") as f:
+    json.dump({"rank": ds.rank, "world": ds.world_size, "rows": rows}, f)
+"""
+
+
+@pytest.mark.parametrize("launch", ["mpirun", "torchrun"])
+def test_launchers_split_the_stream_like_explicit_ranks(corpus, tmp_path, launch):
+    import shutil
+    import sys
+    path = corpus[0]
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OMPI_", "PMIX_", "PMI_", "SLURM_", "RANK", "WORLD_SIZE",
+                                "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_"))}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    if launch == "mpirun":
+        if shutil.which("mpirun") is None or not dlfs._dlfs._mpi_built:
+            pytest.skip("mpirun or dlfs's MPI support missing")
+        pytest.importorskip("mpi4py", reason="python3-mpi4py not installed")
+        subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3",
+                        sys.executable, "-c", RANK_JOB, path, str(tmp_path), "mpi"],
+                       check=True, env=env, timeout=240, capture_output=True)
+    else:
+        procs = [subprocess.Popen([sys.executable, "-c", RANK_JOB, path, str(tmp_path), "env"],
+                                  env=dict(env, RANK=str(r), WORLD_SIZE="3", LOCAL_RANK=str(r),
+                                           LOCAL_WORLD_SIZE="3"))
+                 for r in range(3)]
+        assert [p.wait(timeout=240) for p in procs] == [0, 0, 0]
+    got = [json.load(open(tmp_path / f"rank{r}.json")) for r in range(3)]
+    assert [(g["rank"], g["world"]) for g in got] == [(0, 3), (1, 3), (2, 3)]
+    for r in range(3):
+        want, _ = epoch_windows(path, seed=5, batch_size=4, rank=r, world_size=3)
+        assert got[r]["rows"] == want
