@@ -103,6 +103,8 @@ SKIP = [
      "storage servers and NVMe-oF devices; nbd_test.cc serves a volume with nbdkit"),
     ("docs/deploy.md", r"^dlfs (pack|bench) /(data|shared|staging|dev)/",
      "a cluster's data set, shared file system or devices"),
+    ("docs/tokens.md", r"^dlfs pack (data/web_text_document|code\.npy)",
+     "a corpus's files; test_tokens_pack.py packs Megatron pairs, .npy and flat token files"),
 ]
 
 # Python snippets that do not run here: (file, regex on the snippet, why);
@@ -111,6 +113,9 @@ SKIP_PYTHON = [
     ("docs/deploy.md", r"make_model\(\)",
      "the skeleton of a training script (90 epochs of a model left to the reader); "
      "examples/train_ddp.py is the runnable one, run by the README and test_distributed.py"),
+    ("docs/tokens.md", r"model\(|train_iters",
+     "the skeleton of a pretraining loop (its model and sizes left to the reader); "
+     "examples/train_tiny_gpt.py is the runnable one, run by test_tokens_loader.py"),
 ]
 
 # Commands that need what this machine or build may lack: (regex, why); each
@@ -568,6 +573,7 @@ OTHER_FLAGS = {
     "--time",  # sbatch
     "--exit-with-parent", "--tls", "--tls-psk",  # nbdkit
     "--split", "--seq-length", "--mid-level-dataset-surplus", "--train-data-path",  # Megatron-LM
+    "--data-path", "--seed",  # Megatron-LM
 }
 
 
