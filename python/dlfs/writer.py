@@ -294,18 +294,23 @@ class Writer:
         until the first sample decides."""
         return self._writer.layout
 
+    def _lengths(self, verb, lengths):
+        """`lengths` as a contiguous uint64 array: 1-D, integers, none negative."""
+        lengths = np.asarray(lengths)
+        if lengths.ndim != 1 or not (lengths.size == 0 or
+                                     np.issubdtype(lengths.dtype, np.integer)):
+            raise TypeError(f"{self.path}: {verb}: lengths must be a 1-D integer array, "
+                            f"not {lengths.dtype} of shape {lengths.shape}")
+        if lengths.size and lengths.min() < 0:
+            bad = int(np.flatnonzero(lengths < 0)[0])
+            raise ValueError(f"{self.path}: {verb}: length {bad} is {lengths[bad]}")
+        return np.ascontiguousarray(lengths, dtype=np.uint64)
+
     def write_batch(self, data, lengths, labels=None, names=None):
         """Adds len(lengths) samples: their bytes back to back in `data`,
         `lengths` their sizes, `labels` (-1 for none) and `names` (paths)
         optional; see help(dlfs.Writer)."""
-        lengths = np.asarray(lengths)
-        if lengths.ndim != 1 or not (lengths.size == 0 or
-                                     np.issubdtype(lengths.dtype, np.integer)):
-            raise TypeError(f"{self.path}: write_batch: lengths must be a 1-D integer array, "
-                            f"not {lengths.dtype} of shape {lengths.shape}")
-        if lengths.size and lengths.min() < 0:
-            raise ValueError(f"{self.path}: write_batch: a length is negative")
-        lengths = np.ascontiguousarray(lengths, dtype=np.uint64)
+        lengths = self._lengths("write_batch", lengths)
         buffer = self._buffer("<write_batch>", data)
         if isinstance(buffer, dict):
             raise TypeError(f"{self.path}: write_batch: data must be bytes-like, not a dict")
@@ -377,14 +382,7 @@ class Writer:
         fit the volume's dtype (ValueError naming the first that does not);
         the arrays are converted with numpy, never as Python lists."""
         data = self._tokens("write_documents", tokens)
-        lengths = np.asarray(lengths)
-        if lengths.ndim != 1 or not (lengths.size == 0 or
-                                     np.issubdtype(lengths.dtype, np.integer)):
-            raise TypeError(f"{self.path}: write_documents: lengths must be a 1-D integer array, "
-                            f"not {lengths.dtype} of shape {lengths.shape}")
-        if lengths.size and lengths.min() < 0:
-            bad = int(np.flatnonzero(lengths < 0)[0])
-            raise ValueError(f"{self.path}: write_documents: length {bad} is {lengths[bad]}")
+        lengths = self._lengths("write_documents", lengths)
         total = int(lengths.sum(dtype=np.uint64)) if lengths.size else 0
         if total != data.size:
             raise ValueError(f"{self.path}: write_documents: the lengths sum to {total} tokens, "
