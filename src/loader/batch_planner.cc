@@ -75,36 +75,42 @@ namespace {
 // sample every n / 65,536: a compact directory's records lie in blocks of
 // consecutive samples, so 64 runs read about 64 blocks' records (half a
 // megabyte at 1e9 samples), where 65,536 scattered samples read nearly all
-// of them (7 GB at 1e9, seconds before the first batch when cold). Located
-// together: LocateMany asks the kernel for the blocks' pages at once, so 64
-// cold blocks cost one wait, not 64.
-std::vector<SampleInfo> ProbeSamples(const SampleDirectory& dir, const SampleSubset& subset,
-                                     uint64_t n) {
+// of them (7 GB at 1e9, seconds before the first batch when cold). Each
+// run's first sample is located first, all together: LocateMany asks the
+// kernel for their blocks' pages at once, so 64 cold blocks cost one wait,
+// not 64.
+template <typename Visit>
+void ForProbeSamples(const SampleDirectory& dir, const SampleSubset& subset, uint64_t n,
+                     Visit visit) {
   constexpr uint64_t kRuns = 64, kRun = 1024;
+  const bool all = n <= kRuns * kRun;
+  const uint64_t runs = all ? (n + kRun - 1) / kRun : kRuns;
+  auto run_start = [&](uint64_t r) {
+    return all ? r * kRun
+               : static_cast<uint64_t>(static_cast<unsigned __int128>(r) * (n - kRun) /
+                                       (kRuns - 1));
+  };
+  // A run at a time, in buffers of one run (the memory stays small: a
+  // loader made in each of many ranks keeps what malloc took), after the
+  // first sample of every run was located together to fetch their blocks.
   std::vector<uint64_t> indices;
-  if (n <= kRuns * kRun) {
-    for (uint64_t k = 0; k < n; ++k) indices.push_back(subset.At(k));
-  } else {
-    indices.reserve(kRuns * kRun);
-    for (uint64_t r = 0; r < kRuns; ++r) {
-      const auto first =
-          static_cast<uint64_t>(static_cast<unsigned __int128>(r) * (n - kRun) / (kRuns - 1));
-      for (uint64_t k = first; k < first + kRun; ++k) indices.push_back(subset.At(k));
-    }
-  }
-  std::vector<SampleInfo> info(indices.size());
+  std::vector<SampleInfo> info;
   std::vector<Status> failed;
+  for (uint64_t r = 0; r < runs; ++r) indices.push_back(subset.At(run_start(r)));
+  info.resize(indices.size());
   dir.LocateMany(indices, info, &failed);
-  // A sample that cannot be located (a damaged block) tells nothing of the
-  // sizes; the read of it reports the damage.
-  if (!failed.empty()) {
-    size_t kept = 0;
+  for (uint64_t r = 0; r < runs; ++r) {
+    const uint64_t first = run_start(r), count = std::min(kRun, n - first);
+    indices.clear();
+    for (uint64_t k = first; k < first + count; ++k) indices.push_back(subset.At(k));
+    info.resize(indices.size());
+    dir.LocateMany(indices, info, &failed);
+    // A sample that cannot be located (a damaged block) tells nothing of
+    // the sizes; the read of it reports the damage.
     for (size_t k = 0; k < info.size(); ++k) {
-      if (failed[k].ok()) info[kept++] = info[k];
+      if (failed.empty() || failed[k].ok()) visit(info[k]);
     }
-    info.resize(kept);
   }
-  return info;
 }
 
 }  // namespace
@@ -115,12 +121,12 @@ double DirectReadAmplification(const SampleDirectory& dir, const SampleSubset& s
   if (n == 0 || alignment <= 1) return 1;
   const uint64_t a = alignment;
   double extents = 0, bytes = 0;
-  for (const SampleInfo& s : ProbeSamples(dir, subset, n)) {
-    if (s.length == 0) continue;
+  ForProbeSamples(dir, subset, n, [&](const SampleInfo& s) {
+    if (s.length == 0) return;
     const uint64_t begin = s.offset / a * a, end = (s.offset + s.length + a - 1) / a * a;
     extents += static_cast<double>(end - begin);
     bytes += static_cast<double>(s.length);
-  }
+  });
   return bytes > 0 ? extents / bytes : 1;
 }
 
@@ -131,13 +137,13 @@ SampleSizes MeasureSampleSizes(const SampleDirectory& dir, const SampleSubset& s
   if (n == 0) return s;
   align = std::max<uint64_t>(align, 1);
   double sum = 0, squares = 0, looked = 0;
-  for (const SampleInfo& probed : ProbeSamples(dir, subset, n)) {
+  ForProbeSamples(dir, subset, n, [&](const SampleInfo& probed) {
     const uint64_t len = (probed.length + align - 1) / align * align;
     sum += static_cast<double>(len);
     squares += static_cast<double>(len) * static_cast<double>(len);
     s.largest = std::max(s.largest, len);
     ++looked;
-  }
+  });
   if (looked == 0) return s;
   const double mean = sum / looked;
   s.exact_mean = mean;
