@@ -1,14 +1,14 @@
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <optional>
 #include <string>
 #include <utility>
 
-#include "common/crc32c.h"
+#include "common/file_util.h"
 #include "common/xoshiro.h"
+#include "directory/token_checks.h"
 #include "dlfs/directory.h"
 #include "dlfs/memory.h"
 #include "dlfs/sampler.h"
@@ -40,21 +40,6 @@ uint64_t HashUuid(uint64_t h, const std::string& uuid) {
   return h;
 }
 
-// Aligned scratch memory for one batch's reads (O_DIRECT wants it).
-struct AlignedBuffer {
-  std::byte* data = nullptr;
-  size_t size = 0;
-  ~AlignedBuffer() { std::free(data); }
-  bool Reserve(size_t n, size_t alignment) {
-    if (n <= size) return true;
-    std::free(data);
-    size = (n + alignment - 1) / alignment * alignment;
-    data = static_cast<std::byte*>(std::aligned_alloc(alignment, size));
-    if (data == nullptr) size = 0;
-    return data != nullptr;
-  }
-};
-
 }  // namespace
 
 class TokenLoader::Impl {
@@ -67,7 +52,6 @@ class TokenLoader::Impl {
     uint64_t windows = 0;
     uint64_t stream_offset = 0;  // byte offset of token 0 in target 0
     uint64_t data_bytes = 0;
-    uint32_t check_shift = 12;
     uint64_t key = 0;  // of its window orders
     // The order of the latest pass drawn from (one bijection per pass).
     uint64_t pass = ~uint64_t{0};
@@ -102,7 +86,10 @@ class TokenLoader::Impl {
   std::vector<uint64_t> segment_base;
   uint64_t weights_hash = 0, sources_hash = 0;
 
-  AlignedBuffer buffer;
+  // The batch's reads land here: page-aligned (what O_DIRECT needs), grown
+  // to the largest batch seen.
+  std::shared_ptr<std::byte> buffer;
+  size_t buffer_size = 0;
   std::vector<Piece> pieces;
   std::vector<ReadRequest> requests;
   std::vector<Status> results;
@@ -185,8 +172,8 @@ class TokenLoader::Impl {
 
   // Appends the read of tokens [first, first + count) of source `src` for
   // row `row` at `row_offset`, widened to the checked chunks around it.
-  void AddPiece(uint32_t src, uint32_t row, uint64_t row_offset, uint64_t first, uint64_t count,
-                uint64_t* buffer_bytes) {
+  Status AddPiece(uint32_t src, uint32_t row, uint64_t row_offset, uint64_t first, uint64_t count,
+                  uint64_t* buffer_bytes) {
     const Source& s = sources[src];
     Piece p{};
     p.source = src;
@@ -198,9 +185,10 @@ class TokenLoader::Impl {
     if (count == 0) {
       p.cover_begin = p.cover_end = b;
     } else if (options.verify) {
-      const uint64_t chunk = uint64_t{1} << s.check_shift;
-      p.cover_begin = b / chunk * chunk;
-      p.cover_end = std::min((e + chunk - 1) / chunk * chunk, s.data_bytes);
+      Result<tokens::ChunkRange> cover = tokens::CoveringChunks(*s.dir, first, count);
+      if (!cover.ok()) return cover.status();
+      p.cover_begin = cover->begin;
+      p.cover_end = cover->end;
     } else {
       p.cover_begin = b;
       p.cover_end = e;
@@ -211,6 +199,7 @@ class TokenLoader::Impl {
     p.buffer_offset = *buffer_bytes;
     *buffer_bytes += p.file_end - p.file_begin;
     pieces.push_back(p);
+    return Status::Ok();
   }
 
   // The pieces of row r: the window at stream position in.positions[r].
@@ -232,7 +221,9 @@ class TokenLoader::Impl {
         if (!start.ok()) return start.status();
         const uint64_t count = std::min(tp.count, span - at);
         if (at == 0) in.first_tokens[r] = *start + tp.begin;
-        AddPiece(src, r, at, *start + tp.begin, count, buffer_bytes);
+        if (Status st = AddPiece(src, r, at, *start + tp.begin, count, buffer_bytes); !st.ok()) {
+          return st;
+        }
         at += count;
       }
       in.lengths[r] = static_cast<uint32_t>(at);
@@ -245,8 +236,7 @@ class TokenLoader::Impl {
     }
     in.first_tokens[r] = first;
     in.lengths[r] = static_cast<uint32_t>(count);
-    AddPiece(in.sources[r], r, 0, first, count, buffer_bytes);
-    return Status::Ok();
+    return AddPiece(in.sources[r], r, 0, first, count, buffer_bytes);
   }
 
   template <typename T>
@@ -279,7 +269,11 @@ class TokenLoader::Impl {
     for (uint32_t r = 0; r < rows; ++r) {
       if (Status st = PlanRow(r, in, &buffer_bytes); !st.ok()) return st;
     }
-    if (!buffer.Reserve(std::max<uint64_t>(buffer_bytes, alignment), std::max(alignment, 64u))) {
+    if (buffer_bytes > buffer_size) {
+      buffer = AllocateLarge(buffer_bytes);
+      buffer_size = buffer ? buffer_bytes : 0;
+    }
+    if (buffer == nullptr && buffer_bytes > 0) {
       return Status::IOError(
           "cannot allocate " + std::to_string(buffer_bytes) + " bytes for a batch of windows",
           ENOMEM);
@@ -289,7 +283,7 @@ class TokenLoader::Impl {
       if (p.file_end == p.file_begin) continue;
       p.request = static_cast<int64_t>(requests.size());
       requests.push_back(ReadRequest{p.source, p.file_begin, p.file_end - p.file_begin,
-                                     buffer.data + p.buffer_offset, ReadRequest::kNoSlot});
+                                     buffer.get() + p.buffer_offset, ReadRequest::kNoSlot});
     }
     results.assign(requests.size(), Status::Ok());
     if (!requests.empty()) {
@@ -298,10 +292,14 @@ class TokenLoader::Impl {
     for (const Piece& p : pieces) {
       const Source& s = sources[p.source];
       if (p.request >= 0 && !results[p.request].ok()) return results[p.request];
-      const std::byte* at = buffer.data + p.buffer_offset;
+      const std::byte* at = buffer.get() + p.buffer_offset;
       const uint64_t lead = s.stream_offset + p.cover_begin - p.file_begin;
-      if (options.verify) {
-        if (Status st = CheckChunks(s, p, at + lead); !st.ok()) return st;
+      if (options.verify && p.tokens > 0) {
+        const std::span<const std::byte> cover(at + lead, p.cover_end - p.cover_begin);
+        if (Status st = tokens::CheckTokenRange(*s.dir, p.cover_begin, cover, s.volume->path());
+            !st.ok()) {
+          return st;
+        }
       }
       const std::byte* tokens = at + lead + (p.first_token * s.width - p.cover_begin);
       T* dst = out.data() + p.row * span + p.row_offset;
@@ -342,25 +340,6 @@ class TokenLoader::Impl {
       }
       next = end;
       in.row_starts.push_back(in.starts.size());
-    }
-    return Status::Ok();
-  }
-
-  // The chunks [cover_begin, cover_end) of a piece against their CRC32C.
-  Status CheckChunks(const Source& s, const Piece& p, const std::byte* bytes) const {
-    const uint64_t chunk = uint64_t{1} << s.check_shift;
-    for (uint64_t b = p.cover_begin; b < p.cover_end; b += chunk) {
-      const uint64_t n = std::min(chunk, s.data_bytes - b);
-      Result<uint32_t> want = s.dir->TokenCheck(b >> s.check_shift);
-      if (!want.ok()) return want.status();
-      const uint32_t got = crc32c::Value(bytes + (b - p.cover_begin), n);
-      if (got != *want) {
-        return Status::Corruption(s.volume->path() + ": token chunk " +
-                                  std::to_string(b >> s.check_shift) + " (stream bytes " +
-                                  std::to_string(b) + ".." + std::to_string(b + n) +
-                                  ") fails its CRC32C check (stored " + std::to_string(*want) +
-                                  ", computed " + std::to_string(got) + ")");
-      }
     }
     return Status::Ok();
   }
@@ -526,7 +505,6 @@ Result<std::unique_ptr<TokenLoader>> TokenLoader::Open(const std::vector<TokenSo
     s.tokens = s.dir->token_count();
     s.stream_offset = s.dir->token_stream_offset();
     s.data_bytes = s.tokens * s.width;
-    s.check_shift = s.dir->token_check_shift();
     s.windows = options.windowing == TokenWindowing::kAcross
                     ? (s.tokens > options.seq_len ? (s.tokens - 1) / options.seq_len : 0)
                     : s.dir->size();
