@@ -17,7 +17,8 @@ process:
           order) and TokenDataset(order="megatron") (Megatron's order, built
           in C++) against Megatron's GPTDataset build + first item;
   rate    windows of --seq-len + 1 tokens per second into int64 tensors,
-          and per CPU second (one core): TokenDataset in batches of 8,
+          and per CPU second (one core): TokenDataset in batches of 8 (by
+          default through the page cache here; also with direct_io=True),
           against GPTDataset.__getitem__ (or the numpy model's read);
   sources a job over --sources small volumes: time to its first batch.
 Medians of --runs; the page cache is left warm (the corpus fits in memory:
@@ -203,6 +204,10 @@ def main():
     kw = {"seq_len": args.seq_len, "batch_size": 8, "seed": 1}
     ours = median_run([PY, "-c", DLFS_START, json.dumps(vol), json.dumps(kw), str(args.windows)],
                       args.runs)
+    # The same through O_DIRECT (what a corpus larger than the job's memory
+    # gets by default): each batch waits for its reads.
+    ours_d = median_run([PY, "-c", DLFS_START, json.dumps(vol), json.dumps(dict(kw, direct_io=True)),
+                         str(args.windows)], args.runs)
     mkw = dict(kw, order="megatron")
     ours_m = median_run([PY, "-c", DLFS_START, json.dumps(vol), json.dumps(mkw),
                          str(args.windows)], args.runs)
@@ -216,7 +221,8 @@ def main():
         peer = median_run([PY, "-c", NUMPY_MODEL, prefix, str(args.seq_len),
                            str(min(args.windows, 5000))], args.runs)
         peer_name = "numpy model of Megatron's indices"
-    res.update(dlfs=ours, dlfs_megatron_order=ours_m, peer=peer, peer_name=peer_name)
+    res.update(dlfs=ours, dlfs_direct_io=ours_d, dlfs_megatron_order=ours_m, peer=peer,
+               peer_name=peer_name)
 
     # Many sources: --sources volumes of 200 documents each.
     many = d / "many"
@@ -248,7 +254,8 @@ def main():
           f" | order=megatron {ours_m['first']:.3f} s (peak {ours_m['peak_rss'] / gb:.2f} GB)"
           f" | peer {peer['first']:.3f} s: {peer['first'] / ours['first']:.1f}x,"
           f" {peer['first'] / ours_m['first']:.1f}x")
-    for name, r in (("TokenDataset", ours), ("order=megatron", ours_m), ("peer", peer)):
+    for name, r in (("TokenDataset", ours), ("direct_io=True", ours_d),
+                    ("order=megatron", ours_m), ("peer", peer)):
         w, c = rate(r)
         print(f"rate    {name:15s} {w:10,.0f} windows/s  {c:10,.0f} per CPU second")
     print(f"ratio   TokenDataset / peer, per CPU second: {rate(ours)[1] / rate(peer)[1]:.1f}x")
