@@ -72,7 +72,7 @@ struct TokenLoaderOptions {
   // How windows are read: through the page cache, or around it with
   // O_DIRECT. kAuto: the page cache when the sources' tokens fit in half of
   // the memory this job may use (dlfs/memory.h: MemAvailable and the memory
-  // cgroup), as a corpus that will be read again and again should (4x the
+  // cgroup), as a corpus that will be read again and again should (2.7x the
   // windows per second of O_DIRECT once it is in memory, bench/tokens);
   // O_DIRECT for a larger corpus, which the page cache would only churn.
   // description() says which and why. engine.direct_io is set from it.
