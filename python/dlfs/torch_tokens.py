@@ -4,6 +4,7 @@ Re-exported by dlfs.torch; the C++ loader under it is dlfs._TokenLoader
 (include/dlfs/tokens.h). docs/tokens.md explains the stream.
 """
 import json as _json
+import os as _os
 
 import numpy as _np
 import torch as _torch
@@ -172,10 +173,9 @@ class TokenDataset(_tud.IterableDataset):
         return d
 
     def _loader_here(self):
-        import os
-        if self._loader is None or self._loader_pid != os.getpid():
+        if self._loader is None or self._loader_pid != _os.getpid():
             self._loader = _dlfs._TokenLoader(**self._args)
-            self._loader_pid = os.getpid()
+            self._loader_pid = _os.getpid()
             self._applied = 0
         version = self._shared[_Shared.STATE_VERSION]
         if version != self._applied:
