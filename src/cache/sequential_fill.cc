@@ -88,6 +88,14 @@ double ThreadCpuSeconds() {
 
 }  // namespace
 
+// The longest the caller's steady waits are measured for.
+constexpr double kMeasureSeconds = 0.1;
+
+// What a fill not asked for reads past its decision before it decides
+// again on what it measured (probe windows are 1-4 MiB), or an eighth of
+// the volume where that is less.
+constexpr uint64_t kRedecideAfter = uint64_t{16} << 20;
+
 // Everything the thread shares; leaked, not destroyed, in a child of fork().
 struct SequentialFill::State {
   std::shared_ptr<NodeCache> cache;
@@ -176,6 +184,14 @@ void SequentialFill::WaitFilled(double stall_seconds) {
     }
     s.cv.wait_for(lock, std::chrono::milliseconds(5));
   }
+}
+
+void SequentialFill::WaitIfFilling(double stall_seconds) {
+  {
+    std::lock_guard lock(state_->mu);
+    if (!state_->stats.decided || !state_->stats.decision.fill) return;
+  }
+  WaitFilled(stall_seconds);
 }
 
 SequentialFill::Stats SequentialFill::stats() const {
@@ -360,15 +376,19 @@ void SequentialFill::Run(State& s) {
         from = await_progress(epoch_bytes, std::numeric_limits<double>::infinity()).payload_bytes;
         if (stopped() || epochs_after() <= 0) return std::nullopt;
       }
-      // Past the first MiB (or 1/16 of the epoch), over the next 4 MiB (or
-      // 1/8): short, since the fill starts only after it, but some batches
-      // long, whatever the window's size.
+      // Past the first read-ahead window (or 1/16 of the epoch), over the
+      // next two windows (or 1/8, or a tenth of a second): short, since the
+      // fill starts only after it, but long enough to be the caller's
+      // steady state. (Over NBD, 784-byte samples came at 15 MB/s: two
+      // windows' worth took a quarter of the first epoch.)
       constexpr uint64_t kMiB = uint64_t{1} << 20;
-      const ReaderProgress a = await_progress(from + std::min(kMiB, epoch_bytes / 16));
+      const uint64_t settle = std::max(kMiB, s.options.settle_bytes);
+      const uint64_t span = std::max(4 * kMiB, s.options.measure_bytes);
+      const ReaderProgress a = await_progress(from + std::min(settle, epoch_bytes / 16));
       const CpuTicks ta = ReadCpuTicks();
       const double a_time = Now();
       const ReaderProgress b =
-          await_progress(a.payload_bytes + std::min(4 * kMiB, epoch_bytes / 8));
+          await_progress(a.payload_bytes + std::min(span, epoch_bytes / 8), kMeasureSeconds);
       const CpuTicks tb = ReadCpuTicks();
       const double b_time = Now();
       // Filling a byte copies it out of the page cache (and into fresh
@@ -444,10 +464,47 @@ void SequentialFill::Run(State& s) {
     s.stats.decided = true;
     s.stats.decision = d;
   }
+  // The probe is one window, and its copy may land in memory the kernel had
+  // at hand: it under-predicted a 1.5 GB fill's copy 7x here. So a fill that
+  // was not asked for decides again after every window with what its
+  // windows so far cost, and stops once the rest would not pay.
+  uint64_t filled_at_decision = 0;
+  {
+    std::lock_guard lock(s.mu);
+    filled_at_decision = s.stats.bytes_read;
+  }
   while (fill && !stopped() && !cache.full() && !memory_short()) {
     const std::optional<uint64_t> w = cache.ClaimFillWindow(windows().windows());
     if (!w) break;
     fill_window(*w);
+    if (s.options.requested || !costs) continue;
+    FillInputs in;
+    in.epochs_after = epochs_after();
+    in.costs = *costs;
+    {
+      std::lock_guard lock(s.mu);
+      const Stats& st = s.stats;
+      // Too little since the decision to say more than the probe did.
+      const uint64_t after = std::min(kRedecideAfter, volume.info().data_bytes / 8);
+      if (st.bytes_read < filled_at_decision + after) continue;
+      const double bytes = static_cast<double>(st.bytes_read);
+      in.costs.scan = std::max(0.0, st.scan_seconds - st.scan_queued_seconds) / bytes;
+      in.costs.fill = std::max(0.0, st.fill_seconds - st.fill_queued_seconds) / bytes;
+      in.costs.wall = (st.scan_seconds + st.fill_seconds) / bytes;
+    }
+    const NodeCacheStats cs = cache.stats();
+    const uint64_t room = std::min(volume.info().data_bytes, cs.capacity);
+    in.cacheable_bytes = room - std::min(room, cs.used);
+    if (in.cacheable_bytes == 0) break;
+    const FillDecision d = DecideFill(in);
+    if (d.fill) continue;
+    fill = false;
+    std::lock_guard lock(s.mu);
+    char text[96];
+    std::snprintf(text, sizeof text, "stopped after %.1f MB, as filling cost more than measured: ",
+                  static_cast<double>(s.stats.bytes_read) / 1e6);
+    s.stats.decision.fill = false;
+    s.stats.decision.reason = text + d.reason + "; was " + s.stats.decision.reason;
   }
   {
     std::lock_guard lock(s.mu);

@@ -58,6 +58,14 @@ class SequentialFill {
     // 0: the volume's. Sizes the span over which the caller's waits are
     // measured.
     uint64_t epoch_bytes = 0;
+    // The sample bytes handed out before the caller's waits are what an
+    // epoch costs (its first read-ahead window, whose batches were read
+    // while it waited for the first), and the span over which they are
+    // measured then (at least two windows: over one batch, prefetched while
+    // the first was awaited, a 100 KB-sample epoch waited 25x less than it
+    // costs). 0: 1 MiB and 4 MiB. Both are capped at a fraction of the epoch.
+    uint64_t settle_bytes = 0;
+    uint64_t measure_bytes = 0;
     // The reader reads through the page cache: where the fill competes
     // with readers for the cores, the caller's waits are measured in its
     // second epoch (what a cached epoch saves is what a warm one waits).
@@ -100,6 +108,10 @@ class SequentialFill {
   // `stall_seconds` (a process that claimed a window died). For a requested
   // fill at the end of the first epoch.
   void WaitFilled(double stall_seconds = 2.0);
+  // WaitFilled where the node decided to fill (whether asked or not);
+  // returns at once where it decided not to or has not decided yet (a
+  // measurement still under way must not hold the reader it measures).
+  void WaitIfFilling(double stall_seconds = 2.0);
 
   struct Stats {
     uint64_t windows = 0;         // of the volume; 0 until this process reads one

@@ -34,6 +34,7 @@
 #include "loader/batch_read.h"
 #include "loader/epoch_order.h"
 #include "loader/fields.h"
+#include "loader/page_warmer.h"
 #include "loader/quarantine.h"
 #include "loader/slab_pool.h"
 
@@ -192,9 +193,13 @@ class Loader::Impl {
 
   // Fills the node cache by sequential reads (null without a cache).
   std::unique_ptr<cache_internal::SequentialFill> fill_;
-  // An explicit budget: the first epoch's last batch waits for the fill
-  // (LoaderOptions::planned_epochs). Guarded by mu_.
+  // Reads a small page-cached volume ahead in the first epoch (or null).
+  std::unique_ptr<loader_internal::PageWarmer> warmer_;
+  // The first epoch's last batch waits for the fill: always for an
+  // explicit budget (LoaderOptions::planned_epochs), and where the node
+  // decided to fill otherwise. Guarded by mu_.
   bool wait_for_fill_ = false;
+  bool fill_requested_ = false;
 };
 
 }  // namespace dlfs

@@ -20,6 +20,7 @@ constexpr uint64_t kReadBits = 32;
 void Loader::Impl::StartThreadsLocked() {
   if (started_.load(std::memory_order_relaxed)) return;
   started_.store(true, std::memory_order_release);
+  if (warmer_) warmer_->Start();
   for (size_t k = 0; k < workers_.size(); ++k) {
     try {
       Worker* w = workers_[k].get();

@@ -193,6 +193,23 @@ TEST_F(SequentialFillTest, SteadyWaitsAreSavings) {
   ExpectAllCached(*cache);
 }
 
+// A fill not asked for decides again as it goes, on what its windows cost
+// and the epochs left: this caller waits 0.1 s per MB, one epoch after
+// this one, and reads on while the fill runs (each question about its
+// progress finds 1 MB more), so before the volume's 15 windows are in the
+// job has no epoch left to save, and the fill stops.
+TEST_F(SequentialFillTest, AFillStopsOnceTheRestWouldNotPay) {
+  auto cache = Cache();
+  ASSERT_TRUE(cache);
+  const auto st = FillFor(cache, vol_, Caller([](uint64_t) { return 0.1; }, 1));
+  EXPECT_FALSE(st.decision.fill);
+  EXPECT_NE(st.decision.reason.find("stopped after"), std::string::npos) << st.decision.reason;
+  EXPECT_NE(st.decision.reason.find("was fill:"), std::string::npos) << st.decision.reason;
+  EXPECT_GT(st.windows_filled, 1u);
+  EXPECT_LT(st.windows_filled, st.windows);
+  EXPECT_LT(cache->stats().samples, vol_->size());
+}
+
 // The first batches of a run wait for the whole pipeline (0.1-0.3 s here):
 // that is no saving of a later epoch. This caller waited 10 s for its first
 // megabyte and nothing since: a fill saves it nothing.
