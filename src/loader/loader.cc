@@ -377,6 +377,14 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
   after_buffers.mem_available -= std::min(after_buffers.mem_available, plan.total);
   after_buffers.cgroup_usage += plan.total;
 
+  const bool page_cached = !eo.direct_io || first.alignment() <= 1;
+  if (page_cached) {
+    impl->warmer_ = loader_internal::PageWarmer::ForVolume(impl->volume_, after_buffers.usable());
+    if (impl->warmer_) {
+      description += "; the first epoch reads the volume ahead into the page cache";
+    }
+  }
+
   std::string budget_note;
   cache_internal::NodeCacheOptions co;
   co.budget = ResolveCacheBudget(options.cache_budget, after_buffers, &budget_note);
@@ -398,7 +406,9 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
               raw->next_wait_ns_.load(std::memory_order_relaxed) / 1e9,
               raw->handed_bytes_.load(std::memory_order_relaxed)};
         });
-    fo.page_cached = !eo.direct_io || first.alignment() <= 1;
+    // Read ahead, the first epoch waits what a warm one does: no need to
+    // measure in the second.
+    fo.page_cached = page_cached && !impl->warmer_;
     // The caller's waits settle once the first read-ahead window is handed
     // out; two more windows are its steady state.
     const uint64_t batch_bytes = options.sampler.batch_size * sizes.mean;
@@ -411,11 +421,6 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
   }
   if (!plan.note.empty()) {
     impl->cache_note_ += (impl->cache_note_.empty() ? "" : "; ") + plan.note;
-  }
-  if (!eo.direct_io || first.alignment() <= 1) {
-    impl->warmer_ = loader_internal::PageWarmer::ForVolume(impl->volume_, after_buffers.usable());
-    if (impl->warmer_)
-      description += "; the first epoch reads the volume ahead into the page cache";
   }
   for (auto& w : impl->workers_) {
     if (!w->pool->Reserve(plan.per_thread, plan.slab)) {
