@@ -10,6 +10,7 @@ FillDecision DecideFill(const FillInputs& in) {
   const double bytes = static_cast<double>(in.cacheable_bytes);
   const double scan = in.costs.scan * bytes, fill = in.costs.fill * bytes;
   d.cost_seconds = scan + fill * std::clamp(in.costs.slowed, 0.0, 1.0);
+  d.cost_per_gb = (in.costs.scan + in.costs.fill * std::clamp(in.costs.slowed, 0.0, 1.0)) * 1e9;
   const double e = std::max(0.0, in.epochs_after);
   d.fill_epochs = in.costs.wall > 0 && in.costs.pace > 0 ? in.costs.wall / in.costs.pace : 0;
   const double f = d.fill_epochs;

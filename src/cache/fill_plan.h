@@ -60,6 +60,7 @@ struct FillDecision {
   double cost_seconds = 0;    // predicted, for cacheable_bytes
   double saving_seconds = 0;  // predicted, over epochs_after
   double fill_epochs = 0;     // the epochs the fill lasts (0: not measured)
+  double cost_per_gb = 0;     // predicted seconds per GB filled (cost_seconds's rate)
   // For reports: "fill: saves 1.8 s over 4 epochs (the fill lasting 0.5 of
   // them) for 0.40 s (read 0.02, copy 0.38, 100 % of it taken from the reader)".
   std::string reason;

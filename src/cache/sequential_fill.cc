@@ -186,6 +186,17 @@ void SequentialFill::WaitFilled(double stall_seconds) {
   }
 }
 
+std::string SequentialFill::Stats::Outcome() const {
+  if (!decided || bytes_read == 0) return "";
+  const double seconds = std::max(0.0, scan_seconds - scan_queued_seconds) +
+                         std::max(0.0, fill_seconds - fill_queued_seconds);
+  char text[128];
+  std::snprintf(text, sizeof text, "; filled %.1f MB at %.2f s/GB (predicted %.2f)",
+                static_cast<double>(bytes_read) / 1e6,
+                seconds / static_cast<double>(bytes_read) * 1e9, decision.cost_per_gb);
+  return text;
+}
+
 void SequentialFill::WaitIfFilling(double stall_seconds) {
   {
     std::lock_guard lock(state_->mu);

@@ -127,6 +127,10 @@ class SequentialFill {
     FillDecision decision;
     bool running = false;
     bool memory_short = false;  // stopped because memory was short
+
+    // The prediction against the outcome, for reports: "; filled 54.9 MB
+    // at 2.41 s/GB (predicted 2.55)", or empty before anything was filled.
+    std::string Outcome() const;
   };
   Stats stats() const;
 

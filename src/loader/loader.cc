@@ -254,7 +254,7 @@ SourceStats Loader::Impl::Stats() const {
       s.cache_scan_bytes = f.bytes_read;
       s.cache_scan_seconds = f.scan_seconds;
       s.cache_fill_cpu_seconds = f.cpu_seconds;
-      if (f.decided) s.cache_fill_plan = f.decision.reason;
+      if (f.decided) s.cache_fill_plan = f.decision.reason + f.Outcome();
       if (f.memory_short) {
         s.cache_fill_plan +=
             std::string(s.cache_fill_plan.empty() ? "" : "; ") + "stopped: memory short";
