@@ -19,9 +19,11 @@ struct ImageWorkspace::State {
   void* tj_compress = nullptr;  // TurboJPEG compressor (image preparation), on first use
   std::vector<uint8_t> pixels;  // the decoded image
   std::vector<uint8_t> convert;
-  std::vector<uint8_t> horizontal;  // resampler: after the horizontal pass
-  std::vector<uint8_t> window;      // resampler: the output window
-  std::vector<uint8_t> block;       // resampler: eight rows side by side
+  std::vector<uint8_t> horizontal;   // resampler: after the horizontal pass
+  std::vector<uint8_t> window;       // resampler: the output window
+  std::vector<uint8_t> block;        // resampler: eight rows side by side
+  std::vector<int32_t> pair_coeffs;  // resampler: two output pixels' weights per tap
+  std::vector<int32_t> starts;       // resampler: each output pixel's first tap, shifted in
   std::vector<int32_t> coeffs_x, coeffs_y;
   std::vector<int32_t> bounds_x, bounds_y;
   std::vector<double> weights;

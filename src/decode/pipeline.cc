@@ -11,6 +11,7 @@
 #include "common/xoshiro.h"
 #include "decode/codecs.h"
 #include "decode/resample.h"
+#include "decode/store.h"
 #include "dlfs/decode.h"
 
 namespace dlfs {
@@ -209,54 +210,6 @@ SamplePlan ImagePipeline::Plan(const ImageInfo& info, uint64_t epoch, uint64_t i
   return p;
 }
 
-namespace {
-
-// Writes the resampled window (size x size x c, HWC uint8) as one output
-// image of the requested dtype and layout, mirrored when `flip`. One loop
-// per case, so each inner loop is a plain walk the compiler can unroll.
-template <typename T, typename Convert>
-void StoreAs(const uint8_t* win, uint32_t size, uint32_t c, bool flip, bool chw, T* o,
-             Convert convert) {
-  const size_t plane = size_t{size} * size;
-  for (uint32_t y = 0; y < size; ++y) {
-    const uint8_t* row = win + size_t{y} * size * c;
-    if (chw) {
-      for (uint32_t k = 0; k < c; ++k) {
-        T* dst = o + k * plane + size_t{y} * size;
-        if (flip) {
-          for (uint32_t x = 0; x < size; ++x) dst[x] = convert(k, row[(size - 1 - x) * c + k]);
-        } else {
-          for (uint32_t x = 0; x < size; ++x) dst[x] = convert(k, row[x * c + k]);
-        }
-      }
-    } else {
-      T* dst = o + size_t{y} * size * c;
-      for (uint32_t x = 0; x < size; ++x) {
-        const uint8_t* px = row + size_t{flip ? size - 1 - x : x} * c;
-        for (uint32_t k = 0; k < c; ++k) dst[x * c + k] = convert(k, px[k]);
-      }
-    }
-  }
-}
-
-void Store(const uint8_t* win, uint32_t size, uint32_t c, bool flip, const OutputOptions& out,
-           const float* lut, void* dst) {
-  const bool chw = out.layout == OutputLayout::kNCHW;
-  if (out.dtype == DType::kUint8) {
-    if (!chw && !flip) {
-      std::memcpy(dst, win, size_t{size} * size * c);
-      return;
-    }
-    StoreAs(win, size, c, flip, chw, static_cast<uint8_t*>(dst),
-            [](uint32_t, uint8_t v) { return v; });
-    return;
-  }
-  StoreAs(win, size, c, flip, chw, static_cast<float*>(dst),
-          [lut](uint32_t k, uint8_t v) { return lut[k * 256 + v]; });
-}
-
-}  // namespace
-
 Status ImagePipeline::Execute(ImageWorkspace& workspace, std::span<const std::byte> data,
                               const SamplePlan& p, uint32_t channels, void* out) const {
   ImageWorkspace::State& ws = workspace.state();
@@ -325,7 +278,8 @@ Status ImagePipeline::Execute(ImageWorkspace& workspace, std::span<const std::by
   if (ws.window.size() < win_bytes) ws.window.resize(win_bytes);
   decode_internal::RunResample(region.view, int64_t{region.x} - rx, int64_t{region.y} - ry, spec,
                                rp, ws, ws.window.data());
-  Store(ws.window.data(), size, channels, p.flip, options_.output, lut_.data(), out);
+  decode_internal::StoreWindow(ws.window.data(), size, channels, p.flip, options_.output,
+                               lut_.data(), out);
   return Status::Ok();
 }
 

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "decode/store.h"
+
 namespace dlfs::decode_internal {
 
 namespace {
@@ -155,7 +157,7 @@ void VerticalPass(const uint8_t* in, size_t in_stride, int rows_out, const int32
 }
 
 // ---- AVX2 versions: the same integer arithmetic (so the same bytes), eight
-// 32-bit lanes at a time. Chosen at run time (DecodeWithAvx2).
+// 32-bit lanes at a time. Chosen at run time (SimdEnabled).
 
 // Vertical: eight output bytes per accumulator, the taps' weights broadcast.
 __attribute__((target("avx2"))) void VerticalPassAvx2(const uint8_t* in, size_t in_stride,
@@ -251,7 +253,86 @@ __attribute__((target("avx2"))) void HorizontalPassAvx2(const uint8_t* in, size_
   }
 }
 
-const bool kAvx2 = __builtin_cpu_supports("avx2");
+// Horizontal, three channels, two output pixels per register: a tap loads
+// four bytes (R, G, B and the next pixel's first byte, whose lane is
+// discarded) of each pixel, side by side as eight 32-bit lanes, times the
+// two pixels' weights of that tap. Every pixel runs ksize taps from
+// ws.starts (its first tap moved left where ksize taps from it would pass
+// the row's end, its weights shifted to match and zero elsewhere: adding
+// 0 * pixel changes no sum), so the loop has no per-pixel tap count. The
+// pixels whose four-byte loads would reach past the last pixel of a row
+// (at most ksize + 1 at its end) take the scalar loop. The same integer
+// sums as HorizontalPass, so the same bytes; no copying of rows into a
+// transposed block as HorizontalPassAvx2 does, which cost more than the
+// arithmetic on images of a few hundred pixels.
+// REQUIRES: `width` (pixels readable in each row of `in`) >= ksize + 1;
+// `out` has 8 bytes of slack after its last row.
+__attribute__((target("avx2"))) void HorizontalPass3PairsAvx2(
+    const uint8_t* in, size_t in_stride, int rows, int width, const int32_t* bounds,
+    const int32_t* coeffs, int ksize, int out_w, uint8_t* out, ImageWorkspace::State& ws) {
+  // The layout: starts[x]; pair_coeffs[(pair * ksize + t) * 8 + lane], lanes
+  // 0-3 the pair's first pixel's weight of tap t, 4-7 the second's.
+  ws.starts.resize(out_w);
+  const int pairs = out_w / 2;
+  ws.pair_coeffs.assign(size_t(pairs) * ksize * 8, 0);
+  int vec_end = out_w;  // the first output pixel that needs the scalar loop
+  for (int x = 0; x < out_w; ++x) {
+    const int xmin = bounds[2 * x];
+    const int start = std::min(xmin, width - ksize);
+    ws.starts[x] = start;
+    if (vec_end == out_w && start + ksize > width - 1) vec_end = x;  // starts are monotonic
+    if (x / 2 >= pairs) continue;
+    const int shift = xmin - start;
+    const int n = bounds[2 * x + 1];
+    int32_t* pc = ws.pair_coeffs.data() + size_t(x / 2) * ksize * 8 + (x % 2) * 4;
+    for (int t = 0; t < n; ++t) {
+      for (int l = 0; l < 4; ++l) pc[size_t(t + shift) * 8 + l] = coeffs[size_t(x) * ksize + t];
+    }
+  }
+  const int vec_pairs = std::min(pairs, vec_end / 2);
+  const __m256i half = _mm256_set1_epi32(1 << (kPrecisionBits - 1));
+  // Bytes 0-2 and 4-6 of the packed result: the two pixels' RGB.
+  const __m128i pick = _mm_setr_epi8(0, 1, 2, 4, 5, 6, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  const int32_t* starts = ws.starts.data();
+  for (int y = 0; y < rows; ++y) {
+    const uint8_t* row = in + size_t(y) * in_stride;
+    uint8_t* o = out + size_t(y) * out_w * 3;
+    for (int pr = 0; pr < vec_pairs; ++pr) {
+      const uint8_t* p0 = row + size_t(starts[2 * pr]) * 3;
+      const uint8_t* p1 = row + size_t(starts[2 * pr + 1]) * 3;
+      const int32_t* k = ws.pair_coeffs.data() + size_t(pr) * ksize * 8;
+      __m256i acc = half;
+      for (int t = 0; t < ksize; ++t) {
+        int32_t a, b;
+        std::memcpy(&a, p0 + 3 * t, 4);
+        std::memcpy(&b, p1 + 3 * t, 4);
+        const __m256i px =
+            _mm256_cvtepu8_epi32(_mm_unpacklo_epi32(_mm_cvtsi32_si128(a), _mm_cvtsi32_si128(b)));
+        const __m256i kk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k + t * 8));
+        acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(px, kk));
+      }
+      acc = _mm256_srai_epi32(acc, kPrecisionBits);
+      const __m128i w =
+          _mm_packs_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+      // Eight bytes stored, six meant: the two after them are the next
+      // pair's (or pixel's, or the next row's), written later; `out` has 8
+      // bytes of slack after the last row (RunResample).
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(o + size_t(pr) * 6),
+                       _mm_shuffle_epi8(_mm_packus_epi16(w, w), pick));
+    }
+    for (int x = 2 * vec_pairs; x < out_w; ++x) {
+      const uint8_t* p = row + size_t(bounds[2 * x]) * 3;
+      const int n = bounds[2 * x + 1];
+      const int32_t* k = coeffs + size_t(x) * ksize;
+      int32_t s[3] = {1 << (kPrecisionBits - 1), 1 << (kPrecisionBits - 1),
+                      1 << (kPrecisionBits - 1)};
+      for (int t = 0; t < n; ++t) {
+        for (int c = 0; c < 3; ++c) s[c] += p[t * 3 + c] * k[t];
+      }
+      for (int c = 0; c < 3; ++c) o[x * 3 + c] = Clip8(s[c]);
+    }
+  }
+}
 
 }  // namespace
 
@@ -306,15 +387,20 @@ void RunResample(const PixelView& view, int64_t view_x, int64_t view_y, const Re
   size_t mid_stride = view.stride;
   if (p.need_h) {
     for (int x = 0; x < win_w; ++x) ws.bounds_x[2 * x] -= static_cast<int32_t>(view_x);
-    if (ws.horizontal.size() < size_t(y_count) * row_bytes) {
-      ws.horizontal.resize(size_t(y_count) * row_bytes);
+    // 8 bytes of slack: HorizontalPass3PairsAvx2 stores 8 bytes for 6.
+    if (ws.horizontal.size() < size_t(y_count) * row_bytes + 8) {
+      ws.horizontal.resize(size_t(y_count) * row_bytes + 8);
     }
     const int32_t* b = ws.bounds_x.data();
     const int32_t* k = ws.coeffs_x.data();
     uint8_t* h = ws.horizontal.data();
-    if (kAvx2 && c == 3) {
+    // view.width from the view's first column: what each row holds.
+    if (SimdEnabled() && c == 3 && static_cast<int64_t>(view.width) >= p.ksize_h + 1) {
+      HorizontalPass3PairsAvx2(rows, view.stride, y_count, static_cast<int>(view.width), b, k,
+                               p.ksize_h, win_w, h, ws);
+    } else if (SimdEnabled() && c == 3) {
       HorizontalPassAvx2<3>(rows, view.stride, y_count, b, k, p.ksize_h, win_w, h, ws.block);
-    } else if (kAvx2) {
+    } else if (SimdEnabled()) {
       HorizontalPassAvx2<1>(rows, view.stride, y_count, b, k, p.ksize_h, win_w, h, ws.block);
     } else if (c == 3) {
       HorizontalPass<3>(rows, view.stride, y_count, b, k, p.ksize_h, win_w, h);
@@ -326,7 +412,7 @@ void RunResample(const PixelView& view, int64_t view_x, int64_t view_y, const Re
   }
 
   if (p.need_v) {
-    if (kAvx2) {
+    if (SimdEnabled()) {
       VerticalPassAvx2(mid, mid_stride, win_h, ws.bounds_y.data(), ws.coeffs_y.data(), p.ksize_v,
                        row_bytes, out);
       return;
