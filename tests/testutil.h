@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -163,6 +165,21 @@ inline std::vector<std::byte> ReadFile(const std::string& path) {
   in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(out.size()));
   out.resize(static_cast<size_t>(std::max<std::streamsize>(in.gcount(), 0)));
   return out;
+}
+
+// Polls `done` every millisecond until it holds or `seconds` pass: a wait on
+// an event with a deadline, where a fixed sleep would assert too early on a
+// loaded machine (and waste time on an idle one). Whether it held.
+template <typename Pred>
+bool WaitUntil(Pred done, double seconds = 30) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(seconds));
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
 }
 
 }  // namespace dlfs::testing
