@@ -406,9 +406,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
               raw->next_wait_ns_.load(std::memory_order_relaxed) / 1e9,
               raw->handed_bytes_.load(std::memory_order_relaxed)};
         });
-    // Read ahead, the first epoch waits what a warm one does: no need to
-    // measure in the second.
-    fo.page_cached = page_cached && !impl->warmer_;
+    fo.page_cached = page_cached;
     // The caller's waits settle once the first read-ahead window is handed
     // out; two more windows are its steady state.
     const uint64_t batch_bytes = options.sampler.batch_size * sizes.mean;
