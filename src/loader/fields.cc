@@ -111,7 +111,8 @@ uint64_t DecodedBytes(const Volume& volume, std::span<const uint32_t> fields,
 }
 
 Status SplitFields(const Volume& volume, std::span<const uint32_t> fields, bool verify,
-                   Batch::Data* data, DecodedBuffers* buffers, std::span<std::byte> into) {
+                   Batch::Data* data, DecodedBuffers* buffers, std::span<std::byte> into,
+                   bool cached_decoded) {
   const SampleDirectory& dir = volume.directory();
   const size_t n = data->indices.size();
   const size_t k = fields.size();
@@ -119,12 +120,27 @@ Status SplitFields(const Volume& volume, std::span<const uint32_t> fields, bool 
   uint64_t decoded_bytes = 0;
   for (size_t i = 0; i < n; ++i) {
     const uint64_t index = data->indices[i];
+    const bool held_decoded = cached_decoded && i < data->checked.size() && data->checked[i];
+    const std::vector<FieldInfo> stored_order =
+        held_decoded ? dir.Fields(index) : std::vector<FieldInfo>{};
     for (size_t f = 0; f < k; ++f) {
-      const std::optional<FieldInfo> info = dir.Field(index, fields[f]);
+      std::optional<FieldInfo> info = dir.Field(index, fields[f]);
       if (!info) {
         return Status::NotFound(SampleName(volume, index) + " has no field '" +
                                 std::string(dir.field_name(fields[f])) + "' (it has " +
                                 FieldsOf(dir, index) + ")");
+      }
+      if (held_decoded) {
+        // The field decoded lies after the decoded fields stored before it:
+        // a raw field of the decoded sample.
+        uint64_t at = 0;
+        for (const FieldInfo& before : stored_order) {
+          if (before.field == info->field) break;
+          at += before.decoded_length;
+        }
+        info->offset_in_sample = static_cast<uint32_t>(at);
+        info->stored_length = info->decoded_length;
+        info->codec = FieldCodec::kNone;
       }
       if (uint64_t{info->offset_in_sample} + info->stored_length > data->samples[i].size()) {
         return Status::Corruption(volume.FieldContext(index, fields[f]) +
