@@ -24,8 +24,9 @@
 #   warm  eight shuffled epochs with a node cache of 1 GB (--cache-budget 1G,
 #         filled by the first epoch's end; the default budget fills only
 #         where the loader predicts it pays); the median samples/s of
-#         epochs 3-8: data in memory, the cost left is the loader and
-#         decompression. Not epoch 2: it still hands out the batches epoch 1
+#         epochs 3-8: data in memory, the cost left is the loader (the
+#         node cache holds zstd fields decoded when they all fit, as here:
+#         decompressed once, by the fill). Not epoch 2: it still hands out the batches epoch 1
 #         read ahead from storage before the cache was full, each checked
 #         against its CRC32C (about half of 1,500 JPEGs' 154 MB here), so it
 #         measures a CRC pass whose size depends on timing (0.08-15 M
