@@ -1,15 +1,19 @@
-// Python binding of VolumeDataset's shared batch memory (shared_slots.h):
-// _SharedSlots in a DataLoader worker, _attach_slot and its _SlotLease (a
-// writable buffer) in the main process. Used by python/dlfs/torch.py only.
+// Python binding of the shared batch memory of VolumeDataset and
+// LoaderDataset (shared_slots.h): _SharedSlots in a DataLoader worker,
+// _attach_slot and its _SlotLease (a writable buffer) in the main process.
+// Used by python/dlfs/torch.py only.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "bindings.h"
+#include "dlfs/batch.h"
 #include "dlfs/sample_reader.h"
 #include "shared_slots.h"
 #include "status_bridge.h"
@@ -75,7 +79,35 @@ void RegisterSharedSlots(py::module_& m) {
             return py::make_tuple(offsets, lengths);
           },
           py::arg("volume"), py::arg("slot"), py::arg("indices"), py::arg("verify") = true,
-          "Reads the samples into slot `slot`: (offsets, lengths), or None when they do not fit.");
+          "Reads the samples into slot `slot`: (offsets, lengths), or None when they do not fit.")
+      .def(
+          "put",
+          [](SharedSlots& s, uint32_t slot, const Batch& batch) -> py::object {
+            CheckSlot(s, slot);
+            const size_t n = batch.size();
+            uint64_t bytes = 0;
+            for (size_t i = 0; i < n; ++i) bytes += batch.sample(i).size();
+            if (bytes > s.slot_bytes()) return py::none();  // does not fit
+            py::array_t<int64_t> lengths(static_cast<py::ssize_t>(n));
+            int64_t* len = lengths.mutable_data();
+            std::byte* dst = s.Slot(slot).data();
+            {
+              // The batch's buffer stays alive (the caller holds it); the
+              // slot is this worker's until the main process's lease ends.
+              py::gil_scoped_release release;
+              for (size_t i = 0; i < n; ++i) {
+                const std::span<const std::byte> sample = batch.sample(i);
+                if (!sample.empty()) std::memcpy(dst, sample.data(), sample.size());
+                dst += sample.size();
+                len[i] = static_cast<int64_t>(sample.size());
+              }
+            }
+            return lengths;
+          },
+          py::arg("slot"), py::arg("batch"),
+          "Copies a Loader batch's samples back to back into slot `slot`: their lengths (an "
+          "int64 array; the samples follow one another from the slot's start), or None when "
+          "they do not fit.");
 
   py::class_<SlotLease, std::shared_ptr<SlotLease>>(m, "_SlotLease", py::buffer_protocol())
       .def_buffer([](SlotLease& l) {

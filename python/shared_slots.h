@@ -1,6 +1,9 @@
 // Shared batch memory between a DataLoader worker and the main process, for
-// VolumeDataset's batched mode (python/dlfs/torch.py): moving ~100 KB
-// samples through the DataLoader's pipes costs more than reading them.
+// VolumeDataset's batched mode and LoaderDataset's batches
+// (python/dlfs/torch.py): moving ~100 KB samples through the DataLoader's
+// pipes costs more than reading them, and DataLoader's own transport of a
+// tensor (a new shared-memory file per tensor, its descriptor passed over a
+// socket) costs more than the loader takes to make a batch held in memory.
 //
 // The worker owns a SharedSlots: a memfd of `slots` slots. It takes a free
 // slot (Acquire), reads a batch straight into it (Slot: page-aligned, so

@@ -10,10 +10,12 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/crc32c.h"
 #include "common/shm_region.h"
+#include "format/format.h"
 
 namespace dlfs::cache_internal {
 
@@ -24,7 +26,10 @@ constexpr char kMagic[8] = {'D', 'L', 'F', 'S', 'N', 'C', '0', '1'};
 // node; 4: with the fill's duration (wall, pace)
 constexpr uint32_t kVersion = 4;
 constexpr uint64_t kHeaderBytes = 4096;
-constexpr uint64_t kAlign = 64;                 // each sample starts on a cache line
+constexpr uint64_t kAlign = 64;  // each sample starts on a cache line
+// Before each decoded sample (NodeCacheOptions::decoded): u32 CRC32C of its
+// decoded bytes, u32 their count.
+constexpr uint64_t kDecodedPrefix = 8;
 constexpr uint64_t kBlock = uint64_t{2} << 20;  // fallocate granularity
 constexpr int kSharerSlots = 64;
 // Entry values: 0 empty, 1 being filled, else data offset + 2.
@@ -82,6 +87,7 @@ struct NodeCache::Header {
   std::atomic<int32_t> fill_costs_pid;  // the process measuring or that measured
   std::atomic<double> fill_cost_scan, fill_cost_fill, fill_cost_read, fill_cost_slowed;
   std::atomic<double> fill_cost_wall, fill_cost_pace;
+  uint32_t decoded;  // 1: samples held decoded (0 in regions of earlier versions)
 };
 static_assert(sizeof(NodeCache::Header) <= kHeaderBytes);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
@@ -94,16 +100,38 @@ struct Layout {
   uint64_t data_offset, capacity, file_bytes;
 };
 
-Layout LayoutFor(const Volume& volume, uint64_t budget) {
+// The bytes of sample i's fields decoded.
+uint64_t DecodedLength(const SampleDirectory& dir, uint64_t i) {
+  uint64_t n = 0;
+  for (const FieldInfo& f : dir.Fields(i)) n += f.decoded_length;
+  return n;
+}
+
+// `*decoded` (asked for) stays true when the cache is to hold samples
+// decoded: some field of the volume is compressed and every sample,
+// decoded, fits the budget. A cache of a part of the samples decoded would
+// serve fewer of them from memory than one of stored bytes, and reading
+// from storage costs more than decompressing.
+Layout LayoutFor(const Volume& volume, uint64_t budget, bool* decoded) {
   const SampleDirectory& dir = volume.directory();
   uint64_t all = 0;  // every sample, aligned: more is never needed
-  if (dir.compact()) {
+  *decoded = *decoded && (volume.info().incompat_flags & format::kIncompatZstd) != 0;
+  if (*decoded) {
+    for (uint64_t i = 0; i < dir.size() && all <= budget; ++i) {
+      all += AlignUp(kDecodedPrefix + DecodedLength(dir, i), kAlign);
+    }
+    if (all > budget) {
+      *decoded = false;
+      all = 0;
+    }
+  }
+  if (!*decoded && dir.compact()) {
     // No pass over the samples (a billion of them take seconds): at most
     // kAlign - 1 bytes of padding each.
     const uint64_t n = dir.size();
     all = volume.info().data_bytes + std::min(n, (budget + kAlign) / (kAlign - 1)) * (kAlign - 1);
   }
-  for (uint64_t i = 0; !dir.compact() && i < dir.size() && all <= budget; ++i) {
+  for (uint64_t i = 0; !*decoded && !dir.compact() && i < dir.size() && all <= budget; ++i) {
     all += AlignUp(dir.sample(i).length, kAlign);
   }
   Layout l;
@@ -141,9 +169,11 @@ std::shared_ptr<NodeCache> NodeCache::Open(const Volume& volume, const NodeCache
   std::string& why = note != nullptr ? *note : dummy;
   why.clear();
   if (options.budget == 0 || volume.size() == 0) return nullptr;
-  const Layout layout = LayoutFor(volume, options.budget);
+  bool decoded = options.decoded;
+  const Layout layout = LayoutFor(volume, options.budget, &decoded);
   if (layout.capacity == 0) return nullptr;
   std::shared_ptr<NodeCache> c(new NodeCache(volume));
+  c->decoded_ = decoded;
   const uint64_t n = volume.size();
   c->checked_ = LazyZeroWords((n + 63) / 64);
   c->entries_reserved_ = LazyZeroWords((n * 8 / kBlock + 64) / 64);
@@ -160,6 +190,7 @@ std::shared_ptr<NodeCache> NodeCache::Open(const Volume& volume, const NodeCache
     h->capacity = layout.capacity;
     h->file_bytes = layout.file_bytes;
     h->fill_window_bytes = FillWindowBytes(volume.info().data_bytes);
+    h->decoded = decoded ? 1 : 0;
   };
   auto attach_mapping = [&](uint64_t bytes) {
     c->file_bytes_ = bytes;
@@ -182,7 +213,8 @@ std::shared_ptr<NodeCache> NodeCache::Open(const Volume& volume, const NodeCache
   if (!options.shared) return make_private();
 
   const std::string dir = shm::RegionDir(options.dir);
-  const std::string name = shm::UserPrefix() + UuidOf(volume) + options.name_suffix;
+  const std::string name =
+      shm::UserPrefix() + UuidOf(volume) + options.name_suffix + (decoded ? "-decoded" : "");
   const std::string path = dir + "/" + name;
   shm::SweepStale(dir);
 
@@ -209,6 +241,8 @@ std::shared_ptr<NodeCache> NodeCache::Open(const Volume& volume, const NodeCache
         } else if (std::string(h.uuid, strnlen(h.uuid, sizeof h.uuid)) != UuidOf(volume) ||
                    h.sample_count != n || h.data_bytes != volume.info().data_bytes) {
           refuse = "made for another volume";
+        } else if (h.decoded != (decoded ? 1u : 0u)) {
+          refuse = decoded ? "holds stored samples, not decoded ones" : "holds decoded samples";
         } else if (h.data_offset != layout.data_offset || h.file_bytes != region.bytes() ||
                    h.data_offset + h.capacity > region.bytes() || h.capacity % 4096 != 0) {
           refuse = "its layout does not match its size";
@@ -321,16 +355,30 @@ std::optional<std::span<const std::byte>> NodeCache::Find(uint64_t index) {
   }
   const SampleInfo& s = *located;
   const uint64_t offset = v - kReadyBase;
-  if (offset + s.length > header_->capacity) {
+  const std::byte* at = view_ + data_offset_ + offset;
+  const uint64_t prefix = decoded_ ? kDecodedPrefix : 0;
+  uint64_t held = s.length;
+  if (decoded_ && offset + kDecodedPrefix <= header_->capacity) {
+    // The count beside the bytes (checked against the directory on first
+    // use): walking the sample's field records on every hit cost more
+    // than the rest of a hit.
+    uint32_t count;
+    std::memcpy(&count, at + 4, 4);
+    held = kDecodedPrefix + count;
+  }
+  if (offset + std::max(held, prefix) > header_->capacity) {
     misses_.fetch_add(1, std::memory_order_relaxed);
     return std::nullopt;  // a damaged entry: never read outside the data area
   }
-  const std::span<const std::byte> bytes(view_ + data_offset_ + offset, s.length);
+  const std::span<const std::byte> bytes(at + prefix, held - prefix);
   const uint64_t bit = uint64_t{1} << (index % 64);
   std::atomic<uint64_t>& word = checked_[index / 64];
   if ((word.load(std::memory_order_relaxed) & bit) == 0) {
-    MapForReading(offset, s.length);
-    if (crc32c::Value(bytes.data(), bytes.size()) != s.crc32c) {
+    MapForReading(offset, held);
+    uint32_t want = s.crc32c;
+    if (decoded_) std::memcpy(&want, at, 4);
+    if ((decoded_ && bytes.size() != DecodedLength(volume_.directory(), index)) ||
+        crc32c::Value(bytes.data(), bytes.size()) != want) {
       misses_.fetch_add(1, std::memory_order_relaxed);
       return std::nullopt;
     }
@@ -393,6 +441,33 @@ bool NodeCache::Reserve(uint64_t offset, uint64_t length) {
   return true;
 }
 
+bool NodeCache::DecodeSample(uint64_t index, std::span<const std::byte> stored,
+                             std::vector<std::byte>* out) const {
+  const std::vector<FieldInfo> fields = volume_.directory().Fields(index);
+  uint64_t n = 0;
+  for (const FieldInfo& f : fields) n += f.decoded_length;
+  if (n > UINT32_MAX) return false;
+  out->resize(kDecodedPrefix + n);
+  uint64_t at = kDecodedPrefix;
+  for (const FieldInfo& f : fields) {
+    if (uint64_t{f.offset_in_sample} + f.stored_length > stored.size()) return false;
+    const std::span<std::byte> dst(out->data() + at, f.decoded_length);
+    // The stored bytes were checked whole against the directory just before.
+    if (!volume_
+             .DecodeField(index, f, stored.subspan(f.offset_in_sample, f.stored_length), dst,
+                          /*verify=*/false)
+             .ok()) {
+      return false;
+    }
+    at += f.decoded_length;
+  }
+  const uint32_t crc = crc32c::Value(out->data() + kDecodedPrefix, n);
+  const auto count = static_cast<uint32_t>(n);
+  std::memcpy(out->data(), &crc, 4);
+  std::memcpy(out->data() + 4, &count, 4);
+  return true;
+}
+
 bool NodeCache::Admit(uint64_t index, std::span<const std::byte> bytes) {
   if (full()) return false;
   if (!ReserveEntry(index)) {
@@ -412,6 +487,17 @@ bool NodeCache::Admit(uint64_t index, std::span<const std::byte> bytes) {
       crc32c::Value(bytes.data(), bytes.size()) != located->crc32c) {
     entries_[index].store(kEmpty, std::memory_order_release);
     return false;
+  }
+  if (decoded_) {
+    // Decoded here, before taking room: a field that does not decode (a
+    // volume written wrong) leaves the sample uncached, and readers decode
+    // it themselves and report it.
+    thread_local std::vector<std::byte> held;
+    if (!DecodeSample(index, bytes, &held)) {
+      entries_[index].store(kEmpty, std::memory_order_release);
+      return false;
+    }
+    bytes = held;
   }
   const uint64_t need = AlignUp(bytes.size(), kAlign);
   const uint64_t offset = header_->cursor.fetch_add(need, std::memory_order_relaxed);

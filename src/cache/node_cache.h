@@ -87,6 +87,16 @@ struct NodeCacheOptions {
   // Appended to the region's name: fake nodes of one host (DLFS_RANKS_PER_NODE)
   // each keep their own region, as real nodes would.
   std::string name_suffix;
+  // Hold samples decoded (the Loader reading fields of a volume with
+  // compressed fields): each sample's fields decoded, in storage order, so a
+  // compressed field is decompressed once per node, when admitted, not on
+  // every read. Only when the budget holds every sample so (decoded bytes
+  // are what the budget counts then); otherwise, or when no field of the
+  // volume is compressed, the cache holds stored bytes as usual (decoded()
+  // says which). A region of decoded samples has a name of its own
+  // ("...-decoded"): the other readers of a volume's region (SampleReader,
+  // ShardLoader, the cluster cache) expect stored bytes.
+  bool decoded = false;
 };
 
 struct NodeCacheStats {
@@ -126,13 +136,20 @@ class NodeCache {
   // holds them and, the first time this process uses them, they match the
   // directory's CRC32C; nullopt otherwise. The span stays valid for the
   // cache's life (keep the shared_ptr) and is read-only memory.
+  // decoded(): the sample's fields decoded instead, back to back in storage
+  // order (field j at the sum of the decoded lengths before it), checked
+  // the first time against the CRC32C the admitting process wrote beside
+  // them (the format has no checksum of decoded bytes: this catches a
+  // damaged region, not a forgery by another process of the same user).
   std::optional<std::span<const std::byte>> Find(uint64_t index);
   // Offers the stored bytes of sample `index`, just read from the device:
   // checked against the directory's CRC32C (refused bytes take no room),
-  // then copied in when there is room and no process has it yet. The
-  // caller must not change `bytes` during the call. True when the sample is
-  // now in the cache (added by this call).
+  // then copied in (decoded(): decoded, then copied) when there is room and
+  // no process has it yet. The caller must not change `bytes` during the
+  // call. True when the sample is now in the cache (added by this call).
   bool Admit(uint64_t index, std::span<const std::byte> bytes);
+  // Holds samples decoded (NodeCacheOptions::decoded, and it applied).
+  bool decoded() const { return decoded_; }
   // No more samples fit (or filling stopped: no memory left in /dev/shm).
   bool full() const;
   // Holds no sample yet (on any process of the node): a reader skips its
@@ -184,7 +201,13 @@ class NodeCache {
   void SizeBlockMaps();
   void Detach();
 
+  // Sample `index` decoded as the data area holds it (the prefix, then its
+  // fields); false when a field does not decode or lies outside `stored`.
+  bool DecodeSample(uint64_t index, std::span<const std::byte> stored,
+                    std::vector<std::byte>* out) const;
+
   const Volume& volume_;
+  bool decoded_ = false;
   const pid_t pid_ = ::getpid();  // the process that opened it
   std::string path_;
   shm::Region region_;  // the node's region; not valid for a private cache

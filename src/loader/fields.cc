@@ -111,27 +111,47 @@ uint64_t DecodedBytes(const Volume& volume, std::span<const uint32_t> fields,
 }
 
 Status SplitFields(const Volume& volume, std::span<const uint32_t> fields, bool verify,
-                   Batch::Data* data, DecodedBuffers* buffers, std::span<std::byte> into) {
+                   Batch::Data* data, DecodedBuffers* buffers, std::span<std::byte> into,
+                   bool cached_decoded) {
   const SampleDirectory& dir = volume.directory();
   const size_t n = data->indices.size();
   const size_t k = fields.size();
-  std::vector<FieldInfo> infos(n * k);
+  // Each Field() result is made in its slot (guaranteed copy elision):
+  // copying it out of a temporary the callee had just written field by
+  // field stalled on store forwarding, half of this function's time on a
+  // v2 volume held in memory (0.93x the v1 volume's rate).
+  std::vector<std::optional<FieldInfo>> infos(n * k);
   uint64_t decoded_bytes = 0;
   for (size_t i = 0; i < n; ++i) {
     const uint64_t index = data->indices[i];
+    const bool held_decoded = cached_decoded && i < data->checked.size() && data->checked[i];
+    const std::vector<FieldInfo> stored_order =
+        held_decoded ? dir.Fields(index) : std::vector<FieldInfo>{};
     for (size_t f = 0; f < k; ++f) {
-      const std::optional<FieldInfo> info = dir.Field(index, fields[f]);
+      std::optional<FieldInfo>& info = infos[i * k + f];
+      ::new (static_cast<void*>(&info)) std::optional<FieldInfo>(dir.Field(index, fields[f]));
       if (!info) {
         return Status::NotFound(SampleName(volume, index) + " has no field '" +
                                 std::string(dir.field_name(fields[f])) + "' (it has " +
                                 FieldsOf(dir, index) + ")");
+      }
+      if (held_decoded) {
+        // The field decoded lies after the decoded fields stored before it:
+        // a raw field of the decoded sample.
+        uint64_t at = 0;
+        for (const FieldInfo& before : stored_order) {
+          if (before.field == info->field) break;
+          at += before.decoded_length;
+        }
+        info->offset_in_sample = static_cast<uint32_t>(at);
+        info->stored_length = info->decoded_length;
+        info->codec = FieldCodec::kNone;
       }
       if (uint64_t{info->offset_in_sample} + info->stored_length > data->samples[i].size()) {
         return Status::Corruption(volume.FieldContext(index, fields[f]) +
                                   ": lies outside the sample's extent");
       }
       if (info->codec != FieldCodec::kNone) decoded_bytes += info->decoded_length;
-      infos[i * k + f] = *info;
     }
   }
   // One buffer for the batch's decoded fields, released with its last copy.
@@ -164,7 +184,7 @@ Status SplitFields(const Volume& volume, std::span<const uint32_t> fields, bool 
     // was left once the data was in memory (0.13x a v1 volume's rate).
     const bool check = verify && !(i < data->checked.size() && data->checked[i]);
     for (size_t f = 0; f < k; ++f) {
-      const FieldInfo& info = infos[i * k + f];
+      const FieldInfo& info = *infos[i * k + f];
       const std::span<const std::byte> stored =
           data->samples[i].subspan(info.offset_in_sample, info.stored_length);
       if (info.codec == FieldCodec::kNone) {

@@ -57,10 +57,14 @@ class DecodedBuffers : public std::enable_shared_from_this<DecodedBuffers> {
 // field that does not decode (Corruption); `data` must then be dropped.
 // With `into`, the decoded fields go there instead (at least
 // DecodedBytes(...) bytes; the caller keeps it alive).
+// With `cached_decoded`, the samples the node cache handed out (data->checked)
+// hold their fields decoded, back to back in storage order (a NodeCache
+// whose decoded() is true): their fields are spans of them, decoded and
+// checked already.
 // REQUIRES: !fields.empty().
 Status SplitFields(const Volume& volume, std::span<const uint32_t> fields, bool verify,
                    Batch::Data* data, DecodedBuffers* buffers = nullptr,
-                   std::span<std::byte> into = {});
+                   std::span<std::byte> into = {}, bool cached_decoded = false);
 
 // Bytes SplitFields decodes for `fields` of the samples `indices`.
 uint64_t DecodedBytes(const Volume& volume, std::span<const uint32_t> fields,

@@ -219,7 +219,8 @@ Result<bool> Loader::Impl::HandOut(std::shared_ptr<Batch::Data> data, Batch* out
 
 Status Loader::Impl::Check(Batch::Data* data) {
   if (!field_ids_.empty()) {
-    return loader_internal::SplitFields(*volume_, field_ids_, options_.verify_checksums, data);
+    return loader_internal::SplitFields(*volume_, field_ids_, options_.verify_checksums, data,
+                                        nullptr, {}, cache_ && cache_->decoded());
   }
   if (options_.verify_checksums) {
     for (size_t i = 0; i < data->indices.size(); ++i) {
@@ -389,6 +390,9 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
   cache_internal::NodeCacheOptions co;
   co.budget = ResolveCacheBudget(options.cache_budget, after_buffers, &budget_note);
   co.shared = options.cache_shared;
+  // Reading fields: compressed ones are held decoded when every sample fits
+  // so, and are then decompressed once per node instead of on every read.
+  co.decoded = !impl->field_ids_.empty();
   impl->cache_budget_ = co.budget;
   impl->cache_ = NodeCache::Open(*volume, co, &impl->cache_note_);
   if (!budget_note.empty()) {

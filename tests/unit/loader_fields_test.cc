@@ -2,6 +2,11 @@
 // requested fields in the requested order, byte-identical to
 // Volume::Read(i, field), raw ones zero-copy and zstd ones decoded; missing
 // and corrupt fields named; from the device and with the node cache.
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
 #include <map>
 #include <set>
 
@@ -268,6 +273,126 @@ TEST_P(LoaderFieldsTest, DecodedFieldsOutliveTheLoaderAndLaterBatches) {
 
 INSTANTIATE_TEST_SUITE_P(Tier, LoaderFieldsTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "tier" : "device"; });
+
+// The node cache of a loader reading fields holds compressed ones decoded
+// (decompressed once per node, when admitted) when every sample fits so:
+// a region of its own, whose bytes each process checks on first use
+// against the checksum written beside them, so a damaged region is read
+// from the device instead; a budget that holds the samples only as stored
+// keeps stored bytes. Every field handed out equals Volume::Read's.
+class LoaderFieldsCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::filesystem::create_directories(shm_.path() + "/shm");
+    ::setenv("DLFS_CACHE_DIR", (shm_ / "shm").c_str(), 1);
+    ASSERT_OK(Build(path_));
+    ASSERT_OK_AND_ASSIGN(vol_, Volume::Open(path_));
+    const SampleDirectory& d = vol_->directory();
+    for (int i = 0; i < kSamples; ++i) {
+      if (LacksJson(i)) continue;
+      subset_.push_back(static_cast<uint64_t>(i));
+    }
+    for (uint64_t i = 0; i < d.size(); ++i) {
+      uint64_t decoded = 8;  // the region's prefix
+      for (const FieldInfo& f : d.Fields(i)) decoded += f.decoded_length;
+      stored_bytes_ += (d.sample(i).length + 63) / 64 * 64;
+      decoded_bytes_ += (decoded + 63) / 64 * 64;
+    }
+    ASSERT_LT(stored_bytes_ + 8192, decoded_bytes_);  // json compresses well
+  }
+  void TearDown() override { ::unsetenv("DLFS_CACHE_DIR"); }
+
+  std::unique_ptr<Loader> Make(uint64_t budget) {
+    LoaderOptions o;
+    o.sampler.batch_size = 6;
+    o.fields = {"cls", "json"};
+    o.subset = subset_;
+    o.cache_budget = budget;
+    auto l = Loader::Create(vol_, o);
+    EXPECT_OK(l);
+    return l.ok() ? std::move(l).value() : nullptr;
+  }
+  // One epoch, every field checked against Volume::Read; its stats.
+  SourceStats Epoch(Loader& l, uint64_t epoch) {
+    const SourceStats before = l.source_stats();
+    l.SetEpoch(epoch);
+    Batch b;
+    size_t n = 0;
+    while (true) {
+      auto more = l.Next(&b);
+      EXPECT_OK(more);
+      if (!more.ok() || !*more) break;
+      for (size_t i = 0; i < b.size(); ++i, ++n) {
+        for (size_t f = 0; f < 2; ++f) {
+          auto want = vol_->Read(b.index(i), f == 0 ? "cls" : "json");
+          EXPECT_OK(want);
+          if (want.ok()) EXPECT_EQ(Copy(b.field(i, f)), *want) << Key(b.index(i)) << " " << f;
+        }
+      }
+    }
+    EXPECT_EQ(n, subset_.size());
+    return l.source_stats() - before;
+  }
+  std::vector<std::string> Regions() const {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(shm_ / "shm")) {
+      out.push_back(e.path().filename());
+    }
+    return out;
+  }
+
+  TempDir tmp_, shm_;
+  const std::string path_ = tmp_ / "f.dlfs";
+  std::shared_ptr<Volume> vol_;
+  std::vector<uint64_t> subset_;
+  uint64_t stored_bytes_ = 0, decoded_bytes_ = 0;
+};
+
+TEST_F(LoaderFieldsCacheTest, CompressedFieldsAreHeldDecodedAndADamagedRegionIsNotTrusted) {
+  auto a = Make(uint64_t{64} << 20);
+  ASSERT_NE(a, nullptr);
+  Epoch(*a, 0);  // a requested cache is full by the first epoch's end
+  // Decoded bytes held: more than the samples take stored.
+  EXPECT_GT(a->source_stats().cache_used_bytes, 0u);
+  EXPECT_LE(a->source_stats().cache_used_bytes, decoded_bytes_);
+  const SourceStats warm = Epoch(*a, 1);
+  EXPECT_EQ(warm.cache_hits, subset_.size());
+  EXPECT_EQ(warm.io.requests, 0u);
+  const std::vector<std::string> regions = Regions();
+  ASSERT_EQ(regions.size(), 1u);
+  EXPECT_TRUE(regions[0].ends_with("-decoded")) << regions[0];
+
+  // Noise over the second half of the region: a new loader (this process
+  // attaches again, checking each sample on first use) reads those from the
+  // device and still hands out the right fields.
+  {
+    const std::string region = shm_ / ("shm/" + regions[0]);
+    const int fd = ::open(region.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    const off_t size = ::lseek(fd, 0, SEEK_END);
+    std::string noise(size / 2, '\x5a');
+    ASSERT_EQ(::pwrite(fd, noise.data(), noise.size(), size / 2),
+              static_cast<ssize_t>(noise.size()));
+    ::close(fd);
+  }
+  auto b = Make(uint64_t{64} << 20);
+  ASSERT_NE(b, nullptr);
+  const SourceStats s = Epoch(*b, 2);
+  EXPECT_GT(s.cache_misses, 0u);
+  EXPECT_GT(s.io.requests, 0u);
+}
+
+TEST_F(LoaderFieldsCacheTest, ABudgetTooSmallForDecodedSamplesHoldsStoredOnes) {
+  auto a = Make(stored_bytes_ + 8192);
+  ASSERT_NE(a, nullptr);
+  Epoch(*a, 0);
+  const SourceStats warm = Epoch(*a, 1);
+  EXPECT_GT(warm.cache_hits, 0u);
+  const std::vector<std::string> regions = Regions();
+  ASSERT_EQ(regions.size(), 1u);
+  EXPECT_FALSE(regions[0].ends_with("-decoded")) << regions[0];
+  EXPECT_LE(a->source_stats().cache_used_bytes, stored_bytes_);
+}
 
 TEST(LoaderFieldsOptionsTest, UnknownTwiceOrNoFieldsAreRefused) {
   TempDir tmp;
