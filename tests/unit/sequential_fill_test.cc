@@ -167,11 +167,11 @@ TEST_F(SequentialFillTest, WaitsForACoreAreCountedApart) {
   EXPECT_LE(queued, 1.05 * wall);
 }
 
-// Decided not to fill: only the probe's window was read.
+// Decided not to fill: only the probe's two windows were read.
 void ExpectNoFillAfterTheProbe(const SequentialFill::Stats& st) {
   EXPECT_TRUE(st.decided);
   EXPECT_FALSE(st.decision.fill) << st.decision.reason;
-  EXPECT_EQ(st.windows_filled, 1u);
+  EXPECT_EQ(st.windows_filled, 2u);
 }
 
 TEST_F(SequentialFillTest, AFillThatDoesNotPayStopsAfterItsProbe) {
@@ -292,7 +292,7 @@ TEST_F(SequentialFillTest, NoEpochLeftNoProbe) {
 // The node's processes decide from one measurement: the first to start
 // measures and probes, the others take its figures instead of their own,
 // so they agree (with their own epochs: here all the same) and only one
-// window is probed.
+// probe (two windows) is read.
 TEST_F(SequentialFillTest, TheNodesProcessesDecideFromOneMeasurement) {
   for (const bool pays : {false, true}) {
     SCOPED_TRACE(pays ? "the first caller waits" : "the first caller never waits");
@@ -300,8 +300,8 @@ TEST_F(SequentialFillTest, TheNodesProcessesDecideFromOneMeasurement) {
     for (auto& c : caches) ASSERT_TRUE(c);
     SequentialFill::Options o = Caller([pays](uint64_t) { return pays ? 0.1 : 0.0; }, 10);
     // Every fill is held before each window it would fill (the first one
-    // after its probe) until all have decided, so that they decide with
-    // most of the volume still to fill.
+    // after its probe's two) until all have decided, so that they decide
+    // with most of the volume still to fill.
     auto go = std::make_shared<std::atomic<bool>>(false);
     auto held = [go](int free_asks) {
       return [go, asked = 0, free_asks]() mutable {
@@ -312,7 +312,7 @@ TEST_F(SequentialFillTest, TheNodesProcessesDecideFromOneMeasurement) {
         return false;
       };
     };
-    o.memory_short = held(1);
+    o.memory_short = held(2);
     auto decided = [](SequentialFill& f) {
       const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
       while (!f.stats().decided && std::chrono::steady_clock::now() < until) {
@@ -343,7 +343,7 @@ TEST_F(SequentialFillTest, TheNodesProcessesDecideFromOneMeasurement) {
       filled += st.windows_filled;
       windows = std::max(windows, st.windows);
     }
-    EXPECT_EQ(filled, pays ? windows : 1u);
+    EXPECT_EQ(filled, pays ? windows : 2u);
     if (pays) ExpectAllCached(*caches[1]);
     fills.clear();
     caches.clear();  // the last handle removes the region: the next round starts afresh
