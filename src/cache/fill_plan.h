@@ -9,20 +9,20 @@
 // windows (scan: the device the reader reads too) and copying it into fresh
 // shared memory (fill), of which the reader's caller loses the share
 // `slowed` (0 where the fill's thread runs on a core left idle, 1 where it
-// takes the reader's); it saves, in every later epoch, what the caller
-// waited per byte it got (read). The first epoch's last batch waits for a
-// fill decided on (loader.cc), so every later epoch saves in full, and a
-// fill that lasts past the end of the epoch costs that wait instead:
+// takes the reader's); it saves, in every later epoch, what
+// the caller waited per byte it got (read). Every term is per byte, so the decision does not depend
+// on how much fits: fill iff
 //
-//     fill iff  epochs_after * read  >  max(scan + fill * slowed,
-//                                           wall - epoch_left * pace)
+//     saved_epochs * read  >  scan + fill * slowed
 //
-// where wall is the fill's seconds per byte, waits for a core included,
-// pace the seconds per byte the reader hands out, and epoch_left the share
-// of the current epoch still to read. Every term is per byte, so the
-// decision does not depend on how much fits. (Before the first epoch
-// waited, the fill ran beside the epochs and lasted five of Fashion-MNIST's
-// here, trailing a given budget by 1.2-1.9x.)
+// where saved_epochs is epochs_after less what the fill's own time takes of
+// them: the fill runs beside the epochs, so the cached share grows from none
+// to all over the F epochs it lasts (F = wall / pace, the fill's seconds per
+// byte over the reader's), and those epochs save half on average:
+// epochs_after - F/2 when F <= epochs_after, else epochs_after^2 / (2F).
+// On a node whose cores the readers keep busy, a Fashion-MNIST fill lasted
+// 2-3 epochs: counted as saving from the start, it filled 5-epoch jobs at a
+// loss.
 //
 // unless the user asked for the cache (an explicit budget: it is filled
 // whatever it costs, and the report says what it cost).
@@ -41,9 +41,9 @@ struct FillCosts {
   // The caller's lost share of the fill's time: 1 - the cores it may run
   // on that were idle while the reader ran, at least 0. 1 when not measured.
   double slowed = 1;
-  // How long the fill lasts: its seconds per byte, waits for a core
-  // included (wall), against the seconds per byte the reader hands out
-  // (pace). 0 when not measured: the fill counts as instant.
+  // How long the fill lasts beside the epochs: its seconds per byte, waits
+  // for a core included (wall), over the seconds per byte the reader
+  // hands out (pace). 0 when not measured: the fill counts as instant.
   double wall = 0;
   double pace = 0;
 };
@@ -51,7 +51,6 @@ struct FillCosts {
 struct FillInputs {
   uint64_t cacheable_bytes = 0;  // not cached yet, and fitting the budget
   double epochs_after = 0;       // epochs planned after the one being read
-  double epoch_left = 1;         // the share of the one being read still to come
   bool requested = false;        // the budget was given: fill whatever it costs
   FillCosts costs;
 };
@@ -61,11 +60,9 @@ struct FillDecision {
   double cost_seconds = 0;    // predicted, for cacheable_bytes
   double saving_seconds = 0;  // predicted, over epochs_after
   double fill_epochs = 0;     // the epochs the fill lasts (0: not measured)
-  double wait_seconds = 0;    // predicted: the first epoch's end waiting for the fill
   double cost_per_gb = 0;     // predicted: the fill's own seconds per GB (scan + fill)
-  // For reports: "fill: saves 1.8 s over 4 epochs for 0.40 s (read 0.02,
-  // copy 0.38, 100 % of it taken from the reader; the fill lasting 0.5 of
-  // them, 0.10 s past this one)".
+  // For reports: "fill: saves 1.8 s over 4 epochs (the fill lasting 0.5 of
+  // them) for 0.40 s (read 0.02, copy 0.38, 100 % of it taken from the reader)".
   std::string reason;
 };
 

@@ -197,14 +197,6 @@ std::string SequentialFill::Stats::Outcome() const {
   return text;
 }
 
-void SequentialFill::WaitIfFilling(double stall_seconds) {
-  {
-    std::lock_guard lock(state_->mu);
-    if (!state_->stats.decided || !state_->stats.decision.fill) return;
-  }
-  WaitFilled(stall_seconds);
-}
-
 SequentialFill::Stats SequentialFill::stats() const {
   std::lock_guard lock(state_->mu);
   return state_->stats;
@@ -333,13 +325,6 @@ void SequentialFill::Run(State& s) {
     const double done = std::floor(static_cast<double>(progress().payload_bytes) / epoch_bytes);
     return std::max(0.0, s.options.epochs_after - done);
   };
-  // The share of the caller's current epoch still to come.
-  auto epoch_left = [&] {
-    if (epoch_bytes == 0) return 1.0;
-    const uint64_t into = progress().payload_bytes % epoch_bytes;
-    return 1.0 - static_cast<double>(into) / static_cast<double>(epoch_bytes);
-  };
-  // The probe: one window, which measures reading and copying here.
   // The probe: two windows, the second measured, for what reading and
   // copying cost here. The first pays for setting the region up (its first
   // block mapped, the kernel's structures): a 1.6 GB volume's first window
@@ -497,7 +482,6 @@ void SequentialFill::Run(State& s) {
     FillInputs in;
     in.requested = s.options.requested;
     in.epochs_after = epochs_after();
-    in.epoch_left = epoch_left();
     in.costs = *costs;
     const NodeCacheStats cs = cache.stats();
     const uint64_t room = std::min(volume.info().data_bytes, cs.capacity);
@@ -526,7 +510,6 @@ void SequentialFill::Run(State& s) {
     if (s.options.requested || !costs) continue;
     FillInputs in;
     in.epochs_after = epochs_after();
-    in.epoch_left = epoch_left();
     in.costs = *costs;
     {
       std::lock_guard lock(s.mu);

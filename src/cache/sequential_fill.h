@@ -108,10 +108,6 @@ class SequentialFill {
   // `stall_seconds` (a process that claimed a window died). For a requested
   // fill at the end of the first epoch.
   void WaitFilled(double stall_seconds = 2.0);
-  // WaitFilled where the node decided to fill (whether asked or not);
-  // returns at once where it decided not to or has not decided yet (a
-  // measurement still under way must not hold the reader it measures).
-  void WaitIfFilling(double stall_seconds = 2.0);
 
   struct Stats {
     uint64_t windows = 0;         // of the volume; 0 until this process reads one

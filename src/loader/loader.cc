@@ -185,16 +185,10 @@ Result<bool> Loader::Impl::Next(Batch* out) {
   const bool wait_for_fill = wait_for_fill_ && consumer_ == epoch_end_;
   if (wait_for_fill) wait_for_fill_ = false;
   lock.unlock();
-  // The cache the user asked for is full by the end of the first epoch, and
-  // so is one the node decided to fill: the second epoch is read from memory
-  // (beside the epochs, a Fashion-MNIST fill had lasted five of them).
-  if (wait_for_fill) {
-    if (fill_requested_) {
-      fill_->WaitFilled();
-    } else {
-      fill_->WaitIfFilling();
-    }
-  }
+  // The cache the user asked for is full by the end of the first epoch. One
+  // the node decided to fill goes on beside the later epochs: waiting for
+  // it made Fashion-MNIST over 5 epochs 1.18x slower than filling beside.
+  if (wait_for_fill) fill_->WaitFilled();
   work_cv_.notify_all();  // the window moved
   AddSeconds(next_wait_ns_, Now() - t0);
   Result<std::shared_ptr<Batch::Data>> r = std::move(node.mapped());
@@ -416,8 +410,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
     const uint64_t batch_bytes = options.sampler.batch_size * sizes.mean;
     fo.settle_bytes = (impl->window_ + 1) * batch_bytes;
     fo.measure_bytes = 2 * impl->window_ * batch_bytes;
-    impl->wait_for_fill_ = true;
-    impl->fill_requested_ = fo.requested;
+    impl->wait_for_fill_ = fo.requested;
     impl->fill_ = std::make_unique<cache_internal::SequentialFill>(impl->cache_, impl->volume_,
                                                                    std::move(fo));
   }

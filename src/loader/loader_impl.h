@@ -195,11 +195,9 @@ class Loader::Impl {
   std::unique_ptr<cache_internal::SequentialFill> fill_;
   // Reads a small page-cached volume ahead in the first epoch (or null).
   std::unique_ptr<loader_internal::PageWarmer> warmer_;
-  // The first epoch's last batch waits for the fill: always for an
-  // explicit budget (LoaderOptions::planned_epochs), and where the node
-  // decided to fill otherwise. Guarded by mu_.
+  // An explicit budget: the first epoch's last batch waits for the fill
+  // (LoaderOptions::planned_epochs). Guarded by mu_.
   bool wait_for_fill_ = false;
-  bool fill_requested_ = false;
 };
 
 }  // namespace dlfs

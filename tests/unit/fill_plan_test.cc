@@ -78,37 +78,30 @@ TEST(FillPlanTest, AGivenBudgetIsFilledWhateverItCosts) {
   EXPECT_NE(d.reason.find("budget given"), std::string::npos) << d.reason;
 }
 
-// The first epoch waits for a fill decided on: every later epoch saves in
-// full, and a fill that outlasts the epoch costs the wait at its end,
-// where that is more than what it takes from the reader meanwhile.
-TEST(FillPlanTest, AFillLongerThanTheEpochCostsItsWait) {
+// The fill runs beside the epochs: those it lasts save half on average,
+// and a fill that outlasts the job saves only what it had cached meanwhile.
+TEST(FillPlanTest, TheEpochsTheFillLastsSaveHalf) {
   FillInputs in{.cacheable_bytes = 55'000'000,
                 .epochs_after = 3,
                 .costs = {.scan = 1.5 / kGB, .fill = 1.5 / kGB, .read = 1.2 / kGB, .slowed = 0.2}};
-  const auto instant = DecideFill(in);  // wall and pace not measured: no wait
+  const auto instant = DecideFill(in);  // wall and pace not measured: as before
   EXPECT_EQ(instant.fill_epochs, 0);
-  EXPECT_EQ(instant.wait_seconds, 0);
   EXPECT_NEAR(instant.saving_seconds, 3 * 0.066, 1e-9);
   EXPECT_NEAR(instant.cost_seconds, 0.0825 * 1.2, 1e-9);
   EXPECT_TRUE(instant.fill) << instant.reason;
-  // The fill lasts two epochs of the reader's pace, half of this one is
-  // left: it ends 1.5 epochs (0.0825 s) after it, longer than it takes.
-  in.costs.wall = 2.0 / kGB;
+  in.costs.wall = 2.0 / kGB;  // the fill lasts two epochs of the reader's pace
   in.costs.pace = 1.0 / kGB;
-  in.epoch_left = 0.5;
   const auto two = DecideFill(in);
   EXPECT_NEAR(two.fill_epochs, 2, 1e-9);
-  EXPECT_NEAR(two.wait_seconds, 1.5 * 0.055, 1e-9);
-  EXPECT_NEAR(two.cost_seconds, 0.0825 * 1.2, 1e-9);  // taken: 0.099 > the wait
-  EXPECT_NEAR(two.saving_seconds, 3 * 0.066, 1e-9);    // every later epoch, in full
-  EXPECT_NE(two.reason.find("the fill lasting 2 epochs, 0.08 s past this one"),
-            std::string::npos)
-      << two.reason;
-  in.costs.wall = 5.0 / kGB;  // 4.5 epochs past this one: 0.2475 s > 0.198 saved
-  const auto five = DecideFill(in);
-  EXPECT_NEAR(five.cost_seconds, 4.5 * 0.055, 1e-9);
-  EXPECT_FALSE(five.fill) << five.reason;
-  in.epochs_after = 30;  // a long job: the wait hardly matters
+  EXPECT_NEAR(two.saving_seconds, (3 - 1) * 0.066, 1e-9);
+  EXPECT_NE(two.reason.find("the fill lasting 2 of them"), std::string::npos) << two.reason;
+  in.costs.wall = 4.0 / kGB;  // outlasts the 3 epochs: 3^2 / (2 * 4) of one saved
+  const auto four = DecideFill(in);
+  EXPECT_NEAR(four.saving_seconds, 9.0 / 8 * 0.066, 1e-9);
+  EXPECT_FALSE(four.fill) << four.reason;  // 0.074 s saved for 0.099 s
+  in.costs.wall = 6.0 / kGB;               // outlasts the 3 epochs: 3^2 / (2 * 6) of one saved
+  EXPECT_NEAR(DecideFill(in).saving_seconds, 0.75 * 0.066, 1e-9);
+  in.epochs_after = 30;  // a long job: the fill's duration hardly matters
   EXPECT_TRUE(DecideFill(in).fill) << DecideFill(in).reason;
 }
 
