@@ -277,6 +277,21 @@ TEST_F(SequentialFillTest, OnABusyNodeOneEpochLeftIsNotProbed) {
   EXPECT_EQ(cache->stats().samples, 0u);
 }
 
+// The same for one process with cores to spare, measured in its first
+// epoch: read through the page cache, the one epoch after it reads warm
+// pages, which filling cannot beat.
+TEST_F(SequentialFillTest, APageCachedReaderWithOneEpochLeftIsNotProbed) {
+  auto cache = Cache();
+  ASSERT_TRUE(cache);
+  SequentialFill::Options o = Caller([](uint64_t) { return 0.1; }, 1);
+  o.page_cached = true;
+  const auto st = FillFor(cache, vol_, std::move(o));
+  EXPECT_TRUE(st.decided);
+  EXPECT_FALSE(st.decision.fill) << st.decision.reason;
+  EXPECT_NE(st.decision.reason.find("one epoch left"), std::string::npos) << st.decision.reason;
+  EXPECT_EQ(st.windows_filled, 0u);
+}
+
 // With no epoch left after the one being read, nothing is probed or filled.
 TEST_F(SequentialFillTest, NoEpochLeftNoProbe) {
   auto cache = Cache();
