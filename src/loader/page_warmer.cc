@@ -6,16 +6,14 @@
 #include <algorithm>
 #include <system_error>
 
-#include "volume/scan.h"
-
 namespace dlfs::loader_internal {
 
 namespace {
 
-// Windows in storage order, each asked for in pieces: the kernel reads at
-// most the device's readahead size per call (read_ahead_kb, 128 KiB by
-// default) and drops the rest of a larger request.
-constexpr uint64_t kWindowBytes = uint64_t{4} << 20;
+// Each target's data region is asked for in pieces, in file order: the
+// kernel reads at most the device's readahead size per call
+// (read_ahead_kb, 128 KiB by default) and drops the rest of a larger
+// request.
 constexpr uint64_t kPieceBytes = uint64_t{128} << 10;
 
 }  // namespace
@@ -56,12 +54,15 @@ void PageWarmer::Join() {
 }
 
 void PageWarmer::Run() {
-  const volume_internal::VolumeScan scan(*volume_, kWindowBytes);
-  for (size_t w = 0; w < scan.windows() && !stop_.load(std::memory_order_relaxed); ++w) {
-    const int fd = volume_->target_fd(scan.window_target(w));
+  // By target and offset, from the superblocks' data regions alone: no
+  // per-sample work, whatever the volume's size or layout.
+  const std::vector<TargetInfo>& targets = volume_->info().target_details;
+  for (uint32_t t = 0; t < targets.size() && !stop_.load(std::memory_order_relaxed); ++t) {
+    const int fd = volume_->target_fd(t);
     if (fd < 0) continue;
-    const uint64_t end = scan.window_offset(w) + scan.window_bytes(w);
-    for (uint64_t at = scan.window_offset(w); at < end; at += kPieceBytes) {
+    const uint64_t end = targets[t].data_offset + targets[t].data_length;
+    for (uint64_t at = targets[t].data_offset; at < end && !stop_.load(std::memory_order_relaxed);
+         at += kPieceBytes) {
       const uint64_t n = std::min(kPieceBytes, end - at);
       if (::posix_fadvise(fd, static_cast<off_t>(at), static_cast<off_t>(n), POSIX_FADV_WILLNEED) ==
           0) {

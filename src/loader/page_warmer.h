@@ -1,18 +1,18 @@
 // PageWarmer: where the loader reads a volume through the page cache (small
 // samples, loader/batch_planner.h) and the volume is small beside the
 // memory the job may use, its first epoch asks the kernel to read the whole
-// volume ahead, in large sequential windows on a thread of its own, so the
-// epoch's small random reads find their pages there.
+// volume ahead, each target's data region in file order on a thread of its
+// own, so the epoch's small random reads find their pages there.
 //
 // Why: a 784-byte sample of an uncached page is a 4 KiB device request of
 // its own, handled on the reading thread; Fashion-MNIST's 70,000 of them
-// made a cold epoch 2-3x slower than a warm one. Read ahead in 4 MiB
-// windows, the same bytes reach the page cache in 14 requests while the
-// loader reads, and the device still reads each byte once (the pages stay:
+// made a cold epoch 2-3x slower than a warm one. Read ahead in order, the
+// same bytes reach the page cache in large requests while the loader
+// reads, and the device still reads each byte once (the pages stay:
 // the volume fits a quarter of the usable memory, which the page cache
 // would give it anyway after the first epoch).
 //
-// Advisory: posix_fadvise(WILLNEED) per window, so a failure only means
+// Advisory: posix_fadvise(WILLNEED) per 128 KiB piece, so a failure only means
 // the loader reads those pages itself; targets without a file descriptor
 // (NBD) are skipped. Thread safety: Start and the destructor from the
 // loader's threads; in a child of fork() the destructor leaves the parent's

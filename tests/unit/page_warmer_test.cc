@@ -1,5 +1,5 @@
-// PageWarmer: asks the kernel for every byte of a small page-cached volume
-// once, in storage order, and is not made where the volume would take more
+// PageWarmer: asks the kernel for every byte of a small page-cached volume's
+// data region once, in file order, and is not made where the volume would take more
 // than a quarter of the usable memory.
 #include "loader/page_warmer.h"
 
@@ -9,7 +9,6 @@
 
 #include "synthetic_volume.h"
 #include "testutil.h"
-#include "volume/scan.h"
 
 namespace dlfs {
 namespace page_warmer_test {
@@ -17,17 +16,16 @@ namespace page_warmer_test {
 namespace fs = std::filesystem;
 using loader_internal::PageWarmer;
 
-TEST(PageWarmerTest, AsksForEveryWindowOfTheVolumeOnce) {
+TEST(PageWarmerTest, AsksForTheWholeDataRegionOnce) {
   testing::TempDir tmp;
   std::shared_ptr<Volume> vol =
       testing::MakeSyntheticVolume(fs::path(tmp.path()) / "v.dlfs", {.samples = 2000});
   ASSERT_TRUE(vol);
   const uint64_t data = vol->info().data_bytes;
   ASSERT_GT(data, 0u);
-  // What the windows span (gaps between samples included).
-  const volume_internal::VolumeScan scan(*vol, uint64_t{4} << 20);
+  // What the targets' data regions span (padding included).
   uint64_t spanned = 0;
-  for (size_t w = 0; w < scan.windows(); ++w) spanned += scan.window_bytes(w);
+  for (const TargetInfo& t : vol->info().target_details) spanned += t.data_length;
 
   std::unique_ptr<PageWarmer> warmer = PageWarmer::ForVolume(vol, 4 * data);
   ASSERT_TRUE(warmer);
