@@ -57,11 +57,6 @@ import script  # noqa: E402  (bench/common/script.py)
 import volumes  # noqa: E402  (bench/common/volumes.py)
 
 
-def drop_caches():
-    subprocess.run(["sync"], check=True)
-    pathlib.Path("/proc/sys/vm/drop_caches").write_text("3\n")
-
-
 def disk_of(path):
     """The /proc/diskstats name of the disk holding `path` (its whole disk)."""
     st = os.stat(path)
@@ -82,7 +77,7 @@ def sectors_read(disk):
 
 
 def run(dlfs, volume, epochs, extra, disk, ranks=1):
-    drop_caches()
+    script.drop_caches()
     before = sectors_read(disk)
     mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks)]
     start = time.monotonic()
@@ -141,7 +136,7 @@ def summarize(runs):
 def page_cache_floor(volume):
     """Seconds to read `volume` cold into the page cache with `dd bs=4M`: what
     any reader of its bytes through the page cache waits at least."""
-    drop_caches()
+    script.drop_caches()
     start = time.monotonic()
     subprocess.run(["dd", f"if={volume}", "of=/dev/null", "bs=4M"], check=True,
                    capture_output=True)

@@ -1,7 +1,9 @@
 """What the Python benchmark scripts share: their command line from their
-docstring, and how a figure is finished and saved."""
+docstring, a cold start, and how a figure is finished and saved."""
 import argparse
 import os
+import pathlib
+import subprocess
 
 
 def parser(doc, work_subdir, dlfs):
@@ -25,3 +27,9 @@ def save_figure(fig, axes, title, out):
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     print(f"plot: {out}")
+
+
+def drop_caches():
+    """Writes dirty pages out and drops the page cache (as root): a cold start."""
+    subprocess.run(["sync"], check=True)
+    pathlib.Path("/proc/sys/vm/drop_caches").write_text("3\n")

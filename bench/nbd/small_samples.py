@@ -14,7 +14,7 @@ the client's CPU seconds per GB handed out (nbdcopy's: per GB of the volume,
 which it reads once); then the two ratios the issue
 sets goals for: dlfs's epoch 1 over NBD / nbdcopy of the whole volume (goal
 <= 3) and its CPU per GB over NBD / the local path's (goal <= 2).
-Needs nbdkit and nbdcopy (scripts/install-deps.sh --bench).
+Needs nbdkit and nbdcopy (scripts/install-deps.sh installs them).
 """
 import json
 import os
@@ -34,13 +34,8 @@ import script  # noqa: E402  (bench/common/script.py)
 import volumes  # noqa: E402  (bench/common/volumes.py)
 
 
-def drop_caches():
-    subprocess.run(["sync"], check=True)
-    pathlib.Path("/proc/sys/vm/drop_caches").write_text("3\n")
-
-
 def nbdcopy(uri, size):
-    drop_caches()
+    script.drop_caches()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
     subprocess.run(["nbdcopy", "--requests=64", "--connections=1", "--request-size=131072", uri,
@@ -52,7 +47,7 @@ def nbdcopy(uri, size):
 
 
 def dlfs_bench(dlfs, target, epochs):
-    drop_caches()
+    script.drop_caches()
     out = subprocess.run([dlfs, "bench", target, "--epochs", str(epochs), "--json"],
                          check=True, capture_output=True, text=True).stdout
     r = json.loads(out)
@@ -71,7 +66,7 @@ def main():
         sys.exit("run as root: every run starts with the page cache dropped")
     for tool in ("nbdkit", "nbdcopy"):
         if shutil.which(tool) is None:
-            sys.exit(f"{tool} not found (scripts/install-deps.sh --bench)")
+            sys.exit(f"{tool} not found (scripts/install-deps.sh)")
     fm = volumes.fashion_mnist(args.dlfs, args.dir)
     size = fm.stat().st_size
     with tempfile.TemporaryDirectory() as tmp:
