@@ -89,6 +89,11 @@ struct EngineOptions {
   // DEFER_TASKRUN where the kernel has them. The Loader sets it for the
   // engines its I/O threads own.
   bool single_thread = false;
+  // pread engine: each read runs on the thread that submits it, no pool.
+  // For one large read at a time (the node cache's fill): a hand-off to a
+  // pool thread would only delay it, and its time would not be the
+  // reading thread's own (what the fill measures). Not with NBD targets.
+  bool caller_thread = false;
   // NBD targets: connections per target, per-read timeout, reconnects.
   NbdOptions nbd;
   // Not for production reads: see FaultInjection.

@@ -112,12 +112,12 @@ struct SequentialFill::State {
 
 SequentialFill::Options SequentialFill::Options::ForReader(
     uint64_t cache_budget, uint32_t planned_epochs, uint64_t epoch_bytes,
-    const FaultInjection& faults, std::function<ReaderProgress()> progress) {
+    const EngineOptions& engine, std::function<ReaderProgress()> progress) {
   Options o;
   o.requested = CacheBudgetRequested(cache_budget);
   o.epochs_after = planned_epochs > 0 ? planned_epochs - 1.0 : kAssumedEpochsAfter;
   o.epoch_bytes = epoch_bytes;
-  o.faults = faults;
+  o.engine = engine;
   o.progress = std::move(progress);
   return o;
 }
@@ -204,7 +204,7 @@ SequentialFill::Stats SequentialFill::stats() const {
 
 void SequentialFill::Run(State& s) {
   {
-    const FaultInjection& f = s.options.faults;
+    const FaultInjection& f = s.options.engine.faults;
     std::unique_lock lock(s.mu);
     s.cv.wait(lock, [&] { return s.stop || s.started; });
     if (s.stop || f.eio_every || f.short_every || f.eagain_every || f.delay_us) {
@@ -233,9 +233,26 @@ void SequentialFill::Run(State& s) {
   // follows the node's decision not to fill never needs it, and 4 MiB of
   // fresh memory took 25 % of a 2-rank Fashion-MNIST epoch here.
   std::vector<std::byte> buffer;
+  // The fill's own reads, made with the buffer (and for the same reason).
+  std::unique_ptr<IoEngine> engine;
+  std::optional<io_internal::ReadDriver> driver;
   // Reads and copies one window: its read and copy times go to the stats.
   auto fill_window = [&](uint64_t w) {
     const volume_internal::VolumeScan& scan = windows();
+    if (!driver) {
+      Result<std::unique_ptr<IoEngine>> made =
+          volume_internal::VolumeScan::CreateEngine(volume, s.options.engine);
+      if (!made.ok()) {
+        // The readers still read; the fill ends here, and says why.
+        cache.FillWindowDone();
+        std::lock_guard lock(s.mu);
+        s.stop = true;
+        s.stats.decision.reason = "no fill: " + made.status().message();
+        return;
+      }
+      engine = std::move(*made);
+      driver.emplace(*engine);
+    }
     if (buffer.empty()) {
       uint64_t largest = 0;
       for (size_t k = 0; k < scan.windows(); ++k) largest = std::max(largest, scan.window_bytes(k));
@@ -255,22 +272,15 @@ void SequentialFill::Run(State& s) {
       }
     }
     double read_done = 0, q_read = 0;
-    const FaultInjection& f = s.options.faults;
-    (void)scan.Read(
-        w, &buffer, [&](uint64_t index, std::span<const std::byte> bytes, const Status& read) {
-          if (read_done == 0) {
-            read_done = Now();
-            q_read = QueuedSeconds();
-          }
-          if (f.eio_length > 0) {
-            const SampleInfo info = volume.directory().sample(index);
-            if (info.target == f.eio_target && info.offset < f.eio_offset + f.eio_length &&
-                f.eio_offset < info.offset + info.length) {
-              return;  // in the damaged range
-            }
-          }
-          if (read.ok()) (void)cache.Admit(index, bytes);  // checked against the directory there
-        });
+    (void)scan.Read(w, *driver, &buffer,
+                    [&](uint64_t index, std::span<const std::byte> bytes, const Status& read) {
+                      if (read_done == 0) {
+                        read_done = Now();
+                        q_read = QueuedSeconds();
+                      }
+                      if (read.ok())
+                        (void)cache.Admit(index, bytes);  // checked against the directory there
+                    });
     const double t1 = Now(), q1 = QueuedSeconds();
     if (read_done == 0) {
       read_done = t1;

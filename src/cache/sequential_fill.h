@@ -77,17 +77,17 @@ class SequentialFill {
     // takes the last of a cgroup's memory from the processes that share it
     // (their batch buffers), whatever its budget.
     std::function<bool()> memory_short = MemoryShort;
-    // The readers' injected faults (tests, dlfs/io_engine.h): the fill
-    // reads none of a damaged range, as a real device would fail it, and
-    // does not run at all with periodic faults, which exercise the
-    // engine's reads (a fill would serve the samples around them).
-    FaultInjection faults;
+    // The readers' engine options: the fill's own engine (VolumeScan::
+    // CreateEngine) takes their NBD options and their injected damaged
+    // range (tests, dlfs/io_engine.h), which fails its reads as the
+    // readers' do; with periodic faults, which exercise the readers'
+    // reads (a fill would serve the samples around them), it does not run.
+    EngineOptions engine;
 
     // A reader's fill: requested when `cache_budget` is (CacheBudgetRequested),
     // the epochs after the first from `planned_epochs` (0: kAssumedEpochsAfter).
     static Options ForReader(uint64_t cache_budget, uint32_t planned_epochs, uint64_t epoch_bytes,
-                             const FaultInjection& faults,
-                             std::function<ReaderProgress()> progress);
+                             const EngineOptions& engine, std::function<ReaderProgress()> progress);
   };
   // The default for memory_short: what this process may still use
   // (dlfs/memory.h) is under a quarter of its cgroup's limit, or under

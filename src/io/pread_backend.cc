@@ -22,7 +22,10 @@ constexpr uint32_t kMaxThreads = 64;
 class PreadBackend final : public Backend {
  public:
   PreadBackend(const Targets& targets, const EngineOptions& options, bool notify)
-      : targets_(targets), capacity_(std::clamp<uint32_t>(options.queue_depth, 1, kMaxThreads)) {
+      : targets_(targets),
+        capacity_(std::clamp<uint32_t>(options.queue_depth, 1, kMaxThreads)),
+        caller_thread_(options.caller_thread && !notify) {
+    if (caller_thread_) return;  // no pool
     if (notify) {
       notify_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
       if (notify_fd_ < 0) error_ = "cannot create an eventfd for the pread pool";
@@ -56,6 +59,11 @@ class PreadBackend final : public Backend {
 
   Status Submit() override {
     if (prepared_.empty()) return Status::Ok();
+    if (caller_thread_) {
+      for (const Op& op : prepared_) done_.push_back(Completion{op.tag, ReadOp(op)});
+      prepared_.clear();
+      return Status::Ok();
+    }
     {
       std::lock_guard lock(mu_);
       queue_.insert(queue_.end(), prepared_.begin(), prepared_.end());
@@ -67,6 +75,7 @@ class PreadBackend final : public Backend {
 
   Status Reap(std::vector<Completion>* out) override {
     DLFS_RETURN_IF_ERROR(Submit());
+    if (caller_thread_) return Poll(out);  // every read submitted is done
     std::unique_lock lock(mu_);
     done_cv_.wait(lock, [&] { return !done_.empty(); });
     out->insert(out->end(), done_.begin(), done_.end());
@@ -86,11 +95,19 @@ class PreadBackend final : public Backend {
   std::string Describe() const override {
     std::string s = "pread thread pool";
     s += targets_.direct ? ", O_DIRECT" : ", buffered (" + targets_.note + ")";
-    s += ", " + std::to_string(capacity_) + " threads";
+    s +=
+        caller_thread_ ? ", on the caller's thread" : ", " + std::to_string(capacity_) + " threads";
     return s;
   }
 
  private:
+  // The bytes read, or -errno.
+  int64_t ReadOp(const Op& op) const {
+    const ssize_t n =
+        ::pread(targets_.fds[op.target], op.buffer, op.length, static_cast<off_t>(op.offset));
+    return n < 0 ? -int64_t{errno} : int64_t{n};
+  }
+
   void Work() {
     while (true) {
       Op op;
@@ -101,9 +118,7 @@ class PreadBackend final : public Backend {
         op = queue_.front();
         queue_.pop_front();
       }
-      const ssize_t n =
-          ::pread(targets_.fds[op.target], op.buffer, op.length, static_cast<off_t>(op.offset));
-      const int64_t result = n < 0 ? -int64_t{errno} : int64_t{n};
+      const int64_t result = ReadOp(op);
       {
         std::lock_guard lock(mu_);
         done_.push_back(Completion{op.tag, result});
@@ -115,6 +130,7 @@ class PreadBackend final : public Backend {
 
   const Targets& targets_;
   uint32_t capacity_;
+  const bool caller_thread_;
   std::string error_;
   int notify_fd_ = -1;
   std::vector<Op> prepared_;  // touched only by the engine's thread

@@ -14,6 +14,7 @@
 #include "common/file_util.h"
 #include "dlfs/io_engine.h"
 #include "dlfs/lmdb.h"
+#include "io/read_driver.h"
 
 namespace dlfs {
 
@@ -102,6 +103,7 @@ class LmdbParser {
     auto engine = CreateEngine({path_}, eo);
     if (!engine.ok()) return engine.status();
     engine_ = std::move(*engine);
+    driver_ = std::make_unique<io_internal::ReadDriver>(*engine_);
     std::vector<std::vector<std::byte>> pages;
     DLFS_RETURN_IF_ERROR(ReadPages({root}, &pages));
     DLFS_RETURN_IF_ERROR(Walk(root, 1, pages[0]));
@@ -199,8 +201,8 @@ class LmdbParser {
 
   Status ReadAll(const std::vector<ReadRequest>& requests) {
     if (requests.empty()) return Status::Ok();
-    std::vector<Status> results(requests.size());
-    DLFS_RETURN_IF_ERROR(engine_->Read(requests, results));
+    std::vector<Status> results;
+    DLFS_RETURN_IF_ERROR(driver_->Read(requests, &results));
     for (const Status& r : results) DLFS_RETURN_IF_ERROR(r);
     return Status::Ok();
   }
@@ -319,8 +321,9 @@ class LmdbParser {
   LmdbMapOptions options_;
   LmdbRecordMap* out_;
   std::vector<std::byte> meta_;
-  std::byte db_[48] = {};             // the main database's MDB_db record
-  std::unique_ptr<IoEngine> engine_;  // reads the tree pages and overflow headers
+  std::byte db_[48] = {};                            // the main database's MDB_db record
+  std::unique_ptr<IoEngine> engine_;                 // reads the tree pages and overflow headers
+  std::unique_ptr<io_internal::ReadDriver> driver_;  // over engine_
   std::unordered_set<uint64_t> visited_;
 };
 

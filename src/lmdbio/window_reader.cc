@@ -53,6 +53,7 @@ Status WindowReader::OpenEngine() {
   eo.buffer_slots = 1;
   eo.queue_depth = 16;  // reads in flight per reader (threads, for pread)
   DLFS_ASSIGN_OR_RETURN(engine_, CreateEngine({data_file_}, eo));
+  driver_ = std::make_unique<io_internal::ReadDriver>(*engine_);
   if (kAlign % engine_->alignment() != 0) {
     return Status::NotSupported(data_file_ + ": O_DIRECT alignment " +
                                 std::to_string(engine_->alignment()) + " exceeds 4096");
@@ -148,8 +149,8 @@ Status WindowReader::ReadRuns(const std::vector<Run>& runs, std::byte* base) {
   // With O_DIRECT a run that ends at an unaligned end of file cannot be
   // read whole; LMDB files are whole pages, so this only trips on a
   // damaged file, and the engine then reports the short read.
-  std::vector<Status> results(requests.size());
-  DLFS_RETURN_IF_ERROR(engine_->Read(requests, results));
+  std::vector<Status> results;
+  DLFS_RETURN_IF_ERROR(driver_->Read(std::move(requests), &results));
   for (const Status& r : results) DLFS_RETURN_IF_ERROR(r);
   return Status::Ok();
 }

@@ -22,6 +22,7 @@
 #include "dlfs/io_engine.h"
 #include "dlfs/lmdbio.h"
 #include "dlfs/mpi.h"
+#include "io/read_driver.h"
 #include "lmdbio/lmdbio_features.h"
 #include "lmdbio/run_plan.h"
 #include "lmdbio/shared_window.h"
@@ -78,7 +79,8 @@ class WindowReader : public LmdbioReader {
   std::string data_file_;
   uint64_t file_size_ = 0;
 
-  std::unique_ptr<IoEngine> engine_;  // explicit reads, readers only
+  std::unique_ptr<IoEngine> engine_;                 // explicit reads, readers only
+  std::unique_ptr<io_internal::ReadDriver> driver_;  // over engine_
   std::unique_ptr<SharedWindow> window_;
   uint64_t step_ = 0;           // of the records in the window
   uint64_t steps_started_ = 0;  // read steps begun

@@ -54,22 +54,9 @@ BatchRead::BatchRead(const Volume& volume, std::span<const uint64_t> indices,
   }
 }
 
-void BatchRead::Start(std::byte* base, uint32_t slot, std::vector<ReadRequest>* out) {
-  base_ = base;
-  slot_ = slot;
-  round_ = 0;
-  out->clear();
-  for (const PlannedRead& r : plan_.reads) {
-    out->push_back(ReadRequest{r.target, r.offset, r.length, base + r.buffer_offset, slot});
-  }
-  round0_.assign(plan_.reads.size(), Status::Ok());
-  outstanding_ = plan_.reads.size();
-}
-
 void BatchRead::Complete(size_t r, const Status& status) {
   std::vector<Status>& results = round_ == 0 ? round0_ : round1_;
   if (r < results.size()) results[r] = status;
-  if (outstanding_ > 0) --outstanding_;
 }
 
 std::vector<size_t> BatchRead::PositionsIn(uint64_t begin, uint64_t end) const {
@@ -87,6 +74,14 @@ std::vector<size_t> BatchRead::PositionsIn(uint64_t begin, uint64_t end) const {
 
 bool BatchRead::NextRound(std::vector<ReadRequest>* out) {
   out->clear();
+  if (round_ < 0) {
+    round_ = 0;
+    for (const PlannedRead& r : plan_.reads) {
+      out->push_back(ReadRequest{r.target, r.offset, r.length, base_ + r.buffer_offset, slot_});
+    }
+    round0_.assign(plan_.reads.size(), Status::Ok());
+    return true;
+  }
   if (failed_.empty()) failed_.assign(indices_.size(), Status::Ok());
   auto fail = [&](const std::vector<size_t>& positions, const Status& st) {
     for (size_t k : positions) {
@@ -147,7 +142,6 @@ bool BatchRead::NextRound(std::vector<ReadRequest>* out) {
     out->push_back(ReadRequest{pr.target, pr.offset + (sub.buffer_offset - pr.buffer_offset),
                                sub.length, base_ + sub.buffer_offset, slot_});
   }
-  outstanding_ = out->size();
   return true;
 }
 

@@ -1,12 +1,11 @@
 // BatchRead: the device reads of one batch into one buffer, what became of
-// them, and the Batch (or the error) they make. Shared by the Loader (which
-// streams many of these through one engine) and SampleReader (one at a
-// time).
+// them, and the Batch (or the error) they make. A ReadJob (io/read_driver.h):
+// the Loader streams many of these through its driver, SampleReader runs one
+// at a time.
 //
 //   BatchRead b(volume, indices, options);  // plans reads (BatchPlanner)
-//   b.Start(base, slot, &requests);         // round 0: the planned reads
-//   ... b.Complete(r, status) for every request of the round ...
-//   while (b.NextRound(&requests)) { ... complete those too ... }
+//   b.SetBuffer(base, slot);                // where they go
+//   driver.Run(b);                          // round 0, then any retries
 //   Result<Batch> batch = b.Finish(owner, epoch, sequence);
 //
 // A failed read that held several samples is split once into reads of
@@ -29,12 +28,13 @@
 #include "dlfs/batch.h"
 #include "dlfs/io_engine.h"
 #include "dlfs/volume.h"
+#include "io/read_driver.h"
 #include "loader/batch_data.h"
 #include "loader/batch_planner.h"
 
 namespace dlfs::loader_internal {
 
-class BatchRead {
+class BatchRead final : public io_internal::ReadJob {
  public:
   // Plans the reads of `indices` (which must outlive this object).
   BatchRead(const Volume& volume, std::span<const uint64_t> indices, const PlanOptions& options);
@@ -43,17 +43,16 @@ class BatchRead {
   uint64_t buffer_bytes() const { return plan_.buffer_bytes; }
   uint64_t sample_bytes() const { return plan_.sample_bytes; }
 
-  // The reads of round 0 into `base` (registered as `slot`, or kNoSlot),
-  // replacing *out.
-  void Start(std::byte* base, uint32_t slot, std::vector<ReadRequest>* out);
-  // Records the outcome of request `r` of the current round.
-  void Complete(size_t r, const Status& status);
-  // After every request of a round completed: true with the next round's
-  // requests in *out (retries of failed multi-sample reads), or false
-  // when the batch is done.
-  bool NextRound(std::vector<ReadRequest>* out);
-  // Requests of the current round not yet completed.
-  size_t outstanding() const { return outstanding_; }
+  // The reads go into `base` (registered as `slot`, or kNoSlot), which
+  // holds buffer_bytes(). REQUIRES: before the first NextRound.
+  void SetBuffer(std::byte* base, uint32_t slot) {
+    base_ = base;
+    slot_ = slot;
+  }
+  // ReadJob: round 0 is the planned reads, round 1 the retries of failed
+  // multi-sample reads; then the batch is done.
+  bool NextRound(std::vector<ReadRequest>* out) override;
+  void Complete(size_t r, const Status& status) override;
 
   // The batch (samples as spans into the buffer, which `owner` keeps
   // alive and nobody else uses: Batch::owns_bytes() is true), or an error naming the volume and
@@ -83,8 +82,7 @@ class BatchRead {
   BatchPlan plan_;
   std::byte* base_ = nullptr;
   uint32_t slot_ = ReadRequest::kNoSlot;
-  int round_ = 0;
-  size_t outstanding_ = 0;
+  int round_ = -1;              // -1: not started; 2: done
   std::vector<Status> round0_;  // per planned read
   std::vector<Sub> subs_;       // round 1
   std::vector<Status> round1_;  // per sub-read

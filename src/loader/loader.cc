@@ -342,6 +342,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
     w->pool =
         std::make_shared<SlabPool>(engine->alignment(), engine.get(), options.engine.buffer_slots);
     w->engine = std::move(engine);
+    w->driver = std::make_unique<io_internal::ReadDriver>(*w->engine);
     w->index = k;
     impl->workers_.push_back(std::move(w));
   }
@@ -399,7 +400,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
     const auto epoch_bytes =
         static_cast<uint64_t>(static_cast<double>(impl->sampler_.samples_per_rank()) * sizes.mean);
     auto fo = cache_internal::SequentialFill::Options::ForReader(
-        options.cache_budget, options.planned_epochs, epoch_bytes, options.engine.faults, [raw] {
+        options.cache_budget, options.planned_epochs, epoch_bytes, options.engine, [raw] {
           return cache_internal::SequentialFill::ReaderProgress{
               raw->next_wait_ns_.load(std::memory_order_relaxed) / 1e9,
               raw->handed_bytes_.load(std::memory_order_relaxed)};

@@ -51,6 +51,7 @@ class Loader::Impl {
  public:
   struct Worker {
     std::unique_ptr<IoEngine> engine;
+    std::unique_ptr<io_internal::ReadDriver> driver;  // over `engine`, on `thread`
     std::shared_ptr<SlabPool> pool;
     std::thread thread;
     uint32_t index = 0;
@@ -67,7 +68,6 @@ class Loader::Impl {
     std::vector<uint64_t> misses;
     std::unique_ptr<BatchRead> read;
     std::shared_ptr<Slab> slab;
-    double started;
     bool abandoned = false;  // its generation ended: drop it when done
   };
 
@@ -129,11 +129,9 @@ class Loader::Impl {
     return epoch >= planned && epoch > epoch_;
   }
 
-  void Enqueue(Worker& w, uint64_t id, const std::vector<ReadRequest>& requests);
-
-  // A round of batch `id` completed: queue its retries, or publish it.
-  // True when the batch is done.
-  bool Finish(Worker& w, uint64_t id, InFlight& b, std::vector<ReadRequest>* requests);
+  // Batch `b`'s reads are done (or it had none): publish it, unless
+  // abandoned.
+  void Finish(InFlight& b);
 
   // The batch in its order: the samples read (`read`, in b.misses' order)
   // and those the node cache holds.

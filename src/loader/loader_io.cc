@@ -9,14 +9,6 @@
 
 namespace dlfs {
 
-namespace {
-
-// Reads per batch are numbered in the low half of a tag, batches in the
-// high half.
-constexpr uint64_t kReadBits = 32;
-
-}  // namespace
-
 void Loader::Impl::StartThreadsLocked() {
   if (started_.load(std::memory_order_relaxed)) return;
   started_.store(true, std::memory_order_release);
@@ -39,14 +31,13 @@ void Loader::Impl::Run(Worker& w) {
   const uint64_t n = workers_.size();
   uint64_t my_gen = ~uint64_t{0};
   uint64_t next = w.index;  // next ticket this thread starts
-  uint64_t next_id = 0;
-  std::unordered_map<uint64_t, std::unique_ptr<InFlight>> flying;  // by batch id
+  io_internal::ReadDriver& driver = *w.driver;
+  std::unordered_map<uint64_t, std::unique_ptr<InFlight>> flying;  // by the driver's job id
   // A batch planned but waiting for room in the pool (its cap, the loader's
   // memory plan): read once a slab comes back, or once the caller waits for
   // it (then the caller holds every other slab: waiting would never end).
   std::unique_ptr<InFlight> stalled;
-  std::vector<ReadCompletion> done;
-  std::vector<ReadRequest> requests;
+  std::vector<uint64_t> done;  // jobs the driver finished
   while (true) {
     bool start = false;
     uint64_t ticket = 0, gen = 0, epoch = 0;
@@ -61,7 +52,7 @@ void Loader::Impl::Run(Worker& w) {
           for (auto& [id, b] : flying) b->abandoned = true;
           stalled.reset();
           // Their reads not yet started need not be done at all.
-          w.engine->Cancel([&](uint64_t tag) { return flying.count(tag >> kReadBits) > 0; });
+          driver.Cancel([&](uint64_t id) { return flying.count(id) > 0; });
         }
         if (stalled && stalled->ticket < consumer_) stalled.reset();       // skipped
         if (next < consumer_) next += (consumer_ - next + n - 1) / n * n;  // skipped ahead
@@ -71,7 +62,7 @@ void Loader::Impl::Run(Worker& w) {
         } else {
           start = batches_ > 0 && next < consumer_ + window_ && !PastPlannedEnd(next);
         }
-        if (start || w.engine->pending() > 0) break;
+        if (start || driver.in_flight() > 0) break;
         work_cv_.wait(lock);
       }
       if (stop_) break;
@@ -129,39 +120,25 @@ void Loader::Impl::Run(Worker& w) {
       const bool nothing_to_read = cache_ ? b->misses.empty() : b->indices.empty();
       b->slab = nothing_to_read ? nullptr : w.pool->Acquire(b->read->buffer_bytes());
       if (nothing_to_read) {
-        // Wholly cached: nothing to read.
-        b->started = Now();
-        Finish(w, ~uint64_t{0}, *b, &requests);
+        Finish(*b);  // wholly cached
       } else if (!b->slab) {
         Publish(*b, Status::Unavailable(volume_->path() + ": out of memory for a batch of " +
                                         std::to_string(b->read->buffer_bytes()) + " bytes"));
       } else {
-        b->started = Now();
-        b->read->Start(b->slab->data, b->slab->slot, &requests);
-        const uint64_t id = next_id++;
-        Enqueue(w, id, requests);
-        if (b->read->outstanding() == 0) {
-          Finish(w, id, *b, &requests);
-        } else {
-          flying.emplace(id, std::move(b));
-        }
-        st = w.engine->Submit();
+        b->read->SetBuffer(b->slab->data, b->slab->slot);
+        BatchRead* job = b->read.get();
+        flying.emplace(driver.Start(job), std::move(b));
       }
-      // Collect what has finished without waiting: more batches may be
-      // started before the thread has to block.
-      done.clear();
-      if (st.ok()) st = w.engine->Reap(&done, 0);
-    } else {
-      done.clear();
-      st = w.engine->Reap(&done, 1);
     }
-    for (const ReadCompletion& c : done) {
-      const uint64_t id = c.tag >> kReadBits;
+    // Without waiting when a batch was started (more may be started before
+    // the thread has to block); else for at least one batch.
+    done.clear();
+    st = driver.Poll(/*wait=*/!start, &done);
+    for (uint64_t id : done) {
       auto it = flying.find(id);
       if (it == flying.end()) continue;
-      InFlight& b = *it->second;
-      b.read->Complete(c.tag & ((uint64_t{1} << kReadBits) - 1), c.status);
-      if (b.read->outstanding() == 0 && Finish(w, id, b, &requests)) flying.erase(it);
+      Finish(*it->second);
+      flying.erase(it);
     }
     if (!st.ok()) {
       // The engine failed; every pending read completed with the error
@@ -177,35 +154,19 @@ void Loader::Impl::Run(Worker& w) {
   }
   // Stopping: drop what has not started, wait for every read in flight
   // before the buffers go.
-  w.engine->Cancel([](uint64_t) { return true; });
-  while (w.engine->pending() > 0) {
-    done.clear();
-    if (!w.engine->Reap(&done, w.engine->pending()).ok()) {
-      std::lock_guard lock(mu_);
-      for (auto& [id, b] : flying) quarantine_.push_back(b->slab);
-      break;
-    }
+  if (!driver.Drain().ok()) {
+    std::lock_guard lock(mu_);
+    for (auto& [id, b] : flying) quarantine_.push_back(b->slab);
   }
 }
 
-void Loader::Impl::Enqueue(Worker& w, uint64_t id, const std::vector<ReadRequest>& requests) {
-  for (size_t r = 0; r < requests.size(); ++r) {
-    w.engine->Enqueue(requests[r], (id << kReadBits) | r);
-  }
-}
-
-bool Loader::Impl::Finish(Worker& w, uint64_t id, InFlight& b, std::vector<ReadRequest>* requests) {
-  if (!b.abandoned && b.read->NextRound(requests)) {
-    Enqueue(w, id, *requests);
-    return false;
-  }
-  if (b.abandoned) return true;
+void Loader::Impl::Finish(InFlight& b) {
+  if (b.abandoned) return;
   std::shared_ptr<const void> owner = b.slab;
   Result<std::shared_ptr<Batch::Data>> data = b.read->FinishData(
-      std::move(owner), b.epoch, b.seq, Now() - b.started, options_.skip_bad_samples);
+      std::move(owner), b.epoch, b.seq, b.read->seconds(), options_.skip_bad_samples);
   if (data.ok() && cache_) data = WithCached(b, std::move(data).value());
   Publish(b, std::move(data));
-  return true;
 }
 
 std::shared_ptr<Batch::Data> Loader::Impl::WithCached(const InFlight& b,

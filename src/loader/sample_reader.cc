@@ -21,6 +21,7 @@ class SampleReader::Impl {
   std::shared_ptr<Volume> volume;
   SampleReaderOptions options;
   std::unique_ptr<IoEngine> engine;
+  std::unique_ptr<io_internal::ReadDriver> driver;  // over `engine`
   std::shared_ptr<loader_internal::SlabPool> pool;
   // {0} for a volume of one compressed field (its samples are decoded),
   // empty for samples stored whole.
@@ -33,8 +34,6 @@ class SampleReader::Impl {
   std::atomic<uint64_t> read_bytes{0};  // sample bytes ReadInto returned
   std::string description;
   std::mutex mu;
-  std::vector<ReadRequest> requests;
-  std::vector<Status> results;
 
   ~Impl() { fill.reset(); }  // before the counters it asks for progress
 };
@@ -67,6 +66,7 @@ Result<std::unique_ptr<SampleReader>> SampleReader::Create(std::shared_ptr<Volum
   DLFS_ASSIGN_OR_RETURN(impl->engine,
                         loader_internal::CreateEngineForSamples(
                             *impl->volume, {}, options.auto_direct_io, &eo, &read_note));
+  impl->driver = std::make_unique<io_internal::ReadDriver>(*impl->engine);
   impl->description = impl->engine->description();
   if (!read_note.empty()) impl->description += " (" + read_note + ")";
   impl->pool = std::make_shared<loader_internal::SlabPool>(
@@ -78,7 +78,7 @@ Result<std::unique_ptr<SampleReader>> SampleReader::Create(std::shared_ptr<Volum
   if (impl->cache) {
     Impl* raw = impl.get();
     auto fo = cache_internal::SequentialFill::Options::ForReader(
-        options.cache_budget, options.planned_epochs, 0, options.engine.faults, [raw] {
+        options.cache_budget, options.planned_epochs, 0, options.engine, [raw] {
           return cache_internal::SequentialFill::ReaderProgress{
               raw->read_ns.load(std::memory_order_relaxed) / 1e9,
               raw->read_bytes.load(std::memory_order_relaxed)};
@@ -181,12 +181,8 @@ Result<Batch> SampleReader::ReadInto(std::span<const uint64_t> indices, std::spa
     }
   }
   if (!to_read.empty()) {
-    read->Start(base, slot, &m.requests);
-    do {
-      m.results.assign(m.requests.size(), Status::Ok());
-      DLFS_RETURN_IF_ERROR(m.engine->Read(m.requests, m.results).WithContext(vol.path()));
-      for (size_t r = 0; r < m.results.size(); ++r) read->Complete(r, m.results[r]);
-    } while (read->NextRound(&m.requests));
+    read->SetBuffer(base, slot);
+    DLFS_RETURN_IF_ERROR(m.driver->Run(*read).WithContext(vol.path()));
   }
   std::shared_ptr<const void> owner = slab;
   DLFS_ASSIGN_OR_RETURN(std::shared_ptr<Batch::Data> data,

@@ -14,6 +14,7 @@
 #include "dlfs/distributed.h"
 #include "dlfs/memory.h"
 #include "dlfs/sampler.h"
+#include "io/read_driver.h"
 #include "loader/batch_data.h"
 #include "loader/batch_planner.h"
 #include "loader/fields.h"
@@ -183,6 +184,7 @@ class ShardLoader::Impl {
       auto engine = CreateEngine(volume_->OpenTargetPaths(), o.engine);
       if (engine.ok()) {
         engine_ = std::move(*engine);
+        driver_ = std::make_unique<io_internal::ReadDriver>(*engine_);
         engine_description_ = engine_->description();
       } else {
         st = engine.status();
@@ -920,8 +922,8 @@ class ShardLoader::Impl {
       (*spans)[i] = {base + at[i], s.length};
       cursor += to - from;
     }
-    std::vector<Status> results(requests.size());
-    DLFS_RETURN_IF_ERROR(engine_->Read(requests, results));
+    std::vector<Status> results;
+    DLFS_RETURN_IF_ERROR(driver_->Read(std::move(requests), &results));
     *device_bytes += total;
     for (size_t i = 0; i < results.size(); ++i) {
       if ((*status)[i].ok() && !results[i].ok()) {
@@ -944,6 +946,7 @@ class ShardLoader::Impl {
       std::make_shared<loader_internal::DecodedBuffers>();
   std::optional<Sampler> sampler_;
   std::unique_ptr<IoEngine> engine_;
+  std::unique_ptr<io_internal::ReadDriver> driver_;  // over engine_
   std::string engine_description_;
 
   uint64_t epoch_ = 0;

@@ -14,6 +14,7 @@
 #include "dlfs/sampler.h"
 #include "dlfs/tokens.h"
 #include "dlfs/volume.h"
+#include "io/read_driver.h"
 #include "tokens/blend.h"
 #include "tokens/megatron_order.h"
 
@@ -79,6 +80,7 @@ class TokenLoader::Impl {
   uint64_t epoch_windows = 0;
   TokenBlend blend;
   std::unique_ptr<IoEngine> engine;
+  std::unique_ptr<io_internal::ReadDriver> driver;  // over `engine`
   uint32_t alignment = 1;
   // The segment: where the current weights took effect, and the windows
   // each source had given before it.
@@ -287,7 +289,7 @@ class TokenLoader::Impl {
     }
     results.assign(requests.size(), Status::Ok());
     if (!requests.empty()) {
-      if (Status st = engine->Read(requests, results); !st.ok()) return st;
+      if (Status st = driver->Read(requests, &results); !st.ok()) return st;
     }
     for (const Piece& p : pieces) {
       const Source& s = sources[p.source];
@@ -566,6 +568,7 @@ Result<std::unique_ptr<TokenLoader>> TokenLoader::Open(const std::vector<TokenSo
   Result<std::unique_ptr<IoEngine>> engine = CreateEngine(paths, engine_options);
   if (!engine.ok()) return engine.status();
   impl->engine = std::move(*engine);
+  impl->driver = std::make_unique<io_internal::ReadDriver>(*impl->engine);
   impl->description = why + "; " + impl->engine->description();
   impl->alignment = std::max<uint32_t>(1, impl->engine->alignment());
   return std::unique_ptr<TokenLoader>(new TokenLoader(std::move(impl)));

@@ -131,38 +131,19 @@ void VolumeScan::ScanCompact(uint64_t window_bytes) {
   starts_.assign(compact_offsets_.size() + 1, 0);  // windows() counts these
 }
 
-Status VolumeScan::ReadCompact(size_t w, std::vector<std::byte>* buffer, const Visit& visit) const {
-  const SampleDirectory& dir = volume_.directory();
-  const uint32_t t = compact_targets_[w];
-  const TargetInfo& target = volume_.info().target_details[t];
-  const uint64_t first = compact_offsets_[w];
-  const uint64_t n = extents_[w];
-  buffer->resize(n);
-  const Status window = volume_.ReadTarget(t, buffer->data(), n, first, target.path);
-  std::vector<std::byte> alone;
-  for (size_t k = compact_first_[w]; k < compact_first_[w + 1]; ++k) {
-    const Piece& piece = compact_pieces_[k];
-    const uint64_t base = piece.block * dir.block_samples();
-    for (uint64_t i = base + piece.first; i < base + piece.end; ++i) {
-      const Result<SampleInfo> located = dir.Locate(i);
-      if (!located.ok()) {
-        visit(i, {}, located.status());  // a block that fails its check: every sample of it
-        continue;
-      }
-      const SampleInfo& s = *located;
-      if (window.ok() && s.target == t && s.offset >= first && s.offset + s.length <= first + n) {
-        visit(i, {buffer->data() + (s.offset - first), s.length}, Status::Ok());
-        continue;
-      }
-      alone.resize(s.length);
-      std::string what =
-          volume_.path() + ": sample " + std::to_string(i) + " '" + dir.Path(i) + "'";
-      if (s.target != 0) what += " on target " + std::to_string(s.target);
-      const Status read = volume_.ReadTarget(s.target, alone.data(), s.length, s.offset, what);
-      visit(i, alone, read);
-    }
-  }
-  return window;
+Result<std::unique_ptr<IoEngine>> VolumeScan::CreateEngine(const Volume& volume,
+                                                           const EngineOptions& base) {
+  EngineOptions eo;
+  eo.kind = EngineKind::kPread;
+  eo.direct_io = false;
+  eo.queue_depth = 1;
+  eo.caller_thread = true;  // as the reads of Volume: timed on the scanning thread
+  eo.nbd = base.nbd;
+  eo.nbd.connections = 1;
+  eo.faults.eio_target = base.faults.eio_target;
+  eo.faults.eio_offset = base.faults.eio_offset;
+  eo.faults.eio_length = base.faults.eio_length;
+  return dlfs::CreateEngine(volume.OpenTargetPaths(), eo);
 }
 
 uint32_t VolumeScan::window_target(size_t w) const {
@@ -175,33 +156,136 @@ uint64_t VolumeScan::window_offset(size_t w) const {
   return volume_.directory().sample(index(starts_[w])).offset;
 }
 
-Status VolumeScan::Read(size_t w, std::vector<std::byte>* buffer, const Visit& visit) const {
-  if (compact_) return ReadCompact(w, buffer, visit);
-  const SampleDirectory& dir = volume_.directory();
-  const SampleInfo first = dir.sample(index(starts_[w]));
-  const TargetInfo& target = volume_.info().target_details[first.target];
-  const uint64_t n = extents_[w];
-  buffer->resize(n);
-  const Status window =
-      volume_.ReadTarget(first.target, buffer->data(), n, first.offset, target.path);
-  std::vector<std::byte> alone;
-  for (size_t k = starts_[w]; k < starts_[w + 1]; ++k) {
-    const uint64_t i = index(k);
-    const SampleInfo s = dir.sample(i);
-    if (window.ok()) {
-      visit(i, {buffer->data() + (s.offset - first.offset), s.length}, Status::Ok());
-      continue;
+// One window as a ReadJob: round 0 reads its extent whole; round 1 reads,
+// each on its own, the samples that read did not deliver (all of them when
+// it failed; a sample of a compact block lying outside the window).
+class VolumeScan::WindowJob final : public io_internal::ReadJob {
+ public:
+  struct Entry {
+    uint64_t index;
+    SampleInfo info;
+    Status located;      // the directory's answer (not OK: nothing is read)
+    Status read;         // of a sample read alone
+    int64_t alone = -1;  // where round 1 put its bytes in alone_; -1: in the window
+  };
+
+  WindowJob(uint32_t target, uint64_t offset, std::span<std::byte> window,
+            std::vector<Entry> entries)
+      : target_(target), offset_(offset), window_(window), entries_(std::move(entries)) {}
+
+  bool NextRound(std::vector<ReadRequest>* out) override {
+    out->clear();
+    if (round_ == 0) {
+      round_ = 1;
+      out->push_back(
+          ReadRequest{target_, offset_, window_.size(), window_.data(), ReadRequest::kNoSlot});
+      return true;
     }
-    // Part of the window could not be read: which samples are lost is only
-    // known sample by sample.
-    alone.resize(s.length);
-    // "v.dlfs: sample 7 'train/00007': read at offset 20480: Input/output error"
-    std::string what = volume_.path() + ": sample " + std::to_string(i) + " '" + dir.Path(i) + "'";
-    if (s.target != 0) what += " on target " + std::to_string(s.target) + " (" + target.path + ")";
-    const Status read = volume_.ReadTarget(s.target, alone.data(), s.length, s.offset, what);
-    visit(i, alone, read);
+    if (round_ != 1) return false;
+    round_ = 2;
+    uint64_t total = 0;
+    for (Entry& e : entries_) {
+      if (!e.located.ok() || (window_status_.ok() && Inside(e.info))) continue;
+      e.alone = static_cast<int64_t>(total);
+      total += e.info.length;
+      alone_requests_.push_back(&e);
+    }
+    if (alone_requests_.empty()) return false;
+    alone_.resize(total);
+    for (const Entry* e : alone_requests_) {
+      out->push_back(ReadRequest{e->info.target, e->info.offset, e->info.length,
+                                 alone_.data() + e->alone, ReadRequest::kNoSlot});
+    }
+    return true;
   }
-  return window;
+
+  void Complete(size_t r, const Status& status) override {
+    if (round_ == 1) {
+      window_status_ = status;
+    } else if (r < alone_requests_.size()) {
+      alone_requests_[r]->read = status;
+    }
+  }
+
+  // The engine broke: nothing of the window counts as read.
+  void Fail(const Status& status) {
+    window_status_ = status;
+    for (Entry& e : entries_) {
+      e.alone = 0;
+      e.read = status;
+    }
+  }
+
+  const Status& window_status() const { return window_status_; }
+
+  // Each sample's bytes (or why not), in storage order.
+  void Visit(const Volume& volume, const VolumeScan::Visit& visit) {
+    const SampleDirectory& dir = volume.directory();
+    for (const Entry& e : entries_) {
+      if (!e.located.ok()) {
+        visit(e.index, {}, e.located);
+      } else if (e.alone < 0) {
+        visit(e.index, window_.subspan(e.info.offset - offset_, e.info.length), Status::Ok());
+      } else if (e.read.ok()) {
+        visit(e.index, {alone_.data() + e.alone, e.info.length}, Status::Ok());
+      } else {
+        // "v.dlfs: sample 7 'train/00007': ... Input/output error"
+        std::string what =
+            volume.path() + ": sample " + std::to_string(e.index) + " '" + dir.Path(e.index) + "'";
+        if (e.info.target != 0) {
+          what += " on target " + std::to_string(e.info.target) + " (" +
+                  volume.info().target_details[e.info.target].path + ")";
+        }
+        visit(e.index, {}, e.read.WithContext(what));
+      }
+    }
+  }
+
+ private:
+  bool Inside(const SampleInfo& s) const {
+    return s.target == target_ && s.offset >= offset_ &&
+           s.offset + s.length <= offset_ + window_.size();
+  }
+
+  uint32_t target_;
+  uint64_t offset_;
+  std::span<std::byte> window_;
+  std::vector<Entry> entries_;
+  int round_ = 0;  // 1: the window read; 2: the samples alone
+  Status window_status_;
+  std::vector<std::byte> alone_;
+  std::vector<Entry*> alone_requests_;  // round 1's requests, in order
+};
+
+Status VolumeScan::Read(size_t w, io_internal::ReadDriver& driver, std::vector<std::byte>* buffer,
+                        const Visit& visit) const {
+  const SampleDirectory& dir = volume_.directory();
+  std::vector<WindowJob::Entry> entries;
+  if (compact_) {
+    for (size_t k = compact_first_[w]; k < compact_first_[w + 1]; ++k) {
+      const Piece& piece = compact_pieces_[k];
+      const uint64_t base = piece.block * dir.block_samples();
+      for (uint64_t i = base + piece.first; i < base + piece.end; ++i) {
+        Result<SampleInfo> located = dir.Locate(i);
+        // A block that fails its check: every sample of it reports that.
+        if (located.ok()) {
+          entries.push_back({i, *located, Status::Ok(), Status::Ok()});
+        } else {
+          entries.push_back({i, SampleInfo{}, located.status(), Status::Ok()});
+        }
+      }
+    }
+  } else {
+    entries.reserve(starts_[w + 1] - starts_[w]);
+    for (size_t k = starts_[w]; k < starts_[w + 1]; ++k) {
+      entries.push_back({index(k), dir.sample(index(k)), Status::Ok(), Status::Ok()});
+    }
+  }
+  buffer->resize(extents_[w]);
+  WindowJob job(window_target(w), window_offset(w), *buffer, std::move(entries));
+  if (Status st = driver.Run(job); !st.ok()) job.Fail(st.WithContext(volume_.path()));
+  job.Visit(volume_, visit);
+  return job.window_status();
 }
 
 }  // namespace dlfs::volume_internal

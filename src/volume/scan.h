@@ -1,5 +1,6 @@
-// VolumeScan: a volume's samples in storage order, read in large windows —
-// what `dlfs verify` and the node cache's sequential fill share. Windows
+// VolumeScan: a volume's samples in storage order, read in large windows
+// through a ReadDriver — what `dlfs verify` and the node cache's sequential
+// fill share. Windows
 // are numbered, so processes that share the work (the ranks of a node
 // filling one cache) can claim them one by one and get the same windows.
 #pragma once
@@ -7,11 +8,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "dlfs/status.h"
 #include "dlfs/volume.h"
+#include "io/read_driver.h"
 
 namespace dlfs::volume_internal {
 
@@ -26,6 +29,13 @@ class VolumeScan {
   // from the block entries alone (O(blocks), no pass over the samples).
   VolumeScan(const Volume& volume, uint64_t window_bytes);
 
+  // An engine for Read: the volume's targets read with pread through the
+  // page cache (NBD exports with libnbd), one window at a time. `base`
+  // gives the NBD options and a damaged range to inject; its periodic
+  // faults are not taken (they exercise the loaders' reads).
+  static Result<std::unique_ptr<IoEngine>> CreateEngine(const Volume& volume,
+                                                        const EngineOptions& base = {});
+
   size_t windows() const { return starts_.size() - 1; }
   // Bytes read for window w (its samples' extent, gaps included).
   uint64_t window_bytes(size_t w) const { return extents_[w]; }
@@ -37,12 +47,15 @@ class VolumeScan {
   // them (IOError naming the sample); `bytes` lives until visit returns.
   using Visit =
       std::function<void(uint64_t index, std::span<const std::byte> bytes, const Status& read)>;
-  // Reads window `w` in one read into *buffer and visits its samples in
-  // storage order. Where that read fails (EIO from a bad range), each of
-  // its samples is read on its own, so exactly those whose own bytes
-  // cannot be read get an error. Returns the window read's status (the
-  // samples were visited either way). REQUIRES: w < windows().
-  Status Read(size_t w, std::vector<std::byte>* buffer, const Visit& visit) const;
+  // Reads window `w` through `driver` in one read into *buffer and visits
+  // its samples in storage order. Where that read fails (EIO from a bad
+  // range), each of its samples is read on its own (a second round of the
+  // same job), so exactly those whose own bytes cannot be read get an
+  // error. Returns the window read's status (the samples were visited
+  // either way). REQUIRES: w < windows(); the driver's engine reads this
+  // volume's targets (Volume::OpenTargetPaths) without alignment.
+  Status Read(size_t w, io_internal::ReadDriver& driver, std::vector<std::byte>* buffer,
+              const Visit& visit) const;
 
  private:
   const Volume& volume_;
@@ -64,7 +77,7 @@ class VolumeScan {
   std::vector<uint64_t> compact_offsets_;
   std::vector<uint32_t> compact_targets_;
   void ScanCompact(uint64_t window_bytes);
-  Status ReadCompact(size_t w, std::vector<std::byte>* buffer, const Visit& visit) const;
+  class WindowJob;
 
   std::vector<uint64_t> order_;    // sample indices in storage order; empty: index order
   std::vector<size_t> starts_;     // window w: positions starts_[w] .. starts_[w + 1] - 1

@@ -24,6 +24,9 @@ Status VerifyVolume(const Volume& volume, const VerifyOptions& options, VerifyRe
   report->total_samples = dir.size();
   report->total_bytes = volume.info().data_bytes;
   const volume_internal::VolumeScan scan(volume, kWindow);
+  DLFS_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> engine,
+                        volume_internal::VolumeScan::CreateEngine(volume));
+  io_internal::ReadDriver driver(*engine);
   std::vector<std::byte> window, decoded;
   // A token volume's samples are its stream, in storage order: its chunks
   // are checked as the samples go by, from the bytes read for them.
@@ -68,7 +71,7 @@ Status VerifyVolume(const Volume& volume, const VerifyOptions& options, VerifyRe
   for (size_t w = 0; w < scan.windows(); ++w) {
     // A window that cannot be read is read sample by sample: the samples
     // whose own bytes cannot be read are the bad ones.
-    (void)scan.Read(w, &window,
+    (void)scan.Read(w, driver, &window,
                     [&](uint64_t i, std::span<const std::byte> bytes, const Status& read) {
                       check_sample(i, bytes, read);
                     });

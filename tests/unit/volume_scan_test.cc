@@ -52,6 +52,9 @@ TEST_P(VolumeScanTest, VisitsEverySampleOnceInStorageOrder) {
   constexpr uint64_t kWindow = 64 << 10;
   const VolumeScan scan(*vol, kWindow);
   ASSERT_GT(scan.windows(), 2u);
+  Result<std::unique_ptr<IoEngine>> engine = VolumeScan::CreateEngine(*vol);
+  ASSERT_OK(engine.status());
+  io_internal::ReadDriver driver(**engine);
 
   std::vector<int> seen(vol->size(), 0);
   std::vector<std::byte> buffer;
@@ -60,7 +63,7 @@ TEST_P(VolumeScanTest, VisitsEverySampleOnceInStorageOrder) {
   bool first = true;
   for (size_t w = 0; w < scan.windows(); ++w) {
     uint64_t samples = 0, begin = 0, end = 0;
-    ASSERT_OK(scan.Read(w, &buffer,
+    ASSERT_OK(scan.Read(w, driver, &buffer,
                         [&](uint64_t i, std::span<const std::byte> bytes, const Status& read) {
                           ASSERT_OK(read);
                           ASSERT_LT(i, vol->size());
@@ -84,6 +87,53 @@ TEST_P(VolumeScanTest, VisitsEverySampleOnceInStorageOrder) {
     EXPECT_TRUE(scan.window_bytes(w) <= kWindow || samples == 1) << "window " << w;
   }
   for (uint64_t i = 0; i < vol->size(); ++i) EXPECT_EQ(seen[i], 1) << "sample " << i;
+}
+
+// A window over a damaged range fails; its samples are then read one by
+// one, and exactly those whose own bytes lie in the range fail, each
+// named; the others are whole.
+TEST_P(VolumeScanTest, DamagedRangeFailsExactlyItsSamples) {
+  testing::TempDir tmp;
+  const Layout layout = GetParam();
+  std::shared_ptr<Volume> vol = testing::MakeSyntheticVolume(
+      fs::path(tmp.path()) / "v.dlfs",
+      {.samples = 600,
+       .classes = layout.classes,
+       .volume = {.layout = layout.compact ? DirectoryLayout::kCompact : DirectoryLayout::kTree,
+                  .targets = layout.targets}});
+  ASSERT_TRUE(vol);
+  const SampleDirectory& dir = vol->directory();
+  // One byte inside sample 300 is damaged.
+  const SampleInfo bad = dir.sample(300);
+  ASSERT_GT(bad.length, 1u);
+  EngineOptions faults;
+  faults.faults = {
+      .eio_target = bad.target, .eio_offset = bad.offset + bad.length / 2, .eio_length = 1};
+  const VolumeScan scan(*vol, 64 << 10);
+  Result<std::unique_ptr<IoEngine>> engine = VolumeScan::CreateEngine(*vol, faults);
+  ASSERT_OK(engine.status());
+  io_internal::ReadDriver driver(**engine);
+  std::vector<std::byte> buffer;
+  size_t failed_windows = 0;
+  std::vector<uint64_t> failed;
+  uint64_t visited = 0;
+  for (size_t w = 0; w < scan.windows(); ++w) {
+    const Status window = scan.Read(
+        w, driver, &buffer, [&](uint64_t i, std::span<const std::byte> bytes, const Status& read) {
+          ++visited;
+          if (read.ok()) {
+            EXPECT_OK(vol->CheckSample(i, bytes)) << "sample " << i;
+            return;
+          }
+          failed.push_back(i);
+          EXPECT_NE(read.message().find("sample " + std::to_string(i)), std::string::npos)
+              << read.message();
+        });
+    if (!window.ok()) ++failed_windows;
+  }
+  EXPECT_EQ(visited, vol->size());
+  EXPECT_EQ(failed_windows, 1u);
+  EXPECT_EQ(failed, std::vector<uint64_t>{300});
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, VolumeScanTest,
