@@ -10,7 +10,7 @@
 
 #include "common/file_util.h"
 #include "decode/codecs.h"
-#include "loader/batch_data.h"
+#include "loader/source_kit.h"
 
 namespace dlfs {
 

@@ -30,10 +30,7 @@
 #include "dlfs/mpi.h"
 #include "dlfs/sampler.h"
 #include "io/read_driver.h"
-#include "loader/batch_data.h"
-#include "loader/batch_planner.h"
-#include "loader/fields.h"
-#include "loader/quarantine.h"
+#include "loader/source_kit.h"
 
 namespace dlfs {
 
