@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "dlfs/nbd.h"
+#include "testutil.h"
 
 namespace dlfs::testing {
 
@@ -98,17 +99,17 @@ class NbdServer {
       ::execv(argv[0], argv.data());
       ::_exit(127);
     }
-    for (int i = 0; i < 500; ++i) {  // up to 5 s
+    // Until it listens or exits (30 s at most: a loaded machine starts it late).
+    bool exited = false;
+    const bool done = WaitUntil([&] {
       struct stat st;
       if (::stat(pidfile_.c_str(), &st) == 0 && st.st_size > 0) return true;
       int status;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return false;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
+      exited = ::waitpid(pid_, &status, WNOHANG) == pid_;
+      return exited;
+    });
+    if (exited) pid_ = -1;
+    return done && !exited;
   }
 
   void Kill(int sig = SIGKILL) {

@@ -469,6 +469,8 @@ TEST_F(DistributedTest, RanksShareOneNodeCache) {
       EXPECT_OK(more);
       if (!more.ok() || !*more) break;
       // A millisecond of "compute" per batch, as training: the filler runs.
+      // Simulated work, not a wait: the loop below ends on the cache's
+      // bytes (an event, with a deadline), whatever this sleep's length.
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
       for (size_t i = 0; i < b.size(); ++i) {
         auto want = volume->Read(b.index(i));

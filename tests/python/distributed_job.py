@@ -17,6 +17,7 @@ import numpy as np
 
 import dlfs
 import dlfs.distributed
+from testutil import wait_until
 
 
 def private_bytes():
@@ -30,14 +31,23 @@ def private_bytes():
     return fields["Private_Clean"] + fields["Private_Dirty"], fields["Pss"]
 
 
+def arrived(out, name, ranks):
+    """Whether every rank of `ranks` has reached barrier `name`."""
+    return all(os.path.exists(os.path.join(out, f".{name}.{r}")) for r in ranks)
+
+
 def file_barrier(out, name, rank, world):
     """Every rank has reached `name` (no collective needed: no MPI under torchrun)."""
     open(os.path.join(out, f".{name}.{rank}"), "w").close()
-    deadline = time.time() + 120
-    while not all(os.path.exists(os.path.join(out, f".{name}.{r}")) for r in range(world)):
-        if time.time() > deadline:
-            raise TimeoutError(f"barrier {name}: not every rank arrived")
-        time.sleep(0.02)
+    wait_until(lambda: arrived(out, name, range(world)), 120, f"every rank at barrier {name}",
+               interval=0.02)
+
+
+def late(out, name, rank, world):
+    """A late rank: until every other rank has reached barrier `name`, as far
+    as the job lets them go without this one (an event, not a time)."""
+    wait_until(lambda: arrived(out, name, [r for r in range(world) if r != rank]), 120,
+               f"the other ranks at barrier {name}", interval=0.02)
 
 
 def regions(kind):
@@ -73,8 +83,8 @@ def main():
     p.add_argument("--memory-volume", help="first, measure private memory of a loader on it")
     p.add_argument("--fail", choices=["bad-path", "exception"])
     p.add_argument("--fail-rank", type=int, default=1)
-    p.add_argument("--late-rank", type=int, help="this rank lists the regions a second late: "
-                                                 "the others go on as far as the job lets them")
+    p.add_argument("--late-rank", type=int, help="this rank lists the regions late: once the "
+                                                 "others went on as far as the job lets them")
     a = p.parse_args()
 
     report = {}
@@ -91,7 +101,9 @@ def main():
         for step, _ in enumerate(loader):
             if rank == a.fail_rank:
                 raise RuntimeError("a bug in the training loop")
-        time.sleep(300)  # the others wait (as in a collective) until the job is aborted
+        # The others block (as in a collective) until the job is aborted: a
+        # stand-in for a hung collective, not a wait any assertion depends on.
+        time.sleep(300)
         raise AssertionError("not reached")
 
     if a.memory_volume:
@@ -104,7 +116,7 @@ def main():
             first = next(iter(ds))  # its loader, made, and one batch read
         file_barrier(a.out, "made", rank, world)
         if rank == a.late_rank:
-            time.sleep(1)
+            late(a.out, "measured", rank, world)
         after = private_bytes()
         report["memory"] = {"private": after[0] - before[0], "pss": after[1] - before[1],
                             "dir_regions": regions("-dir"), "notes": directory_notes(caught)}
@@ -140,7 +152,7 @@ def main():
     # stay until every rank has listed them (its loaders hold them).
     file_barrier(a.out, "opened", rank, world)
     if rank == a.late_rank:
-        time.sleep(1)
+        late(a.out, "listed", rank, world)
     report["dir_regions"] = regions("-dir")
     file_barrier(a.out, "listed", rank, world)
     if a.resume:

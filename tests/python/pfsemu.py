@@ -14,9 +14,10 @@ import pathlib
 import shutil
 import subprocess
 import tempfile
-import time
 
 import pytest
+
+from testutil import wait_until
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 STATS_NAME = ".pfs-emu-stats"
@@ -73,7 +74,7 @@ class PfsEmu:
         self.final = None  # stats printed at unmount
         self.stderr = ""
 
-    def start(self, timeout=10):
+    def start(self, timeout=30):
         reason = unavailable_reason()
         if reason:
             pytest.skip(reason)
@@ -83,18 +84,18 @@ class PfsEmu:
         self.proc = subprocess.Popen(
             [binary(), *self.options, str(self.backing), str(self.mountpoint)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._log)
-        deadline = time.monotonic() + timeout
-        while not os.path.ismount(self.mountpoint):
+        # Until it is mounted or has exited (the events), with a deadline.
+        wait_until(lambda: os.path.ismount(self.mountpoint) or self.proc.poll() is not None,
+                   timeout, fail=False)
+        if not os.path.ismount(self.mountpoint):
             if self.proc.poll() is not None:
                 err = self._read_log()
                 if "fuse:" in err or "fusermount" in err:
                     pytest.skip(f"cannot mount FUSE here: {err.strip()}")
                 pytest.fail(f"pfs-emu exited with {self.proc.returncode} before mounting: {err}")
-            if time.monotonic() > deadline:
-                self.proc.kill()
-                self.proc.wait()
-                pytest.fail(f"pfs-emu did not mount within {timeout} s: {self._read_log()}")
-            time.sleep(0.02)
+            self.proc.kill()
+            self.proc.wait()
+            pytest.fail(f"pfs-emu did not mount within {timeout} s: {self._read_log()}")
         return self
 
     def view(self, node=0):
@@ -109,8 +110,17 @@ class PfsEmu:
         """Unmounts with fusermount3 -u; returns the stats printed at unmount."""
         if self.proc is None or self.final is not None:
             return self.final
-        um = subprocess.run(["fusermount3", "-u", str(self.mountpoint)], capture_output=True,
-                            timeout=timeout)
+        # A file still open on the mount makes fusermount3 -u fail ("busy"):
+        # an io_uring ring, for one, drops its registered files
+        # asynchronously after it is closed. Retried until none is (the
+        # event), with a deadline; the last answer is the one checked.
+        def unmount_unless_busy():
+            um = subprocess.run(["fusermount3", "-u", str(self.mountpoint)], capture_output=True,
+                                timeout=timeout)
+            return None if um.returncode != 0 and b"busy" in um.stderr.lower() else um
+
+        um = wait_until(unmount_unless_busy, timeout, interval=0.05, fail=False) or subprocess.run(
+            ["fusermount3", "-u", str(self.mountpoint)], capture_output=True, timeout=timeout)
         try:
             rc = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -3,9 +3,10 @@ import json
 import os
 import signal
 import subprocess
-import time
 
 import pytest
+
+from testutil import interrupt, pack_mid_write
 
 VERBS = ["pack", "info", "ls", "cat", "verify", "repair"]
 
@@ -241,14 +242,8 @@ def test_interrupted_pack_leaves_no_volume(dlfs_bin, run, tmp_path, sig):
     out = tmp_path / "out"
     out.mkdir()
     vol = out / "v.dlfs"
-    proc = subprocess.Popen([dlfs_bin, "pack", str(src), "-o", str(vol), "-q"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.time() + 30
-    while time.time() < deadline and not any(out.iterdir()):
-        time.sleep(0.001)
-    assert proc.poll() is None, "pack finished before it could be interrupted"
-    time.sleep(0.05)
-    proc.send_signal(sig)
+    proc = pack_mid_write([dlfs_bin, "pack", str(src), "-o", str(vol), "-q"], out)
+    interrupt(proc, sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode != 0
     assert not vol.exists()

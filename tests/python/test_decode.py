@@ -17,7 +17,6 @@ import math
 import os
 import struct
 import subprocess
-import zlib
 
 import numpy as np
 import pytest
@@ -27,41 +26,10 @@ Image = pytest.importorskip("PIL.Image", reason="python3-pil not installed")
 F = pytest.importorskip("torchvision.transforms.functional", reason="torchvision not installed")
 dlfs = pytest.importorskip("dlfs", reason="Python module not built")
 import dlfs.torch as dt  # noqa: E402
+from image_fixtures import encode, png_raw, photo  # noqa: E402
 import torch.utils.data as tud  # noqa: E402
 
 FMNIST = "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz"
-
-
-def photo(h, w, seed, channels=3):
-    """Photograph-like pixels: gradients, a few shapes, mild noise."""
-    rng = np.random.default_rng(seed)
-    y, x = np.mgrid[0:h, 0:w].astype(np.float64)
-    img = np.stack([x / w * 200 + 30, y / h * 180 + 40, (x + y) / (w + h) * 150 + 60], -1)
-    for _ in range(4):
-        cy, cx, r = rng.integers(0, h), rng.integers(0, w), rng.integers(5, max(6, min(h, w) // 3))
-        img[(y - cy) ** 2 + (x - cx) ** 2 < r * r] = rng.integers(0, 255, 3)
-    img += rng.normal(0, 4, img.shape)
-    img = np.clip(img, 0, 255).astype(np.uint8)
-    return img[..., 0] if channels == 1 else img
-
-
-def encode(pil, fmt, **kw):
-    buf = io.BytesIO()
-    pil.save(buf, fmt, **kw)
-    return buf.getvalue()
-
-
-def png_raw(rows, width, color_type, bit_depth):
-    """A PNG written by hand (PIL cannot write 16-bit RGB or 2/4-bit gray):
-    `rows` holds each row's packed, big-endian bytes, shape (h, row_bytes)."""
-    raw = b"".join(b"\x00" + r.tobytes() for r in rows)
-
-    def chunk(t, d):
-        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))
-
-    ihdr = struct.pack(">IIBBBBB", width, len(rows), bit_depth, color_type, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw))
-            + chunk(b"IEND", b""))
 
 
 def pil_rgb(data, mode="RGB"):

@@ -6,9 +6,10 @@ import random
 import shutil
 import signal
 import subprocess
-import time
 
 import pytest
+
+from testutil import wait_until
 
 
 def _fuse_unavailable(run):
@@ -39,13 +40,11 @@ def mounted(run, volume, tmp_path):
         subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
 
 
-def _wait_mounted(path, timeout=10):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if os.path.ismount(path):
-            return True
-        time.sleep(0.05)
-    return False
+def _wait_mounted(path, proc, timeout=30):
+    """Whether `path` got mounted: waits until it is, or `proc` (the mount)
+    has exited, or `timeout` seconds have passed."""
+    wait_until(lambda: os.path.ismount(path) or proc.poll() is not None, timeout, fail=False)
+    return os.path.ismount(path)
 
 
 def test_tree_listing_and_bytes_match_the_source(mounted, tree):
@@ -121,7 +120,7 @@ def test_foreground_mount_unmounts_on_signal(dlfs_bin, run, volume, tmp_path, si
                              "mnt3" if relative else str(mnt)],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        if not _wait_mounted(mnt):
+        if not _wait_mounted(mnt, proc):
             proc.kill()
             pytest.skip("mount did not come up: " + proc.communicate()[1].decode())
         assert sorted(os.listdir(mnt)) == ["Emu", "cat", "dog"]
@@ -263,7 +262,7 @@ def test_mount_rss_stays_flat_over_200k_file_reads(dlfs_bin, run, tmp_path):
     mnt.mkdir()
     proc = subprocess.Popen([dlfs_bin, "mount", "-f", str(vol), str(mnt)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    if not _wait_mounted(mnt):
+    if not _wait_mounted(mnt, proc):
         proc.kill()
         pytest.skip("mount did not come up: " + proc.communicate()[1].decode())
     try:

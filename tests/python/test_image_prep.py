@@ -20,7 +20,6 @@ import io
 import json
 import struct
 import tarfile
-import zlib
 
 import numpy as np
 import pytest
@@ -31,29 +30,10 @@ ImageOps = pytest.importorskip("PIL.ImageOps", reason="python3-pil not installed
 F = pytest.importorskip("torchvision.transforms.functional", reason="torchvision not installed")
 dlfs = pytest.importorskip("dlfs", reason="Python module not built")
 import dlfs.torch as dt  # noqa: E402
+from image_fixtures import encode, png_raw, textured_photo as photo  # noqa: E402
 
 FILTERS = {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC, "lanczos": Image.LANCZOS,
            "box": Image.BOX, "hamming": Image.HAMMING}
-
-
-def photo(h, w, seed, channels=3):
-    """Photograph-like pixels: gradients, shapes, texture, mild noise."""
-    rng = np.random.default_rng(seed)
-    y, x = np.mgrid[0:h, 0:w].astype(np.float64)
-    img = np.stack([x / w * 200 + 30, y / h * 180 + 40, (x + y) / (w + h) * 150 + 60], -1)
-    img += 25 * np.sin(x / 3.0 + y / 5.0)[..., None]
-    for _ in range(5):
-        cy, cx, r = rng.integers(0, h), rng.integers(0, w), rng.integers(3, max(4, min(h, w) // 3))
-        img[(y - cy) ** 2 + (x - cx) ** 2 < r * r] = rng.integers(0, 255, 3)
-    img += rng.normal(0, 5, img.shape)
-    img = np.clip(img, 0, 255).astype(np.uint8)
-    return img[..., 0] if channels == 1 else img
-
-
-def encode(pil, fmt, **kw):
-    buf = io.BytesIO()
-    pil.save(buf, fmt, **kw)
-    return buf.getvalue()
 
 
 def pil_rgb(data):
@@ -103,18 +83,6 @@ def test_resize_from_jpeg_within_one_of_pil_and_never_enlarges():
     small = dlfs.prepare_image(src, max_side=1000, image_format="raw")
     assert not small["resized"] and (small["width"], small["height"]) == (500, 333)
     assert np.abs(raw_pixels(small["data"]).astype(int) - np.array(pil_rgb(src))).max() <= 1
-
-
-def png_raw(rows, width, color_type, bit_depth):
-    """A PNG written by hand (PIL cannot write 16-bit RGB)."""
-    raw = b"".join(b"\x00" + r.tobytes() for r in rows)
-
-    def chunk(t, d):
-        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))
-
-    ihdr = struct.pack(">IIBBBBB", width, len(rows), bit_depth, color_type, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw))
-            + chunk(b"IEND", b""))
 
 
 def sources():

@@ -14,10 +14,11 @@ import pathlib
 import re
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
+
+from testutil import wait_until
 
 dlfs = pytest.importorskip("dlfs", reason="Python module not built")
 
@@ -71,12 +72,14 @@ class Group:
         return proc, self.oom_kills()
 
     def remove(self):
-        for _ in range(100):  # the last process may take a moment to leave
+        def removed():  # once the last process has left it
             try:
                 self.path.rmdir()
-                return
+                return True
             except OSError:
-                time.sleep(0.05)
+                return False
+
+        wait_until(removed, 5, f"{self.path} removed", fail=False)
 
 
 @pytest.fixture

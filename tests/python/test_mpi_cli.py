@@ -2,13 +2,15 @@
 and `dlfs lmdb read`, 4 ranks on two fake nodes. Skipped without mpirun or
 when dlfs was built without MPI."""
 import json
-import time
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 
 import pytest
+
+from testutil import wait_until
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -142,6 +144,11 @@ def test_bench_cluster_cache_text_report(mpi, volumes, tmp_path):
     assert "MB from peers" in out
 
 
+def _cache_regions(cache_dir):
+    """The node cache regions of fake nodes in `cache_dir` (dlfs-UID-UUID-nodeN)."""
+    return [n for n in os.listdir(cache_dir) if re.fullmatch(r"dlfs-\d+-.+-node\d+", n)]
+
+
 def test_cluster_cache_job_ends_when_a_rank_is_killed(dlfs_bin, mpi, volumes, tmp_path):
     """A rank killed mid-job: the others are waiting for it in an exchange;
     MPI cannot survive that, but the job must end with an error naming the
@@ -154,18 +161,22 @@ def test_cluster_cache_job_ends_when_a_rank_is_killed(dlfs_bin, mpi, volumes, tm
     job = subprocess.Popen([str(c) for c in cmd],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
-        # The 4 ranks started, and read for a moment (never blocking on the
-        # job's output: it may be buffered).
-        ranks, deadline = [], time.monotonic() + 60
-        while len(ranks) < 4 and time.monotonic() < deadline and job.poll() is None:
-            time.sleep(0.2)
-            ranks = subprocess.run(["pgrep", "-P", str(job.pid), "-x",
-                                    os.path.basename(dlfs_bin)],
-                                   capture_output=True, text=True).stdout.split()
-        assert len(ranks) == 4, (ranks, job.poll())
-        time.sleep(2)
+        # The 4 ranks started, and made their loaders: each node's cache
+        # region exists (events, never a blocking read of the job's output:
+        # it may be buffered). Then they read epochs on until killed.
+        def ranks():
+            return subprocess.run(["pgrep", "-P", str(job.pid), "-x", os.path.basename(dlfs_bin)],
+                                  capture_output=True, text=True).stdout.split()
+
+        wait_until(lambda: len(ranks()) == 4 or job.poll() is not None, 60, "4 ranks",
+                   interval=0.2)
+        assert len(ranks()) == 4, (ranks(), job.poll())
+        wait_until(lambda: len(_cache_regions(tmp_path)) == 2 or job.poll() is not None, 60,
+                   "both nodes' cache regions", interval=0.05)
         assert job.poll() is None, "the job ended before a rank was killed"
-        os.kill(int(ranks[2]), 9)
+        rank_pids = ranks()
+        assert len(rank_pids) == 4, rank_pids
+        os.kill(int(rank_pids[2]), 9)
         _, err = job.communicate(timeout=120)  # TimeoutExpired (a hang) fails the test
     finally:
         job.kill()
@@ -298,12 +309,10 @@ def test_bench_under_mpirun_reads_targets_from_an_nbd_server(mpi, volumes, tmp_p
     server = subprocess.Popen([NBDKIT, "-f", "-r", "--log=null", "-U", str(sock), "-P", str(pid),
                                "file", f"{two}.t1"])
     try:
-        for _ in range(500):
-            if pid.exists() and pid.stat().st_size > 0:
-                break
-            server.poll()
-            assert server.returncode is None, "nbdkit exited"
-            time.sleep(0.01)
+        # Until it listens (it writes its pid file then) or has exited.
+        wait_until(lambda: (pid.exists() and pid.stat().st_size > 0) or server.poll() is not None,
+                   30, "nbdkit's pid file")
+        assert server.poll() is None, "nbdkit exited"
         uri = f"nbd+unix:///?socket={sock}"
         out = mpi("bench", two, "--batch", 16, "--epochs", 1, "--json", "--cache-budget", 0,
                   "--target-map", f"1={uri}", *extra).stdout

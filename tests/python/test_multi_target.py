@@ -5,12 +5,11 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import time
 
 import pytest
 
 from test_cli import _big_tree
+from testutil import interrupt, pack_mid_write
 
 OPENING_VERBS = ["info", "ls", "cat", "verify", "epoch", "bench", "mount"]
 
@@ -223,14 +222,9 @@ def test_interrupted_multi_target_pack_leaves_no_volume(dlfs_bin, run, tmp_path,
     out = tmp_path / "out"
     out.mkdir()
     vol = out / "v.dlfs"
-    proc = subprocess.Popen([dlfs_bin, "pack", str(src), "-o", str(vol), "--targets", "4", "-q"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.time() + 30
-    while time.time() < deadline and len(list(out.iterdir())) < 4:
-        time.sleep(0.001)
-    assert proc.poll() is None, "pack finished before it could be interrupted"
-    time.sleep(0.05)
-    proc.send_signal(sig)
+    proc = pack_mid_write([dlfs_bin, "pack", str(src), "-o", str(vol), "--targets", "4", "-q"],
+                          out, temporaries=4)
+    interrupt(proc, sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode != 0
     leftovers = sorted(p.name for p in out.iterdir())

@@ -12,11 +12,12 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 import warnings
 
 import numpy as np
 import pytest
+
+from testutil import epochs_until, simulate_compute, wait_until
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -81,17 +82,14 @@ def volume(tmp_path_factory):
     return str(path)
 
 
-def _fill(loader, volume_bytes, seconds=120):
-    give_up = time.monotonic() + seconds
-    e = 0
-    while time.monotonic() < give_up:
-        if loader.stats()["cache_used_bytes"] >= volume_bytes:
-            return
-        e += 1
-        loader.set_epoch(1000 + e)
+def _fill(loader, volume_bytes):
+    def epoch(e):
+        loader.set_epoch(1001 + e)
         for _ in loader:
-            time.sleep(0.001)  # "compute", as training does: the filler runs freely
-    raise AssertionError(f"the cache did not fill: {loader.stats()}")
+            simulate_compute()  # as training does: the filler runs freely
+
+    epochs_until(lambda: loader.stats()["cache_used_bytes"] >= volume_bytes, epoch,
+                 what=f"filled: {loader.stats()}")
 
 
 def _check_epoch(loader, vol, epoch):
@@ -104,24 +102,35 @@ def _check_epoch(loader, vol, epoch):
     assert seen == len(vol)
 
 
-# A second process: fills (or reads) the cache, says so on stdout, then
-# waits for a line on stdin (or is killed).
+# A second process: fills (or reads) the cache, says so on stdout ("ready"),
+# then waits for a line on stdin; or ("spin") reads on until killed, saying
+# "spinning" in the middle of its first epoch after "ready".
 HOLDER = textwrap.dedent("""
-    import sys, time, dlfs
+    import sys, dlfs
+    from testutil import epochs_until, simulate_compute
     vol = dlfs.Volume(sys.argv[1])
     loader = dlfs.Loader(vol, 16, cache_budget=1 << 30)
     want = vol.info()["bytes"] if sys.argv[2] == "fill" else 0
-    e, give_up = 0, time.monotonic() + 120
-    while (loader.stats()["cache_used_bytes"] < want or e == 0) and time.monotonic() < give_up:
-        loader.set_epoch(e); e += 1
+    read = []  # the epochs read
+
+    def epoch(e):
+        loader.set_epoch(e)
         for _ in loader:
-            time.sleep(0.001)  # "compute": the filler runs freely
+            simulate_compute()  # the filler runs freely
+        read.append(e)
+
+    # One epoch at least, and on until the cache holds `want` bytes.
+    epochs_until(lambda: read and loader.stats()["cache_used_bytes"] >= want, epoch,
+                 what="the cache filled")
     print("ready", flush=True)
-    if sys.argv[2] == "spin":   # keep filling until killed
+    if sys.argv[2] == "spin":
+        e = len(read)
         while True:
-            loader.set_epoch(e); e += 1
-            for _ in loader:
-                pass
+            loader.set_epoch(e)
+            for k, _ in enumerate(loader):
+                if e == len(read) and k == 1:
+                    print("spinning", flush=True)
+            e += 1
     sys.stdin.readline()
 """)
 
@@ -160,7 +169,8 @@ def test_two_processes_share_one_region(volume, cache_dir):
 def test_killed_filler_leaves_others_correct_and_no_region_behind(volume, cache_dir):
     filler = _start(volume, "spin")
     try:
-        time.sleep(0.2)  # mid-epoch, mid-fill
+        line = filler.stdout.readline()  # the event: it is in the middle of an epoch
+        assert line.strip() == "spinning", line
         with dlfs.Volume(volume) as vol:
             loader = dlfs.Loader(vol, 16, cache_budget=1 << 30)
             filler.send_signal(signal.SIGKILL)
@@ -241,12 +251,14 @@ def test_memory_cgroup_sizes_the_default_budget(volume, cache_dir, dlfs_bin):
         assert b"reduced to" in proc.stderr and b"memory.limit_in_bytes" in proc.stderr
         assert json.loads(proc.stdout)["memory"]["cache_budget"] <= limit // 2
     finally:
-        for _ in range(50):
+        def removed():  # once the last process has left it
             try:
                 group.rmdir()
-                break
+                return True
             except OSError:
-                time.sleep(0.1)
+                return False
+
+        wait_until(removed, 5, f"{group} removed", fail=False)
 
 
 def test_map_style_reads_use_the_node_cache(volume, cache_dir):

@@ -2,10 +2,11 @@
 import gc
 import random
 import subprocess
-import time
 
 import numpy as np
 import pytest
+
+from testutil import epochs_until, simulate_compute
 
 dlfs = pytest.importorskip("dlfs", reason="Python module not built (pybind11 missing)")
 
@@ -248,15 +249,16 @@ def test_loader_node_cache_serves_the_same_bytes(many, budget):
     assert ("node cache" in loader.engine_description) == (budget != 0)
     total = many.info()["bytes"]
     # A requested cache is full by the first epoch's end; a few more at most.
-    give_up = time.monotonic() + 120
-    for epoch in range(100000 if budget != 0 else 0):
-        if loader.stats()["cache_used_bytes"] >= total or time.monotonic() > give_up:
-            break
-        loader.set_epoch(100 + epoch)
+    def epoch(e):
+        loader.set_epoch(100 + e)
         for batch in loader:
             for i, view in zip(batch.indices, batch.samples):
                 assert bytes(view) == many.read(int(i))
-            time.sleep(0.001)  # "compute", as training: the filler runs freely
+            simulate_compute()  # as training: the filler runs freely
+
+    if budget != 0:
+        epochs_until(lambda: loader.stats()["cache_used_bytes"] >= total, epoch,
+                     what="the node cache full")
     loader.set_epoch(3)
     before = loader.stats()["io_bytes"]
     for batch in loader:

@@ -16,6 +16,7 @@ import time
 import pytest
 
 from test_cli import _big_tree
+from testutil import interrupt, pack_mid_write
 
 HOSTILE = pathlib.Path(__file__).resolve().parents[1] / "data" / "hostile"
 LIMIT = 1 << 30  # bytes of address space for each dlfs run
@@ -194,13 +195,8 @@ def test_killed_pack_temporary_is_removed_by_the_next(dlfs_bin, run, tmp_path):
     out.mkdir()
     vol = out / "v.dlfs"
     run("pack", src, "-o", vol, "-q", check=0)  # an old volume the killed pack replaces
-    proc = subprocess.Popen([dlfs_bin, "pack", str(src), "-o", str(vol), "-q", "--force"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.time() + 30
-    while time.time() < deadline and len(list(out.iterdir())) < 2:
-        time.sleep(0.001)
-    time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
+    proc = pack_mid_write([dlfs_bin, "pack", str(src), "-o", str(vol), "-q", "--force"], out)
+    interrupt(proc, signal.SIGKILL)
     proc.communicate(timeout=60)
     stale = [p for p in out.iterdir() if ".tmp." in p.name]
     assert len(stale) == 1, list(out.iterdir())

@@ -1,10 +1,11 @@
 """dlfs.torch with torch.utils.data.DataLoader, workers and ranks."""
 import json
 import os
-import time
 
 import numpy as np
 import pytest
+
+from testutil import epochs_until, simulate_compute
 
 torch = pytest.importorskip("torch", reason="python3-torch not installed")
 dlfs = pytest.importorskip("dlfs", reason="Python module not built")
@@ -124,13 +125,13 @@ def test_loader_dataset_keeps_its_loader_and_stacks_fixed_size_samples(tmp_path,
     assert firsts[0] != firsts[1]  # a new order each epoch
     loader = ds._loader
     assert loader is not None and loader.stats()["cache_bytes"] > 0
-    give_up = time.monotonic() + 120
-    for epoch in range(10, 100000):  # until the node cache holds every sample
-        if loader.stats()["cache_used_bytes"] >= 200 * 24 or time.monotonic() > give_up:
-            break
-        ds.set_epoch(epoch)
+    def epoch(e):
+        ds.set_epoch(10 + e)
         for _ in tud.DataLoader(ds, batch_size=None):
-            time.sleep(0.001)  # "compute", as training: the filler runs freely
+            simulate_compute()  # as training: the filler runs freely
+
+    epochs_until(lambda: loader.stats()["cache_used_bytes"] >= 200 * 24, epoch,
+                 what="every sample in the node cache")
     ds.set_epoch(2)
     before = loader.stats()["io_bytes"]
     assert sum(len(y) for _, y in tud.DataLoader(ds, batch_size=None)) == 200

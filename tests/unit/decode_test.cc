@@ -24,54 +24,17 @@
 #include "dlfs/decode.h"
 #include "dlfs/decode_stage.h"
 #include "dlfs/loader.h"
+#include "image_fixtures.h"
 #include "testutil.h"
 
 namespace dlfs {
 namespace decode_test {
 
+using testing::Gradient;
+using testing::Jpeg;
+using testing::Png;
 using testing::StatusIs;
 using testing::TempDir;
-
-// A width x height image with smooth gradients and a little noise: what
-// photographs look like to a codec.
-Image Gradient(uint32_t width, uint32_t height, uint32_t channels, uint32_t seed) {
-  std::mt19937 rng(seed);
-  Image img{width, height, channels, std::vector<uint8_t>(size_t{width} * height * channels)};
-  for (uint32_t y = 0; y < height; ++y) {
-    for (uint32_t x = 0; x < width; ++x) {
-      for (uint32_t c = 0; c < channels; ++c) {
-        const int v = static_cast<int>((x * 255 / width + y * 91 / height + c * 60 + seed) % 256) +
-                      static_cast<int>(rng() % 7) - 3;
-        img.pixels[(size_t{y} * width + x) * channels + c] =
-            static_cast<uint8_t>(std::clamp(v, 0, 255));
-      }
-    }
-  }
-  return img;
-}
-
-std::vector<std::byte> Png(const Image& img) {
-  auto png = EncodePng(img);
-  EXPECT_OK(png);
-  return png.ok() ? *png : std::vector<std::byte>{};
-}
-
-std::vector<std::byte> Jpeg(const Image& img, int quality = 90, int subsamp = TJSAMP_420,
-                            int flags = 0) {
-  tjhandle tj = tjInitCompress();
-  unsigned char* out = nullptr;
-  unsigned long size = 0;
-  const int rc =
-      tjCompress2(tj, img.pixels.data(), static_cast<int>(img.width), 0,
-                  static_cast<int>(img.height), img.channels == 1 ? TJPF_GRAY : TJPF_RGB, &out,
-                  &size, img.channels == 1 ? TJSAMP_GRAY : subsamp, quality, flags);
-  EXPECT_EQ(rc, 0) << tjGetErrorStr2(tj);
-  std::vector<std::byte> v(size);
-  std::memcpy(v.data(), out, size);
-  tjFree(out);
-  tjDestroy(tj);
-  return v;
-}
 
 ImageOptions Options(uint32_t size, CropMode crop = CropMode::kCenter) {
   ImageOptions o;

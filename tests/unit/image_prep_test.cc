@@ -17,52 +17,20 @@
 #include "dlfs/image_prep.h"
 #include "dlfs/volume.h"
 #include "format/format.h"
+#include "image_fixtures.h"
 #include "testutil.h"
 
 namespace dlfs {
 namespace image_prep_test {
 
+using testing::Photo;
+using testing::Png;
 using testing::StatusIs;
 using testing::TempDir;
 
-// Smooth gradients, a few edges and a little noise.
-Image Photo(uint32_t width, uint32_t height, uint32_t channels, uint32_t seed) {
-  std::mt19937 rng(seed);
-  Image img{width, height, channels, std::vector<uint8_t>(size_t{width} * height * channels)};
-  for (uint32_t y = 0; y < height; ++y) {
-    for (uint32_t x = 0; x < width; ++x) {
-      for (uint32_t c = 0; c < channels; ++c) {
-        int v = static_cast<int>((x * 200 / width + y * 120 / height + c * 50 + seed) % 256);
-        if ((x / 17 + y / 13) % 5 == 0) v = 255 - v;
-        v += static_cast<int>(rng() % 9) - 4;
-        img.pixels[(size_t{y} * width + x) * channels + c] =
-            static_cast<uint8_t>(std::clamp(v, 0, 255));
-      }
-    }
-  }
-  return img;
-}
-
-std::vector<std::byte> Png(const Image& img) {
-  auto png = EncodePng(img);
-  EXPECT_OK(png);
-  return png.ok() ? *png : std::vector<std::byte>{};
-}
-
+// JPEG bytes by the accurate DCT, as a careful encoder makes them.
 std::vector<std::byte> Jpeg(const Image& img, int quality) {
-  tjhandle tj = tjInitCompress();
-  unsigned char* out = nullptr;
-  unsigned long size = 0;
-  const int rc =
-      tjCompress2(tj, img.pixels.data(), static_cast<int>(img.width), 0,
-                  static_cast<int>(img.height), img.channels == 1 ? TJPF_GRAY : TJPF_RGB, &out,
-                  &size, img.channels == 1 ? TJSAMP_GRAY : TJSAMP_420, quality, TJFLAG_ACCURATEDCT);
-  EXPECT_EQ(rc, 0) << tjGetErrorStr2(tj);
-  std::vector<std::byte> v(size);
-  std::memcpy(v.data(), out, size);
-  tjFree(out);
-  tjDestroy(tj);
-  return v;
+  return testing::Jpeg(img, quality, TJSAMP_420, TJFLAG_ACCURATEDCT);
 }
 
 std::vector<std::byte> Raw(const Image& img) {

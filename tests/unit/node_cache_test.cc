@@ -65,7 +65,9 @@ class NodeCacheTest : public ::testing::Test {
 
   // One epoch: every sample checked against the volume; the stats it took.
   // With `pace`, the caller "computes" 5 ms per batch, as training does, and
-  // checks only the count.
+  // checks only the count. The sleep simulates that work (it lets the fill
+  // run beside the reader); no assertion depends on its length: Fill waits
+  // for the cache's bytes, with a deadline.
   SourceStats Epoch(Loader& l, uint64_t epoch, bool* all_read_only = nullptr, bool pace = false) {
     const SourceStats before = l.source_stats();
     l.SetEpoch(epoch);

@@ -91,14 +91,18 @@ TEST_F(NodeDirectoryTest, ConcurrentOpensReadTheDirectoryOnce) {
   std::memcpy(stored.data(), probe->metadata().directory.get(), stored.size());
   const volume_internal::NodeDirectoryKey key{
       .uuid = info.uuid, .bytes = stored.size(), .crc32c = 0, .dir = shm_.string()};
-  std::atomic<int> fills{0};
+  std::atomic<int> fills{0}, arrived{0};
   std::vector<std::shared_ptr<const std::byte>> got(6);
   std::vector<std::thread> threads;
   for (size_t t = 0; t < got.size(); ++t) {
     threads.emplace_back([&, t] {
+      arrived.fetch_add(1);
       auto nd = volume_internal::GetNodeDirectory(key, [&](std::byte* dst) {
         fills.fetch_add(1);
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));  // a slow read
+        // The read goes on until every thread has come to open the
+        // directory, so that the others find it being built. (Those that
+        // come after it is built attach to it: one fill either way.)
+        EXPECT_TRUE(testing::WaitUntil([&] { return arrived.load() == 6; }));
         std::memcpy(dst, stored.data(), stored.size());
         return Status::Ok();
       });
@@ -234,40 +238,41 @@ TEST_F(NodeDirectoryTest, BuildLockRemovedByASweepStillLetsOneBuildAtATime) {
   ASSERT_GE(sweeper, 0);
   ASSERT_EQ(::flock(sweeper, LOCK_EX | LOCK_NB), 0);
 
-  std::atomic<bool> first_building{false}, overlapped{false};
+  // This process's descriptors open on the lock file's name (not on a
+  // removed file: that one reads as "... (deleted)").
+  const auto opened = [&] {
+    int n = 0;
+    for (const auto& e : fs::directory_iterator("/proc/self/fd")) {
+      std::error_code ec;
+      if (fs::read_symlink(e.path(), ec) == lock) ++n;
+    }
+    return n;
+  };
+  std::atomic<bool> first_building{false}, overlapped{false}, second_done{false};
   std::thread first([&] {
     EXPECT_OK(shm::WithBuildLock(shm_.string(), name, [&] {
       first_building = true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // a slow build
+      // The build lasts until the second builder has the lock file open
+      // (its and ours: it is about to wait for our lock) or has built
+      // alongside (the bug this test is for).
+      EXPECT_TRUE(testing::WaitUntil([&] { return second_done || opened() >= 2; }));
       first_building = false;
       return Status::Ok();
     }));
   });
   // Once the first has the lock file open (and waits for its lock), the
   // sweep removes it and lets go.
-  const auto opened_by_first = [&] {
-    int n = 0;
-    for (const auto& e : fs::directory_iterator("/proc/self/fd")) {
-      std::error_code ec;
-      if (fs::read_symlink(e.path(), ec) == lock) ++n;
-    }
-    return n >= 2;  // the sweeper's and the first's
-  };
-  for (int i = 0; i < 5000 && !opened_by_first(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  ASSERT_TRUE(opened_by_first());
+  ASSERT_TRUE(testing::WaitUntil([&] { return opened() >= 2; }))  // the sweeper's and the first's
+      << "the first builder never opened the lock file";
   ASSERT_EQ(::unlink(lock.c_str()), 0);
   ::close(sweeper);
-  for (int i = 0; i < 5000 && !first_building; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  ASSERT_TRUE(first_building);
+  ASSERT_TRUE(testing::WaitUntil([&] { return first_building.load(); }));
   // A second builder now: it must wait for the first.
   EXPECT_OK(shm::WithBuildLock(shm_.string(), name, [&] {
     overlapped = first_building.load();
     return Status::Ok();
   }));
+  second_done = true;
   first.join();
   EXPECT_FALSE(overlapped) << "two builds at once";
 }

@@ -317,23 +317,17 @@ TEST_F(SequentialFillTest, TheNodesProcessesDecideFromOneMeasurement) {
     // Every fill is held before each window it would fill (the first one
     // after its probe's two) until all have decided, so that they decide
     // with most of the volume still to fill.
+    // (A hold ends at `go`, or after 30 s so that a broken test ends too.)
     auto go = std::make_shared<std::atomic<bool>>(false);
     auto held = [go](int free_asks) {
       return [go, asked = 0, free_asks]() mutable {
-        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-        while (asked++ >= free_asks && !*go && std::chrono::steady_clock::now() < until) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        }
+        if (asked++ >= free_asks) (void)testing::WaitUntil([&] { return go->load(); });
         return false;
       };
     };
     o.memory_short = held(2);
     auto decided = [](SequentialFill& f) {
-      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-      while (!f.stats().decided && std::chrono::steady_clock::now() < until) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      }
-      return f.stats().decided;
+      return testing::WaitUntil([&] { return f.stats().decided; });
     };
     auto first = std::make_unique<SequentialFill>(caches[0], vol_, std::move(o));
     first->Start();
@@ -383,14 +377,60 @@ TEST_F(SequentialFillTest, NoFillWhileMemoryIsShort) {
   EXPECT_EQ(cache->stats().samples, 0u);
 }
 
+// The fill's thread exists from construction but asks and reads nothing
+// until Start(). "Nothing" is bounded by an event, not a time: a requested
+// fill of another volume, made after it, fills that whole volume meanwhile
+// (so this thread had every chance to run); once started, it does ask.
 TEST_F(SequentialFillTest, NothingStartsBeforeTheReader) {
+  auto other = testing::MakeSyntheticVolume(
+      fs::path(tmp_.path()) / "other.dlfs",
+      {.samples = 300,
+       .bytes = [](uint64_t i) { return testing::RandomBytes(4000, static_cast<uint32_t>(i)); }});
+  ASSERT_TRUE(other);
   auto cache = Cache();
   ASSERT_TRUE(cache);
+  // Whatever the fill asks (its reader's progress, whether memory is
+  // short) says whether it was started by then.
+  std::atomic<bool> started{false}, asked_early{false}, asked{false};
+  auto note = [&] {
+    if (!started) asked_early = true;
+    asked = true;
+  };
+  SequentialFill::Options o = Caller([](uint64_t) { return 0.0; }, 10);
+  o.progress = [&note, progress = std::move(o.progress)] {
+    note();
+    return progress();
+  };
+  o.memory_short = [&note] {
+    note();
+    return true;  // stops it at its first window, once started
+  };
   {
-    SequentialFill fill(cache, vol_, {.epochs_after = 10});
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    SequentialFill fill(cache, vol_, std::move(o));
+    std::string note;
+    auto other_cache = NodeCache::Open(*other, {.budget = uint64_t{1} << 30}, &note);
+    ASSERT_TRUE(other_cache) << note;
+    SequentialFill reference(other_cache, other, {.epochs_after = 0, .requested = true});
+    reference.WaitFilled();
+    ASSERT_GT(reference.stats().windows_filled, 0u);
+    EXPECT_FALSE(asked_early);
     EXPECT_EQ(fill.stats().windows_filled, 0u);
-  }  // destroyed without being started: stops cleanly
+    EXPECT_FALSE(fill.stats().decided);
+
+    started = true;
+    fill.Start();
+    EXPECT_TRUE(testing::WaitUntil([&] { return asked.load(); })) << "started, it never asked";
+  }
+  EXPECT_FALSE(asked_early);
+  EXPECT_EQ(cache->stats().samples, 0u);  // memory was short: nothing filled
+}
+
+// Destroyed without being started: its thread stops cleanly, having read
+// nothing.
+TEST_F(SequentialFillTest, DestroyedBeforeTheReaderStopsCleanly) {
+  auto cache = Cache();
+  ASSERT_TRUE(cache);
+  { SequentialFill fill(cache, vol_, {.epochs_after = 10}); }
   EXPECT_EQ(cache->stats().samples, 0u);
 }
 

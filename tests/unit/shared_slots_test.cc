@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <set>
@@ -63,15 +64,23 @@ TEST(SharedSlotsTest, AcquireTakesEachSlotOnceUntilReleased) {
   EXPECT_EQ(s->Acquire(0), -1);
 }
 
+// An Acquire under way when the slot is released gets it. The release
+// follows the waiter's start (an event), not a time; while the slot is
+// held the waiter cannot return early, whatever the scheduling.
 TEST(SharedSlotsTest, AcquireWaitsForARelease) {
   ASSERT_OK_AND_ASSIGN(auto s, SharedSlots::Create(1, 4096));
   ASSERT_EQ(s->Acquire(0), 0);
-  std::thread releaser([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    s->Release(0);
+  std::atomic<bool> waiting{false};
+  std::atomic<int> got{-2};
+  std::thread waiter([&] {
+    waiting = true;
+    got = s->Acquire(30);
   });
-  EXPECT_EQ(s->Acquire(30), 0);
-  releaser.join();
+  EXPECT_TRUE(testing::WaitUntil([&] { return waiting.load(); }));
+  EXPECT_EQ(got.load(), -2);  // still waiting: the only slot is taken
+  s->Release(0);
+  waiter.join();
+  EXPECT_EQ(got.load(), 0);
 }
 
 TEST(SharedSlotsTest, LeaseSeesTheSlotAndFreesItWhenDestroyed) {
