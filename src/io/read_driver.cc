@@ -89,9 +89,11 @@ Status ReadDriver::ReapInto(size_t min_complete) {
     wait_ns_.fetch_add(static_cast<uint64_t>((Now() - t0) * 1e9), std::memory_order_relaxed);
   }
   bool more = false;  // a job queued a further round
+  // A job's completions mostly come together: look each job up once.
+  auto it = jobs_.end();
   for (const ReadCompletion& c : done_) {
     const uint64_t id = c.tag >> kRequestBits;
-    auto it = jobs_.find(id);
+    if (it == jobs_.end() || it->first != id) it = jobs_.find(id);
     if (it == jobs_.end()) continue;
     Active& a = it->second;
     a.job->Complete(c.tag & kRequestMask, c.status);
@@ -103,6 +105,7 @@ Status ReadDriver::ReapInto(size_t min_complete) {
     }
     Finish(id, a);
     jobs_.erase(it);
+    it = jobs_.end();
   }
   if (!st.ok()) {
     // Every pending request completed with the error (handled above), or
@@ -116,11 +119,10 @@ Status ReadDriver::ReapInto(size_t min_complete) {
 
 Status ReadDriver::Poll(bool wait, std::vector<uint64_t>* finished) {
   Status st;
-  if (!jobs_.empty()) {
-    st = ReapInto(wait && finished_.empty() ? 1 : 0);
-    // A completion that started another round finished no job: wait on.
-    while (st.ok() && wait && finished_.empty() && !jobs_.empty()) st = ReapInto(1);
-  }
+  // One wait at most: a completion that finished no job still returns, so
+  // that a streaming reader can start more work (the Loader's next batch)
+  // before it waits again.
+  if (!jobs_.empty()) st = ReapInto(wait && finished_.empty() ? 1 : 0);
   finished->insert(finished->end(), finished_.begin(), finished_.end());
   finished_.clear();
   return st;

@@ -107,8 +107,10 @@ class ReadDriver {
   // id; the job must stay alive until Poll reports it. A job with nothing
   // to read is reported by the next Poll.
   uint64_t Start(ReadJob* job);
-  // Appends the ids of jobs that finished to *finished, first waiting until
-  // at least one has (when `wait` and any job is in flight). Non-OK when the
+  // Appends the ids of jobs that finished to *finished, first waiting (when
+  // `wait`, no finished job is waiting to be reported, and any job is in
+  // flight) for at least one completion — which need not finish a job, so
+  // *finished may stay empty. Non-OK when the
   // engine broke: every job in flight is then forgotten (their ids are not
   // reported; their buffers may still be written, so the caller must not
   // reuse them).
