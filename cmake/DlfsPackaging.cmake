@@ -3,7 +3,8 @@
 #
 # What is installed:
 #   lib/libdlfs.a, lib/libdlfs_mpi.a (with MPI), lib/libdlfs_report.a (with
-#   the CLI), include/dlfs/*.h
+#   the CLI), include/dlfs/*.h (the users' API), include/dlfs_tools/*.h (the
+#   tools': measuring runs and reports)
 #   lib/cmake/dlfs/   dlfsConfig.cmake: imported targets dlfs::dlfs, dlfs::mpi,
 #                     dlfs::report
 #   lib/pkgconfig/dlfs.pc
@@ -141,23 +142,27 @@ function(dlfs_strip_static_on_install target)
   endif()")
 endfunction()
 dlfs_strip_static_on_install(dlfs)
-# dlfs_report (dlfs/report.h: the text and JSON documents `dlfs info`,
+# dlfs_report (dlfs_tools/report.h: the text and JSON documents `dlfs info`,
 # `verify`, `ls`, ... print), built with the CLI, is installed with dlfs, so
 # find_package(dlfs) gives a C++ program dlfs::report; its dependencies are
-# dlfs's. The MPI runs' reports (dlfs_mpi_report, dlfs/mpi_report.h) are
-# not installed, nor is report.h without its library: headers with nothing
-# to link.
-set(_dlfs_not_installed PATTERN "mpi_report.h" EXCLUDE)
+# dlfs's. Its headers, and the measuring runs they report on (RunEpochs,
+# BenchVolumes), are the tools' interface (tools/include/dlfs_tools), beside
+# the users' (include/dlfs). The MPI runs' reports (dlfs_mpi_report,
+# dlfs_tools/mpi_report.h) are not installed, nor is report.h without its
+# library: headers with nothing to link.
+set(_dlfs_tools_not_installed PATTERN "mpi_report.h" EXCLUDE)
 if(TARGET dlfs_report)
   install(TARGETS dlfs_report EXPORT dlfsTargets
     ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
     INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
   dlfs_strip_static_on_install(dlfs_report)
 else()
-  list(APPEND _dlfs_not_installed PATTERN "report.h" EXCLUDE)
+  list(APPEND _dlfs_tools_not_installed PATTERN "report.h" EXCLUDE)
 endif()
 install(DIRECTORY include/dlfs DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
-  FILES_MATCHING PATTERN "*.h" ${_dlfs_not_installed})
+  FILES_MATCHING PATTERN "*.h")
+install(DIRECTORY tools/include/dlfs_tools DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+  FILES_MATCHING PATTERN "*.h" ${_dlfs_tools_not_installed})
 install(FILES ${PROJECT_BINARY_DIR}/include/dlfs/version.h
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/dlfs)
 install(EXPORT dlfsTargets NAMESPACE dlfs:: DESTINATION ${DLFS_INSTALL_CMAKEDIR})

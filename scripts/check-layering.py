@@ -92,18 +92,25 @@ PUBLIC_HEADERS = {
     "sample_image.h": "decode",
     "file_view.h": "decode",
     "builder.h": "builder",
-    "bench.h": "measure",
-    "bench_volumes.h": "measure",
     "mpi.h": "mpi",
     "distributed.h": "mpi",
     "shard_options.h": "mpi",  # ShardLoader's options, MPI-free so non-MPI code can hold them
     "lmdb.h": "lmdb",
     "lmdbio.h": "lmdbio",
     "lmdbio_options.h": "lmdbio",
-    "lmdb_read.h": "lmdbio",
     "pack.h": "pack",
     "mount.h": "fuse",
+}
+
+# The same for the tools' interface (tools/include/dlfs_tools/): what the CLI and
+# the benchmarks call beyond the users' API — the measuring runs and their
+# reports. A public header never includes one.
+TOOLS_HEADERS = {
+    "bench.h": "measure",
+    "bench_volumes.h": "measure",
+    "lmdb_read.h": "lmdbio",
     "report.h": "report",
+    "bench_job.h": "mpi",
     "mpi_report.h": "mpi_report",
 }
 
@@ -123,7 +130,7 @@ INTERFACES = {
 }
 
 ORDER = " → ".join(", ".join(g) for g in LAYERS)
-SOURCES = ("src", "include/dlfs", "apps", "python")
+SOURCES = ("src", "include/dlfs", "tools/include/dlfs_tools", "apps", "python")
 SUFFIXES = {".h", ".hpp", ".cc", ".cpp", ".c"}
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 
@@ -135,6 +142,8 @@ def module_of(rel):
         return parts[1]
     if parts[0] == "include" and len(parts) == 3 and parts[1] == "dlfs":
         return PUBLIC_HEADERS.get(parts[2])
+    if parts[:3] == ["tools", "include", "dlfs_tools"] and len(parts) == 4:
+        return TOOLS_HEADERS.get(parts[3])
     if parts[0] in ("apps", "python"):
         return parts[0]
     return None
@@ -165,7 +174,7 @@ def resolve(root, rel, written):
     """The repository-relative file an include names, as the build finds it (the
     including file's directory, then include/, then src/), or None: a system,
     third-party or generated header (dlfs/version.h)."""
-    for base in (pathlib.PurePosixPath(rel).parent, "include", "src"):
+    for base in (pathlib.PurePosixPath(rel).parent, "include", "tools/include", "src"):
         candidate = pathlib.PurePosixPath(base) / written
         if (root / candidate).is_file():
             return str(candidate)
@@ -258,7 +267,12 @@ def check(root, show_graph):
         problems.append(f"include/dlfs/{h}: not in PUBLIC_HEADERS: give it a module")
     for h in sorted(set(PUBLIC_HEADERS) - headers):
         problems.append(f"PUBLIC_HEADERS names {h}, which is not in include/dlfs/: remove it")
-    for h, m in sorted(PUBLIC_HEADERS.items()):
+    tools = {p.name for p in (root / "tools/include/dlfs_tools").glob("*.h")}
+    for h in sorted(tools - set(TOOLS_HEADERS)):
+        problems.append(f"tools/include/dlfs_tools/{h}: not in TOOLS_HEADERS: give it a module")
+    for h in sorted(set(TOOLS_HEADERS) - tools):
+        problems.append(f"TOOLS_HEADERS names {h}, which is not in tools/include/dlfs_tools/")
+    for h, m in sorted({**PUBLIC_HEADERS, **TOOLS_HEADERS}.items()):
         if m not in layer:
             problems.append(f"PUBLIC_HEADERS gives {h} the module {m}, which is not in LAYERS")
 
@@ -282,7 +296,7 @@ def check(root, show_graph):
         src = module_of(rel)
         if src is None:
             continue
-        src_is_public = rel.startswith("include/")
+        src_is_public = rel.startswith("include/") or rel.startswith("tools/include/")
         for number, written in includes(path):
             count += 1
             target = resolve(root, rel, written)
@@ -299,6 +313,9 @@ def check(root, show_graph):
                     and target != iface):
                 broken.append(f"{target} is internal to src/{dst}: other modules include "
                               f"{iface[len('src/'):]} (its named interface) instead")
+            if rel.startswith("include/") and target.startswith("tools/include/"):
+                broken.append(f"{target} is the tools' interface: a public header (the "
+                              f"users' API) may not need it")
             if dst is not None and dst != src and layer.get(dst, -1) > layer.get(src, -1):
                 broken.append(f"{src} (layer {layer[src] + 1}) includes {dst} (layer "
                               f"{layer[dst] + 1}): includes go down only ({dst} may "

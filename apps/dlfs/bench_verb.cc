@@ -1,16 +1,16 @@
-// `dlfs bench`: RunEpochs (dlfs/bench.h) over a loader, a mixture, a decode
+// `dlfs bench`: RunEpochs (dlfs_tools/bench.h) over a loader, a mixture, a decode
 // stage, or under mpirun RunBenchJob (dlfs/distributed.h); the reports are
-// dlfs/report.h's.
+// dlfs_tools/report.h's.
 #include <cstdio>
 
 #include "cli.h"
-#include "dlfs/bench_volumes.h"
 #include "dlfs/decode_stage.h"
 #include "dlfs/memory.h"
 #include "dlfs/sample_image.h"
 #include "dlfs/shard_options.h"
+#include "dlfs_tools/bench_volumes.h"
 #ifdef DLFS_HAVE_MPI
-#include "dlfs/mpi_report.h"
+#include "dlfs_tools/mpi_report.h"
 #endif
 
 namespace dlfs::cli {

@@ -16,9 +16,9 @@
 
 #include "dlfs/decode.h"
 #include "dlfs/enum_names.h"
-#include "dlfs/report.h"
 #include "dlfs/status.h"
 #include "dlfs/volume.h"
+#include "dlfs_tools/report.h"
 
 namespace dlfs::cli {
 

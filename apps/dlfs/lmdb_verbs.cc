@@ -1,12 +1,12 @@
 // `dlfs lmdb info` (SummarizeLmdb, dlfs/lmdb.h) and `dlfs lmdb read`
-// (RunLmdbRead under mpirun, dlfs/lmdb_read.h).
+// (RunLmdbRead under mpirun, dlfs_tools/lmdb_read.h).
 #include <cstdio>
 
 #include "cli.h"
 #include "dlfs/lmdb.h"
 #include "dlfs/lmdbio_options.h"
 #ifdef DLFS_HAVE_MPI
-#include "dlfs/mpi_report.h"
+#include "dlfs_tools/mpi_report.h"
 #endif
 
 namespace dlfs::cli {

@@ -1,5 +1,5 @@
 // Options of the LMDBIO reader (dlfs/lmdbio.h) and of its measuring run
-// (dlfs/lmdb_read.h), in a header that needs no MPI so that programs built
+// (dlfs_tools/lmdb_read.h), in a header that needs no MPI so that programs built
 // either way can hold them. The modes are explained in dlfs/lmdbio.h.
 #pragma once
 

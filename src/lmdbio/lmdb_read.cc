@@ -1,4 +1,4 @@
-#include "dlfs/lmdb_read.h"
+#include "dlfs_tools/lmdb_read.h"
 
 #include <fcntl.h>
 #include <sys/resource.h>
@@ -16,9 +16,9 @@
 #include "common/clock.h"
 #include "common/crc32c.h"
 #include "common/file_util.h"
-#include "dlfs/bench.h"
 #include "dlfs/lmdb.h"
 #include "dlfs/mpi.h"
+#include "dlfs_tools/bench.h"
 
 namespace dlfs {
 

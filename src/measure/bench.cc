@@ -1,4 +1,4 @@
-#include "dlfs/bench.h"
+#include "dlfs_tools/bench.h"
 
 #include <fcntl.h>
 #include <unistd.h>

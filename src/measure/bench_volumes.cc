@@ -1,4 +1,4 @@
-#include "dlfs/bench_volumes.h"
+#include "dlfs_tools/bench_volumes.h"
 
 #include "dlfs/mixture.h"
 

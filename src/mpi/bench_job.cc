@@ -10,6 +10,7 @@
 #include "common/clock.h"
 #include "dlfs/distributed.h"
 #include "dlfs/sampler.h"
+#include "dlfs_tools/bench_job.h"
 
 namespace dlfs {
 

@@ -1,5 +1,5 @@
-// The MPI runs' reports (dlfs/mpi_report.h).
-#include "dlfs/mpi_report.h"
+// The MPI runs' reports (dlfs_tools/mpi_report.h).
+#include "dlfs_tools/mpi_report.h"
 
 #include <algorithm>
 #include <nlohmann/json.hpp>

@@ -1,10 +1,10 @@
-// The benchmark reports of dlfs/report.h: `dlfs bench`, with and without
+// The benchmark reports of dlfs_tools/report.h: `dlfs bench`, with and without
 // --decode.
 #include <nlohmann/json.hpp>
 
 #include "dlfs/enum_names.h"
 #include "dlfs/memory.h"
-#include "dlfs/report.h"
+#include "dlfs_tools/report.h"
 #include "report/report_util.h"
 
 namespace dlfs {

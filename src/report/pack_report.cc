@@ -1,7 +1,7 @@
-// `dlfs pack`'s progress line and summary (dlfs/report.h).
+// `dlfs pack`'s progress line and summary (dlfs_tools/report.h).
 #include <algorithm>
 
-#include "dlfs/report.h"
+#include "dlfs_tools/report.h"
 #include "report/report_util.h"
 
 namespace dlfs {

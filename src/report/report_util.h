@@ -1,4 +1,4 @@
-// Helpers shared by the report formatters (dlfs/report.h).
+// Helpers shared by the report formatters (dlfs_tools/report.h).
 #pragma once
 
 #include <cstdarg>

@@ -1,12 +1,12 @@
 // The reports about a volume, a verify run and an LMDB database
-// (dlfs/report.h); the benchmark's are in bench_report.cc.
+// (dlfs_tools/report.h); the benchmark's are in bench_report.cc.
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "dlfs/enum_names.h"
-#include "dlfs/report.h"
 #include "dlfs/volume.h"
+#include "dlfs_tools/report.h"
 #include "report/report_util.h"
 
 namespace dlfs {

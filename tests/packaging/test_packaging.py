@@ -69,8 +69,9 @@ def test_install_lays_out_library_headers_config_cli_and_python(prefix, tmp_path
     # with their header; the MPI runs' (dlfs_mpi_report) are not: no header
     # without its library.
     assert (libdir / "libdlfs_report.a").is_file()
-    assert (prefix / "include/dlfs/report.h").is_file()
-    assert not (prefix / "include/dlfs/mpi_report.h").exists()
+    assert (prefix / "include/dlfs_tools/report.h").is_file()
+    assert (prefix / "include/dlfs_tools/bench.h").is_file()  # report.h needs it
+    assert not (prefix / "include/dlfs_tools/mpi_report.h").exists()
     assert not (libdir / "libdlfs_mpi_report.a").exists()
     assert _run([prefix / "bin/dlfs", "--version"]).strip() == f"dlfs {_version()}"
     # The installed Python package, imported from elsewhere.

@@ -1,16 +1,16 @@
 // The front ends' shared parsing (dlfs/pack.h) and the reports they print
-// (dlfs/report.h).
-#include "dlfs/report.h"
+// (dlfs_tools/report.h).
+#include "dlfs_tools/report.h"
 
 #include <nlohmann/json.hpp>
 
-#include "dlfs/bench.h"
 #include "dlfs/builder.h"
 #include "dlfs/pack.h"
 #include "dlfs/sample_image.h"
 #include "dlfs/summary.h"
 #include "dlfs/verify.h"
 #include "dlfs/volume.h"
+#include "dlfs_tools/bench.h"
 #include "testutil.h"
 
 namespace dlfs {

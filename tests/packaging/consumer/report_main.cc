@@ -3,9 +3,9 @@
 // VOLUME_PATH (the volume `consumer` wrote).
 #include <cstdio>
 
-#include "dlfs/report.h"
 #include "dlfs/summary.h"
 #include "dlfs/volume.h"
+#include "dlfs_tools/report.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) return 2;

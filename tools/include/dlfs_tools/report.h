@@ -4,7 +4,7 @@
 //
 // Library dlfs_report (CMake target dlfs::report), built with the CLI (it
 // needs nlohmann_json) and installed with dlfs: find_package(dlfs) gives it
-// to any program. The MPI runs' reports are in dlfs/mpi_report.h (library
+// to any program. The MPI runs' reports are in dlfs_tools/mpi_report.h (library
 // dlfs_mpi_report, not installed).
 //
 // Every function only formats its arguments and returns the text (or, for
@@ -24,8 +24,6 @@
 #include <vector>
 
 #include "dlfs/batch_source.h"
-#include "dlfs/bench.h"
-#include "dlfs/bench_volumes.h"
 #include "dlfs/decode.h"
 #include "dlfs/decode_stage.h"
 #include "dlfs/directory.h"
@@ -35,6 +33,8 @@
 #include "dlfs/pack.h"
 #include "dlfs/summary.h"
 #include "dlfs/verify.h"
+#include "dlfs_tools/bench.h"
+#include "dlfs_tools/bench_volumes.h"
 
 namespace dlfs {
 

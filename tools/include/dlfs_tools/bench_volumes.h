@@ -1,7 +1,7 @@
 // BenchVolumes: what `dlfs bench` runs in one process. It opens the
 // volumes, reads them through a Loader (one volume), a MixtureSource
 // (several, dlfs/mixture.h) or a DecodeStage over a Loader (decode), and
-// times RunEpochs (dlfs/bench.h) over that source.
+// times RunEpochs (dlfs_tools/bench.h) over that source.
 //
 // Thread safety: call from one thread; the sources run their own threads.
 #pragma once
@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "dlfs/bench.h"
 #include "dlfs/decode_stage.h"
 #include "dlfs/loader.h"
 #include "dlfs/status.h"
 #include "dlfs/volume.h"
+#include "dlfs_tools/bench.h"
 
 namespace dlfs {
 

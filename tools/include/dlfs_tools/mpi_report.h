@@ -1,5 +1,5 @@
 // The reports of the MPI runs, as `dlfs bench` under mpirun and `dlfs lmdb
-// read` print them (dlfs/report.h says what every report promises). In
+// read` print them (dlfs_tools/report.h says what every report promises). In
 // library dlfs_mpi_report (dlfs_report and dlfs_mpi), built with the CLI and
 // MPI, not installed.
 #pragma once
@@ -7,8 +7,9 @@
 #include <string>
 
 #include "dlfs/distributed.h"
-#include "dlfs/lmdb_read.h"
-#include "dlfs/report.h"
+#include "dlfs_tools/bench_job.h"
+#include "dlfs_tools/lmdb_read.h"
+#include "dlfs_tools/report.h"
 
 namespace dlfs {
 
