@@ -27,18 +27,26 @@ struct Layout {
   bool compact = false;
 };
 
-class VolumeScanTest : public ::testing::TestWithParam<Layout> {};
+class VolumeScanTest : public ::testing::TestWithParam<Layout> {
+ protected:
+  // 600 samples of 0-70 KB (testing::SyntheticBytes), some larger than a
+  // window, laid out as the test's Layout says.
+  std::shared_ptr<Volume> MakeVolume() {
+    const Layout layout = GetParam();
+    return testing::MakeSyntheticVolume(
+        fs::path(tmp_.path()) / "v.dlfs",
+        {.samples = 600,
+         .classes = layout.classes,
+         .volume = {.layout = layout.compact ? DirectoryLayout::kCompact : DirectoryLayout::kTree,
+                    .targets = layout.targets}});
+  }
+
+  testing::TempDir tmp_;
+};
 
 TEST_P(VolumeScanTest, VisitsEverySampleOnceInStorageOrder) {
-  testing::TempDir tmp;
   const Layout layout = GetParam();
-  // Samples of 0-70 KB (testing::SyntheticBytes), some larger than a window.
-  std::shared_ptr<Volume> vol = testing::MakeSyntheticVolume(
-      fs::path(tmp.path()) / "v.dlfs",
-      {.samples = 600,
-       .classes = layout.classes,
-       .volume = {.layout = layout.compact ? DirectoryLayout::kCompact : DirectoryLayout::kTree,
-                  .targets = layout.targets}});
+  std::shared_ptr<Volume> vol = MakeVolume();
   ASSERT_TRUE(vol);
   const SampleDirectory& dir = vol->directory();
   // Both of VolumeScan's paths are taken.
@@ -93,14 +101,7 @@ TEST_P(VolumeScanTest, VisitsEverySampleOnceInStorageOrder) {
 // one, and exactly those whose own bytes lie in the range fail, each
 // named; the others are whole.
 TEST_P(VolumeScanTest, DamagedRangeFailsExactlyItsSamples) {
-  testing::TempDir tmp;
-  const Layout layout = GetParam();
-  std::shared_ptr<Volume> vol = testing::MakeSyntheticVolume(
-      fs::path(tmp.path()) / "v.dlfs",
-      {.samples = 600,
-       .classes = layout.classes,
-       .volume = {.layout = layout.compact ? DirectoryLayout::kCompact : DirectoryLayout::kTree,
-                  .targets = layout.targets}});
+  std::shared_ptr<Volume> vol = MakeVolume();
   ASSERT_TRUE(vol);
   const SampleDirectory& dir = vol->directory();
   // One byte inside sample 300 is damaged.
