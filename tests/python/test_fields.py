@@ -257,7 +257,7 @@ def test_fuse_damaged_compressed_field_is_eio_and_logged(dlfs_bin, run, tmp_path
     mnt.mkdir()
     proc = subprocess.Popen([dlfs_bin, "mount", "-f", str(vol), str(mnt)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    if not _wait_mounted(mnt):
+    if not _wait_mounted(mnt, proc):
         proc.kill()
         pytest.skip("mount did not come up: " + proc.communicate()[1].decode())
     try:
