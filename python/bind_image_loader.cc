@@ -179,8 +179,8 @@ std::unique_ptr<PyImageLoader> MakeImageLoader(LoaderKeywords k, const ImagePipe
   // One field: the decode stage decodes one image per sample. Samples that
   // cannot be read or fail their checksum are left out (skip_bad_samples)
   // like undecodable ones.
-  if (field) k.fields = std::vector{*field};
-  const bool skip_bad_samples = k.skip_bad_samples;
+  if (field) k.config.loader.fields = std::vector{*field};
+  const bool skip_bad_samples = k.config.loader.skip_bad_samples;
   DecodeStageOptions dso;
   dso.image = pipeline.options();
   dso.decode_threads = decode_threads;

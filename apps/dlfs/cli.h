@@ -10,10 +10,14 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <vector>
 
+#include "common/option_table.h"
 #include "dlfs/decode.h"
 #include "dlfs/enum_names.h"
 #include "dlfs/report.h"
@@ -106,6 +110,57 @@ CLI::Option* AddEnumOption(CLI::App* verb, const std::string& name, E* value,
           help)
       ->default_str(std::string(NameOf(table, *value)))
       ->check(CLI::IsMember(NamesOf(table)));
+}
+
+// One option's flags (see AddOptions).
+template <typename Config, typename T>
+void AddOption(CLI::App* verb, const options::Option<Config, T>& o, Config* config) {
+  if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, std::optional<bool>>) {
+    for (const options::FlagSetting& s : o.settings) {
+      if (s.flag.empty()) continue;
+      verb->add_flag_callback(
+          std::string(s.flag), [o, config, v = s.value] { o.field(*config) = v; },
+          std::string(s.help));
+    }
+  }
+  if (o.flag.empty()) return;
+  T& value = o.field(*config);
+  const std::string name(o.flag), help(o.help);
+  CLI::Option* added = nullptr;
+  if (o.parse) {
+    added = AddParsed(verb, name, &value, o.parse, help);
+    if (!o.default_text.empty()) added->default_str(std::string(o.default_text));
+  } else if constexpr (std::is_enum_v<T>) {
+    std::vector<std::string> names;
+    for (const auto& e : o.names) names.emplace_back(e.name);
+    added = verb->add_option_function<std::string>(
+                    name,
+                    [&value, o](const std::string& text) {
+                      auto parsed = options::ParseName(o.names, text, "value");
+                      if (!parsed.ok()) throw CLI::ValidationError(parsed.status().message());
+                      value = *parsed;
+                    },
+                    help)
+                ->default_str(std::string(options::NameIn(o.names, value)))
+                ->check(CLI::IsMember(names));
+  } else if constexpr (options::IsOptional<T>::value) {
+    added = verb->add_option_function<typename T::value_type>(
+        name, [&value](const typename T::value_type& v) { value = v; }, help);
+    if constexpr (options::IsVector<typename T::value_type>::value) added->delimiter(',');
+  } else if constexpr (std::is_arithmetic_v<T> || std::is_same_v<T, std::string> ||
+                       options::IsVector<T>::value) {
+    added = verb->add_option(name, value, help);
+    if constexpr (options::IsVector<T>::value) added->delimiter(',');
+    if (o.show_default) added->capture_default_str();
+    if (o.max > 0) added->check(CLI::Range(o.min, o.max));
+  }
+}
+
+// The flags of every option of `table` (common/option_table.h) that has
+// one, setting its field in *config (which outlives the parse).
+template <typename Table, typename Config>
+void AddOptions(CLI::App* verb, const Table& table, Config* config) {
+  options::ForEachOption(table, [&](const auto& o) { AddOption(verb, o, config); });
 }
 
 // Decoding options shared by `cat --decode` and `bench --decode`
