@@ -204,7 +204,8 @@ void RegisterImageLoader(py::module_& m) {
   static const DecodeStageOptions kStage;
   py::class_<PyImageLoader> loader(m, "ImageLoader", kImageLoaderDoc);
   // The decode stage's keywords follow the loader's, keyword-only.
-  DefLoaderInit<const ImagePipeline&, uint32_t, uint32_t, std::optional<std::string>>(
+  DefLoaderInit<options::kLoaderOptions, const ImagePipeline&, uint32_t, uint32_t,
+                std::optional<std::string>>(
       loader, &MakeImageLoader, py::kw_only(), py::arg("pipeline"),
       py::arg("decode_threads") = kStage.decode_threads,
       py::arg("decode_prefetch") = kStage.prefetch_batches, py::arg("field") = py::none());

@@ -398,9 +398,9 @@ void RegisterLoader(py::module_& m) {
 
   // The signature line comes from the table of the loader's keywords.
   static const std::string doc =
-      "\n" + SignatureLine<options::kLoaderOptions>("Loader", "volume") + kLoaderDoc;
+      "\n" + SignatureLine<options::kLoaderKeywords>("Loader", "volume") + kLoaderDoc;
   py::class_<PyLoader> loader(m, "Loader", doc.c_str());
-  DefLoaderInit(loader, &MakeLoader);
+  DefLoaderInit<options::kLoaderKeywords>(loader, &MakeLoader);
   loader
       .def(
           "quarantine",

@@ -1,7 +1,8 @@
 // The loader keywords of dlfs.Loader and dlfs.ImageLoader (the binding under
-// dlfs.torch.ImageLoader): those of kLoaderOptions (loader/loader_option_table.h),
-// declared there once for both constructors and the CLI, made pybind11
-// arguments here (DefLoaderInit, option_keywords.h), and turned into
+// dlfs.torch.ImageLoader): those of kLoaderKeywords and kLoaderOptions
+// (dlfs/loader_option_table.h), declared there once for both constructors
+// and the CLI, made pybind11 arguments here (DefLoaderInit,
+// option_keywords.h), and turned into
 // LoaderOptions and the volumes to read in one place (ResolveLoaderKeywords),
 // which converts the keywords that take Python objects (volume, indices,
 // cache_budget, quarantine, comm, target_map).
@@ -20,9 +21,9 @@
 #include "distributed.h"
 #include "dlfs/io_engine.h"
 #include "dlfs/loader.h"
+#include "dlfs/loader_option_table.h"
 #include "dlfs/mixture.h"
 #include "dlfs/volume.h"
-#include "loader/loader_option_table.h"
 #include "option_keywords.h"
 
 namespace dlfs::python {
@@ -61,28 +62,24 @@ LoaderSetup ResolveLoaderKeywords(LoaderKeywords k);
 // it is made of. Throws as ResolveLoaderKeywords.
 std::unique_ptr<BatchSource> MakeSource(LoaderSetup setup, SourceParts* parts);
 
-// Defines `cls`'s constructor: (volume, the loader keywords, then the
+// Defines `cls`'s constructor: (volume, the keywords of `Table`, then the
 // class's own keywords `own`, pybind11 arguments of types Own...), which
-// calls make(LoaderKeywords, Own...) and returns what it returns. Every
-// loader keyword's default comes from LoaderConfig.
-template <typename... Own, typename Class, typename Make, typename... OwnArgs>
+// calls make(LoaderKeywords, Own...) and returns what it returns. `Table`
+// is kLoaderKeywords (dlfs.Loader) or kLoaderOptions (dlfs.ImageLoader);
+// every keyword's default comes from LoaderConfig.
+template <const auto& Table, typename... Own, typename Class, typename Make, typename... OwnArgs>
 void DefLoaderInit(Class& cls, Make make, OwnArgs... own) {
-  using options::kLoaderOptions;
-  static constexpr auto& kIndices = options::kKeywordIndices<kLoaderOptions>;
-  [&]<size_t... K>(std::index_sequence<K...>) {
-    cls.def(
-        pybind11::init([make](pybind11::object volume,
-                              typename KeywordOption<kLoaderOptions, kIndices[K]>::Param... values,
-                              Own... own_values) {
-          LoaderKeywords k{.volume = std::move(volume)};
-          (KeywordOption<kLoaderOptions, kIndices[K]>::Apply(std::move(values), k.config,
-                                                             k.objects),
-           ...);
-          return make(std::move(k), std::move(own_values)...);
-        }),
-        pybind11::arg("volume"), ArgOf<kLoaderOptions, kIndices[K]>()..., std::move(own)...);
+  [&]<size_t... I>(std::index_sequence<I...>) {
+    cls.def(pybind11::init([make](pybind11::object volume,
+                                  typename KeywordOption<Table, I>::Param... values,
+                                  Own... own_values) {
+              LoaderKeywords k{.volume = std::move(volume)};
+              (KeywordOption<Table, I>::Apply(std::move(values), k.config, k.objects), ...);
+              return make(std::move(k), std::move(own_values)...);
+            }),
+            pybind11::arg("volume"), ArgOf<Table, I>()..., std::move(own)...);
   }
-  (std::make_index_sequence<kIndices.size()>{});
+  (std::make_index_sequence<std::tuple_size_v<std::decay_t<decltype(Table)>>>{});
 }
 
 }  // namespace dlfs::python

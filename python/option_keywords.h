@@ -1,4 +1,4 @@
-// The pybind11 side of an option table (common/option_table.h): each option
+// The pybind11 side of an option table (dlfs/option_table.h): each option
 // with a Python keyword becomes one typed parameter of a constructor or
 // function, with its default from the table's Config, in table order, so
 // pybind11's signature (which dlfs/_keywords.py reads to name misspelt
@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/option_table.h"
+#include "dlfs/option_table.h"
 #include "status_bridge.h"
 
 namespace dlfs::python {
@@ -75,6 +75,7 @@ struct KeywordOption {
     if constexpr (std::is_same_v<Param, pybind11::object>) {
       objects.set(option.keyword, std::move(value));
     } else if constexpr (std::is_enum_v<T>) {
+      if (value.empty() && option.empty_keeps_default) return;
       option.field(config) = Unwrap(options::ParseName(option.names, value, option.keyword));
     } else if constexpr (option.none_keeps_default) {
       if (value) option.field(config) = std::move(*value);
@@ -114,12 +115,11 @@ auto ArgOf() {
 // line, from the table.
 template <const auto& Table>
 std::string SignatureLine(const std::string& name, const std::string& lead, size_t width = 78) {
-  constexpr auto& indices = options::kKeywordIndices<Table>;
   std::vector<std::string> parts = {lead};
-  [&]<size_t... K>(std::index_sequence<K...>) {
-    (parts.push_back(KeywordOption<Table, indices[K]>::Shown()), ...);
+  [&]<size_t... I>(std::index_sequence<I...>) {
+    (parts.push_back(KeywordOption<Table, I>::Shown()), ...);
   }
-  (std::make_index_sequence<indices.size()>{});
+  (std::make_index_sequence<std::tuple_size_v<std::decay_t<decltype(Table)>>>{});
   const std::string indent(name.size() + 1, ' ');
   std::string out = name + "(";
   size_t line = 0;  // where the current line starts in `out`

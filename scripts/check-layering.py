@@ -57,6 +57,8 @@ DOC_MARKER = "Layers, lowest first:"
 PUBLIC_HEADERS = {
     "status.h": "common",
     "enum_names.h": "common",
+    # The descriptor of an option in the front ends' option tables.
+    "option_table.h": "common",
     "launch.h": "common",
     "nbd.h": "nbd",
     "io_engine.h": "io",
@@ -93,12 +95,16 @@ PUBLIC_HEADERS = {
     "bench_volumes.h": "measure",
     "mpi.h": "mpi",
     "distributed.h": "mpi",
-    "shard_options.h": "mpi",  # ShardLoader's options, MPI-free so non-MPI code can hold them
+    "shard_options.h": "mpi",
+    # The loader's options for the front ends (LoaderConfig holds
+    # ShardLoaderOptions too).
+    "loader_option_table.h": "mpi",  # ShardLoader's options, MPI-free so non-MPI code can hold them
     "lmdb.h": "lmdbio",
     "lmdbio.h": "lmdbio",
     "lmdbio_options.h": "lmdbio",
     "lmdb_read.h": "lmdbio",
     "pack.h": "pack",
+    "pack_option_table.h": "pack",
     "mount.h": "fuse",
     "report.h": "report",
     "mpi_report.h": "report",

@@ -6,10 +6,10 @@
 #include "cli.h"
 #include "dlfs/bench_volumes.h"
 #include "dlfs/decode_stage.h"
+#include "dlfs/loader_option_table.h"
 #include "dlfs/memory.h"
 #include "dlfs/sample_image.h"
 #include "dlfs/shard_options.h"
-#include "loader/loader_option_table.h"
 #ifdef DLFS_HAVE_MPI
 #include "dlfs/mpi_report.h"
 #endif
@@ -131,7 +131,8 @@ void AddBench(CLI::App& app, int* exit_code) {
   AddVolumeArgs(b, &args->volume);
   b->add_option("more", args->mixture,
                 "Further volumes: read a weighted mixture of all of them (see --weights)");
-  AddOptions(b, options::kLoaderOptions, &args->loader);
+  AddOptions(b, options::kLoaderKeywords, &args->loader);
+  AddOptions(b, options::kBenchLoaderFlags, &args->loader);
   b->get_option("--cluster-cache")->excludes("--shard-local");
   AddDefaulted(b, "--epochs", args->run.bench.epochs, "Epochs to read");
   b->add_flag("--drop-cache", args->run.bench.drop_cache,

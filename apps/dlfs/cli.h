@@ -14,12 +14,13 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
-#include "common/option_table.h"
 #include "dlfs/decode.h"
 #include "dlfs/enum_names.h"
+#include "dlfs/option_table.h"
 #include "dlfs/report.h"
 #include "dlfs/status.h"
 #include "dlfs/volume.h"
@@ -112,6 +113,15 @@ CLI::Option* AddEnumOption(CLI::App* verb, const std::string& name, E* value,
       ->check(CLI::IsMember(NamesOf(table)));
 }
 
+template <typename T>
+struct IsVector : std::false_type {};
+template <typename T>
+struct IsVector<std::vector<T>> : std::true_type {};
+template <typename T>
+struct IsOptional : std::false_type {};
+template <typename T>
+struct IsOptional<std::optional<T>> : std::true_type {};
+
 // One option's flags (see AddOptions).
 template <typename Config, typename T>
 void AddOption(CLI::App* verb, const options::Option<Config, T>& o, Config* config) {
@@ -143,24 +153,24 @@ void AddOption(CLI::App* verb, const options::Option<Config, T>& o, Config* conf
                     help)
                 ->default_str(std::string(options::NameIn(o.names, value)))
                 ->check(CLI::IsMember(names));
-  } else if constexpr (options::IsOptional<T>::value) {
+  } else if constexpr (IsOptional<T>::value) {
     added = verb->add_option_function<typename T::value_type>(
         name, [&value](const typename T::value_type& v) { value = v; }, help);
-    if constexpr (options::IsVector<typename T::value_type>::value) added->delimiter(',');
+    if constexpr (IsVector<typename T::value_type>::value) added->delimiter(',');
   } else if constexpr (std::is_arithmetic_v<T> || std::is_same_v<T, std::string> ||
-                       options::IsVector<T>::value) {
+                       IsVector<T>::value) {
     added = verb->add_option(name, value, help);
-    if constexpr (options::IsVector<T>::value) added->delimiter(',');
+    if constexpr (IsVector<T>::value) added->delimiter(',');
     if (o.show_default) added->capture_default_str();
     if (o.max > 0) added->check(CLI::Range(o.min, o.max));
   }
 }
 
-// The flags of every option of `table` (common/option_table.h) that has
+// The flags of every option of `table` (dlfs/option_table.h) that has
 // one, setting its field in *config (which outlives the parse).
 template <typename Table, typename Config>
 void AddOptions(CLI::App* verb, const Table& table, Config* config) {
-  options::ForEachOption(table, [&](const auto& o) { AddOption(verb, o, config); });
+  std::apply([&](const auto&... option) { (AddOption(verb, option, config), ...); }, table);
 }
 
 // Decoding options shared by `cat --decode` and `bench --decode`

@@ -1,30 +1,27 @@
-// One declaration per option: the descriptor the option tables of the
-// loader (loader/loader_option_table.h), the decode pipeline
-// (decode/image_option_table.h) and the packer (pack/pack_option_table.h)
-// are made of. Each option names its Python keyword and its `dlfs` flag,
-// where its value lives in the table's Config struct (whose default member
-// initializers are the defaults everywhere), its --help text and how its
-// text is read. The front ends derive their parts from a table and never
-// list the options again: the CLI11 flags (apps/dlfs/cli.h, AddOptions),
-// the pybind11 keywords, their conversions and checks and the signature in
-// the docstrings (python/option_keywords.h). Adding an option is adding its
-// entry to a table (and the library code that uses the field).
+// One declaration per option: the descriptor the option tables are made
+// of (dlfs/loader_option_table.h: the loader's; dlfs/pack_option_table.h:
+// the packer's). An option names its
+// Python keyword and/or its `dlfs` flag, where its value lives in the
+// table's Config struct (whose default member initializers are the defaults
+// everywhere), its --help text and how its text is read. The front ends
+// derive their parts from a table and never list the options again: the
+// CLI11 flags (apps/dlfs/cli.h, AddOptions), the pybind11 keywords, their
+// conversions and the signature in the docstrings
+// (python/option_keywords.h). Adding an option is adding its entry to a
+// table (and the library code that uses the field).
 //
 // A table is a std::tuple of Option<Config, T> (one T per option), so the
-// front ends expand it at compile time: pybind11 sees one typed parameter
-// per keyword, as a hand-written signature would give it.
+// Python bindings expand it at compile time: pybind11 sees one typed
+// parameter per keyword, as a hand-written signature would give it.
 //
 // Thread safety: the tables are constants.
 #pragma once
 
 #include <array>
 #include <cstdint>
-#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
-#include <type_traits>
-#include <vector>
 
 #include "dlfs/enum_names.h"
 #include "dlfs/status.h"
@@ -39,22 +36,6 @@ constexpr auto& At(Config& c) {
   return ((c.*First).*....*Rest);
 }
 
-// The positions in `Table` of the options with a Python keyword, in order.
-template <const auto& Table>
-inline constexpr auto kKeywordIndices = [] {
-  constexpr size_t n = [] {
-    size_t count = 0;
-    std::apply([&](const auto&... o) { ((count += !o.keyword.empty()), ...); }, Table);
-    return count;
-  }();
-  std::array<size_t, n> out{};
-  size_t i = 0, k = 0;
-  std::apply(
-      [&](const auto&... o) { ((o.keyword.empty() ? void() : void(out[k++] = i), ++i), ...); },
-      Table);
-  return out;
-}();
-
 // A `dlfs` flag taking no value that sets the option to `value` (--no-verify
 // sets verify_checksums to false). Bool options only.
 struct FlagSetting {
@@ -62,15 +43,6 @@ struct FlagSetting {
   bool value = true;
   std::string_view help;
 };
-
-template <typename T>
-struct IsVector : std::false_type {};
-template <typename T>
-struct IsVector<std::vector<T>> : std::true_type {};
-template <typename T>
-struct IsOptional : std::false_type {};
-template <typename T>
-struct IsOptional<std::optional<T>> : std::true_type {};
 
 template <typename Config, typename T>
 struct Option {
@@ -89,8 +61,8 @@ struct Option {
   std::array<FlagSetting, 2> settings = {};
   // Enums: the names the flag and the keyword take (dlfs/enum_names.h).
   std::span<const EnumName<T>> names = {};
-  // The option's text form (a flag's value; a Python str, where the
-  // keyword also takes the value itself); nullptr: none.
+  // Reads the flag's text where CLI11 cannot (sizes like "2G"); nullptr:
+  // CLI11 converts it.
   Result<T> (*parse)(std::string_view) = nullptr;
   // --help's "[default]": the value's, `default_text` where given, none
   // when !show_default (options whose default is "not given").
@@ -105,10 +77,9 @@ struct Option {
   // Python: the keyword takes None too (its default), which leaves the
   // field as it is; e.g. fields=None.
   bool none_keeps_default = false;
-  // Python: keyword-only (after `*` in the signature).
-  bool keyword_only = false;
-
-  constexpr bool has_flags() const { return !flag.empty() || !settings[0].flag.empty(); }
+  // Python: an enum keyword given as "" leaves the field as it is (the
+  // default), as directory="" always has.
+  bool empty_keeps_default = false;
 };
 
 // The name of `value` in `names` ("?" when it has none), and the value
@@ -132,12 +103,6 @@ Result<E> ParseName(std::span<const EnumName<E>> names, std::string_view text,
   }
   return Status::InvalidArgument("unknown " + std::string(what) + " '" + std::string(text) +
                                  "' (expected " + expected + ")");
-}
-
-// Calls f(option) for every option of `table` (a tuple of Options).
-template <typename Table, typename F>
-constexpr void ForEachOption(const Table& table, F&& f) {
-  std::apply([&f](const auto&... option) { (f(option), ...); }, table);
 }
 
 }  // namespace dlfs::options

@@ -1,8 +1,8 @@
-// The loader's options, each declared once (common/option_table.h): the
+// The loader's options, each declared once (dlfs/option_table.h): the
 // keywords of dlfs.Loader and dlfs.ImageLoader (python/loader_keywords.h),
 // in the order of their signature, and the loader flags of `dlfs bench`
-// (apps/dlfs/bench_verb.cc). A new option is one entry here; its default
-// is its field's in LoaderConfig.
+// (apps/dlfs/bench_verb.cc). A new option is one entry in one of the three
+// tables below; its default is its field's in LoaderConfig.
 #pragma once
 
 #include <cstdint>
@@ -13,10 +13,10 @@
 #include <variant>
 #include <vector>
 
-#include "common/option_table.h"
 #include "dlfs/io_engine.h"
 #include "dlfs/loader.h"
 #include "dlfs/memory.h"
+#include "dlfs/option_table.h"
 #include "dlfs/shard_options.h"
 #include "dlfs/volume.h"
 
@@ -52,6 +52,8 @@ struct LoaderConfig {
 template <typename T>
 using LoaderOption = Option<LoaderConfig, T>;
 
+// The keywords of both dlfs.Loader and dlfs.ImageLoader, in signature order
+// (after `volume`); those with a flag are `dlfs bench`'s too.
 inline constexpr auto kLoaderOptions = std::tuple{
     LoaderOption<uint32_t>{
         .keyword = "batch_size",
@@ -182,22 +184,43 @@ inline constexpr auto kLoaderOptions = std::tuple{
                        "mpirun --shard-local or --cluster-cache: plan and read the next window "
                        "on a\nthread while this one is used"}}}},
     // {target: path} or the text every verb's --target-map takes
-    // (apps/dlfs/main.cc, AddVolumeArgs).
+    // (python/loader_keywords.cc).
     LoaderOption<std::map<uint32_t, std::string>>{
         .keyword = "target_map",
         .field = &At<&LoaderConfig::open, &VolumeOpenOptions::target_map>,
-        .parse = &ParseTargetMap,
         .python_object = true},
     LoaderOption<DirectorySharing>{
         .keyword = "directory",
         .field = &At<&LoaderConfig::open, &VolumeOpenOptions::directory_sharing>,
-        .names = kDirectorySharingNames},
+        .names = kDirectorySharingNames,
+        .empty_keeps_default = true},
     LoaderOption<std::string>{.keyword = "node_name",
                               .field = &At<&LoaderConfig::open, &VolumeOpenOptions::node_name>},
     // The epochs the job will read; `dlfs bench` sets it from its --epochs.
     LoaderOption<uint32_t>{.keyword = "epochs",
                            .field = &At<&LoaderConfig::loader, &LoaderOptions::planned_epochs>},
-    // Options of `dlfs bench` only.
+};
+
+// dlfs.Loader's last keyword (dlfs.ImageLoader takes one field, field=).
+inline constexpr auto kLoaderFieldsOption = std::tuple{
+    LoaderOption<std::vector<std::string>>{
+        .keyword = "fields",
+        .field = &At<&LoaderConfig::loader, &LoaderOptions::fields>,
+        .flag = "--fields",
+        .help = "Read these fields of each sample, e.g. jpg,cls (format v2; needed when\n"
+                "samples have several fields): raw fields are handed out\n"
+                "zero-copy, zstd ones are decompressed by the loader, so samples/s and the\n"
+                "payload MB/s (decoded bytes) include decompression. With --decode: the\n"
+                "image field only",
+        .show_default = false,
+        .none_keeps_default = true},
+};
+
+// The keywords of dlfs.Loader.
+inline constexpr auto kLoaderKeywords = std::tuple_cat(kLoaderOptions, kLoaderFieldsOption);
+
+// Flags of `dlfs bench` only.
+inline constexpr auto kBenchLoaderFlags = std::tuple{
     LoaderOption<uint64_t>{
         .field = &At<&LoaderConfig::loader, &LoaderOptions::plan, &ReadPlanOptions::coalesce_gap>,
         .flag = "--coalesce-gap",
@@ -220,18 +243,6 @@ inline constexpr auto kLoaderOptions = std::tuple{
                            .flag = "--nbd-reconnects",
                            .help = "Attempts to reconnect a lost NBD connection before its reads "
                                    "fail"},
-    // dlfs.Loader's (dlfs.ImageLoader takes one field, field=).
-    LoaderOption<std::vector<std::string>>{
-        .keyword = "fields",
-        .field = &At<&LoaderConfig::loader, &LoaderOptions::fields>,
-        .flag = "--fields",
-        .help = "Read these fields of each sample, e.g. jpg,cls (format v2; needed when\n"
-                "samples have several fields): raw fields are handed out\n"
-                "zero-copy, zstd ones are decompressed by the loader, so samples/s and the\n"
-                "payload MB/s (decoded bytes) include decompression. With --decode: the\n"
-                "image field only",
-        .show_default = false,
-        .none_keeps_default = true},
 };
 
 }  // namespace dlfs::options
