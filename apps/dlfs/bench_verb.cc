@@ -5,33 +5,16 @@
 
 #include "cli.h"
 #include "dlfs/bench_volumes.h"
+#include "dlfs/decode_option_table.h"
 #include "dlfs/decode_stage.h"
 #include "dlfs/loader_option_table.h"
 #include "dlfs/memory.h"
-#include "dlfs/sample_image.h"
 #include "dlfs/shard_options.h"
 #ifdef DLFS_HAVE_MPI
 #include "dlfs/mpi_report.h"
 #endif
 
 namespace dlfs::cli {
-
-// Decoding options shared by `cat --decode` and `bench --decode`.
-void AddDecodeOptions(CLI::App* verb, ImageOptions* o) {
-  AddEnumOption(verb, "--crop", &o->transform.crop, kCropModeNames,
-                "With --size: Resize+CenterCrop, or RandomResizedCrop");
-  verb->add_option("--resize", o->transform.resize,
-                   "--crop center: resize the shorter side to this first (default: --size)");
-  verb->add_flag("--flip", o->transform.flip, "Random horizontal flip (p = 0.5)");
-  AddEnumOption(verb, "--color", &o->decode.color, kColorModeNames,
-                "Channels: the image's own, or forced");
-  AddParsed(verb, "--raw-shape", &o->decode.raw, ParseRawShape,
-            "Samples that are neither JPEG nor PNG are raw pixels of this shape (HxW or HxWxC)");
-  AddDefaulted(verb, "--max-pixels", o->decode.max_pixels,
-               "Refuse images of more pixels (from their header)");
-  AddOffFlag(verb, "--no-dct-scaling", &o->decode.dct_scaling,
-             "Always decode JPEGs at full scale (no 1/2, 1/4, 1/8 DCT scaling)");
-}
 
 namespace {
 
@@ -147,19 +130,8 @@ void AddBench(CLI::App& app, int* exit_code) {
                              "--size); reports\nimages/s and CPU per image");
   const size_t decode_options = b->get_options().size();
   auto* size = b->add_option("--size", image.transform.size, "Output images are SIZE x SIZE");
-  AddDecodeOptions(b, &image);
-  AddEnumOption(b, "--dtype", &image.output.dtype, kDTypeNames, "Output element type");
-  AddEnumOption(b, "--layout", &image.output.layout, kOutputLayoutNames, "Output layout");
-  b->add_option("--mean", image.output.mean, "With --dtype float32: per-channel mean (0..1 units)")
-      ->delimiter(',');
-  b->add_option("--std", image.output.std, "With --dtype float32: per-channel std (0..1 units)")
-      ->delimiter(',');
-  AddDefaulted(b, "--decode-threads", args->decode_stage.decode_threads,
-               "Decode threads (0: one per core)");
-  AddDefaulted(b, "--decode-prefetch", args->decode_stage.prefetch_batches,
-               "Batches queued for decoding");
-  b->add_flag("--skip-bad", args->decode_stage.skip_bad_samples,
-              "Skip and count undecodable samples instead of failing");
+  AddOptions(b, options::kDecodeOptions, &image);
+  AddOptions(b, options::kDecodeStageFlags, &args->decode_stage);
   NeedAllSince(b, decode_options, decode);
   b->callback([b, args, size, exit_code] {
     if (args->decode && size->count() == 0) throw CLI::ValidationError("--decode needs --size N");

@@ -18,7 +18,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "dlfs/decode.h"
 #include "dlfs/enum_names.h"
 #include "dlfs/option_table.h"
 #include "dlfs/report.h"
@@ -96,23 +95,8 @@ inline void NeedAllSince(CLI::App* verb, size_t first, CLI::Option* flag) {
 // A flag that sets *value to false (e.g. --no-verify for a default-on check).
 void AddOffFlag(CLI::App* verb, const std::string& name, bool* value, const std::string& help);
 
-// An option taking one of an enum's names (see dlfs/enum_names.h).
-template <typename E, size_t N>
-CLI::Option* AddEnumOption(CLI::App* verb, const std::string& name, E* value,
-                           const EnumName<E> (&table)[N], const std::string& help) {
-  return verb
-      ->add_option_function<std::string>(
-          name,
-          [value, &table](const std::string& text) {
-            Result<E> parsed = ParseEnum(table, text, "value");
-            if (!parsed.ok()) throw CLI::ValidationError(parsed.status().message());
-            *value = *parsed;
-          },
-          help)
-      ->default_str(std::string(NameOf(table, *value)))
-      ->check(CLI::IsMember(NamesOf(table)));
-}
-
+// Which option types take a comma-separated list, or may be left unset
+// (AddOption).
 template <typename T>
 struct IsVector : std::false_type {};
 template <typename T>
@@ -172,10 +156,6 @@ template <typename Table, typename Config>
 void AddOptions(CLI::App* verb, const Table& table, Config* config) {
   std::apply([&](const auto&... option) { (AddOption(verb, option, config), ...); }, table);
 }
-
-// Decoding options shared by `cat --decode` and `bench --decode`
-// (bench_verb.cc).
-void AddDecodeOptions(CLI::App* verb, ImageOptions* o);
 
 // Writes `text` (a report) to stdout as is.
 void Print(const std::string& text);

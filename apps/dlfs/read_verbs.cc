@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "dlfs/decode.h"
+#include "dlfs/decode_option_table.h"
 #include "dlfs/file_view.h"
 #include "dlfs/mount.h"
 #include "dlfs/sample_image.h"
@@ -261,7 +262,7 @@ void AddCat(CLI::App& app, int* exit_code) {
   AddDefaulted(c, "--epoch", args->epoch, "The epoch whose random choices apply")->needs(size);
   AddDefaulted(c, "--seed", args->image.transform.seed, "The seed of the random transforms")
       ->needs(size);
-  AddDecodeOptions(c, &args->image);
+  AddOptions(c, options::kDecodeOptions, &args->image);
   NeedAllSince(c, decode_options, decode);
   c->callback([args, size, exit_code] {
     if (args->path.empty() && !args->index) throw CLI::ValidationError("give a PATH or --index N");

@@ -1,6 +1,7 @@
 // One declaration per option: the descriptor the option tables are made
 // of (dlfs/loader_option_table.h: the loader's; dlfs/pack_option_table.h:
-// the packer's). An option names its
+// the packer's; dlfs/decode_option_table.h: the decode pipeline's;
+// dlfs/lmdb_option_table.h: `dlfs lmdb read`'s). An option names its
 // Python keyword and/or its `dlfs` flag, where its value lives in the
 // table's Config struct (whose default member initializers are the defaults
 // everywhere), its --help text and how its text is read. The front ends
