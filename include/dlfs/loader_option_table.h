@@ -100,11 +100,13 @@ inline constexpr auto kLoaderOptions = std::tuple{
     LoaderOption<std::optional<bool>>{
         .keyword = "direct_io",
         .field = &At<&LoaderConfig::direct_io>,
-        .settings = {{{"--buffered", false, "Read through the page cache (no O_DIRECT)"},
-                      {"--direct", true,
+        // --buffered second: CLI11 runs the callbacks in this order, so
+        // with both flags --buffered wins, as it always has.
+        .settings = {{{"--direct", true,
                        "O_DIRECT even for samples much smaller than a block (by default those are "
                        "read\nthrough the page cache, where O_DIRECT would read 2.5x their bytes "
-                       "or more)"}}}},
+                       "or more)"},
+                      {"--buffered", false, "Read through the page cache (no O_DIRECT)"}}}},
     LoaderOption<bool>{.keyword = "verify_checksums",
                        .field = &At<&LoaderConfig::loader, &LoaderOptions::verify_checksums>,
                        .settings = {{{"--no-verify", false, "Skip CRC32C checks of samples"}}}},
