@@ -179,8 +179,8 @@ std::unique_ptr<PyImageLoader> MakeImageLoader(LoaderKeywords k, const ImagePipe
   // One field: the decode stage decodes one image per sample. Samples that
   // cannot be read or fail their checksum are left out (skip_bad_samples)
   // like undecodable ones.
-  if (field) k.fields = std::vector{*field};
-  const bool skip_bad_samples = k.skip_bad_samples;
+  if (field) k.config.loader.fields = std::vector{*field};
+  const bool skip_bad_samples = k.config.loader.skip_bad_samples;
   DecodeStageOptions dso;
   dso.image = pipeline.options();
   dso.decode_threads = decode_threads;
@@ -204,7 +204,8 @@ void RegisterImageLoader(py::module_& m) {
   static const DecodeStageOptions kStage;
   py::class_<PyImageLoader> loader(m, "ImageLoader", kImageLoaderDoc);
   // The decode stage's keywords follow the loader's, keyword-only.
-  DefLoaderInit<const ImagePipeline&, uint32_t, uint32_t, std::optional<std::string>>(
+  DefLoaderInit<options::kLoaderOptions, const ImagePipeline&, uint32_t, uint32_t,
+                std::optional<std::string>>(
       loader, &MakeImageLoader, py::kw_only(), py::arg("pipeline"),
       py::arg("decode_threads") = kStage.decode_threads,
       py::arg("decode_prefetch") = kStage.prefetch_batches, py::arg("field") = py::none());

@@ -43,13 +43,6 @@ zstd fields views into the batch's decoded buffer.
 )doc";
 
 constexpr const char* kLoaderDoc = R"doc(
-Loader(volume, batch_size, shuffle=True, seed=0, rank=0, world_size=1,
-       drop_last=False, prefetch_batches=4, queue_depth=64, io_threads=1,
-       engine="auto", direct_io=None, verify_checksums=True, coalesce=True,
-       indices=None, cache_budget=None, fields=None, cache_shared=True,
-       skip_bad_samples=False, max_bad_samples=16, quarantine=None,
-       weights=None, epoch_samples=0, cycle=False)
-
 Iterates over this rank's batches of one epoch, reading ahead through
 io_uring (or a pread pool where io_uring is unavailable).
 
@@ -257,9 +250,7 @@ py::array SampleView(py::object batch_obj, size_t i) { return FieldView(batch_ob
 // dlfs.Loader(...): the keywords through ResolveLoaderKeywords; a loader
 // whose memory budget cut its read-ahead or its cache says so in a
 // RuntimeWarning.
-std::unique_ptr<PyLoader> MakeLoader(LoaderKeywords k,
-                                     std::optional<std::vector<std::string>> fields) {
-  k.fields = std::move(fields);
+std::unique_ptr<PyLoader> MakeLoader(LoaderKeywords k) {
   auto loader = std::make_unique<PyLoader>(ResolveLoaderKeywords(std::move(k)));
   for (const Loader* one : loader->loaders()) {
     if (const std::string& note = one->cache_note(); !note.empty()) {
@@ -405,9 +396,11 @@ void RegisterBatch(py::module_& m) {
 void RegisterLoader(py::module_& m) {
   RegisterBatch(m);
 
-  py::class_<PyLoader> loader(m, "Loader", kLoaderDoc);
-  DefLoaderInit<std::optional<std::vector<std::string>>>(loader, &MakeLoader,
-                                                         py::arg("fields") = py::none());
+  // The signature line comes from the table of the loader's keywords.
+  static const std::string doc =
+      "\n" + SignatureLine<options::kLoaderKeywords>("Loader", "volume") + kLoaderDoc;
+  py::class_<PyLoader> loader(m, "Loader", doc.c_str());
+  DefLoaderInit<options::kLoaderKeywords>(loader, &MakeLoader);
   loader
       .def(
           "quarantine",

@@ -81,36 +81,25 @@ std::optional<uint64_t> CacheBudget(const py::object& budget) {
 
 LoaderSetup ResolveLoaderKeywords(LoaderKeywords k) {
   LoaderSetup out;
-  LoaderOptions& o = out.options;
-  o.sampler.batch_size = k.batch_size;
-  o.sampler.shuffle = k.shuffle;
-  o.sampler.seed = k.seed;
-  o.sampler.rank = k.rank;
-  o.sampler.world_size = k.world_size;
-  o.sampler.drop_last = k.drop_last;
-  out.shard = k.shard;
-  if (!k.comm.is_none()) {
-    out.job = MpiJobFrom(k.comm);
-  } else if (k.shard.sharded()) {
+  options::LoaderConfig& c = k.config;
+  out.shard = {.shard_local = c.shard_local, .options = c.shard};
+  if (!k.objects["comm"].is_none()) {
+    out.job = MpiJobFrom(k.objects["comm"]);
+  } else if (c.sharded()) {
     throw py::value_error(
-        std::string(k.shard.shard_local ? "shard_local" : "cluster_cache") +
+        std::string(c.shard_local ? "shard_local" : "cluster_cache") +
         "=True moves samples between nodes, which needs MPI: launch with mpirun or `srun "
         "--mpi=pmix` (dlfs then finds the job itself) or pass comm=; torchrun starts no MPI");
   }
-  VolumeOpenOptions open;
-  open.target_map = TargetMap(k.target_map);
-  if (!k.directory.empty()) {
-    open.directory_sharing = Unwrap(ParseEnum(kDirectorySharingNames, k.directory, "directory"));
-  }
-  open.node_name = k.node_name;
+  c.open.target_map = TargetMap(k.objects["target_map"]);
   auto open_volume = [&](py::handle v) -> std::shared_ptr<Volume> {
     if (py::isinstance<Volume>(v)) return v.cast<std::shared_ptr<Volume>>();
     const std::string path = py::str(v).cast<std::string>();
-    if (out.job) return OpenCollectively(*out.job, path, open, k.shard.shard_local);
+    if (out.job) return OpenCollectively(*out.job, path, c.open, c.shard_local);
     Result<std::shared_ptr<Volume>> opened = Status::Unavailable("not opened");
     {
       py::gil_scoped_release release;  // may wait for the node's copy of the directory
-      opened = Volume::Open(path, open);
+      opened = Volume::Open(path, c.open);
     }
     std::shared_ptr<Volume> volume = Unwrap(std::move(opened));
     if (const std::string& note = volume->directory_note(); !note.empty()) {
@@ -123,35 +112,24 @@ LoaderSetup ResolveLoaderKeywords(LoaderKeywords k) {
   if (py::isinstance<py::list>(k.volume) || py::isinstance<py::tuple>(k.volume)) {
     for (py::handle v : k.volume) out.volumes.push_back(open_volume(v));
     MixtureOptions m;
-    m.weights = k.weights ? *k.weights : std::vector<double>(out.volumes.size(), 1.0);
-    m.epoch_samples = k.epoch_samples;
-    m.cycle = k.cycle;
-    m.sampler = o.sampler;
+    m.weights = c.weights ? *c.weights : std::vector<double>(out.volumes.size(), 1.0);
+    m.epoch_samples = c.epoch_samples;
+    m.cycle = c.cycle;
+    m.sampler = c.loader.sampler;
     out.mixture = std::move(m);
   } else {
-    if (k.weights || k.epoch_samples != 0 || k.cycle) {
+    if (c.mixture_options()) {
       throw py::value_error("weights, epoch_samples and cycle apply to a list of volumes");
     }
     out.volumes.push_back(open_volume(k.volume));
   }
-  o.prefetch_batches = k.prefetch_batches;
-  o.engine.queue_depth = k.queue_depth;
-  o.io_threads = k.io_threads;
-  o.engine.kind = Unwrap(ParseEngineKind(k.engine));
-  if (k.direct_io) {
-    o.engine.direct_io = *k.direct_io;
-    o.auto_direct_io = false;
-  }
-  o.planned_epochs = k.epochs;
-  o.verify_checksums = k.verify_checksums;
-  o.plan.coalesce = k.coalesce;
-  o.subset = SubsetFromPython(k.indices);
-  if (auto budget = CacheBudget(k.cache_budget)) o.cache_budget = *budget;
-  if (k.fields) o.fields = std::move(*k.fields);
-  o.cache_shared = k.cache_shared;
-  o.skip_bad_samples = k.skip_bad_samples;
-  o.max_bad_samples = k.max_bad_samples;
-  if (!k.quarantine.is_none()) o.quarantine = QuarantineIndices(k.quarantine);
+  c.Finish();
+  LoaderOptions& o = c.loader;
+  o.subset = SubsetFromPython(k.objects["indices"]);
+  if (auto budget = CacheBudget(k.objects["cache_budget"])) o.cache_budget = *budget;
+  if (const py::object& q = k.objects["quarantine"]; !q.is_none())
+    o.quarantine = QuarantineIndices(q);
+  out.options = std::move(o);
   return out;
 }
 

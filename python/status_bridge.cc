@@ -14,10 +14,9 @@ PyObject* g_corrupt_error = nullptr;  // dlfs.CorruptVolumeError, alive with the
 
 // The library names options by their C++ fields; most keywords are spelled
 // the same, these are said differently from Python.
-constexpr Rewording kKeywordSpellings[] = {
-    {"(the fields option)", "(fields=[NAME, ...])"},
-    {"(the fields option, one name)", "(field=NAME)"},
-    {"set cycle to", "pass cycle=True to"}};
+constexpr Rewording kKeywordSpellings[] = {{"(the fields option)", "(fields=[NAME, ...])"},
+                                           {"(the fields option, one name)", "(field=NAME)"},
+                                           {"set cycle to", "pass cycle=True to"}};
 
 void TranslateStatus(const Status& st) {
   const std::string msg = Reworded(st.message(), kKeywordSpellings);

@@ -60,6 +60,7 @@ DOC_MARKER = "Layers, lowest first:"
 PUBLIC_HEADERS = {
     "status.h": "common",
     "enum_names.h": "common",
+    # The descriptor of an option in the front ends' option tables.
     "launch.h": "common",
     "nbd.h": "nbd",
     "io_engine.h": "io",
@@ -112,6 +113,13 @@ TOOLS_HEADERS = {
     "report.h": "report",
     "bench_job.h": "mpi",
     "mpi_report.h": "mpi_report",
+    # The front ends' options, each declared once (the CLI's flags and the
+    # Python keywords are made from them).
+    "option_table.h": "common",
+    "decode_option_table.h": "decode",
+    "pack_option_table.h": "pack",
+    "loader_option_table.h": "mpi",  # LoaderConfig holds ShardLoaderOptions too
+    "lmdb_option_table.h": "lmdbio",
 }
 
 # Known exceptions: (including file, the include as written, why it is

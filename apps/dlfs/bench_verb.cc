@@ -6,31 +6,15 @@
 #include "cli.h"
 #include "dlfs/decode_stage.h"
 #include "dlfs/memory.h"
-#include "dlfs/sample_image.h"
 #include "dlfs/shard_options.h"
 #include "dlfs_tools/bench_volumes.h"
+#include "dlfs_tools/decode_option_table.h"
+#include "dlfs_tools/loader_option_table.h"
 #ifdef DLFS_HAVE_MPI
 #include "dlfs_tools/mpi_report.h"
 #endif
 
 namespace dlfs::cli {
-
-// Decoding options shared by `cat --decode` and `bench --decode`.
-void AddDecodeOptions(CLI::App* verb, ImageOptions* o) {
-  AddEnumOption(verb, "--crop", &o->transform.crop, kCropModeNames,
-                "With --size: Resize+CenterCrop, or RandomResizedCrop");
-  verb->add_option("--resize", o->transform.resize,
-                   "--crop center: resize the shorter side to this first (default: --size)");
-  verb->add_flag("--flip", o->transform.flip, "Random horizontal flip (p = 0.5)");
-  AddEnumOption(verb, "--color", &o->decode.color, kColorModeNames,
-                "Channels: the image's own, or forced");
-  AddParsed(verb, "--raw-shape", &o->decode.raw, ParseRawShape,
-            "Samples that are neither JPEG nor PNG are raw pixels of this shape (HxW or HxWxC)");
-  AddDefaulted(verb, "--max-pixels", o->decode.max_pixels,
-               "Refuse images of more pixels (from their header)");
-  AddOffFlag(verb, "--no-dct-scaling", &o->decode.dct_scaling,
-             "Always decode JPEGs at full scale (no 1/2, 1/4, 1/8 DCT scaling)");
-}
 
 namespace {
 
@@ -38,8 +22,9 @@ struct BenchArgs {
   VolumeArgs volume;
   // Further volumes: with them, a weighted mixture (dlfs/mixture.h).
   std::vector<std::string> mixture;
-  VolumeBenchOptions run;  // one process (its open, decode and on_* are set when run)
-  BenchJobOptions job;     // mpirun (its loader and bench are run's)
+  options::LoaderConfig loader;  // the loader's flags (loader/loader_option_table.h)
+  VolumeBenchOptions run;        // one process (its loader and mixture options are set when run)
+  BenchJobOptions job;           // mpirun (its loader and bench are run's)
   bool json = false;
   bool decode = false;  // batches go through a DecodeStage
   DecodeStageOptions decode_stage;
@@ -49,47 +34,6 @@ struct BenchArgs {
 constexpr Rewording kBenchFlags[] = {
     {"weights, epoch_samples and cycle", "--weights, --epoch-samples and --cycle"},
     {"decode reads one volume, not a mixture", "bench --decode reads one volume"}};
-
-// The options of the batch loader that `dlfs bench` exposes.
-void AddLoaderOptions(CLI::App* verb, LoaderOptions* o) {
-  AddEnumOption(verb, "--engine", &o->engine.kind, kEngineKindNames, "I/O engine");
-  AddDefaulted(verb, "--queue-depth", o->engine.queue_depth, "Reads in flight per I/O thread");
-  AddDefaulted(verb, "--batch", o->sampler.batch_size, "Samples per batch");
-  AddDefaulted(verb, "--io-threads", o->io_threads, "I/O threads (one ring each)");
-  AddDefaulted(verb, "--prefetch", o->prefetch_batches, "Batches read ahead");
-  AddDefaulted(verb, "--seed", o->sampler.seed, "Shuffle seed");
-  AddDefaulted(verb, "--coalesce-gap", o->plan.coalesce_gap,
-               "Merge reads whose gap is at most this");
-  AddOffFlag(verb, "--no-coalesce", &o->plan.coalesce, "One read per sample");
-  AddOffFlag(verb, "--no-verify", &o->verify_checksums, "Skip CRC32C checks of samples");
-  AddOffFlag(verb, "--buffered", &o->engine.direct_io, "Read through the page cache (no O_DIRECT)");
-  AddOffFlag(verb, "--direct", &o->auto_direct_io,
-             "O_DIRECT even for samples much smaller than a block (by default those are read\n"
-             "through the page cache, where O_DIRECT would read 2.5x their bytes or more)");
-  verb->add_flag("--sqpoll", o->engine.sqpoll,
-                 "io_uring SQPOLL (a kernel thread polls; uses a core)");
-  AddDefaulted(verb, "--nbd-connections", o->engine.nbd.connections,
-               "Connections per NBD target and I/O thread (if the server allows multi-conn)");
-  AddDefaulted(verb, "--nbd-timeout", o->engine.nbd.timeout_seconds,
-               "Seconds before an unanswered NBD read fails (its connection is reopened)");
-  AddDefaulted(verb, "--nbd-reconnects", o->engine.nbd.reconnects,
-               "Attempts to reconnect a lost NBD connection before its reads fail");
-  AddParsed(verb, "--cache-budget", &o->cache_budget, ParseByteBudget,
-            "Node cache: samples in memory shared by the node's processes, up to this many\n"
-            "bytes, filled by large sequential reads of the volume. auto: a quarter of what\n"
-            "the job may use (MemAvailable and its memory cgroup's limit), filled only where\n"
-            "the saving over the --epochs still to come beats the measured cost of filling;\n"
-            "a size (or $DLFS_CACHE_BUDGET): filled by the end of the first epoch whatever\n"
-            "it costs; 0: off. Suffixes K, M, G, T")
-      ->default_str("auto");
-  verb->add_option("--fields", o->fields,
-                   "Read these fields of each sample, e.g. jpg,cls (format v2; needed when\n"
-                   "samples have several fields): raw fields are handed out\n"
-                   "zero-copy, zstd ones are decompressed by the loader, so samples/s and the\n"
-                   "payload MB/s (decoded bytes) include decompression. With --decode: the\n"
-                   "image field only")
-      ->delimiter(',');
-}
 
 int RunBenchMpi(BenchArgs& args) {
 #ifdef DLFS_HAVE_MPI
@@ -117,8 +61,16 @@ int RunBenchMpi(BenchArgs& args) {
 }
 
 int RunBench(BenchArgs& args) {
+  options::LoaderConfig& loader = args.loader;
+  loader.Finish();
   // The epochs to be read decide whether the node cache's fill pays.
-  if (args.run.loader.planned_epochs == 0) args.run.loader.planned_epochs = args.run.bench.epochs;
+  if (loader.loader.planned_epochs == 0) loader.loader.planned_epochs = args.run.bench.epochs;
+  args.run.loader = loader.loader;
+  args.run.weights = loader.weights.value_or(std::vector<double>{});
+  args.run.epoch_samples = loader.epoch_samples;
+  args.run.cycle = loader.cycle;
+  args.job.shard_local = loader.shard_local;
+  args.job.source = loader.shard;
   if (LaunchedByMpirun()) {
     if (args.decode || !args.mixture.empty()) {
       return Fail(Status::NotSupported(
@@ -162,34 +114,13 @@ void AddBench(CLI::App& app, int* exit_code) {
   AddVolumeArgs(b, &args->volume);
   b->add_option("more", args->mixture,
                 "Further volumes: read a weighted mixture of all of them (see --weights)");
-  b->add_option("--weights", args->run.weights,
-                "With several volumes: each one's share of an epoch, e.g. 0.7,0.3 (default "
-                "equal)")
-      ->delimiter(',');
-  b->add_option("--epoch-samples", args->run.epoch_samples,
-                "With several volumes: samples per epoch (default: the most the weights allow "
-                "before a volume runs out)");
-  b->add_flag("--cycle", args->run.cycle,
-              "With several volumes: a volume smaller than its share starts over");
-  AddLoaderOptions(b, &args->run.loader);
+  AddOptions(b, options::kLoaderKeywords, &args->loader);
+  AddOptions(b, options::kBenchLoaderFlags, &args->loader);
+  b->get_option("--cluster-cache")->excludes("--shard-local");
   AddDefaulted(b, "--epochs", args->run.bench.epochs, "Epochs to read");
   b->add_flag("--drop-cache", args->run.bench.drop_cache,
               "Drop the page cache before each epoch (root), else fadvise(DONTNEED) the volume");
   b->add_flag("--json", args->json, "One JSON object instead of text");
-  b->add_flag("--shard-local", args->job.shard_local,
-              "mpirun: node n reads only the targets t with t mod nodes = n (its node-local\n"
-              "shard); a sample on another node's target comes from that node over MPI");
-  b->add_flag("--cluster-cache", args->job.source.cluster_cache,
-              "mpirun: the nodes' caches (--cache-budget each) form one cache; a sample\n"
-              "another node keeps comes from it over MPI, storage serves only what no\n"
-              "node keeps (every rank must be able to read the volume)")
-      ->excludes("--shard-local");
-  auto* window = AddDefaulted(b, "--window", args->job.source.window_batches,
-                              "mpirun --shard-local or --cluster-cache: batches per exchange");
-  auto* read_ahead =
-      b->add_flag("--read-ahead", args->job.source.read_ahead,
-                  "mpirun --shard-local or --cluster-cache: plan and read the next window on a\n"
-                  "thread while this one is used");
   b->add_flag("--private-open", args->job.private_open,
               "mpirun: every rank reads the directory itself (to compare with the collective "
               "open)");
@@ -199,24 +130,12 @@ void AddBench(CLI::App& app, int* exit_code) {
                              "--size); reports\nimages/s and CPU per image");
   const size_t decode_options = b->get_options().size();
   auto* size = b->add_option("--size", image.transform.size, "Output images are SIZE x SIZE");
-  AddDecodeOptions(b, &image);
-  AddEnumOption(b, "--dtype", &image.output.dtype, kDTypeNames, "Output element type");
-  AddEnumOption(b, "--layout", &image.output.layout, kOutputLayoutNames, "Output layout");
-  b->add_option("--mean", image.output.mean, "With --dtype float32: per-channel mean (0..1 units)")
-      ->delimiter(',');
-  b->add_option("--std", image.output.std, "With --dtype float32: per-channel std (0..1 units)")
-      ->delimiter(',');
-  AddDefaulted(b, "--decode-threads", args->decode_stage.decode_threads,
-               "Decode threads (0: one per core)");
-  AddDefaulted(b, "--decode-prefetch", args->decode_stage.prefetch_batches,
-               "Batches queued for decoding");
-  b->add_flag("--skip-bad", args->decode_stage.skip_bad_samples,
-              "Skip and count undecodable samples instead of failing");
+  AddOptions(b, options::kDecodeOptions, &image);
+  AddOptions(b, options::kDecodeStageFlags, &args->decode_stage);
   NeedAllSince(b, decode_options, decode);
-  b->callback([args, size, window, read_ahead, exit_code] {
+  b->callback([b, args, size, exit_code] {
     if (args->decode && size->count() == 0) throw CLI::ValidationError("--decode needs --size N");
-    if (window->count() + read_ahead->count() > 0 && !args->job.shard_local &&
-        !args->job.source.cluster_cache) {
+    if (b->count("--window") + b->count("--read-ahead") > 0 && !args->loader.sharded()) {
       throw CLI::ValidationError("--window and --read-ahead need --shard-local or --cluster-cache");
     }
     *exit_code = RunBench(*args);

@@ -10,14 +10,18 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <vector>
 
-#include "dlfs/decode.h"
 #include "dlfs/enum_names.h"
 #include "dlfs/status.h"
 #include "dlfs/volume.h"
+#include "dlfs_tools/option_table.h"
 #include "dlfs_tools/report.h"
 
 namespace dlfs::cli {
@@ -91,26 +95,67 @@ inline void NeedAllSince(CLI::App* verb, size_t first, CLI::Option* flag) {
 // A flag that sets *value to false (e.g. --no-verify for a default-on check).
 void AddOffFlag(CLI::App* verb, const std::string& name, bool* value, const std::string& help);
 
-// An option taking one of an enum's names (see dlfs/enum_names.h).
-template <typename E, size_t N>
-CLI::Option* AddEnumOption(CLI::App* verb, const std::string& name, E* value,
-                           const EnumName<E> (&table)[N], const std::string& help) {
-  return verb
-      ->add_option_function<std::string>(
-          name,
-          [value, &table](const std::string& text) {
-            Result<E> parsed = ParseEnum(table, text, "value");
-            if (!parsed.ok()) throw CLI::ValidationError(parsed.status().message());
-            *value = *parsed;
-          },
-          help)
-      ->default_str(std::string(NameOf(table, *value)))
-      ->check(CLI::IsMember(NamesOf(table)));
+// Which option types take a comma-separated list, or may be left unset
+// (AddOption).
+template <typename T>
+struct IsVector : std::false_type {};
+template <typename T>
+struct IsVector<std::vector<T>> : std::true_type {};
+template <typename T>
+struct IsOptional : std::false_type {};
+template <typename T>
+struct IsOptional<std::optional<T>> : std::true_type {};
+
+// One option's flags (see AddOptions).
+template <typename Config, typename T>
+void AddOption(CLI::App* verb, const options::Option<Config, T>& o, Config* config) {
+  if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, std::optional<bool>>) {
+    for (const options::FlagSetting& s : o.settings) {
+      if (s.flag.empty()) continue;
+      verb->add_flag_callback(
+          std::string(s.flag), [o, config, v = s.value] { o.field(*config) = v; },
+          std::string(s.help));
+    }
+  }
+  if (o.flag.empty()) return;
+  T& value = o.field(*config);
+  const std::string name(o.flag), help(o.help);
+  CLI::Option* added = nullptr;
+  if (o.parse) {
+    added = AddParsed(verb, name, &value, o.parse, help);
+    if (!o.default_text.empty()) added->default_str(std::string(o.default_text));
+  } else if constexpr (std::is_enum_v<T>) {
+    std::vector<std::string> names;
+    for (const auto& e : o.names) names.emplace_back(e.name);
+    added = verb->add_option_function<std::string>(
+                    name,
+                    [&value, o](const std::string& text) {
+                      auto parsed = options::ParseName(o.names, text, "value");
+                      if (!parsed.ok()) throw CLI::ValidationError(parsed.status().message());
+                      value = *parsed;
+                    },
+                    help)
+                ->default_str(std::string(options::NameIn(o.names, value)))
+                ->check(CLI::IsMember(names));
+  } else if constexpr (IsOptional<T>::value) {
+    added = verb->add_option_function<typename T::value_type>(
+        name, [&value](const typename T::value_type& v) { value = v; }, help);
+    if constexpr (IsVector<typename T::value_type>::value) added->delimiter(',');
+  } else if constexpr (std::is_arithmetic_v<T> || std::is_same_v<T, std::string> ||
+                       IsVector<T>::value) {
+    added = verb->add_option(name, value, help);
+    if constexpr (IsVector<T>::value) added->delimiter(',');
+    if (o.show_default) added->capture_default_str();
+    if (o.max > 0) added->check(CLI::Range(o.min, o.max));
+  }
 }
 
-// Decoding options shared by `cat --decode` and `bench --decode`
-// (bench_verb.cc).
-void AddDecodeOptions(CLI::App* verb, ImageOptions* o);
+// The flags of every option of `table` (dlfs_tools/option_table.h) that has
+// one, setting its field in *config (which outlives the parse).
+template <typename Table, typename Config>
+void AddOptions(CLI::App* verb, const Table& table, Config* config) {
+  std::apply([&](const auto&... option) { (AddOption(verb, option, config), ...); }, table);
+}
 
 // Writes `text` (a report) to stdout as is.
 void Print(const std::string& text);

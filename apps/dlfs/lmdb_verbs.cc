@@ -4,18 +4,13 @@
 
 #include "cli.h"
 #include "dlfs/lmdb.h"
-#include "dlfs/lmdbio_options.h"
+#include "dlfs_tools/lmdb_option_table.h"
 #ifdef DLFS_HAVE_MPI
 #include "dlfs_tools/mpi_report.h"
 #endif
 
 namespace dlfs::cli {
 namespace {
-
-// An LMDB is a local file: the engines that read one (not nbd).
-constexpr EnumName<EngineKind> kLocalEngineNames[] = {kEngineKindNames[0], kEngineKindNames[1],
-                                                      kEngineKindNames[2]};
-static_assert(kEngineKindNames[3].value == EngineKind::kNbd);
 
 struct LmdbReadArgs {
   std::string db;
@@ -78,31 +73,7 @@ void AddLmdb(CLI::App& app, int* exit_code) {
       "Prints per-rank record counts, a digest of the bytes read (equal across modes),\n"
       "and where the time went. See docs/lmdbio.md.");
   lr->add_option("db", read->db, "LMDB directory or its data.mdb")->required();
-  LmdbioOptions& reader = read->options.reader;
-  AddEnumOption(lr, "--mode", &reader.mode, kLmdbioModeNames, "Mode");
-  AddDefaulted(lr, "-b,--batch", reader.batch_size, "Global batch size (a multiple of the ranks)");
-  AddDefaulted(lr, "-n,--iters", read->options.iterations, "Iterations to read");
-  lr->add_option("--readers-per-node", reader.readers_per_node,
-                 "Readers per node (lmm-dm and later; lmm always has one)")
-      ->capture_default_str();
-  AddEnumOption(lr, "--engine", &reader.engine, kLocalEngineNames,
-                "Explicit reads (dio modes); auto picks uring where available");
-  AddOffFlag(lr, "--buffered", &reader.direct_io,
-             "Explicit reads (dio modes) through the page cache (no O_DIRECT)");
-  AddOffFlag(lr, "--no-prefetch", &reader.prefetch, "lmm-dm: no speculative prefetch");
-  AddDefaulted(lr, "--coalesce-bytes", reader.coalesce_bytes,
-               "coal: bytes each reader reads per step (sets iterations per read)");
-  AddDefaulted(lr, "--max-coalesce-iters", reader.max_coalesce_iters,
-               "coal: at most this many iterations per read");
-  AddDefaulted(lr, "--stagger", reader.stagger_group, "stag: readers that read at the same time");
-  lr->add_flag("--check", read->options.check,
-               "Compare every record with the value the parser finds at its index, and count "
-               "how often each record was read");
-  lr->add_option("--counters", read->options.counters_file,
-                 "A file of \"name value\" counters (e.g. pfs-emu's MOUNT/.pfs-emu-stats) read "
-                 "before and after the iterations; reports how much each grew");
-  lr->add_flag("--drop-cache", read->options.drop_cache,
-               "Drop the page cache before reading (root; for benchmarks)");
+  AddOptions(lr, options::kLmdbReadOptions, &read->options);
   lr->add_flag("--json", read->json, "One JSON object (from rank 0) instead of text");
   lr->callback([read, exit_code] { *exit_code = ReadLmdb(*read); });
 }

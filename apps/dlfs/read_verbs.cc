@@ -12,6 +12,7 @@
 #include "dlfs/sampler.h"
 #include "dlfs/summary.h"
 #include "dlfs/verify.h"
+#include "dlfs_tools/decode_option_table.h"
 #ifdef DLFS_HAVE_MPI
 #include "dlfs/distributed.h"
 #endif
@@ -261,7 +262,7 @@ void AddCat(CLI::App& app, int* exit_code) {
   AddDefaulted(c, "--epoch", args->epoch, "The epoch whose random choices apply")->needs(size);
   AddDefaulted(c, "--seed", args->image.transform.seed, "The seed of the random transforms")
       ->needs(size);
-  AddDecodeOptions(c, &args->image);
+  AddOptions(c, options::kDecodeOptions, &args->image);
   NeedAllSince(c, decode_options, decode);
   c->callback([args, size, exit_code] {
     if (args->path.empty() && !args->index) throw CLI::ValidationError("give a PATH or --index N");

@@ -26,13 +26,11 @@ __all__ = ["ImageLoader", "make_pipeline"]
 # Keywords of dlfs.ImagePipeline beyond the ones ImageLoader names itself.
 _PIPELINE_KEYS = {"resize", "color", "format", "raw_shape", "max_pixels", "dct_scaling", "scale",
                   "ratio"}
-# Keywords of the C++ loader (dlfs.Loader) and the decode stage.
-_LOADER_KEYS = {"drop_last", "prefetch_batches", "queue_depth", "io_threads", "engine",
-                "direct_io", "verify_checksums", "coalesce", "decode_prefetch",
-                "skip_bad_samples", "field", "cache_budget", "cache_shared", "max_bad_samples",
-                "quarantine", "weights", "epoch_samples", "cycle", "shard_local",
-                "cluster_cache", "window_batches", "read_ahead", "target_map", "directory",
-                "epochs"}
+# Keywords of the C++ loader (the table of loader options, which declares
+# them) and the decode stage: those of the binding's signature, less the ones
+# ImageLoader sets itself or does not take.
+_LOADER_KEYS = set(_keywords.parameters(_dlfs.ImageLoader.__init__) or ()) - {
+    "volume", "batch_size", "pipeline", "indices", "node_name", "fields"}
 
 
 # ImageLoader's own keywords (for suggestions).
