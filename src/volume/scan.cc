@@ -156,22 +156,35 @@ uint64_t VolumeScan::window_offset(size_t w) const {
   return volume_.directory().sample(index(starts_[w])).offset;
 }
 
+template <typename Fn>
+void VolumeScan::ForEachSample(size_t w, Fn&& fn) const {
+  const SampleDirectory& dir = volume_.directory();
+  if (!compact_) {
+    for (size_t k = starts_[w]; k < starts_[w + 1]; ++k)
+      fn(index(k), Result<SampleInfo>(dir.sample(index(k))));
+    return;
+  }
+  for (size_t k = compact_first_[w]; k < compact_first_[w + 1]; ++k) {
+    const Piece& piece = compact_pieces_[k];
+    const uint64_t base = piece.block * dir.block_samples();
+    // A block that fails its check: every sample of it reports that.
+    for (uint64_t i = base + piece.first; i < base + piece.end; ++i) fn(i, dir.Locate(i));
+  }
+}
+
 // One window as a ReadJob: round 0 reads its extent whole; round 1 reads,
 // each on its own, the samples that read did not deliver (all of them when
-// it failed; a sample of a compact block lying outside the window).
+// it failed; a sample of a compact block lying outside the window). Nothing
+// is kept per sample of a window read whole (a window of small samples holds
+// thousands, and fresh memory for them cost more than the read here).
 class VolumeScan::WindowJob final : public io_internal::ReadJob {
  public:
-  struct Entry {
-    uint64_t index;
-    SampleInfo info;
-    Status located;      // the directory's answer (not OK: nothing is read)
-    Status read;         // of a sample read alone
-    int64_t alone = -1;  // where round 1 put its bytes in alone_; -1: in the window
-  };
-
-  WindowJob(uint32_t target, uint64_t offset, std::span<std::byte> window,
-            std::vector<Entry> entries)
-      : target_(target), offset_(offset), window_(window), entries_(std::move(entries)) {}
+  WindowJob(const VolumeScan& scan, size_t w, std::span<std::byte> window)
+      : scan_(scan),
+        w_(w),
+        target_(scan.window_target(w)),
+        offset_(scan.window_offset(w)),
+        window_(window) {}
 
   bool NextRound(std::vector<ReadRequest>* out) override {
     out->clear();
@@ -183,18 +196,20 @@ class VolumeScan::WindowJob final : public io_internal::ReadJob {
     }
     if (round_ != 1) return false;
     round_ = 2;
+    // Which samples are read alone: all when the window failed, else those
+    // a compact directory places outside it (none in a tree directory).
+    if (window_status_.ok() && !scan_.compact_) return false;
     uint64_t total = 0;
-    for (Entry& e : entries_) {
-      if (!e.located.ok() || (window_status_.ok() && Inside(e.info))) continue;
-      e.alone = static_cast<int64_t>(total);
-      total += e.info.length;
-      alone_requests_.push_back(&e);
-    }
-    if (alone_requests_.empty()) return false;
-    alone_.resize(total);
-    for (const Entry* e : alone_requests_) {
-      out->push_back(ReadRequest{e->info.target, e->info.offset, e->info.length,
-                                 alone_.data() + e->alone, ReadRequest::kNoSlot});
+    scan_.ForEachSample(w_, [&](uint64_t i, const Result<SampleInfo>& s) {
+      if (!s.ok() || (window_status_.ok() && Inside(*s))) return;
+      alone_.push_back(Alone{i, *s, total, Status::Ok()});
+      total += s->length;
+    });
+    if (alone_.empty()) return false;
+    alone_bytes_.resize(total);
+    for (const Alone& a : alone_) {
+      out->push_back(ReadRequest{a.info.target, a.info.offset, a.info.length,
+                                 alone_bytes_.data() + a.at, ReadRequest::kNoSlot});
     }
     return true;
   }
@@ -202,87 +217,80 @@ class VolumeScan::WindowJob final : public io_internal::ReadJob {
   void Complete(size_t r, const Status& status) override {
     if (round_ == 1) {
       window_status_ = status;
-    } else if (r < alone_requests_.size()) {
-      alone_requests_[r]->read = status;
+    } else if (r < alone_.size()) {
+      alone_[r].read = status;
     }
   }
 
   // The engine broke: nothing of the window counts as read.
   void Fail(const Status& status) {
     window_status_ = status;
-    for (Entry& e : entries_) {
-      e.alone = 0;
-      e.read = status;
-    }
+    broken_ = status;
   }
 
   const Status& window_status() const { return window_status_; }
 
   // Each sample's bytes (or why not), in storage order.
-  void Visit(const Volume& volume, const VolumeScan::Visit& visit) {
+  void Visit(const Volume& volume, const VolumeScan::Visit& visit) const {
     const SampleDirectory& dir = volume.directory();
-    for (const Entry& e : entries_) {
-      if (!e.located.ok()) {
-        visit(e.index, {}, e.located);
-      } else if (e.alone < 0) {
-        visit(e.index, window_.subspan(e.info.offset - offset_, e.info.length), Status::Ok());
-      } else if (e.read.ok()) {
-        visit(e.index, {alone_.data() + e.alone, e.info.length}, Status::Ok());
-      } else {
-        // "v.dlfs: sample 7 'train/00007': ... Input/output error"
-        std::string what =
-            volume.path() + ": sample " + std::to_string(e.index) + " '" + dir.Path(e.index) + "'";
-        if (e.info.target != 0) {
-          what += " on target " + std::to_string(e.info.target) + " (" +
-                  volume.info().target_details[e.info.target].path + ")";
-        }
-        visit(e.index, {}, e.read.WithContext(what));
+    size_t next = 0;  // into alone_, which is in the same order
+    scan_.ForEachSample(w_, [&](uint64_t i, const Result<SampleInfo>& s) {
+      if (!s.ok()) {
+        visit(i, {}, s.status());
+        return;
       }
-    }
+      Status read = broken_;
+      std::span<const std::byte> bytes;
+      if (next < alone_.size() && alone_[next].index == i) {
+        const Alone& a = alone_[next++];
+        read = a.read;
+        if (read.ok()) bytes = {alone_bytes_.data() + a.at, a.info.length};
+      } else if (read.ok()) {
+        bytes = window_.subspan(s->offset - offset_, s->length);
+      }
+      if (read.ok()) {
+        visit(i, bytes, Status::Ok());
+        return;
+      }
+      // "v.dlfs: sample 7 'train/00007': ... Input/output error"
+      std::string what = volume.path() + ": sample " + std::to_string(i) + " '" + dir.Path(i) + "'";
+      if (s->target != 0) {
+        what += " on target " + std::to_string(s->target) + " (" +
+                volume.info().target_details[s->target].path + ")";
+      }
+      visit(i, {}, read.WithContext(what));
+    });
   }
 
  private:
+  struct Alone {
+    uint64_t index;
+    SampleInfo info;
+    uint64_t at;  // its bytes' place in alone_bytes_
+    Status read;
+  };
+
   bool Inside(const SampleInfo& s) const {
     return s.target == target_ && s.offset >= offset_ &&
            s.offset + s.length <= offset_ + window_.size();
   }
 
+  const VolumeScan& scan_;
+  size_t w_;
   uint32_t target_;
   uint64_t offset_;
   std::span<std::byte> window_;
-  std::vector<Entry> entries_;
   int round_ = 0;  // 1: the window read; 2: the samples alone
   Status window_status_;
-  std::vector<std::byte> alone_;
-  std::vector<Entry*> alone_requests_;  // round 1's requests, in order
+  Status broken_;  // the engine's failure: every sample's
+  std::vector<Alone> alone_;
+  std::vector<std::byte> alone_bytes_;
 };
 
 Status VolumeScan::Read(size_t w, io_internal::ReadDriver& driver, std::vector<std::byte>* buffer,
                         const Visit& visit) const {
-  const SampleDirectory& dir = volume_.directory();
-  std::vector<WindowJob::Entry> entries;
-  if (compact_) {
-    for (size_t k = compact_first_[w]; k < compact_first_[w + 1]; ++k) {
-      const Piece& piece = compact_pieces_[k];
-      const uint64_t base = piece.block * dir.block_samples();
-      for (uint64_t i = base + piece.first; i < base + piece.end; ++i) {
-        Result<SampleInfo> located = dir.Locate(i);
-        // A block that fails its check: every sample of it reports that.
-        if (located.ok()) {
-          entries.push_back({i, *located, Status::Ok(), Status::Ok()});
-        } else {
-          entries.push_back({i, SampleInfo{}, located.status(), Status::Ok()});
-        }
-      }
-    }
-  } else {
-    entries.reserve(starts_[w + 1] - starts_[w]);
-    for (size_t k = starts_[w]; k < starts_[w + 1]; ++k) {
-      entries.push_back({index(k), dir.sample(index(k)), Status::Ok(), Status::Ok()});
-    }
-  }
   buffer->resize(extents_[w]);
-  WindowJob job(window_target(w), window_offset(w), *buffer, std::move(entries));
+  WindowJob job(*this, w, *buffer);
   if (Status st = driver.Run(job); !st.ok()) job.Fail(st.WithContext(volume_.path()));
   job.Visit(volume_, visit);
   return job.window_status();

@@ -78,6 +78,10 @@ class VolumeScan {
   std::vector<uint32_t> compact_targets_;
   void ScanCompact(uint64_t window_bytes);
   class WindowJob;
+  // fn(index, its place or the directory's error) for each sample of window
+  // w, in storage order.
+  template <typename Fn>
+  void ForEachSample(size_t w, Fn&& fn) const;
 
   std::vector<uint64_t> order_;    // sample indices in storage order; empty: index order
   std::vector<size_t> starts_;     // window w: positions starts_[w] .. starts_[w + 1] - 1
