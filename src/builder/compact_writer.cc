@@ -12,9 +12,6 @@ namespace {
 
 using format::AlignUp;
 
-// Appends zeros to `v` up to a multiple of 8.
-void PadTo8(std::vector<std::byte>* v) { v->resize(AlignUp(v->size(), 8)); }
-
 std::string_view DirOf(std::string_view path) {
   const size_t slash = path.rfind('/');
   return slash == path.npos ? std::string_view() : path.substr(0, slash);
