@@ -1,8 +1,10 @@
 // Helpers shared by the C++ tests.
 #pragma once
 
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -145,6 +147,19 @@ inline std::vector<std::byte> RandomBytes(size_t n, uint32_t seed) {
     std::memcpy(out.data() + i, &word, std::min<size_t>(4, n - i));
   }
   return out;
+}
+
+// Overwrites the second half of the file at `path` (a node cache's region)
+// with noise, as a stray writer would: what is read from it must be
+// checked, never trusted.
+inline void NoiseOverSecondHalf(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0) << path;
+  const off_t size = ::lseek(fd, 0, SEEK_END);
+  std::string noise(size / 2, '\x5a');
+  ASSERT_EQ(::pwrite(fd, noise.data(), noise.size(), size / 2),
+            static_cast<ssize_t>(noise.size()));
+  ::close(fd);
 }
 
 inline void WriteFile(const std::string& path, std::span<const std::byte> data) {

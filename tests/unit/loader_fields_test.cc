@@ -372,16 +372,7 @@ TEST_F(LoaderFieldsCacheTest, CompressedFieldsAreHeldDecodedAndADamagedRegionIsN
   // Noise over the second half of the region: a new loader (this process
   // attaches again, checking each sample on first use) reads those from the
   // device and still hands out the right fields.
-  {
-    const std::string region = shm_ / ("shm/" + regions[0]);
-    const int fd = ::open(region.c_str(), O_RDWR);
-    ASSERT_GE(fd, 0);
-    const off_t size = ::lseek(fd, 0, SEEK_END);
-    std::string noise(size / 2, '\x5a');
-    ASSERT_EQ(::pwrite(fd, noise.data(), noise.size(), size / 2),
-              static_cast<ssize_t>(noise.size()));
-    ::close(fd);
-  }
+  ASSERT_NO_FATAL_FAILURE(testing::NoiseOverSecondHalf(shm_ / ("shm/" + regions[0])));
   auto b = Make(uint64_t{64} << 20);
   ASSERT_NE(b, nullptr);
   const SourceStats s = Epoch(*b, 2);

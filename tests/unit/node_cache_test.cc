@@ -283,15 +283,7 @@ TEST_F(NodeCacheTest, TamperedRegionNeverFeedsAWrongSample) {
   auto a = Make(uint64_t{1} << 30);
   ASSERT_TRUE(a);
   Fill(*a, vol_->info().data_bytes);
-  {
-    const int fd = ::open(RegionPath().c_str(), O_RDWR);
-    ASSERT_GE(fd, 0);
-    const off_t size = ::lseek(fd, 0, SEEK_END);
-    std::string noise(size / 2, '\x5a');
-    ASSERT_EQ(::pwrite(fd, noise.data(), noise.size(), size / 2),
-              static_cast<ssize_t>(noise.size()));
-    ::close(fd);
-  }
+  ASSERT_NO_FATAL_FAILURE(testing::NoiseOverSecondHalf(RegionPath()));
   auto b = Make(uint64_t{1} << 30);
   ASSERT_TRUE(b);
   const SourceStats s = Epoch(*b, 0);  // every sample checked against the volume
