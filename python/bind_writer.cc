@@ -19,6 +19,8 @@
 #include "dlfs/image_prep.h"
 #include "dlfs/pack.h"
 #include "dlfs/version.h"
+#include "dlfs_tools/pack_option_table.h"
+#include "option_keywords.h"
 #include "status_bridge.h"
 
 namespace py = pybind11;
@@ -87,14 +89,6 @@ ImagePrepOptions ImagePrep(const py::dict& k) {
                    get("smart_threshold", d.smart_threshold),
                    get("jpeg_probability", d.jpeg_probability), get("image_seed", d.seed),
                    get("image_color", std::string("rgb")), get("prepare_threads", d.threads));
-}
-
-// "a,b" or a list of names (fields=, class_names=); `spec_parser` parses
-// the string form.
-template <typename Parse>
-std::vector<std::string> NameList(const py::object& value, Parse spec_parser) {
-  if (py::isinstance<py::str>(value)) return spec_parser(value.cast<std::string>());
-  return value.cast<std::vector<std::string>>();
 }
 
 // A contiguous read-only view of any object with the buffer protocol
@@ -280,140 +274,140 @@ class PyWriter {
   std::unique_ptr<VolumeBuilder> builder_;
 };
 
-void RegisterPack(py::module_& m) {
+// stats["..."] of dlfs.pack.
+py::dict PackStatsDict(const PackStats& s) {
+  py::dict d;
+  d["source_kind"] = std::string(SourceKindName(s.from));
+  d["samples"] = s.samples;
+  d["bytes"] = s.bytes;
+  d["classes"] = s.classes;
+  d["skipped"] = s.skipped;
+  d["removed_temporaries"] = s.removed_temporaries;  // of killed earlier packs
+  d["ignored"] = s.ignored();
+  d["ignored_examples"] = s.ignored_examples;
+  d["skipped_hidden"] = s.skipped_hidden;
+  d["empty_classes"] = s.empty_classes;
+  d["renamed_classes"] = s.renamed_classes;
+  d["dictionary_bytes"] = s.dictionary_bytes;
+  d["token_width"] = s.token_width;
+  d["tokens"] = s.tokens;
+  py::dict images;
+  images["images"] = s.images.images;
+  images["changed"] = s.images.changed;
+  images["resized"] = s.images.resized;
+  images["as_jpeg"] = s.images.as_jpeg;
+  images["as_png"] = s.images.as_png;
+  images["as_raw"] = s.images.as_raw;
+  images["bytes_in"] = s.images.bytes_in;
+  images["bytes_out"] = s.images.bytes_out;
+  images["skipped"] = s.images.skipped;
+  d["images"] = images;
+  d["seconds"] = s.seconds;
+  return d;
+}
+
+// Runs Pack with `o`, the GIL released; on_progress(dict) about every
+// 100 ms. Ctrl-C (and an exception in on_progress) stops packing, leaving
+// nothing behind, and is raised here.
+py::dict RunPack(const std::string& source, const std::string& output, PackOptions o,
+                 const std::optional<py::function>& on_progress) {
+  std::atomic<bool> cancel{false};
+  std::optional<py::error_already_set> py_error;
+  o.cancel = &cancel;
+  o.on_progress = [&](const PackProgress& p) {
+    py::gil_scoped_acquire acquire;
+    if (py_error) return;
+    try {
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+      if (!on_progress) return;
+      py::dict d;
+      d["samples"] = p.samples;
+      d["bytes"] = p.bytes;
+      d["skipped"] = p.skipped;
+      d["total_samples"] = p.total_samples;
+      d["source_bytes"] = p.source_bytes;
+      d["total_source_bytes"] = p.total_source_bytes;
+      d["seconds"] = p.seconds;
+      (*on_progress)(d);
+    } catch (py::error_already_set& e) {
+      py_error.emplace(std::move(e));
+      cancel = true;
+    }
+  };
+  Result<PackStats> r = Status::Cancelled("not run");
+  {
+    py::gil_scoped_release release;
+    r = Pack(source, output, o);
+  }
+  if (py_error) throw std::move(*py_error);
+  if (!r.ok()) Check(r.status().Reworded(kKeywords));
+  return PackStatsDict(*r);
+}
+
+// The keywords of kPackOptions that take Python objects: class_names and
+// fields, each a list of names or the CLI's text ("a,b,c", "@FILE").
+PackOptions ResolvePackKeywords(options::PackConfig config, const KeywordObjects& objects) {
+  const auto names = [](const py::object& value, const char* keyword) {
+    if (py::isinstance<py::str>(value) || !py::isinstance<py::sequence>(value)) {
+      throw py::type_error(std::string("dlfs.pack(): ") + keyword +
+                           " takes a list of names or \"a,b,c\", not " +
+                           py::repr(value).cast<std::string>());
+    }
+    return value.cast<std::vector<std::string>>();
+  };
+  if (const py::object& v = objects["class_names"]; !v.is_none()) {
+    config.pack.class_names = py::isinstance<py::str>(v)
+                                  ? Unwrap(ParseClassNames(v.cast<std::string>()))
+                                  : names(v, "class_names");
+  }
+  if (const py::object& v = objects["fields"]; !v.is_none()) {
+    if (py::isinstance<py::str>(v)) {
+      config.fields = v.cast<std::string>();
+    } else {
+      config.pack.fields = names(v, "fields");
+    }
+  }
+  Check(CheckImagePrepOptions(config.pack.volume.images));
+  return Unwrap(options::ResolvePack(std::move(config)));
+}
+
+// dlfs.pack(source, output, <the first kPackPositional keywords>, *,
+// <the others>, on_progress=None): every keyword from kPackOptions, as
+// `dlfs pack`'s flags are, with their defaults from PackConfig.
+template <size_t... P, size_t... K>
+void DefPack(py::module_& m, std::index_sequence<P...>, std::index_sequence<K...>) {
+  using options::kPackOptions;
+  using options::kPackPositional;
+  static const std::string doc = SignatureLine<kPackOptions>("pack", "source, output") + R"doc(
+Packs a data set into a new volume (like `dlfs pack`) and returns stats.
+The keywords are dlfs pack's flags (see dlfs.pack's help, the Python
+function that calls this one); the first six may be given by position.
+on_progress(dict) is called about every 100 ms (samples, bytes,
+total_samples, ...). Ctrl-C stops packing and leaves no volume.)doc";
   m.def(
       "pack",
-      [](const std::string& source, const std::string& output, const std::string& source_kind,
-         bool force, uint32_t align, bool skip_unreadable, const py::object& class_names,
-         bool all_files, std::optional<py::function> on_progress, const py::object& fields,
-         const std::string& compress, bool dict, std::optional<uint32_t> targets,
-         std::vector<std::string> target_paths, bool datum_payload, bool skip_hidden,
-         std::optional<uint32_t> max_side, const std::string& resize_filter,
-         std::optional<uint32_t> jpeg_quality, bool always_reencode,
-         const std::string& image_format, uint64_t smart_threshold, double jpeg_probability,
-         uint64_t image_seed, const std::string& image_color, uint32_t prepare_threads,
-         const std::string& token_dtype, const std::string& lengths, std::optional<uint64_t> eod) {
-        PackOptions o;
-        o.token_dtype = token_dtype;
-        o.lengths = lengths;
-        o.eod = eod;
-        o.from = Unwrap(ParseSourceKind(source_kind));
-        o.volume.overwrite = force;
-        o.volume.align = align;
-        o.skip_unreadable = skip_unreadable;
-        o.class_names = NameList(
-            class_names, [](const std::string& spec) { return Unwrap(ParseClassNames(spec)); });
-        o.all_files = all_files;
-        o.fields = NameList(fields, [](const std::string& spec) { return ParseFieldNames(spec); });
-        o.volume.compress = Unwrap(ParseCompression(compress, dict));
-        o.volume.targets = targets.value_or(0);  // 0: implied by target_paths
-        o.volume.target_paths = std::move(target_paths);
-        o.lmdb_payload_only = datum_payload;
-        o.skip_hidden = skip_hidden;
-        o.volume.images =
-            ImagePrep(max_side, resize_filter, jpeg_quality, always_reencode, image_format,
-                      smart_threshold, jpeg_probability, image_seed, image_color, prepare_threads);
-        // Every ~100 ms: Ctrl-C (and an exception in on_progress) stops
-        // packing, leaving nothing behind, and is raised here.
-        std::atomic<bool> cancel{false};
-        std::optional<py::error_already_set> py_error;
-        o.cancel = &cancel;
-        o.on_progress = [&](const PackProgress& p) {
-          py::gil_scoped_acquire acquire;
-          if (py_error) return;
-          try {
-            if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-            if (!on_progress) return;
-            py::dict d;
-            d["samples"] = p.samples;
-            d["bytes"] = p.bytes;
-            d["skipped"] = p.skipped;
-            d["total_samples"] = p.total_samples;
-            d["source_bytes"] = p.source_bytes;
-            d["total_source_bytes"] = p.total_source_bytes;
-            d["seconds"] = p.seconds;
-            (*on_progress)(d);
-          } catch (py::error_already_set& e) {
-            py_error.emplace(std::move(e));
-            cancel = true;
-          }
-        };
-        Result<PackStats> r = Status::Cancelled("not run");
-        {
-          py::gil_scoped_release release;
-          r = Pack(source, output, o);
-        }
-        if (py_error) throw std::move(*py_error);
-        if (!r.ok()) Check(r.status().Reworded(kKeywords));
-        const PackStats s = std::move(r).value();
-        py::dict d;
-        d["source_kind"] = std::string(SourceKindName(s.from));
-        d["samples"] = s.samples;
-        d["bytes"] = s.bytes;
-        d["classes"] = s.classes;
-        d["skipped"] = s.skipped;
-        d["removed_temporaries"] = s.removed_temporaries;  // of killed earlier packs
-        d["ignored"] = s.ignored();
-        d["ignored_examples"] = s.ignored_examples;
-        d["skipped_hidden"] = s.skipped_hidden;
-        d["empty_classes"] = s.empty_classes;
-        d["renamed_classes"] = s.renamed_classes;
-        d["dictionary_bytes"] = s.dictionary_bytes;
-        d["token_width"] = s.token_width;
-        d["tokens"] = s.tokens;
-        py::dict images;
-        images["images"] = s.images.images;
-        images["changed"] = s.images.changed;
-        images["resized"] = s.images.resized;
-        images["as_jpeg"] = s.images.as_jpeg;
-        images["as_png"] = s.images.as_png;
-        images["as_raw"] = s.images.as_raw;
-        images["bytes_in"] = s.images.bytes_in;
-        images["bytes_out"] = s.images.bytes_out;
-        images["skipped"] = s.images.skipped;
-        d["images"] = images;
-        d["seconds"] = s.seconds;
-        return d;
+      [](const std::string& source, const std::string& output,
+         typename KeywordOption<kPackOptions, P>::Param... positional,
+         typename KeywordOption<kPackOptions, kPackPositional + K>::Param... keywords,
+         std::optional<py::function> on_progress) {
+        options::PackConfig config;
+        KeywordObjects objects;
+        (KeywordOption<kPackOptions, P>::Apply(std::move(positional), config, objects), ...);
+        (KeywordOption<kPackOptions, kPackPositional + K>::Apply(std::move(keywords), config,
+                                                                 objects),
+         ...);
+        return RunPack(source, output, ResolvePackKeywords(std::move(config), objects),
+                       on_progress);
       },
-      py::arg("source"), py::arg("output"), py::arg("source_kind") = "auto",
-      py::arg("force") = false, py::arg("align") = PackOptions{}.volume.align,
-      py::arg("skip_unreadable") = false, py::arg("class_names") = py::list(),
-      py::arg("all_files") = false, py::arg("on_progress") = py::none(), py::kw_only(),
-      py::arg("fields") = py::list(), py::arg("compress") = "none", py::arg("dict") = false,
-      py::arg("targets") = py::none(), py::arg("target_paths") = std::vector<std::string>{},
-      py::arg("datum_payload") = false, py::arg("skip_hidden") = false,
-      py::arg("max_side") = py::none(), py::arg("resize_filter") = "bilinear",
-      py::arg("jpeg_quality") = py::none(), py::arg("always_reencode") = false,
-      py::arg("image_format") = "keep",
-      py::arg("smart_threshold") = ImagePrepOptions{}.smart_threshold,
-      py::arg("jpeg_probability") = ImagePrepOptions{}.jpeg_probability,
-      py::arg("image_seed") = ImagePrepOptions{}.seed, py::arg("image_color") = "rgb",
-      py::arg("prepare_threads") = 0, py::arg("token_dtype") = "", py::arg("lengths") = "",
-      py::arg("eod") = py::none(),
-      R"doc(Packs a data set into a new volume (like `dlfs pack`) and returns stats.
+      py::arg("source"), py::arg("output"), ArgOf<kPackOptions, P>()..., py::kw_only(),
+      ArgOf<kPackOptions, kPackPositional + K>()..., py::arg("on_progress") = py::none(),
+      doc.c_str());
+}
 
-source_kind: "auto", "imagefolder", "idx", "tar", "lmdb", "megatron" or
-"tokens" (the last two make a token volume: token_dtype, lengths, eod as
-dlfs pack's --token-dtype, --lengths, --eod). Raises
-FileExistsError if output exists and force is False. all_files: imagefolder
-packs every file, not only what torchvision's ImageFolder loads.
-class_names: a list, or "a,b,c" / "@FILE" as --class-names takes it.
-Keyword-only, as dlfs pack's flags: fields (tar: a list or "jpg,cls"),
-compress ("none", "zstd", "zstd:LEVEL"), dict (train a zstd dictionary;
-needs zstd), targets and target_paths (spread over several files; targets
-None: one more than target_paths names),
-datum_payload (lmdb: only each Caffe Datum's data), skip_hidden
-(imagefolder: leave out hidden files and directories, which torchvision's
-ImageFolder reads; the labels then differ from torchvision's where a
-hidden directory is at the top). Image preparation, as
-dlfs pack's --max-side etc. (see help(dlfs.Writer)): max_side, resize_filter
-("bilinear", "bicubic", "lanczos", "box", "hamming"), jpeg_quality,
-always_reencode, image_format ("keep", "jpeg", "raw", "smart", "proportion"),
-smart_threshold, jpeg_probability, image_seed, image_color ("rgb", "gray",
-"auto"), prepare_threads (0: one per core); stats["images"] says what it did.
-ValueError for a bad option. on_progress(dict) is called about every 100 ms (samples, bytes,
-total_samples, ...); dlfs.pack's progress=True uses it. Ctrl-C stops
-packing and leaves no volume.)doc");
+void RegisterPack(py::module_& m) {
+  constexpr size_t kAll = std::tuple_size_v<std::decay_t<decltype(options::kPackOptions)>>;
+  DefPack(m, std::make_index_sequence<options::kPackPositional>{},
+          std::make_index_sequence<kAll - options::kPackPositional>{});
 }
 
 void RegisterPrepareImage(py::module_& m) {

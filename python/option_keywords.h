@@ -70,7 +70,21 @@ struct KeywordOption {
     }
   }
 
+  // ValueError unless `value` is in the option's range (min..max, as the
+  // flag's CLI11 Range check), where it has one.
+  static void CheckRange(const T& value) {
+    if constexpr (std::is_arithmetic_v<T> && option.max > 0) {
+      if (value < option.min || value > option.max) {
+        throw pybind11::value_error(std::string(option.keyword) + " is " +
+                                    std::to_string(option.min) + ".." + std::to_string(option.max) +
+                                    (option.none_keeps_default ? " (or None)" : "") + ", not " +
+                                    std::to_string(value));
+      }
+    }
+  }
+
   // Sets the option in `config` (or keeps the object in `objects`).
+  // ValueError for a value out of its range or an unknown enum name.
   static void Apply(Param value, Config& config, KeywordObjects& objects) {
     if constexpr (std::is_same_v<Param, pybind11::object>) {
       objects.set(option.keyword, std::move(value));
@@ -78,8 +92,11 @@ struct KeywordOption {
       if (value.empty() && option.empty_keeps_default) return;
       option.field(config) = Unwrap(options::ParseName(option.names, value, option.keyword));
     } else if constexpr (option.none_keeps_default) {
-      if (value) option.field(config) = std::move(*value);
+      if (!value) return;
+      CheckRange(*value);
+      option.field(config) = std::move(*value);
     } else {
+      CheckRange(value);
       option.field(config) = std::move(value);
     }
   }

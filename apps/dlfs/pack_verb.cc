@@ -22,12 +22,10 @@ std::atomic<bool> g_cancel{false};
 extern "C" void OnSignal(int) { g_cancel.store(true); }
 
 int RunPack(PackArgs& args) {
-  PackOptions& options = args.config.pack;
-  VolumeBuilder::Options& volume = options.volume;
-  options.fields = ParseFieldNames(args.config.fields);
-  auto compression = ParseCompression(args.config.compress, args.config.dict);
-  if (!compression.ok()) return Fail(compression.status().Reworded(options::kPackFlagWords));
-  volume.compress = std::move(*compression);
+  auto resolved = options::ResolvePack(std::move(args.config));
+  if (!resolved.ok()) return Fail(resolved.status().Reworded(options::kPackFlagWords));
+  PackOptions& options = *resolved;
+  const VolumeBuilder::Options& volume = options.volume;
   options.cancel = &g_cancel;
   const ProgressLine progress(args.quiet);
   options.on_progress = progress.Callback(FormatPackProgress);

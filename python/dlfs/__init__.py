@@ -26,8 +26,6 @@ fields read as one sample, a newer format feature), dlfs.CorruptVolumeError
 when stored bytes fail an integrity check. Messages name the volume or file
 and the problem.
 """
-import difflib
-import numbers
 import os
 
 from ._dlfs import Batch, CorruptVolumeError, Volume, __version__
@@ -88,63 +86,33 @@ block) frees the loader now.
 
 # dlfs.pack's options, in the order they may be given by position, and the
 # types each takes.
-_PACK_OPTIONS = {
-    "source_kind": (str,), "force": (bool,), "align": (int,), "skip_unreadable": (bool,),
-    "class_names": (list, tuple, str), "all_files": (bool,), "fields": (list, tuple, str),
-    "compress": (str,), "dict": (bool,), "targets": (int, type(None)),
-    "target_paths": (list, tuple), "datum_payload": (bool,), "skip_hidden": (bool,),
-    "max_side": (int, type(None)), "resize_filter": (str,), "jpeg_quality": (int, type(None)),
-    "always_reencode": (bool,), "image_format": (str,), "smart_threshold": (int,),
-    "jpeg_probability": (float, int), "image_seed": (int,), "image_color": (str,),
-    "prepare_threads": (int,),
-}
-_PACK_POSITIONAL = ["source_kind", "force", "align", "skip_unreadable", "class_names", "all_files"]
-
-
-def _pack_options(args, options):
-    """The keywords of _pack from pack()'s arguments; TypeError naming an
-    unknown keyword or a value of the wrong type (as Python functions do),
-    instead of pybind11's "incompatible function arguments"."""
-    if len(args) > len(_PACK_POSITIONAL):
-        raise TypeError(f"dlfs.pack() takes at most {len(_PACK_POSITIONAL) + 2} positional "
+def _pack_keywords(args, options):
+    """The keywords of _pack from pack()'s arguments, read from _pack's own
+    signature (the C++ table of dlfs pack's options): TypeError naming a
+    surplus positional argument or an unknown keyword, as Python functions
+    do."""
+    params = _keywords.parameters(_pack)
+    positional = _keywords.positional(_pack)[2:]  # after source, output
+    if len(args) > len(positional):
+        raise TypeError(f"dlfs.pack() takes at most {len(positional) + 2} positional "
                         f"arguments ({len(args) + 2} given)")
-    for name, value in zip(_PACK_POSITIONAL, args):
+    for name, value in zip(positional, args):
         if name in options:
             raise TypeError(f"dlfs.pack() got multiple values for argument '{name}'")
         options[name] = value
-    for name, value in options.items():
-        if name not in _PACK_OPTIONS:
-            close = difflib.get_close_matches(name, _PACK_OPTIONS, n=1)
-            raise TypeError(f"dlfs.pack() got an unexpected keyword argument '{name}'"
-                            + (f" (did you mean '{close[0]}'?)" if close else "")
-                            + f"; its options are {', '.join(_PACK_OPTIONS)}")
-        kinds = _PACK_OPTIONS[name]
-        accepted = tuple(numbers.Integral if k is int else k for k in kinds)
-        if not isinstance(value, accepted) or (isinstance(value, bool) and bool not in kinds):
-            raise TypeError(f"dlfs.pack(): {name} takes "
-                            + " or ".join("None" if k is type(None) else k.__name__
-                                          for k in kinds)
-                            + f", not {type(value).__name__} ({value!r})")
-    if "target_paths" in options:
+    _keywords.check("dlfs.pack", options,
+                    [k for k in params if k not in ("source", "output", "on_progress")])
+    if "target_paths" in options and not isinstance(options["target_paths"], (str, bytes)):
         options["target_paths"] = [os.fspath(p) for p in options["target_paths"]]
-    if isinstance(options.get("class_names"), tuple):
-        options["class_names"] = list(options["class_names"])
-    if isinstance(options.get("fields"), tuple):
-        options["fields"] = list(options["fields"])
     return options
 
 
 def pack(source, output, *args, progress=False, **options):
     """Packs a data set into a new volume, as `dlfs pack` does; returns stats.
 
-    pack(source, output, source_kind="auto", force=False, align=1,
-         skip_unreadable=False, class_names=[], all_files=False,
-         progress=False, *, fields=[], compress="none", dict=False,
-         targets=None, target_paths=[], datum_payload=False, skip_hidden=False,
-         max_side=None, resize_filter="bilinear", jpeg_quality=None,
-         always_reencode=False, image_format="keep", smart_threshold=196608,
-         jpeg_probability=0.5, image_seed=0, image_color="rgb", prepare_threads=0,
-         token_dtype="", lengths="", eod=None)
+    {signature}
+    (and progress=False). The first six keywords may also be given by
+    position.
 
     source_kind: "auto", "imagefolder", "idx", "tar", "lmdb", "megatron" or
     "tokens". megatron (a Megatron-LM dataset: its prefix, .bin or .idx) and
@@ -162,7 +130,9 @@ def pack(source, output, *args, progress=False, **options):
     else OUTPUT.t1, ...), datum_payload (lmdb: only each Caffe Datum's
     data), skip_hidden (imagefolder: leave out hidden files and
     directories, which torchvision's ImageFolder reads: labels then differ
-    from torchvision's where a hidden directory is at the top), and image
+    from torchvision's where a hidden directory is at the top), layout
+    ("auto", "compact" or "tree": the directory's layout, as --layout), and
+    image
     preparation (max_side ... prepare_threads, as dlfs.Writer's keywords:
     see help(dlfs.Writer); stats["images"] says what it did). An unknown
     option or a value of the wrong type raises TypeError naming it, a bad
@@ -174,9 +144,9 @@ def pack(source, output, *args, progress=False, **options):
     seconds.
     """
     source, output = os.fspath(source), os.fspath(output)
-    options = _pack_options(args, options)
+    options = _pack_keywords(args, options)
     if not progress:
-        return _pack(source, output, **options)
+        return _keywords.call("dlfs.pack", _pack, source, output, **options)
     bar = None
 
     def on_progress(p):
@@ -192,7 +162,21 @@ def pack(source, output, *args, progress=False, **options):
             bar.update_to(p["source_bytes"], samples=p["samples"])
 
     try:
-        return _pack(source, output, on_progress=on_progress, **options)
+        return _keywords.call("dlfs.pack", _pack, source, output, on_progress=on_progress,
+                              **options)
     finally:
         if bar is not None:
             bar.close()
+
+
+
+def _signature_of_pack():
+    """_pack's signature line as its docstring shows it (from the table of
+    dlfs pack's options), indented for pack's docstring."""
+    doc = (_pack.__doc__ or "").split("\n\n")
+    lines = next((part for part in doc[1:] if part.startswith("pack(")), "").splitlines()
+    return "\n    ".join(lines)
+
+
+if pack.__doc__:
+    pack.__doc__ = pack.__doc__.replace("{signature}", _signature_of_pack())

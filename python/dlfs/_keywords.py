@@ -5,15 +5,17 @@ pybind11 cannot convert (batch_size=-1 for an unsigned count, a str for an
 int) is named with what it takes.
 
 check(where, given, allowed) refuses names not in `allowed`;
-parameters(func) reads a pybind11 function's keywords from its docstring;
-checked_init(cls, where) wraps a pybind11 class's __init__ with both.
+parameters(func) reads a pybind11 function's keywords from its docstring
+(positional(func): those it takes by position);
+checked_init(cls, where) wraps a pybind11 class's __init__ with both;
+call(where, func, ...) calls a pybind11 function so.
 """
 import difflib
 import functools
 import numbers
 import operator
 
-__all__ = ["check", "parameters", "checked_init", "suggest"]
+__all__ = ["call", "check", "checked_init", "parameters", "positional", "suggest"]
 
 
 def suggest(name, allowed):
@@ -102,6 +104,17 @@ def _parse(func):
     return params
 
 
+def positional(func):
+    """The parameters of pybind11 function `func` that may be given by
+    position: those before its "*" (of its first signature)."""
+    out = []
+    for part in (_signatures(func) or [[]])[0]:
+        if part.startswith("*"):
+            break
+        out.append(part.partition(":")[0].strip())
+    return out
+
+
 def parameters(func):
     """{keyword: annotation} of a pybind11 function (self left out), or None
     when it takes any keyword (or its docstring has no signature)."""
@@ -132,6 +145,9 @@ def _problem(value, annotation):
         if isinstance(value, numbers.Real) or hasattr(value, "__float__"):
             return None
         return TypeError, f"takes a number, not {type(value).__name__}"
+    if annotation == "bool":
+        return None if isinstance(value, bool) else (
+            TypeError, f"takes a bool, not {type(value).__name__}")
     if annotation == "str":
         return None if isinstance(value, str) else (
             TypeError, f"takes a str, not {type(value).__name__}")
@@ -164,6 +180,20 @@ def _explain(where, func, args, kwargs):
     found.sort(key=lambda f: f[0])
     _, name, value, (kind, text) = found[0]
     return kind(f"{where}(): {name}={value!r}: {text}")
+
+
+def call(where, func, *args, **kwargs):
+    """func(*args, **kwargs), where an argument pybind11 cannot convert
+    raises naming it (see the module) instead of pybind11's dump."""
+    try:
+        return func(*args, **kwargs)
+    except TypeError as e:
+        if "incompatible" not in str(e):
+            raise
+        better = _explain(where, func, args, kwargs)
+        if better is None:
+            raise
+        raise better from None
 
 
 def checked_init(cls, where):

@@ -3,6 +3,7 @@ target_paths, class names as "a,b,c" — parsed by the same library code, with
 the same errors in the keywords' terms."""
 import io
 import json
+import re
 import tarfile
 
 import pytest
@@ -94,3 +95,55 @@ def test_option_errors_name_the_keywords(tmp_path):
     with pytest.raises(FileExistsError, match=r"already exists \(pass force=True to replace it\)"):
         dlfs.pack(tmp_path / "shards", vol)
     dlfs.pack(tmp_path / "shards", vol, force=True)
+
+
+def _cli_flags(run):
+    """The long flags `dlfs pack --help` lists, e.g. "--max-side"."""
+    text = run("pack", "--help").stdout.decode()
+    return set(re.findall(r"(?<![\w-])(--[a-z][a-z-]+)", text)) - {"--help", "--output", "--quiet"}
+
+
+def test_every_flag_of_dlfs_pack_is_a_keyword_of_dlfs_pack(run):
+    # Both come from one table; the keyword is the flag's name in Python's
+    # words, but for the three named differently since dlfs.pack first took them.
+    renamed = {"--from": "source_kind", "--target-path": "target_paths"}
+    params = dlfs._keywords.parameters(dlfs._dlfs.pack)
+    flags = _cli_flags(run)
+    assert len(flags) >= 25, flags
+    for flag in flags:
+        keyword = renamed.get(flag, flag[2:].replace("-", "_"))
+        assert keyword in params, f"{flag} has no keyword {keyword} in dlfs.pack"
+    assert "--layout" in flags and "--eod" in flags
+
+
+def test_token_and_layout_keywords_pack(tmp_path):
+    # lengths=, eod= and token_dtype= are in dlfs.pack's docstring; they
+    # were once refused as unknown keywords.
+    np = pytest.importorskip("numpy")
+    np.save(tmp_path / "t.npy", np.arange(10, dtype=np.int32))
+    (tmp_path / "lengths.txt").write_text("4\n6\n")
+    stats = dlfs.pack(tmp_path / "t.npy", tmp_path / "a.dlfs", "tokens",
+                      lengths=str(tmp_path / "lengths.txt"), token_dtype="uint32")
+    assert stats["tokens"] == 10 and stats["samples"] == 2 and stats["token_width"] == 4
+    stats = dlfs.pack(tmp_path / "t.npy", tmp_path / "b.dlfs", source_kind="tokens", eod=3)
+    assert stats["samples"] == 2  # cut after the 3: [0..3], [4..9]
+
+
+def test_layout_keyword_and_ranges(tmp_path):
+    _shards(tmp_path / "shards", keys=3)
+    (tmp_path / "images" / "c").mkdir(parents=True)
+    (tmp_path / "images" / "c" / "1.png").write_bytes(b"x")
+    for layout in ("tree", "compact"):
+        dlfs.pack(tmp_path / "images", tmp_path / f"{layout}.dlfs", layout=layout)
+        assert dlfs.Volume(str(tmp_path / f"{layout}.dlfs")).info()["layout"] == layout
+    # The CLI's ranges hold for the keywords too.
+    for keyword, value, message in [("targets", 0, "targets is 1..8 (or None), not 0"),
+                                    ("max_side", 0, "max_side is 1..1048576 (or None), not 0"),
+                                    ("jpeg_quality", 101, "jpeg_quality is 1..100")]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            dlfs.pack(tmp_path / "shards", tmp_path / "x.dlfs", **{keyword: value})
+    with pytest.raises(TypeError, match="class_names takes a list of names"):
+        dlfs.pack(tmp_path / "shards", tmp_path / "x.dlfs", class_names=3)
+    with pytest.raises(TypeError, match="at most 8 positional arguments"):
+        dlfs.pack(tmp_path / "shards", tmp_path / "x.dlfs", "tar", False, 1, False, None, False, 0)
+    assert not (tmp_path / "x.dlfs").exists()

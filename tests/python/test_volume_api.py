@@ -134,7 +134,7 @@ def test_api_seams_name_the_volume_and_take_one_vocabulary(tmp_path):
     with pytest.raises(TypeError, match="unexpected keyword argument 'aling' "
                                         r"\(did you mean 'align'\?\)"):
         dlfs.pack(src.parent, tmp_path / "p.dlfs", aling=512)
-    with pytest.raises(TypeError, match="targets takes int or None, not str"):
+    with pytest.raises(TypeError, match="targets='2': takes an int, not str"):
         dlfs.pack(src.parent, tmp_path / "p.dlfs", targets="2")
     assert dlfs.pack(src.parent, tmp_path / "p.dlfs", "imagefolder", align=512)["samples"] == 1
     # raw_shape takes the CLI's form too, as cache_budget does.

@@ -1,10 +1,8 @@
 // The packer's options, each declared once (dlfs_tools/option_table.h): the flags
-// of `dlfs pack` (apps/dlfs/pack_verb.cc). A new option is one entry here;
-// its default is its field's in PackConfig.
-//
-// python/bind_writer.cc does not derive dlfs.pack's keywords from this table
-// yet: its conversions (class_names and fields as lists, compress with dict,
-// the image-preparation checks) still declare them a second time there.
+// of `dlfs pack` (apps/dlfs/pack_verb.cc) and the keywords of dlfs.pack
+// (python/bind_writer.cc), the first kPackPositional of which may also be
+// given by position. A new option is one entry here; its default is its
+// field's in PackConfig.
 #pragma once
 
 #include <cstdint>
@@ -26,29 +24,68 @@ namespace dlfs::options {
 struct PackConfig {
   PackOptions pack;
   std::string fields;    // "jpg,cls" (ParseFieldNames)
-  std::string compress;  // "zstd[:LEVEL]" (ParseCompression, with dict)
+  std::string compress = "none";  // "zstd[:LEVEL]" (ParseCompression, with dict)
   bool dict = false;     // train a zstd dictionary
 };
+
+// PackOptions from `config`: its fields and compress texts parsed (for
+// fields, only when given: dlfs.pack may have set the list itself).
+// InvalidArgument for a bad compress text, in PackOptions' words (reword
+// with kPackFlagWords for the CLI).
+inline Result<PackOptions> ResolvePack(PackConfig config) {
+  if (!config.fields.empty()) config.pack.fields = ParseFieldNames(config.fields);
+  auto compression = ParseCompression(config.compress, config.dict);
+  if (!compression.ok()) return compression.status();
+  config.pack.volume.compress = std::move(*compression);
+  return std::move(config.pack);
+}
 
 template <typename T>
 using PackOption = Option<PackConfig, T>;
 using BuilderOptions = VolumeBuilder::Options;
 
 inline constexpr auto kPackOptions = std::tuple{
-    PackOption<SourceKind>{.field = &At<&PackConfig::pack, &PackOptions::from>,
+    PackOption<SourceKind>{.keyword = "source_kind",
+                           .field = &At<&PackConfig::pack, &PackOptions::from>,
                            .flag = "--from",
                            .help = "Importer",
                            .names = kSourceKindNames},
+    PackOption<bool>{
+
+        .keyword = "force",
+        .field = &At<&PackConfig::pack, &PackOptions::volume, &BuilderOptions::overwrite>,
+        .settings = {{{"-f,--force", true, "Replace the output if it exists"}}}},
     PackOption<uint32_t>{
 
+        .keyword = "align",
         .field = &At<&PackConfig::pack, &PackOptions::volume, &BuilderOptions::align>,
         .flag = "--align",
         .help = "Start every sample at a multiple of this many bytes (power of two, <= 1 MiB)"},
     PackOption<bool>{
 
-        .field = &At<&PackConfig::pack, &PackOptions::volume, &BuilderOptions::overwrite>,
-        .settings = {{{"-f,--force", true, "Replace the output if it exists"}}}},
+        .keyword = "skip_unreadable",
+        .field = &At<&PackConfig::pack, &PackOptions::skip_unreadable>,
+        .settings = {{{"--skip-unreadable", true,
+                       "Skip (and count) source files that cannot be read instead of stopping"}}}},
+    PackOption<std::vector<std::string>>{
+
+        .keyword = "class_names",
+        .field = &At<&PackConfig::pack, &PackOptions::class_names>,
+        .flag = "--class-names",
+        .help = "Names of labels 0, 1, ...: \"a,b,c\" or @FILE with one name per line. An\n"
+                "ImageFolder tree's classes are its directories: one name per directory, in\n"
+                "sorted order, renames them",
+        .parse = +[](std::string_view spec) { return ParseClassNames(std::string(spec)); },
+        .python_object = true},
+    PackOption<bool>{
+
+        .keyword = "all_files",
+        .field = &At<&PackConfig::pack, &PackOptions::all_files>,
+        .settings = {{{"--all-files", true,
+                       "imagefolder: pack every regular file (files at the root too), not only "
+                       "the\nimages torchvision's ImageFolder would load"}}}},
     PackOption<DirectoryLayout>{
+        .keyword = "layout",
         .field = &At<&PackConfig::pack, &PackOptions::volume, &BuilderOptions::layout>,
         .flag = "--layout",
         .help = "Directory layout (docs/format.md): compact (format v3: 6-10 B per sample,\n"
@@ -58,25 +95,7 @@ inline constexpr auto kPackOptions = std::tuple{
         .names = kDirectoryLayoutNames},
     PackOption<bool>{
 
-        .field = &At<&PackConfig::pack, &PackOptions::skip_unreadable>,
-        .settings = {{{"--skip-unreadable", true,
-                       "Skip (and count) source files that cannot be read instead of stopping"}}}},
-    PackOption<std::vector<std::string>>{
-
-        .field = &At<&PackConfig::pack, &PackOptions::class_names>,
-        .flag = "--class-names",
-        .help = "Names of labels 0, 1, ...: \"a,b,c\" or @FILE with one name per line. An\n"
-                "ImageFolder tree's classes are its directories: one name per directory, in\n"
-                "sorted order, renames them",
-        .parse = +[](std::string_view spec) { return ParseClassNames(std::string(spec)); }},
-    PackOption<bool>{
-
-        .field = &At<&PackConfig::pack, &PackOptions::all_files>,
-        .settings = {{{"--all-files", true,
-                       "imagefolder: pack every regular file (files at the root too), not only "
-                       "the\nimages torchvision's ImageFolder would load"}}}},
-    PackOption<bool>{
-
+        .keyword = "skip_hidden",
         .field = &At<&PackConfig::pack, &PackOptions::skip_hidden>,
         .settings = {{{"--skip-hidden", true,
                        "imagefolder: leave out hidden files and directories (names starting "
@@ -85,6 +104,7 @@ inline constexpr auto kPackOptions = std::tuple{
                        "directory is at the top"}}}},
     PackOption<bool>{
 
+        .keyword = "datum_payload",
         .field = &At<&PackConfig::pack, &PackOptions::lmdb_payload_only>,
         .settings = {{{"--datum-payload", true,
                        "lmdb: store only each Caffe Datum's data (e.g. the JPEG), not the "
@@ -93,6 +113,7 @@ inline constexpr auto kPackOptions = std::tuple{
     // per Megatron sequence or per cut of a token file.
     PackOption<std::string>{
 
+        .keyword = "token_dtype",
         .field = &At<&PackConfig::pack, &PackOptions::token_dtype>,
         .flag = "--token-dtype",
         .help = "megatron, tokens: store token ids as uint16 or uint32. By default uint16 when\n"
@@ -102,6 +123,7 @@ inline constexpr auto kPackOptions = std::tuple{
         .show_default = false},
     PackOption<std::string>{
 
+        .keyword = "lengths",
         .field = &At<&PackConfig::pack, &PackOptions::lengths>,
         .flag = "--lengths",
         .help = "tokens: cut the tokens into documents of these lengths (in tokens): a .npy\n"
@@ -109,12 +131,14 @@ inline constexpr auto kPackOptions = std::tuple{
         .show_default = false},
     PackOption<std::optional<uint64_t>>{
 
+        .keyword = "eod",
         .field = &At<&PackConfig::pack, &PackOptions::eod>,
         .flag = "--eod",
         .help = "tokens: cut the tokens after each end-of-document token ID (kept at the end of "
                 "its\ndocument); tokens after the last one are the last document"},
     PackOption<uint32_t>{
 
+        .keyword = "targets",
         .field = &At<&PackConfig::pack, &PackOptions::volume, &BuilderOptions::targets>,
         .flag = "--targets",
         .help = "Spread the samples over N target files (1..8), e.g. on N devices. Target 0 is\n"
@@ -123,10 +147,12 @@ inline constexpr auto kPackOptions = std::tuple{
                 "fewest bytes so far",
         .show_default = false,
         .min = 1,
-        .max = 8},
+        .max = 8,
+        .none_keeps_default = true},
     // One path per flag (paths may hold commas): see AddPack.
     PackOption<std::vector<std::string>>{
 
+        .keyword = "target_paths",
         .field = &At<&PackConfig::pack, &PackOptions::volume, &BuilderOptions::target_paths>,
         .flag = "--target-path",
         .help = "Path of the next target (repeat: target 1, target 2, ...); implies --targets.\n"
@@ -134,18 +160,22 @@ inline constexpr auto kPackOptions = std::tuple{
         .show_default = false},
     PackOption<std::string>{
 
+        .keyword = "fields",
         .field = &At<&PackConfig::fields>,
         .flag = "--fields",
         .help = "tar: keep only these fields of each key, e.g. jpg,cls (labels still come from\n"
                 "the .cls members)",
-        .show_default = false},
-    PackOption<std::string>{.field = &At<&PackConfig::compress>,
+        .show_default = false,
+        .python_object = true},
+    PackOption<std::string>{.keyword = "compress",
+                            .field = &At<&PackConfig::compress>,
                             .flag = "--compress",
                             .help = "zstd[:LEVEL]: compress each field with zstd (default level "
                                     "3), keeping it raw\nwhen that saves less than 3 %",
                             .show_default = false},
     PackOption<bool>{
 
+        .keyword = "dict",
         .field = &At<&PackConfig::dict>,
         .settings = {{{"--dict", true,
                        "With --compress: train a zstd dictionary (up to 110 KiB) on the first 8 "
@@ -155,6 +185,7 @@ inline constexpr auto kPackOptions = std::tuple{
     // Image preparation (dlfs/image_prep.h), FFCV-style.
     PackOption<uint32_t>{
 
+        .keyword = "max_side",
         .field = &At<&PackConfig::pack, &PackOptions::volume, &BuilderOptions::images,
                      &ImagePrepOptions::max_side>,
         .flag = "--max-side",
@@ -162,14 +193,17 @@ inline constexpr auto kPackOptions = std::tuple{
                 "side in proportion, torchvision's geometry and PIL's pixels; never enlarged)",
         .show_default = false,
         .min = 1,
-        .max = 1u << 20},
-    PackOption<ResizeFilter>{.field = &At<&PackConfig::pack, &PackOptions::volume,
+        .max = 1u << 20,
+        .none_keeps_default = true},
+    PackOption<ResizeFilter>{.keyword = "resize_filter",
+                             .field = &At<&PackConfig::pack, &PackOptions::volume,
                                           &BuilderOptions::images, &ImagePrepOptions::filter>,
                              .flag = "--resize-filter",
                              .help = "PIL filter for --max-side (antialiased)",
                              .names = kResizeFilterNames},
     PackOption<uint32_t>{
 
+        .keyword = "jpeg_quality",
         .field = &At<&PackConfig::pack, &PackOptions::volume, &BuilderOptions::images,
                      &ImagePrepOptions::jpeg_quality>,
         .flag = "--jpeg-quality",
@@ -177,9 +211,11 @@ inline constexpr auto kPackOptions = std::tuple{
                 "when re-encoding would not make it smaller; encoded JPEGs use 90 without it",
         .show_default = false,
         .min = 1,
-        .max = 100},
+        .max = 100,
+        .none_keeps_default = true},
     PackOption<bool>{
 
+        .keyword = "always_reencode",
         .field = &At<&PackConfig::pack, &PackOptions::volume, &BuilderOptions::images,
                      &ImagePrepOptions::always_reencode>,
         .settings = {{{"--always-reencode", true,
@@ -187,6 +223,7 @@ inline constexpr auto kPackOptions = std::tuple{
                        "result even\nwhen it is larger than the original"}}}},
     PackOption<ImageStoreMode>{
 
+        .keyword = "image_format",
         .field = &At<&PackConfig::pack, &PackOptions::volume, &BuilderOptions::images,
                      &ImagePrepOptions::mode>,
         .flag = "--image-format",
@@ -196,32 +233,41 @@ inline constexpr auto kPackOptions = std::tuple{
         .names = kImageStoreModeNames},
     PackOption<uint64_t>{
 
+        .keyword = "smart_threshold",
         .field = &At<&PackConfig::pack, &PackOptions::volume, &BuilderOptions::images,
                      &ImagePrepOptions::smart_threshold>,
         .flag = "--smart-threshold",
         .help = "--image-format smart: the largest image stored raw, in bytes of pixels"},
-    PackOption<double>{.field = &At<&PackConfig::pack, &PackOptions::volume,
+    PackOption<double>{.keyword = "jpeg_probability",
+                       .field = &At<&PackConfig::pack, &PackOptions::volume,
                                     &BuilderOptions::images, &ImagePrepOptions::jpeg_probability>,
                        .flag = "--jpeg-probability",
                        .help = "--image-format proportion: the share of images stored as JPEG"},
-    PackOption<uint64_t>{.field = &At<&PackConfig::pack, &PackOptions::volume,
+    PackOption<uint64_t>{.keyword = "image_seed",
+                         .field = &At<&PackConfig::pack, &PackOptions::volume,
                                       &BuilderOptions::images, &ImagePrepOptions::seed>,
                          .flag = "--image-seed",
                          .help = "--image-format proportion: the seed of which images are JPEG"},
     PackOption<ColorMode>{
 
+        .keyword = "image_color",
         .field = &At<&PackConfig::pack, &PackOptions::volume, &BuilderOptions::images,
                      &ImagePrepOptions::color>,
         .flag = "--image-color",
         .help = "Channels of decoded images: rgb (PIL's convert(\"RGB\")), gray, or auto (1 for\n"
                 "gray sources, 3 for the others)",
         .names = kColorModeNames},
-    PackOption<uint32_t>{.field = &At<&PackConfig::pack, &PackOptions::volume,
+    PackOption<uint32_t>{.keyword = "prepare_threads",
+                         .field = &At<&PackConfig::pack, &PackOptions::volume,
                                       &BuilderOptions::images, &ImagePrepOptions::threads>,
                          .flag = "--prepare-threads",
                          .help = "Threads preparing images (default: one per core)",
                          .show_default = false},
 };
+
+// dlfs.pack's keywords that may be given by position, after source and
+// output: the first entries of kPackOptions, as it has always taken them.
+inline constexpr size_t kPackPositional = 6;
 
 // Pack names the PackOptions field that would change an error or the
 // report; `dlfs pack` says which flag of kPackOptions sets it instead.
