@@ -34,7 +34,7 @@ import sys
 # paragraph starting with DOC_MARKER; this script fails when the two differ.
 LAYERS = [
     ("common",),                # Status, CRC32C, POSIX helpers, clock, shm regions, launch
-    ("nbd",),                   # one libnbd connection with deadlines
+    ("nbd", "s3"),              # one libnbd connection with deadlines; S3 requests (libcurl)
     ("io",),                    # IoEngine and its backends, Target: reading and writing targets
     ("lmdb",),                  # the data.mdb parser (record map), Caffe's Datum (core library)
     ("format",),                # the on-disk format in code: superblock, directory codec, zstd
@@ -63,6 +63,7 @@ PUBLIC_HEADERS = {
     # The descriptor of an option in the front ends' option tables.
     "launch.h": "common",
     "nbd.h": "nbd",
+    "s3.h": "s3",
     "io_engine.h": "io",
     "target_kind.h": "io",
     # The directory's types (SampleInfo, FieldInfo, SampleDirectory::Expected):

@@ -46,6 +46,12 @@ PACKAGES=(
   # NBD targets (libnbd client), the NBD server the tests and benchmark start,
   # and nbdkit's filter header (the benchmark's microsecond delay filter)
   libnbd-dev libnbd-bin nbdkit nbdkit-plugin-dev
+  # s3:// targets: libcurl (SigV4 signing, its multi interface)
+  libcurl4-openssl-dev
+  # the S3 server the s3:// tests and bench/s3 start (scripts/rgw.sh): Ceph's
+  # RADOS Gateway, one monitor, one OSD (they pull in ceph-base, ceph-common);
+  # curl >= 7.75 (--aws-sigv4) creates its bucket
+  radosgw ceph-mon ceph-osd curl
   # the built-in default data set
   dataset-fashion-mnist
 )

@@ -43,16 +43,18 @@
 
 #include "dlfs/enum_names.h"
 #include "dlfs/nbd.h"
+#include "dlfs/s3.h"
 #include "dlfs/status.h"
 
 namespace dlfs {
 
-enum class EngineKind { kAuto, kUring, kPread, kNbd };
+enum class EngineKind { kAuto, kUring, kPread, kNbd, kS3 };
 
 inline constexpr EnumName<EngineKind> kEngineKindNames[] = {{EngineKind::kAuto, "auto"},
                                                             {EngineKind::kUring, "uring"},
                                                             {EngineKind::kPread, "pread"},
-                                                            {EngineKind::kNbd, "nbd"}};
+                                                            {EngineKind::kNbd, "nbd"},
+                                                            {EngineKind::kS3, "s3"}};
 
 std::string_view EngineKindName(EngineKind kind);  // "auto", "uring", "pread", "nbd"
 Result<EngineKind> ParseEngineKind(std::string_view name);
@@ -96,6 +98,8 @@ struct EngineOptions {
   bool caller_thread = false;
   // NBD targets: connections per target, per-read timeout, reconnects.
   NbdOptions nbd;
+  // s3:// targets: per-request timeout, retries and their backoff.
+  S3Options s3;
   // Not for production reads: see FaultInjection.
   FaultInjection faults;
 };

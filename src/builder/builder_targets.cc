@@ -68,10 +68,11 @@ Status VolumeBuilder::Impl::NameTargets() {
     tf.path = paths[t];
     if (tf.path.empty()) return Status::InvalidArgument("empty target path");
     // Target 0 must appear complete at once: it is the way into the volume.
-    if (t == 0 && !io_internal::PublishedByRename(tf.path)) {
+    if (t == 0 && !io_internal::PublishedWhole(tf.path)) {
       return Status::InvalidArgument(tf.path +
-                                     ": target 0 names the volume and must be a file; write "
-                                     "targets 1, 2, ... to NBD exports (target_paths)");
+                                     ": target 0 names the volume and must be a file or an s3:// "
+                                     "object; write targets 1, 2, ... to NBD exports "
+                                     "(target_paths)");
     }
     if (t > 0) {
       DLFS_ASSIGN_OR_RETURN(tf.stored_path,

@@ -14,7 +14,14 @@ namespace {
 
 constexpr size_t kBuffer = size_t{1} << 20;
 
+// Beside the volume (its file system has room for it), or for a volume
+// written to an NBD export or an s3:// object, in $TMPDIR (/tmp): the
+// records of the directory, about 10 bytes per sample, not the data.
 std::string DirectoryOf(const std::string& path) {
+  if (path.find("://") != std::string::npos) {
+    const char* tmp = std::getenv("TMPDIR");
+    return tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+  }
   const size_t slash = path.rfind('/');
   if (slash == std::string::npos) return ".";
   return slash == 0 ? "/" : path.substr(0, slash);

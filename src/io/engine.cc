@@ -275,6 +275,10 @@ class Engine final : public IoEngine {
         } else {
           ready_.push_back(s);
         }
+      } else if (c.result < 0 && !c.detail.empty()) {
+        const int e = static_cast<int>(-c.result);
+        const std::string what = Where(r, at) + ": " + c.detail;
+        Finish(s, e == ENOENT ? Status::NotFound(what) : Status::IOError(what, e));
       } else if (c.result < 0) {
         Finish(s, Status::FromErrno(static_cast<int>(-c.result), Where(r, at)));
       } else if (c.result == 0) {
@@ -389,7 +393,27 @@ Result<std::unique_ptr<IoEngine>> CreateEngine(const std::vector<std::string>& t
   std::string why;
   const bool any_remote =
       std::find(targets->remote.begin(), targets->remote.end(), true) != targets->remote.end();
-  if (any_remote) {
+  const bool any_s3 = std::find(targets->s3.begin(), targets->s3.end(), true) != targets->s3.end();
+  if (any_remote && any_s3) {
+    return Status::InvalidArgument("a volume's targets are NBD exports or S3 objects, not both");
+  }
+  if (any_s3) {
+    // As for NBD below: the S3 backend reads the objects, a pread pool the
+    // local targets (if any).
+    std::unique_ptr<Backend> local;
+    const size_t n = targets->fds.size();
+    size_t local_count = 0;
+    for (size_t t = 0; t < n; ++t) local_count += targets->fds[t] >= 0 ? 1 : 0;
+    if (local_count > 0) {
+      EngineOptions lo = options;
+      lo.queue_depth = static_cast<uint32_t>(
+          std::max<uint64_t>(1, (uint64_t{options.queue_depth} * local_count + n - 1) / n));
+      DLFS_ASSIGN_OR_RETURN(local, io_internal::CreatePreadBackend(*targets, lo, true));
+    }
+    DLFS_ASSIGN_OR_RETURN(backend,
+                          io_internal::CreateS3Backend(*targets, options, std::move(local)));
+    kind = EngineKind::kS3;
+  } else if (any_remote) {
     // NBD targets are read by the NBD backend whatever the engine kind; the
     // volume's local targets (if any) by a pread pool that can wake the
     // backend's poll() (io_uring's completions cannot join it portably).
@@ -411,6 +435,8 @@ Result<std::unique_ptr<IoEngine>> CreateEngine(const std::vector<std::string>& t
     kind = EngineKind::kNbd;
   } else if (options.kind == EngineKind::kNbd) {
     return Status::InvalidArgument("engine nbd asked for, but no target is an NBD URI");
+  } else if (options.kind == EngineKind::kS3) {
+    return Status::InvalidArgument("engine s3 asked for, but no target is an s3:// URL");
   }
   if (!backend && options.kind != EngineKind::kPread) {
     auto uring = io_internal::CreateUringBackend(*targets, options);

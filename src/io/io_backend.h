@@ -20,6 +20,7 @@ struct Targets {
   std::vector<std::string> paths;
   std::vector<int> fds;      // -1 for an NBD target (and one not read here)
   std::vector<bool> remote;  // paths[t] is an NBD URI
+  std::vector<bool> s3;      // paths[t] is an s3:// URL
   bool direct = false;       // every fd has O_DIRECT
   uint32_t alignment = 1;    // offset/length/memory alignment required
   std::string note;          // why direct I/O is off, if it is
@@ -42,6 +43,9 @@ struct Op {
 struct Completion {
   uint64_t tag;
   int64_t result;  // bytes read, or -errno
+  // A failure's own words, when the errno alone would not say what
+  // happened ("s3://b/k: HTTP 403 ..."); "" for the errno's text.
+  std::string detail = {};
 };
 
 // A new backend (NBD, SPDK) implements the first six methods; the
@@ -86,6 +90,11 @@ Result<std::unique_ptr<Backend>> CreatePreadBackend(const Targets& targets,
 Result<std::unique_ptr<Backend>> CreateNbdBackend(const Targets& targets,
                                                   const EngineOptions& options,
                                                   std::unique_ptr<Backend> local);
+// Reads the targets that are s3:// URLs (libcurl); `local`, when not null,
+// reads the others and must have a NotifyFd. Errors name the URL.
+Result<std::unique_ptr<Backend>> CreateS3Backend(const Targets& targets,
+                                                 const EngineOptions& options,
+                                                 std::unique_ptr<Backend> local);
 // Wraps `inner`, altering completions as `faults` says.
 std::unique_ptr<Backend> CreateFaultInjectingBackend(std::unique_ptr<Backend> inner,
                                                      const FaultInjection& faults,

@@ -160,10 +160,11 @@ Result<std::string> StoredTargetPath(const std::string& target0, const std::stri
 // normal (lexically), a URI as given.
 std::string TargetIdentity(const std::string& path);
 
-// Whether a target created at `path` becomes visible at once and complete,
-// by a rename (a path); false for one written in place (an NBD export).
-// Target 0 names the volume and must be published so.
-bool PublishedByRename(const std::string& path);
+// Whether a target created at `path` becomes visible at once and complete:
+// a file by a rename, an s3:// object by completing its upload; false for
+// one written in place (an NBD export). Target 0 names the volume and must
+// be published so.
+bool PublishedWhole(const std::string& path);
 
 // The early check before creating a target at `path` (Publish enforces
 // it): AlreadyExists "<path>: already exists (set overwrite to replace it)"

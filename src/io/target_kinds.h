@@ -18,4 +18,8 @@ std::vector<std::string> RemoveStaleFileTemporaries(const std::string& path);
 Result<std::unique_ptr<Target>> OpenNbdTarget(const std::string& uri, TargetMode mode,
                                               const TargetOptions& options);
 
+// An s3:// URL (s3_target.cc).
+Result<std::unique_ptr<Target>> OpenS3Target(const std::string& url, TargetMode mode,
+                                             const TargetOptions& options);
+
 }  // namespace dlfs::io_internal

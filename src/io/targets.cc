@@ -6,6 +6,7 @@
 #include <cerrno>
 
 #include "dlfs/nbd.h"
+#include "dlfs/s3.h"
 #include "io/io_backend.h"
 
 namespace dlfs::io_internal {
@@ -25,7 +26,8 @@ Result<std::unique_ptr<Targets>> OpenTargets(const std::vector<std::string>& pat
   if (!direct) t->note = "direct I/O off";  // asked for, or chosen for small samples
   for (const std::string& path : paths) {
     t->remote.push_back(IsNbdUri(path));
-    if (path.empty() || t->remote.back()) {
+    t->s3.push_back(IsS3Url(path));
+    if (path.empty() || t->remote.back() || t->s3.back()) {
       // A target this process does not read (a shard held by another
       // node): no file; a read of it fails with EBADF, naming the target.
       // An NBD target: its backend connects.

@@ -149,8 +149,9 @@ TEST(TargetNameTest, PathsAreRelativeToTargetZeroAndUrisAreAsGiven) {
 
   EXPECT_EQ(TargetIdentity("/data/a/../v.t1"), TargetIdentity("/data/v.t1"));
   EXPECT_EQ(TargetIdentity("nbd://host/x"), "nbd://host/x");
-  EXPECT_TRUE(PublishedByRename("/data/v.dlfs"));
-  EXPECT_FALSE(PublishedByRename("nbd+unix:///?socket=/s"));
+  EXPECT_TRUE(PublishedWhole("/data/v.dlfs"));
+  EXPECT_FALSE(PublishedWhole("nbd+unix:///?socket=/s"));
+  EXPECT_TRUE(PublishedWhole("s3://bucket/v.dlfs"));
   EXPECT_TRUE(RemoveStaleTemporaries("nbd://host/x").empty());
 }
 

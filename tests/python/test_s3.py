@@ -1,0 +1,238 @@
+"""Volumes on object storage: a real Ceph RADOS Gateway (scripts/rgw.sh,
+started once for this module and stopped by PID) serves volumes uploaded
+with curl; dlfs reads them as s3://dlfs/KEY with the standard AWS_*
+variables. Skipped where Ceph is not installed or the gateway cannot start."""
+import os
+import pathlib
+import random
+import shutil
+import subprocess
+import time
+
+import pytest
+
+dlfs = pytest.importorskip("dlfs", reason="Python module not built")
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+RGW = ROOT / "scripts" / "rgw.sh"
+
+
+def _env_file(path):
+    out = {}
+    for line in path.read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key:
+            out[key] = value
+    return out
+
+
+@pytest.fixture(scope="module")
+def rgw(tmp_path_factory):
+    if subprocess.run([RGW, "available"], capture_output=True).returncode != 0:
+        pytest.skip("Ceph's RADOS Gateway is not installed (scripts/install-deps.sh installs it)")
+    if shutil.which("curl") is None:
+        pytest.skip("curl is not installed")
+    state = tmp_path_factory.mktemp("rgw") / "state"
+    proc = subprocess.run([RGW, "start", state], capture_output=True, timeout=180)
+    if proc.returncode != 0:
+        subprocess.run([RGW, "stop", state], capture_output=True, timeout=60)
+        pytest.skip(f"the RADOS Gateway did not start: {proc.stderr.decode()[-500:]}")
+    try:
+        yield _env_file(state / "env")
+    finally:
+        subprocess.run([RGW, "stop", state], capture_output=True, timeout=60)
+
+
+def _curl(env, *args):
+    subprocess.run(["curl", "-sS", "-f", "--aws-sigv4", f"aws:amz:{env['AWS_REGION']}:s3",
+                    "--user", f"{env['AWS_ACCESS_KEY_ID']}:{env['AWS_SECRET_ACCESS_KEY']}",
+                    "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD", *map(str, args)],
+                   check=True, capture_output=True, timeout=120)
+
+
+def _upload(env, path, key):
+    _curl(env, "-T", path, f"{env['AWS_ENDPOINT_URL']}/{env['DLFS_S3_BUCKET']}/{key}")
+    return f"s3://{env['DLFS_S3_BUCKET']}/{key}"
+
+
+@pytest.fixture
+def s3env(rgw, monkeypatch):
+    """The gateway's AWS_* variables, in this process and for `dlfs`."""
+    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in rgw.items():
+        monkeypatch.setenv(key, value)
+    return rgw
+
+
+def _volume(path, n=300, seed=0, size=(1000, 30000), targets=1):
+    rng = random.Random(seed)
+    samples = []
+    with dlfs.Writer(str(path), force=True, targets=targets) as w:
+        for i in range(n):
+            data = rng.randbytes(rng.randint(*size))
+            w.add(f"s/{i:05d}", data, label=i % 7)
+            samples.append((data, i % 7))
+    return samples
+
+
+def test_reads_match_the_local_file_sample_by_sample(s3env, tmp_path, run):
+    local = tmp_path / "v.dlfs"
+    want = _volume(local)
+    url = _upload(s3env, local, "match/v.dlfs")
+    out = run("verify", url, check=0).stdout.decode()
+    assert "300 samples" in out and "0 bad" in out, out
+    info = run("info", url, check=0).stdout.decode()
+    assert "S3 object" in info, info
+    with dlfs.Volume(url) as vol:
+        assert len(vol) == 300
+        for i in (0, 1, 150, 299):
+            assert vol[i] == want[i]
+    # The loader (shuffled, 64 ranged GETs in flight), sample by sample.
+    seen = {}
+    for batch in dlfs.Loader(url, 32, shuffle=True, seed=3, drop_last=False):
+        indices, labels = batch.indices, batch.labels
+        for k in range(len(batch)):
+            seen[int(indices[k])] = (bytes(batch[k]), int(labels[k]))
+    assert seen == {i: want[i] for i in range(300)}
+    # LoaderDataset, as a PyTorch user reads it.
+    torch = pytest.importorskip("torch")
+    from dlfs.torch import LoaderDataset
+    got = {}
+    loader = torch.utils.data.DataLoader(
+        LoaderDataset(url, 50, shuffle=False, stack=False, batch_transform=lambda s, l: (s, l)),
+        batch_size=None, num_workers=0)
+    first = 0
+    for samples, labels in loader:
+        for k, data in enumerate(samples):
+            got[first + k] = (bytes(data), int(labels[k]))
+        first += len(samples)
+    assert got == {i: want[i] for i in range(300)}
+
+
+def test_targets_beside_the_object_and_the_node_cache(s3env, tmp_path, run):
+    local = tmp_path / "m.dlfs"
+    want = _volume(local, n=1000, size=(10000, 30000), targets=2)
+    url = _upload(s3env, local, "multi/m.dlfs")
+    _upload(s3env, str(local) + ".t1", "multi/m.dlfs.t1")
+    with dlfs.Volume(url) as vol:
+        assert vol.info()["targets"] == [url, url + ".t1"]
+        assert all(vol[i] == want[i] for i in range(0, 1000, 37))
+    # A budget that holds the volume: later epochs fetch (almost) nothing.
+    # (Batches of 32: the loader's read-ahead then stays within an epoch.)
+    import json
+    report = json.loads(run("bench", url, "--epochs", "3", "--batch", "32", "--cache-budget",
+                            "64M", "--json", check=0).stdout)
+    total = sum(len(d) for d, _ in want)
+    assert report["epochs"][0]["cache"]["fill_bytes"] >= total
+    later = sum(e["cache"]["device_bytes"] for e in report["epochs"][1:])
+    assert later <= 0.05 * total, (later, total)
+
+
+def test_errors_name_the_url(s3env, tmp_path, run, monkeypatch):
+    local = tmp_path / "e.dlfs"
+    _volume(local, n=20)
+    url = _upload(s3env, local, "errors/e.dlfs")
+    bucket = s3env["DLFS_S3_BUCKET"]
+    err = run("info", f"s3://{bucket}/errors/none.dlfs", check=2).stderr.decode()
+    assert f"s3://{bucket}/errors/none.dlfs: no such key" in err, err
+    err = run("info", "s3://no-such-bucket/e.dlfs", check=2).stderr.decode()
+    assert "s3://no-such-bucket/e.dlfs: no such bucket" in err, err
+    err = run("verify", "s3://bucket-only", check=2).stderr.decode()
+    assert "s3://bucket-only: an S3 target is s3://BUCKET/KEY" in err, err
+    # A truncated object: refused at open, naming it.
+    data = local.read_bytes()
+    (tmp_path / "short.dlfs").write_bytes(data[: len(data) // 2])
+    short = _upload(s3env, tmp_path / "short.dlfs", "errors/short.dlfs")
+    err = run("verify", short, check=2).stderr.decode()
+    assert f"{short}: truncated" in err, err
+    # Credentials the server refuses.
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+    err = run("info", url, check=2).stderr.decode()
+    assert f"{url}: access denied (HTTP 403 SignatureDoesNotMatch" in err, err
+    assert "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY" in err, err
+    with pytest.raises(PermissionError, match="access denied"):
+        dlfs.Volume(url)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3env["AWS_SECRET_ACCESS_KEY"])
+    # No server there: a bounded wait, then an error naming the URL.
+    with socket_free_port() as port:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+        start = time.monotonic()
+        err = run("info", url, check=2).stderr.decode()
+        assert time.monotonic() - start < 20
+        assert f"{url}: cannot connect to the S3 endpoint" in err and "tries" in err, err
+
+
+def test_an_object_replaced_while_open_is_an_error_not_a_mix(s3env, tmp_path):
+    first, second = tmp_path / "a.dlfs", tmp_path / "b.dlfs"
+    want = _volume(first, n=50, seed=1)
+    _volume(second, n=50, seed=2)
+    url = _upload(s3env, first, "replace/v.dlfs")
+    vol = dlfs.Volume(url)
+    assert vol[3] == want[3]
+    _upload(s3env, second, "replace/v.dlfs")
+    with pytest.raises(OSError, match=r"s3://.*replace/v.dlfs.*replaced since this process opened"):
+        vol[4]
+    with pytest.raises(OSError, match="replaced"):
+        for _ in dlfs.Loader(vol, 10):
+            pass
+    # A second open while the first is in use would mix the two versions.
+    with pytest.raises(OSError, match="while this process still has a volume of it open"):
+        dlfs.Volume(url)
+    vol.close()
+    del vol
+    import gc
+    gc.collect()
+    with dlfs.Volume(url) as again:  # the new version, once the old one is closed
+        assert len(again) == 50
+
+
+class socket_free_port:
+    """A TCP port of 127.0.0.1 nobody listens on (while held)."""
+
+    def __enter__(self):
+        import socket
+        self.s = socket.socket()
+        self.s.bind(("127.0.0.1", 0))
+        return self.s.getsockname()[1]
+
+    def __exit__(self, *exc):
+        self.s.close()
+
+
+def test_pack_and_writer_stream_to_s3(s3env, tmp_path, run):
+    # A Writer to s3:// (20 MB: a multipart upload, the head sent last).
+    url = f"s3://{s3env['DLFS_S3_BUCKET']}/written/w.dlfs"
+    rng = random.Random(5)
+    want = [(rng.randbytes(rng.randint(50_000, 150_000)), i % 3) for i in range(200)]
+    with dlfs.Writer(url) as w:
+        for i, (data, label) in enumerate(want):
+            w.add(f"w/{i:04d}", data, label=label)
+    with dlfs.Volume(url) as vol:
+        assert len(vol) == 200 and all(vol[i] == want[i] for i in range(200))
+    # Never replaced without asking.
+    with pytest.raises(FileExistsError, match=f"{url}: already exists"):
+        dlfs.Writer(url)
+    # A Writer that fails leaves no object.
+    failed = url.replace("w.dlfs", "failed.dlfs")
+    with pytest.raises(RuntimeError, match="on purpose"):
+        with dlfs.Writer(failed) as w:
+            w.add("a", b"x" * 1000)
+            raise RuntimeError("on purpose")
+    err = run("info", failed, check=2).stderr.decode()
+    assert "no such key" in err, err
+    # dlfs pack -o s3://, sample by sample as the same pack to a file.
+    src = tmp_path / "images"
+    for c in range(3):
+        (src / f"c{c}").mkdir(parents=True)
+        for k in range(20):
+            (src / f"c{c}" / f"{k}.png").write_bytes(rng.randbytes(3000))
+    packed = url.replace("w.dlfs", "packed.dlfs")
+    run("pack", src, "-o", packed, "-q", check=0)
+    run("pack", src, "-o", tmp_path / "packed.dlfs", "-q", check=0)
+    with dlfs.Volume(packed) as a, dlfs.Volume(str(tmp_path / "packed.dlfs")) as b:
+        assert len(a) == len(b) == 60
+        assert all(a[i] == b[i] and a.path(i) == b.path(i) for i in range(60))
+    err = run("pack", src, "-o", packed, "-q", check=2).stderr.decode()
+    assert f"{packed}: already exists (use --force to replace it)" in err, err
+    run("pack", src, "-o", packed, "-q", "--force", check=0)
