@@ -46,6 +46,7 @@ BENCHES=(
   "decode|:|/usr/bin/python3 bench/decode/decode_bench.py|/usr/bin/python3 bench/decode/decode_bench.py --dir \$DLFS_BENCH_DIR/decode-tiny --jpegs 200 --fmnist 1000 --reps 1 --batch 32"
   "prep|:|/usr/bin/python3 bench/decode/prep_bench.py --images 5000 --reps 3|/usr/bin/python3 bench/decode/prep_bench.py --images 200 --reps 1 --dir \$DLFS_BENCH_DIR/prep-smoke"
   "nbd|nbdkit:nbdkit nbdcopy:libnbd-bin|bench/nbd/run_nbd_bench.sh|SMALL=1 bench/nbd/run_nbd_bench.sh"
+  "s3|radosgw:radosgw curl:curl|bench/s3/s3_bench.py --reps 5|bench/s3/s3_bench.py --samples 300 --reps 1"
   "fields|:|bench/fields/run_fields_bench.sh|SMALL=1 bench/fields/run_fields_bench.sh"
   "mixture|:|bench/mixture/run_mixture_bench.py --reps 7|bench/mixture/run_mixture_bench.py --reps 1 --na 14000 --nb 6000 --dir \$DLFS_BENCH_DIR/mixture-quick"
   "mlperf|fio:fio|EPOCHS=3 bench/mlperf/run_mlperf_storage.sh|WORKLOADS=resnet50 EPOCHS=1 GIB_resnet50=1 FIO_SECONDS=2 bench/mlperf/run_mlperf_storage.sh"
