@@ -64,7 +64,8 @@ def curl_parallel(env, url, extents, config):
                 f.write("next\n")
     cpu = children_cpu()
     start = time.monotonic()
-    subprocess.run(["curl", "-sS", "-f", "--parallel", "--parallel-max", "64", "-K", config],
+    subprocess.run(["curl", "-sS", "-f", "--no-progress-meter", "--parallel", "--parallel-max", "64",
+                    "-K", config],
                    check=True)
     seconds = time.monotonic() - start
     total = sum(length for _, length in extents)
