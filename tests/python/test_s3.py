@@ -38,7 +38,7 @@ def rgw(tmp_path_factory):
         subprocess.run([RGW, "stop", state], capture_output=True, timeout=60)
         pytest.skip(f"the RADOS Gateway did not start: {proc.stderr.decode()[-500:]}")
     try:
-        yield _env_file(state / "env")
+        yield {**_env_file(state / "env"), "RGW_STATE_DIR": str(state)}
     finally:
         subprocess.run([RGW, "stop", state], capture_output=True, timeout=60)
 
@@ -236,3 +236,22 @@ def test_pack_and_writer_stream_to_s3(s3env, tmp_path, run):
     err = run("pack", src, "-o", packed, "-q", check=2).stderr.decode()
     assert f"{packed}: already exists (use --force to replace it)" in err, err
     run("pack", src, "-o", packed, "-q", "--force", check=0)
+
+
+def test_a_gateway_that_goes_away_ends_the_epoch_naming_the_url(s3env, tmp_path):
+    # The module's gateway, killed mid-epoch: the loader's next reads fail
+    # (connection refused, retried with backoff) within a bounded time.
+    # Runs last in this module (pytest keeps the file's order).
+    local = tmp_path / "gone.dlfs"
+    _volume(local, n=2000, size=(20000, 30000))
+    url = _upload(s3env, local, "gone/v.dlfs")
+    loader = iter(dlfs.Loader(url, 16, shuffle=True))
+    next(loader)
+    pids = pathlib.Path(s3env["RGW_STATE_DIR"], "pids").read_text().split("\n")
+    rgw_pid = next(int(line.split()[1]) for line in pids if line.startswith("client.rgw"))
+    os.kill(rgw_pid, 9)
+    start = time.monotonic()
+    with pytest.raises(OSError, match=f"{url}: (cannot connect|the connection failed)"):
+        for _ in loader:
+            pass
+    assert time.monotonic() - start < 60
