@@ -22,6 +22,13 @@ std::unique_ptr<PageWarmer> PageWarmer::ForVolume(std::shared_ptr<const Volume> 
                                                   uint64_t usable_memory) {
   const uint64_t bytes = volume->info().data_bytes;
   if (bytes == 0 || usable_memory == 0 || bytes > usable_memory / 4) return nullptr;
+  // Only files and devices have a page cache to read ahead into (not an
+  // NBD export or an S3 object).
+  bool any_local = false;
+  for (uint32_t t = 0; t < volume->info().target_details.size(); ++t) {
+    any_local = any_local || volume->target_fd(t) >= 0;
+  }
+  if (!any_local) return nullptr;
   return std::unique_ptr<PageWarmer>(new PageWarmer(std::move(volume)));
 }
 

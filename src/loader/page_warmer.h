@@ -35,7 +35,8 @@ class PageWarmer {
  public:
   // A warmer for `volume` where its sample bytes are at most a quarter of
   // `usable_memory` (dlfs/memory.h), else nullptr (its pages would push
-  // out what the job needs, or one another before they are read).
+  // out what the job needs, or one another before they are read), and
+  // nullptr for a volume none of whose targets is a local file or device.
   static std::unique_ptr<PageWarmer> ForVolume(std::shared_ptr<const Volume> volume,
                                                uint64_t usable_memory);
   ~PageWarmer();
