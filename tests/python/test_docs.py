@@ -101,6 +101,8 @@ SKIP = [
      "and torchrun's variables on this host"),
     ("docs/deploy.md", r"^(nbdkit|psktool|nvme|dd) ",
      "storage servers and NVMe-oF devices; nbd_test.cc serves a volume with nbdkit"),
+    ("docs/deploy.md", r"s3://|^export AWS_",
+     "an S3 server; test_s3.py packs, verifies, benches and reads volumes on a RADOS Gateway"),
     ("docs/deploy.md", r"^dlfs (pack|bench) /(data|shared|staging|dev)/",
      "a cluster's data set, shared file system or devices"),
     ("docs/tokens.md", r"^dlfs pack (data/web_text_document|code\.npy)",
@@ -110,6 +112,8 @@ SKIP = [
 # Python snippets that do not run here: (file, regex on the snippet, why);
 # they are still compiled.
 SKIP_PYTHON = [
+    ("docs/deploy.md", r"s3://",
+     "an S3 server; test_s3.py reads volumes on a RADOS Gateway with LoaderDataset"),
     ("docs/deploy.md", r"make_model\(\)",
      "the skeleton of a training script (90 epochs of a model left to the reader); "
      "examples/train_ddp.py is the runnable one, run by the README and test_distributed.py"),
