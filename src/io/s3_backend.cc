@@ -89,8 +89,12 @@ class S3Backend final : public Backend {
     curl_multi_setopt(multi_, CURLMOPT_SOCKETDATA, this);
     curl_multi_setopt(multi_, CURLMOPT_TIMERFUNCTION, &S3Backend::OnTimer);
     curl_multi_setopt(multi_, CURLMOPT_TIMERDATA, this);
-    curl_multi_setopt(multi_, CURLMOPT_MAX_HOST_CONNECTIONS, static_cast<long>(capacity_));
-    curl_multi_setopt(multi_, CURLMOPT_MAXCONNECTS, static_cast<long>(capacity_));
+    // Enough connections for every read in flight, and for the parts of one
+    // large read (the fill's engine has one read in flight): parts queued
+    // behind each other on one connection take a round trip each.
+    const long connections = std::max(capacity_, kParts);
+    curl_multi_setopt(multi_, CURLMOPT_MAX_HOST_CONNECTIONS, connections);
+    curl_multi_setopt(multi_, CURLMOPT_MAXCONNECTS, connections);
     return Status::Ok();
   }
 
@@ -104,17 +108,20 @@ class S3Backend final : public Backend {
       return;
     }
     // A large read (the node cache's fill windows, verify) is fetched as
-    // parallel GETs of kPart bytes: one stream from the server is far slower
-    // than several.
-    const uint32_t parts = std::max<uint32_t>(1, (op.length + kPart - 1) / kPart);
+    // up to kParts parallel GETs of at least kMinPart bytes (at most
+    // kMaxPart): one stream from the server is far slower than several, and
+    // the fill reads one window at a time.
+    const uint32_t part =
+        std::clamp<uint32_t>((op.length + kParts - 1) / kParts, kMinPart, kMaxPart);
+    const uint32_t parts = std::max<uint32_t>(1, (op.length + part - 1) / part);
     reads_[op.tag] = Read{parts, 0, 0, {}};
     for (uint32_t k = 0; k < parts; ++k) {
       const uint32_t i = NewTransfer();
       Transfer& t = transfers_[i];
       t.op = op;
-      t.op.offset = op.offset + uint64_t{k} * kPart;
-      t.op.length = std::min<uint32_t>(kPart, op.length - k * kPart);
-      t.op.buffer = op.buffer + size_t{k} * kPart;
+      t.op.offset = op.offset + uint64_t{k} * part;
+      t.op.length = std::min<uint32_t>(part, op.length - k * part);
+      t.op.buffer = op.buffer + size_t{k} * part;
       t.attempts = 0;
       Start(i);
     }
@@ -216,8 +223,10 @@ class S3Backend final : public Backend {
     std::string detail;
   };
 
-  // Largest GET: a larger read is split into parts of this size.
-  static constexpr uint32_t kPart = 1u << 20;
+  // How a large read is split (Prepare).
+  static constexpr uint32_t kParts = 8;
+  static constexpr uint32_t kMinPart = 128u << 10;
+  static constexpr uint32_t kMaxPart = 1u << 20;
 
   uint32_t in_flight() const { return running_ + retrying_ + local_in_flight_; }
 
