@@ -1,6 +1,7 @@
 #include "s3/s3_client.h"
 
 #include <curl/curl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -415,8 +416,33 @@ namespace {
 // Requests kept for the synchronous calls, so that their connections are
 // reused (Volume::Open reads the superblock, the table and the directory
 // one after another).
+// A child of fork() (a DataLoader worker) must not use them: their
+// connections' sockets are shared with the parent, and two processes
+// reading one socket would each get parts of the other's responses. The
+// child drops them unused (not cleaned up, which could write to those
+// sockets) and opens its own.
 std::mutex g_pool_mu;
 std::vector<std::unique_ptr<Request>> g_pool;
+pid_t g_pool_pid = 0;
+
+// A pooled request of this process, or a new one.
+std::unique_ptr<Request> TakeRequest() {
+  std::lock_guard lock(g_pool_mu);
+  if (g_pool_pid != ::getpid()) {
+    for (auto& r : g_pool) (void)r.release();
+    g_pool.clear();
+    g_pool_pid = ::getpid();
+  }
+  if (g_pool.empty()) return std::make_unique<Request>();
+  std::unique_ptr<Request> r = std::move(g_pool.back());
+  g_pool.pop_back();
+  return r;
+}
+
+void ReturnRequest(std::unique_ptr<Request> r) {
+  std::lock_guard lock(g_pool_mu);
+  if (g_pool_pid == ::getpid() && g_pool.size() < 16) g_pool.push_back(std::move(r));
+}
 
 std::mutex g_pins_mu;
 struct Pin {
@@ -431,15 +457,7 @@ std::map<std::string, Pin> g_pins;
 template <typename Prepare, typename Done>
 Status Run(const Url& url, const S3Options& options, Prepare prepare, Done done) {
   DLFS_ASSIGN_OR_RETURN(const Config config, LoadConfig());
-  std::unique_ptr<Request> r;
-  {
-    std::lock_guard lock(g_pool_mu);
-    if (!g_pool.empty()) {
-      r = std::move(g_pool.back());
-      g_pool.pop_back();
-    }
-  }
-  if (!r) r = std::make_unique<Request>();
+  std::unique_ptr<Request> r = TakeRequest();
   Status st;
   for (uint32_t attempt = 0;; ++attempt) {
     prepare(*r, config);
@@ -460,8 +478,7 @@ Status Run(const Url& url, const S3Options& options, Prepare prepare, Done done)
     std::this_thread::sleep_for(std::chrono::duration<double>(options.retry_delay_seconds *
                                                               (1u << std::min(attempt, 10u))));
   }
-  std::lock_guard lock(g_pool_mu);
-  if (g_pool.size() < 16) g_pool.push_back(std::move(r));
+  ReturnRequest(std::move(r));
   return st;
 }
 
