@@ -122,7 +122,10 @@ std::string BenchText(const BenchReport& report, const LoaderOptions& o, bool dr
   const SourceStats& s = t.stats;
   std::string flags;
   for (const std::string& f : s.uring_flags) flags += (flags.empty() ? "" : ", ") + f;
-  out += Printf("io_uring     %s\n", flags.empty() ? "(no setup flags)" : flags.c_str());
+  // Only where io_uring reads (not a pread pool, NBD or S3).
+  if (!flags.empty() || report.source.find("io_uring") != std::string::npos) {
+    out += Printf("io_uring     %s\n", flags.empty() ? "(no setup flags)" : flags.c_str());
+  }
   out += Printf("pipeline     rings empty %.3f s of %.3f s, %.1f reads in flight on average\n",
                 s.ring_empty_seconds(), t.seconds, t.mean_in_flight());
   out += Printf(
