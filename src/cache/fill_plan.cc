@@ -19,15 +19,18 @@ FillDecision DecideFill(const FillInputs& in) {
   d.fill = in.cacheable_bytes > 0 && (in.requested || d.saving_seconds > d.cost_seconds);
   char lasting[64] = "";
   if (f > 0) std::snprintf(lasting, sizeof lasting, " (the fill lasting %.2g of them)", f);
-  char text[256];
+  char text[320];
+  char requested[96];
+  std::snprintf(requested, sizeof requested, "fill (%s)", in.requested_as);
+  char nothing[96];
+  std::snprintf(nothing, sizeof nothing, "nothing to fill (%s)", in.requested_as);
   std::snprintf(text, sizeof text,
                 "%s: saves %.2f s over %.3g epochs%s for %.2f s (read %.2f, copy %.2f, %.0f %% of "
                 "it taken from the reader)",
-                in.cacheable_bytes == 0
-                    ? (in.requested ? "nothing to fill (budget given)" : "nothing to fill")
-                : in.requested ? "fill (budget given)"
-                : d.fill       ? "fill"
-                               : "no fill",
+                in.cacheable_bytes == 0 ? (in.requested ? nothing : "nothing to fill")
+                : in.requested          ? requested
+                : d.fill                ? "fill"
+                                        : "no fill",
                 d.saving_seconds, in.epochs_after, lasting, d.cost_seconds, scan, fill,
                 100 * std::clamp(in.costs.slowed, 0.0, 1.0));
   d.reason = text;

@@ -51,7 +51,10 @@ struct FillCosts {
 struct FillInputs {
   uint64_t cacheable_bytes = 0;  // not cached yet, and fitting the budget
   double epochs_after = 0;       // epochs planned after the one being read
-  bool requested = false;        // the budget was given: fill whatever it costs
+  bool requested = false;        // fill whatever it costs
+  // Why it was requested, for the reason: "budget given", or the reader's
+  // own ("remote storage, small samples: filled first").
+  const char* requested_as = "budget given";
   FillCosts costs;
 };
 

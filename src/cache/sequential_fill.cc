@@ -167,6 +167,14 @@ void SequentialFill::Start() {
   state_->cv.notify_all();
 }
 
+void SequentialFill::Stop() {
+  {
+    std::lock_guard lock(state_->mu);
+    state_->stop = true;
+  }
+  state_->cv.notify_all();
+}
+
 void SequentialFill::WaitFilled(double stall_seconds) {
   State& s = *state_;
   uint64_t seen = s.cache->fill_windows_done();
@@ -494,6 +502,7 @@ void SequentialFill::Run(State& s) {
   if (costs && !stopped()) {
     FillInputs in;
     in.requested = s.options.requested;
+    in.requested_as = s.options.requested_as;
     in.epochs_after = epochs_after();
     in.costs = *costs;
     const NodeCacheStats cs = cache.stats();

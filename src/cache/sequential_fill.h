@@ -71,6 +71,8 @@ class SequentialFill {
     // second epoch (what a cached epoch saves is what a warm one waits).
     bool page_cached = false;
     bool requested = false;  // an explicit budget: fill regardless
+    // Why requested, for the report (FillInputs::requested_as).
+    const char* requested_as = "budget given";
     std::function<ReaderProgress()> progress;
     // Whether the job's memory is too short to grow the cache now; asked
     // before each window. The fill stops at the first yes: the cache never
@@ -108,6 +110,8 @@ class SequentialFill {
   // `stall_seconds` (a process that claimed a window died). For a requested
   // fill at the end of the first epoch.
   void WaitFilled(double stall_seconds = 2.0);
+  // Stops filling (a window being read is finished); WaitFilled returns.
+  void Stop();
 
   struct Stats {
     uint64_t windows = 0;         // of the volume; 0 until this process reads one

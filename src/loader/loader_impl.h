@@ -196,6 +196,9 @@ class Loader::Impl {
   // An explicit budget: the first epoch's last batch waits for the fill
   // (LoaderOptions::planned_epochs). Guarded by mu_.
   bool wait_for_fill_ = false;
+  // The I/O threads wait for the fill before their first read: remote
+  // storage and small samples (Create says why). Set before they start.
+  bool fill_first_ = false;
 };
 
 }  // namespace dlfs

@@ -28,6 +28,9 @@ void Loader::Impl::StartThreadsLocked() {
 }
 
 void Loader::Impl::Run(Worker& w) {
+  // The fill reads the volume first (Create says when): no read of ours
+  // competes with it, and then every sample is in the cache.
+  if (fill_first_) fill_->WaitFilled();
   const uint64_t n = workers_.size();
   uint64_t my_gen = ~uint64_t{0};
   uint64_t next = w.index;  // next ticket this thread starts
