@@ -5,7 +5,8 @@
 #   scripts/install-deps.sh --bench   also what only bench/ uses (bench/run_all.sh
 #                                     runs it): bc for the scripts' timings, linux-perf
 #                                     for the profiles docs/benchmarks.md quotes,
-#                                     python3-boto3 for the peer bench/s3 runs
+#                                     python3-boto3 for the peer bench/s3 runs,
+#                                     qemu-utils for bench/nbd's qemu-nbd server
 if [[ ${1-} == -h || ${1-} == --help ]]; then  # the comment above, and nothing else
   sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"
   exit 0
@@ -58,9 +59,10 @@ PACKAGES=(
 )
 
 # What only the benchmarks use (bench/README.md): arithmetic in the shell
-# timings (pack_vs_tar.sh, ab_cli.sh), the profiles the results quote, and
-# boto3 (the peer bench/s3 compares with).
-BENCH_PACKAGES=(bc linux-perf python3-boto3)
+# timings (pack_vs_tar.sh, ab_cli.sh), the profiles the results quote,
+# boto3 (the peer bench/s3 compares with) and qemu-nbd (a third-party NBD
+# server for bench/nbd/small_samples.py --server qemu-nbd).
+BENCH_PACKAGES=(bc linux-perf python3-boto3 qemu-utils)
 ((bench)) && PACKAGES+=("${BENCH_PACKAGES[@]}")
 
 missing=()

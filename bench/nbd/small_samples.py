@@ -8,13 +8,15 @@ medians of --reps.
 
     bench/nbd/small_samples.py                 (as root; ~2 min)
     bench/nbd/small_samples.py --epochs 5 --reps 5
+    bench/nbd/small_samples.py --server qemu-nbd   (qemu-nbd -r -t -e 16, a third-party server)
 
 Prints, per contender, the median of epoch 1, of the whole run's epochs and
 the client's CPU seconds per GB handed out (nbdcopy's: per GB of the volume,
 which it reads once); then the two ratios the issue
 sets goals for: dlfs's epoch 1 over NBD / nbdcopy of the whole volume (goal
 <= 3) and its CPU per GB over NBD / the local path's (goal <= 2).
-Needs nbdkit and nbdcopy (scripts/install-deps.sh installs them).
+Needs nbdkit and nbdcopy (scripts/install-deps.sh installs them); --server
+qemu-nbd needs qemu-utils (scripts/install-deps.sh --bench).
 """
 import json
 import os
@@ -61,18 +63,23 @@ def main():
     p = script.parser(__doc__, "nbd-small", str(REPO / "build/dlfs"))
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--server", choices=["nbdkit", "qemu-nbd"], default="nbdkit")
     args = p.parse_args()
     if os.geteuid() != 0:
         sys.exit("run as root: every run starts with the page cache dropped")
-    for tool in ("nbdkit", "nbdcopy"):
+    for tool in (args.server, "nbdcopy"):
         if shutil.which(tool) is None:
             sys.exit(f"{tool} not found (scripts/install-deps.sh)")
     fm = volumes.fashion_mnist(args.dlfs, args.dir)
     size = fm.stat().st_size
     with tempfile.TemporaryDirectory() as tmp:
         sock, pid = f"{tmp}/nbd.sock", f"{tmp}/nbd.pid"
-        server = subprocess.Popen(["nbdkit", "-f", "--exit-with-parent", "-r", "-t", "16",
-                                   "--log=null", "-P", pid, "-U", sock, "file", str(fm)])
+        if args.server == "nbdkit":
+            server = subprocess.Popen(["nbdkit", "-f", "--exit-with-parent", "-r", "-t", "16",
+                                       "--log=null", "-P", pid, "-U", sock, "file", str(fm)])
+        else:  # shared by 16 clients, read-only, raw
+            server = subprocess.Popen(["qemu-nbd", "-r", "-t", "-e", "16", "-f", "raw",
+                                       "--pid-file", pid, "-k", sock, str(fm)])
         try:
             for _ in range(200):
                 if os.path.exists(pid) and os.path.getsize(pid) > 0:
@@ -92,7 +99,8 @@ def main():
     med = {name: {k: statistics.median(r[k] for r in rs) for k in ("epoch1", "epochs",
                                                                      "cpu_s_per_gb")}
            for name, rs in runs.items()}
-    print(f"{fm.name} ({size / 1e6:.1f} MB), nbdkit file plugin over a Unix socket, "
+    served = "nbdkit file plugin" if args.server == "nbdkit" else "qemu-nbd -r -t -e 16"
+    print(f"{fm.name} ({size / 1e6:.1f} MB), {served} over a Unix socket, "
           f"{args.reps} cold runs each, medians; dlfs bench --epochs {args.epochs}, defaults")
     for name, m in med.items():
         print(f"  {name:<14} epoch 1 {m['epoch1']:6.3f} s  all epochs {m['epochs']:6.3f} s  "
