@@ -244,6 +244,52 @@ def test_pack_and_writer_stream_to_s3(s3env, tmp_path, run):
     run("pack", src, "-o", packed, "-q", "--force", check=0)
 
 
+def test_image_loader_reads_a_mixture_of_s3_volumes(s3env, tmp_path, run):
+    pytest.importorskip("torch")
+    import numpy as np
+    import dlfs.torch as dt
+    urls = []
+    for name, n, value in (("x", 60, 10), ("y", 30, 200)):
+        path = tmp_path / f"{name}.dlfs"
+        with dlfs.Writer(path) as w:
+            for i in range(n):
+                w.add(f"c/{i:03d}.png", dlfs.encode_png(np.full((8, 8), value, np.uint8)))
+        urls.append(_upload(s3env, path, f"images/{name}.dlfs"))
+    # ImageLoader over a mixture of two S3 volumes, decoded.
+    loader = dt.ImageLoader(urls, 16, size=8, weights=[2, 1], return_indices=True,
+                            return_sources=True, decode_threads=1)
+    loader.set_epoch(0)
+    seen = []
+    for images, _, indices, sources in loader:
+        for img, s in zip(images, sources.tolist()):
+            assert int(img.flatten()[0]) == (10, 200)[s]  # decoded from its own volume
+        seen += list(zip(sources.tolist(), indices.tolist()))
+    assert len(seen) == len(set(seen)) == 90
+
+
+def test_the_fuse_view(s3env, tmp_path, run):
+    # Mounted in the background, as users do (a forked daemon).
+    import numpy as np
+    if shutil.which("fusermount3") is None or not os.path.exists("/dev/fuse"):
+        pytest.skip("no FUSE here (fuse3, /dev/fuse)")
+    path = tmp_path / "y.dlfs"
+    with dlfs.Writer(path) as w:
+        for i in range(30):
+            w.add(f"c/{i:03d}.png", dlfs.encode_png(np.full((8, 8), 200, np.uint8)))
+    url = _upload(s3env, path, "images/fuse.dlfs")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    proc = run("mount", url, mnt)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount here: {proc.stderr.decode().strip()}")
+    try:
+        files = sorted((mnt / "c").iterdir())
+        assert len(files) == 30
+        assert files[0].read_bytes() == dlfs.encode_png(np.full((8, 8), 200, np.uint8))
+    finally:
+        subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
+
+
 def test_a_gateway_that_goes_away_ends_the_epoch_naming_the_url(s3env, tmp_path):
     # The module's gateway, killed mid-epoch: the loader's next reads fail
     # (connection refused, retried with backoff) within a bounded time.
