@@ -308,3 +308,74 @@ def test_a_gateway_that_goes_away_ends_the_epoch_naming_the_url(s3env, tmp_path)
         for _ in loader:
             pass
     assert time.monotonic() - start < 60
+
+
+class _FlakyS3:
+    """A stand-in S3 server (no signature checks) serving one file's ranges,
+    answering each key's first `fail` requests 503 SlowDown: the retries
+    are tested without a gateway."""
+
+    def __init__(self, data, fail):
+        import http.server
+        import threading
+        outer = self
+        self.data, self.fail, self.requests = data, fail, 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                outer.requests += 1
+                if outer.requests <= outer.fail:
+                    body = b"<Error><Code>SlowDown</Code><Message>Reduce your rate</Message></Error>"
+                    self.send_response(503)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+                first, last = map(int, self.headers["Range"].split("=")[1].split("-"))
+                last = min(last, len(outer.data) - 1)
+                body = outer.data[first:last + 1]
+                self.send_response(206)
+                self.send_header("Content-Range", f"bytes {first}-{last}/{len(outer.data)}")
+                self.send_header("ETag", '"fixed"')
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_slowdown_is_retried_with_backoff_then_fails_naming_the_url(tmp_path, run, monkeypatch):
+    local = tmp_path / "v.dlfs"
+    _volume(local, n=20)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AK")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    server = _FlakyS3(local.read_bytes(), fail=3)
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", server.endpoint)
+        out = run("verify", "s3://b/v.dlfs", check=0).stdout.decode()
+        assert "20 samples" in out and "0 bad" in out, out
+        assert server.requests > 3
+    finally:
+        server.close()
+    server = _FlakyS3(local.read_bytes(), fail=1000)  # never recovers
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", server.endpoint)
+        start = time.monotonic()
+        err = run("info", "s3://b/v.dlfs", check=2).stderr.decode()
+        assert "s3://b/v.dlfs: HTTP 503 SlowDown: Reduce your rate (5 tries)" in err, err
+        assert server.requests == 5 and time.monotonic() - start < 10
+    finally:
+        server.close()
