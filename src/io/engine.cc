@@ -397,9 +397,13 @@ Result<std::unique_ptr<IoEngine>> CreateEngine(const std::vector<std::string>& t
   if (any_remote && any_s3) {
     return Status::InvalidArgument("a volume's targets are NBD exports or S3 objects, not both");
   }
-  if (any_s3) {
-    // As for NBD below: the S3 backend reads the objects, a pread pool the
-    // local targets (if any).
+  if (any_s3 || any_remote) {
+    // NBD exports and S3 objects are read by their backend whatever the
+    // engine kind; the volume's local targets (if any) by a pread pool that
+    // can wake the backend's poll() (io_uring's completions cannot join it
+    // portably). The pool gets the local targets' share of the queue depth
+    // (a thread per read in flight), not all of it: a volume mostly on
+    // remote targets does not need 64 threads for its one local target.
     std::unique_ptr<Backend> local;
     const size_t n = targets->fds.size();
     size_t local_count = 0;
@@ -410,29 +414,15 @@ Result<std::unique_ptr<IoEngine>> CreateEngine(const std::vector<std::string>& t
           std::max<uint64_t>(1, (uint64_t{options.queue_depth} * local_count + n - 1) / n));
       DLFS_ASSIGN_OR_RETURN(local, io_internal::CreatePreadBackend(*targets, lo, true));
     }
-    DLFS_ASSIGN_OR_RETURN(backend,
-                          io_internal::CreateS3Backend(*targets, options, std::move(local)));
-    kind = EngineKind::kS3;
-  } else if (any_remote) {
-    // NBD targets are read by the NBD backend whatever the engine kind; the
-    // volume's local targets (if any) by a pread pool that can wake the
-    // backend's poll() (io_uring's completions cannot join it portably).
-    // The pool gets the local targets' share of the queue depth (a thread
-    // per read in flight), not all of it: a volume mostly on NBD exports
-    // does not need 64 threads for its one local target.
-    std::unique_ptr<Backend> local;
-    const size_t n = targets->fds.size();
-    size_t local_count = 0;
-    for (size_t t = 0; t < n; ++t) local_count += targets->fds[t] >= 0 ? 1 : 0;
-    if (local_count > 0) {
-      EngineOptions lo = options;
-      lo.queue_depth = static_cast<uint32_t>(
-          std::max<uint64_t>(1, (uint64_t{options.queue_depth} * local_count + n - 1) / n));
-      DLFS_ASSIGN_OR_RETURN(local, io_internal::CreatePreadBackend(*targets, lo, true));
+    if (any_s3) {
+      DLFS_ASSIGN_OR_RETURN(backend,
+                            io_internal::CreateS3Backend(*targets, options, std::move(local)));
+      kind = EngineKind::kS3;
+    } else {
+      DLFS_ASSIGN_OR_RETURN(backend,
+                            io_internal::CreateNbdBackend(*targets, options, std::move(local)));
+      kind = EngineKind::kNbd;
     }
-    DLFS_ASSIGN_OR_RETURN(backend,
-                          io_internal::CreateNbdBackend(*targets, options, std::move(local)));
-    kind = EngineKind::kNbd;
   } else if (options.kind == EngineKind::kNbd) {
     return Status::InvalidArgument("engine nbd asked for, but no target is an NBD URI");
   } else if (options.kind == EngineKind::kS3) {
