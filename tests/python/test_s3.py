@@ -132,7 +132,8 @@ def test_targets_beside_the_object_and_the_node_cache(s3env, tmp_path, run):
                             check=0).stdout)
     assert "fills the node cache before the first read" in report["engine"], report["engine"]
     assert [e["cache"]["device_bytes"] for e in report["epochs"]] == [0, 0]
-    assert sum(e["cache"]["hits"] for e in report["epochs"]) == 2000
+    assert [e["cache"]["misses"] for e in report["epochs"]] == [0, 0]
+    assert report["epochs"][0]["cache"]["fill_bytes"] >= total
 
 
 def test_errors_name_the_url(s3env, tmp_path, run, monkeypatch):
