@@ -21,6 +21,9 @@
 // disk); the object appears under its key only once complete, and an
 // existing one is replaced only with overwrite (--force).
 //
+// DLFS_S3_TIMEOUT (seconds) and DLFS_S3_RETRIES, when set, replace
+// S3Options' timeout_seconds and retries in every request of the process
+// (a job's bound on a server that stops answering, without code).
 // DLFS_S3_VERBOSE=1 prints libcurl's exchanges with the server on stderr.
 //
 // An object is pinned by its ETag when first opened: every later read asks

@@ -39,7 +39,7 @@ namespace {
 class S3Backend final : public Backend {
  public:
   S3Backend(const Targets& targets, const EngineOptions& options)
-      : targets_(targets), options_(options.s3) {
+      : targets_(targets), options_(s3::WithEnvironment(options.s3)) {
     capacity_ = std::clamp<uint32_t>(options.queue_depth, 1, 1024);
   }
 

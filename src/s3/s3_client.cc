@@ -188,6 +188,21 @@ Result<Config> LoadConfig() {
   return config;
 }
 
+S3Options WithEnvironment(S3Options options) {
+  const std::string timeout = Env("DLFS_S3_TIMEOUT"), retries = Env("DLFS_S3_RETRIES");
+  char* end = nullptr;
+  if (!timeout.empty()) {
+    const double t = std::strtod(timeout.c_str(), &end);
+    if (end != timeout.c_str() && *end == '\0' && t > 0) options.timeout_seconds = t;
+  }
+  if (!retries.empty()) {
+    const unsigned long r = std::strtoul(retries.c_str(), &end, 10);
+    if (end != retries.c_str() && *end == '\0' && r <= 100)
+      options.retries = static_cast<uint32_t>(r);
+  }
+  return options;
+}
+
 Status Outcome::ToStatus(const std::string& where) const {
   if (error == ENOENT) return Status::NotFound(where + ": " + message);
   return Status::IOError(where + ": " + message, error);
@@ -455,12 +470,13 @@ std::map<std::string, Pin> g_pins;
 // (again for each retry), `done` reads what it returned. Failures worth
 // another try are retried as `options` allows; errors name the URL.
 template <typename Prepare, typename Done>
-Status Run(const Url& url, const S3Options& options, Prepare prepare, Done done) {
+Status Run(const Url& url, const S3Options& given, Prepare prepare, Done done) {
   DLFS_ASSIGN_OR_RETURN(const Config config, LoadConfig());
+  const S3Options options = WithEnvironment(given);
   std::unique_ptr<Request> r = TakeRequest();
   Status st;
   for (uint32_t attempt = 0;; ++attempt) {
-    prepare(*r, config);
+    prepare(*r, config, options);
     const Outcome o = r->Finish(curl_easy_perform(r->easy()));
     if (o.kind == Outcome::kDone) {
       st = done(*r);
@@ -496,7 +512,9 @@ Result<ObjectInfo> Head(const Url& url, const S3Options& options) {
   ObjectInfo info;
   DLFS_RETURN_IF_ERROR(Run(
       url, options,
-      [&](Request& r, const Config& c) { r.Prepare(c, options, url, 0, 0, nullptr, ""); },
+      [&](Request& r, const Config& c, const S3Options& o) {
+        r.Prepare(c, o, url, 0, 0, nullptr, "");
+      },
       [&](Request& r) {
         info = r.info();
         return Status::Ok();
@@ -509,8 +527,8 @@ Status Get(const Url& url, uint64_t offset, void* buffer, size_t length, const s
   if (length == 0) return Status::Ok();
   return Run(
       url, options,
-      [&](Request& r, const Config& c) {
-        r.Prepare(c, options, url, offset, length, static_cast<std::byte*>(buffer), etag);
+      [&](Request& r, const Config& c, const S3Options& o) {
+        r.Prepare(c, o, url, offset, length, static_cast<std::byte*>(buffer), etag);
       },
       [](Request&) { return Status::Ok(); });
 }
@@ -518,14 +536,18 @@ Status Get(const Url& url, uint64_t offset, void* buffer, size_t length, const s
 Status Put(const Url& url, std::span<const std::byte> data, const S3Options& options) {
   return Run(
       url, options,
-      [&](Request& r, const Config& c) { r.PrepareCall(c, options, url, "PUT", "", data); },
+      [&](Request& r, const Config& c, const S3Options& o) {
+        r.PrepareCall(c, o, url, "PUT", "", data);
+      },
       [](Request&) { return Status::Ok(); });
 }
 
 Status Delete(const Url& url, const S3Options& options) {
   return Run(
       url, options,
-      [&](Request& r, const Config& c) { r.PrepareCall(c, options, url, "DELETE", "", {}); },
+      [&](Request& r, const Config& c, const S3Options& o) {
+        r.PrepareCall(c, o, url, "DELETE", "", {});
+      },
       [](Request&) { return Status::Ok(); });
 }
 
@@ -533,7 +555,9 @@ Result<std::unique_ptr<Upload>> Upload::Start(const Url& url, const S3Options& o
   std::string id;
   DLFS_RETURN_IF_ERROR(Run(
       url, options,
-      [&](Request& r, const Config& c) { r.PrepareCall(c, options, url, "POST", "uploads=", {}); },
+      [&](Request& r, const Config& c, const S3Options& o) {
+        r.PrepareCall(c, o, url, "POST", "uploads=", {});
+      },
       [&](Request& r) {
         id = XmlField(r.body(), "UploadId");
         return id.empty() ? Status::IOError(url.text +
@@ -549,8 +573,8 @@ Upload::~Upload() {
   // Abort, best effort: the parts uploaded are dropped, no object appears.
   (void)Run(
       url_, options_,
-      [&](Request& r, const Config& c) {
-        r.PrepareCall(c, options_, url_, "DELETE", "uploadId=" + QueryValue(id_), {});
+      [&](Request& r, const Config& c, const S3Options& o) {
+        r.PrepareCall(c, o, url_, "DELETE", "uploadId=" + QueryValue(id_), {});
       },
       [](Request&) { return Status::Ok(); });
 }
@@ -559,7 +583,9 @@ Status Upload::Part(uint32_t number, std::span<const std::byte> data) {
   const std::string query = "partNumber=" + std::to_string(number) + "&uploadId=" + QueryValue(id_);
   return Run(
       url_, options_,
-      [&](Request& r, const Config& c) { r.PrepareCall(c, options_, url_, "PUT", query, data); },
+      [&](Request& r, const Config& c, const S3Options& o) {
+        r.PrepareCall(c, o, url_, "PUT", query, data);
+      },
       [&](Request& r) {
         if (r.etag().empty()) {
           return Status::IOError(url_.text + ": part " + std::to_string(number) +
@@ -580,8 +606,8 @@ Status Upload::Complete() {
   const std::span<const std::byte> body(reinterpret_cast<const std::byte*>(xml.data()), xml.size());
   DLFS_RETURN_IF_ERROR(Run(
       url_, options_,
-      [&](Request& r, const Config& c) {
-        r.PrepareCall(c, options_, url_, "POST", "uploadId=" + QueryValue(id_), body);
+      [&](Request& r, const Config& c, const S3Options& o) {
+        r.PrepareCall(c, o, url_, "POST", "uploadId=" + QueryValue(id_), body);
       },
       [](Request&) { return Status::Ok(); }));
   done_ = true;

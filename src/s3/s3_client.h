@@ -50,6 +50,10 @@ struct Config {
 // an unreadable or malformed setting (naming it).
 Result<Config> LoadConfig();
 
+// `options` with DLFS_S3_TIMEOUT and DLFS_S3_RETRIES applied where set
+// (dlfs/s3.h); a value that is not a number is ignored.
+S3Options WithEnvironment(S3Options options);
+
 // An object's size and version (ETag, quotes included, as servers send it).
 struct ObjectInfo {
   uint64_t size = 0;

@@ -316,11 +316,11 @@ class _FlakyS3:
     answering each key's first `fail` requests 503 SlowDown: the retries
     are tested without a gateway."""
 
-    def __init__(self, data, fail):
+    def __init__(self, data, fail, hang=False):
         import http.server
         import threading
         outer = self
-        self.data, self.fail, self.requests = data, fail, 0
+        self.data, self.fail, self.requests, self.hang = data, fail, 0, hang
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -330,6 +330,9 @@ class _FlakyS3:
 
             def do_GET(self):
                 outer.requests += 1
+                if outer.hang:  # a server that takes requests and never answers
+                    time.sleep(30)
+                    return
                 if outer.requests <= outer.fail:
                     body = b"<Error><Code>SlowDown</Code><Message>Reduce your rate</Message></Error>"
                     self.send_response(503)
@@ -348,6 +351,7 @@ class _FlakyS3:
                 self.wfile.write(body)
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
         self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
@@ -378,5 +382,22 @@ def test_slowdown_is_retried_with_backoff_then_fails_naming_the_url(tmp_path, ru
         err = run("info", "s3://b/v.dlfs", check=2).stderr.decode()
         assert "s3://b/v.dlfs: HTTP 503 SlowDown: Reduce your rate (5 tries)" in err, err
         assert server.requests == 5 and time.monotonic() - start < 10
+    finally:
+        server.close()
+
+
+def test_a_silent_server_is_bounded_by_dlfs_s3_timeout(tmp_path, run, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AK")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    monkeypatch.setenv("DLFS_S3_TIMEOUT", "0.5")
+    monkeypatch.setenv("DLFS_S3_RETRIES", "1")
+    server = _FlakyS3(b"", fail=0, hang=True)
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", server.endpoint)
+        start = time.monotonic()
+        err = run("info", "s3://b/v.dlfs", check=2).stderr.decode()
+        assert time.monotonic() - start < 5
+        assert "s3://b/v.dlfs: no answer in time" in err and "(2 tries)" in err, err
+        assert server.requests == 2
     finally:
         server.close()
