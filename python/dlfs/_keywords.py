@@ -185,8 +185,14 @@ def _explain(where, func, args, kwargs):
 def call(where, func, *args, **kwargs):
     """func(*args, **kwargs), where an argument pybind11 cannot convert
     raises naming it (see the module) instead of pybind11's dump."""
+    return _explained(where, func, func, args, kwargs)
+
+
+def _explained(where, func, bound, args, kwargs):
+    """bound(*args, **kwargs) (func, or func with self), raising pybind11's
+    "incompatible arguments" TypeError as _explain names it."""
     try:
-        return func(*args, **kwargs)
+        return bound(*args, **kwargs)
     except TypeError as e:
         if "incompatible" not in str(e):
             raise
@@ -207,15 +213,7 @@ def checked_init(cls, where):
         params = parameters(init)
         if params is not None:
             check(where, kwargs, params)
-        try:
-            init(self, *args, **kwargs)
-        except TypeError as e:
-            if "incompatible" not in str(e):
-                raise
-            better = _explain(where, init, args, kwargs)
-            if better is None:
-                raise
-            raise better from None
+        _explained(where, init, functools.partial(init, self), args, kwargs)
 
     __init__.__doc__ = init.__doc__
     __init__._dlfs_checked = True
