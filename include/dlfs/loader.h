@@ -154,7 +154,12 @@ struct LoaderOptions {
   EngineOptions engine;    // the I/O engine each I/O thread owns (dlfs/io_engine.h)
   ReadPlanOptions plan;
   uint32_t prefetch_batches = 4;  // batches read ahead of the caller (fewer if memory is short)
-  uint32_t io_threads = 1;        // each owns one engine (one ring)
+  // I/O threads, each owning one engine (one ring). 0: chosen — two where
+  // io_uring reads local files through the page cache and this process has
+  // two cores of its own (its CPU affinity over the launcher's processes
+  // per node): the kernel copies a cached read on the submitting thread.
+  // One otherwise (O_DIRECT, remote storage), where the device is the limit.
+  uint32_t io_threads = 0;
   // CRC32C of every sample before hand-out; a sample the node cache serves
   // is checked the first time this process uses it (its bytes in the
   // region do not change once written), not again every epoch.

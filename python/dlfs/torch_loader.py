@@ -350,6 +350,11 @@ class LoaderDataset(_tud.IterableDataset):
                 volume = self.path
                 options.update(directory=self._directory(worker), node_name=job.node_name)
                 rank_world = {"rank": rank, "world_size": world}
+            if worker and not options.get("io_threads"):
+                # The DataLoader's workers are processes of their own that
+                # share the cores: one I/O thread each, not the two a
+                # process with two cores to itself gets.
+                options["io_threads"] = 1
             self._loader = _dlfs.Loader(volume, self.batch_size, shuffle=self.shuffle,
                                         seed=self.seed, drop_last=self.drop_last,
                                         indices=self.indices,

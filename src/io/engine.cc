@@ -386,8 +386,9 @@ Result<EngineKind> ParseEngineKind(std::string_view name) {
 Result<std::unique_ptr<IoEngine>> CreateEngine(const std::vector<std::string>& target_paths,
                                                const EngineOptions& options) {
   if (target_paths.empty()) return Status::InvalidArgument("no targets to read");
+  const bool mmap = options.kind == EngineKind::kMmap;
   DLFS_ASSIGN_OR_RETURN(std::unique_ptr<Targets> targets,
-                        io_internal::OpenTargets(target_paths, options.direct_io));
+                        io_internal::OpenTargets(target_paths, options.direct_io && !mmap));
   std::unique_ptr<Backend> backend;
   EngineKind kind = EngineKind::kPread;
   std::string why;
@@ -396,6 +397,10 @@ Result<std::unique_ptr<IoEngine>> CreateEngine(const std::vector<std::string>& t
   const bool any_s3 = std::find(targets->s3.begin(), targets->s3.end(), true) != targets->s3.end();
   if (any_remote && any_s3) {
     return Status::InvalidArgument("a volume's targets are NBD exports or S3 objects, not both");
+  }
+  if ((any_s3 || any_remote) && mmap) {
+    return Status::InvalidArgument("engine mmap reads local files and devices, not " +
+                                   std::string(any_s3 ? "s3:// objects" : "NBD exports"));
   }
   if (any_s3 || any_remote) {
     // NBD exports and S3 objects are read by their backend whatever the
@@ -423,6 +428,9 @@ Result<std::unique_ptr<IoEngine>> CreateEngine(const std::vector<std::string>& t
                             io_internal::CreateNbdBackend(*targets, options, std::move(local)));
       kind = EngineKind::kNbd;
     }
+  } else if (mmap) {
+    DLFS_ASSIGN_OR_RETURN(backend, io_internal::CreateMmapBackend(*targets, options));
+    kind = EngineKind::kMmap;
   } else if (options.kind == EngineKind::kNbd) {
     return Status::InvalidArgument("engine nbd asked for, but no target is an NBD URI");
   } else if (options.kind == EngineKind::kS3) {

@@ -80,6 +80,21 @@ class Backend {
 // io_uring backend; Unavailable (with the reason) when the kernel refuses.
 Result<std::unique_ptr<Backend>> CreateUringBackend(const Targets& targets,
                                                     const EngineOptions& options);
+// A read-only shared mapping of a whole file, one per file in the process
+// (mmap_backend.cc), registered with map_guard where its table had room
+// (`guarded`; an unguarded one is read with pread instead). base is null
+// for an empty file. Acquire and Release pair up; the last Release unmaps.
+struct MappedFile {
+  const std::byte* base = nullptr;
+  uint64_t size = 0;
+  bool guarded = false;
+};
+Result<MappedFile> AcquireMapping(int fd, const std::string& path);
+void ReleaseMapping(const MappedFile& file);
+
+// Copies out of shared read-only mappings of the local targets (mmap_backend.cc).
+Result<std::unique_ptr<Backend>> CreateMmapBackend(const Targets& targets,
+                                                   const EngineOptions& options);
 // With `notify`, the pool signals an eventfd (NotifyFd) on every completion.
 Result<std::unique_ptr<Backend>> CreatePreadBackend(const Targets& targets,
                                                     const EngineOptions& options,

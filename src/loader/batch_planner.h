@@ -86,9 +86,14 @@ inline constexpr double kBufferedAbove = 2.5;
 // O_DIRECT and `auto_direct_io` holds and O_DIRECT would read kBufferedAbove
 // times the samples' bytes (all, or `subset`) or more, a buffered one:
 // *options then says direct_io false and *note why ("buffered reads: ...").
+// With `map_buffered` too (the caller reads the volume ahead into the page
+// cache: loader/page_warmer.h), an engine of kind kAuto over local targets
+// becomes the mmap engine (dlfs/io_engine.h): *options says kMmap. Not
+// without the read-ahead: a fault reads one page at a time on the reading
+// thread, where io_uring keeps queue_depth reads of uncached pages in flight.
 Result<std::unique_ptr<IoEngine>> CreateEngineForSamples(const Volume& volume,
                                                          const SampleSubset& subset,
-                                                         bool auto_direct_io,
+                                                         bool auto_direct_io, bool map_buffered,
                                                          EngineOptions* options, std::string* note);
 
 }  // namespace dlfs::loader_internal

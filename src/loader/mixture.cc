@@ -382,6 +382,10 @@ Result<std::unique_ptr<MixtureSource>> MixtureSource::Create(
   Impl* self = impl.get();
   for (size_t v = 0; v < self->volumes_.size(); ++v) {
     LoaderOptions o = loader;
+    // Chosen I/O threads: a mixture's loaders already read side by side,
+    // one I/O thread each (two each would be more threads than the cores
+    // that "two" assumes).
+    if (o.io_threads == 0 && self->volumes_.size() > 1) o.io_threads = 1;
     o.sampler = SamplerOptions{.shuffle = false, .batch_size = options.sampler.batch_size};
     o.batch_order = [self, v](uint64_t epoch, uint64_t k) {
       return self->VolumeBatch(epoch, k, static_cast<uint32_t>(v));

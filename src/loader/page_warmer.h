@@ -37,8 +37,14 @@ class PageWarmer {
   // `usable_memory` (dlfs/memory.h), else nullptr (its pages would push
   // out what the job needs, or one another before they are read), and
   // nullptr for a volume none of whose targets is a local file or device.
+  // With `map`, the loader's engines read through the process's shared
+  // mappings of the targets (the mmap engine): once the pass has asked for
+  // every page, it maps them into those mappings in file order as they
+  // arrive (MADV_POPULATE_READ), so the reads' copies take no faults.
   static std::unique_ptr<PageWarmer> ForVolume(std::shared_ptr<const Volume> volume,
-                                               uint64_t usable_memory);
+                                               uint64_t usable_memory, bool map = false);
+  // Whether ForVolume would make one (the loader chooses its engine by it).
+  static bool Warms(const Volume& volume, uint64_t usable_memory);
   ~PageWarmer();
   PageWarmer(const PageWarmer&) = delete;
   PageWarmer& operator=(const PageWarmer&) = delete;
@@ -51,10 +57,13 @@ class PageWarmer {
   void Join();
 
  private:
-  explicit PageWarmer(std::shared_ptr<const Volume> volume);
+  PageWarmer(std::shared_ptr<const Volume> volume, bool map);
   void Run();
+  // Maps target t's data region into the shared mapping, in file order.
+  void Populate(uint32_t t);
 
   std::shared_ptr<const Volume> volume_;
+  const bool map_;
   const pid_t pid_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> advised_{0};

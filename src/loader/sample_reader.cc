@@ -65,7 +65,7 @@ Result<std::unique_ptr<SampleReader>> SampleReader::Create(std::shared_ptr<Volum
   std::string read_note;
   DLFS_ASSIGN_OR_RETURN(impl->engine,
                         loader_internal::CreateEngineForSamples(
-                            *impl->volume, {}, options.auto_direct_io, &eo, &read_note));
+                            *impl->volume, {}, options.auto_direct_io, false, &eo, &read_note));
   impl->driver = std::make_unique<io_internal::ReadDriver>(*impl->engine);
   impl->description = impl->engine->description();
   if (!read_note.empty()) impl->description += " (" + read_note + ")";

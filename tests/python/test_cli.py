@@ -36,7 +36,7 @@ def test_errors_say_the_flags_not_the_library_fields(run, volume):
                        (("epoch", vol, "--rank", 2, "--world", 2), "is not below --world 2"),
                        (("bench", vol, "--batch", 0), "--batch must be at least 1"),
                        (("bench", vol, "--queue-depth", 0), "--queue-depth must be at least 1"),
-                       (("bench", vol, "--io-threads", 0), "--io-threads must be between")]:
+                       (("bench", vol, "--io-threads", 65), "--io-threads must be between")]:
         err = run(*args, check=2).stderr.decode()
         assert said in err, (args, err)
         assert not any(f in err for f in ("world_size", "batch_size", "queue_depth",

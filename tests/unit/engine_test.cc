@@ -1,6 +1,7 @@
 #include "dlfs/io_engine.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <random>
 
@@ -137,6 +138,40 @@ TEST_P(EngineTest, ReadingPastTheEndIsAnError) {
   ASSERT_THAT(results[0], StatusIs(StatusCode::kIOError, "unexpected end of file"));
 }
 
+// A file that shrinks under the mmap engine's mapping: the reads of the
+// lost pages fail with EIO naming the file (map_guard catches the SIGBUS),
+// and none hands out the zeros mapped in their place, before or after.
+TEST(MmapEngineTest, AFileThatShrinksFailsItsReadsInsteadOfHandingOutZeros) {
+  TempDir tmp;
+  const std::string path = tmp / "shrinks.bin";
+  const std::vector<std::byte> contents = testing::RandomBytes(1 << 20, 5);
+  testing::WriteFile(path, contents);
+  auto e = CreateEngine({path}, {.kind = EngineKind::kMmap});
+  ASSERT_OK(e);
+  EXPECT_EQ((*e)->kind(), EngineKind::kMmap);
+  EXPECT_EQ((*e)->alignment(), 1u);  // never O_DIRECT
+  std::vector<std::byte> buf(1000);
+  ReadRequest r{0, 700000, 1000, buf.data()};
+  std::vector<Status> results(1);
+  ASSERT_OK((*e)->Read({&r, 1}, results));
+  ASSERT_OK(results[0]);
+  EXPECT_EQ(std::memcmp(buf.data(), contents.data() + 700000, 1000), 0);
+  std::filesystem::resize_file(path, 4096);
+  for (uint64_t offset : {uint64_t{800000}, uint64_t{700000}}) {
+    r.offset = offset;
+    ASSERT_OK((*e)->Read({&r, 1}, results));
+    EXPECT_THAT(results[0], StatusIs(StatusCode::kIOError, path)) << offset;
+  }
+  r.offset = 0;  // a page still in the file: the mapping is no longer trusted
+  ASSERT_OK((*e)->Read({&r, 1}, results));
+  EXPECT_THAT(results[0], StatusIs(StatusCode::kIOError, path));
+}
+
+TEST(MmapEngineTest, RemoteTargetsAreRefused) {
+  EXPECT_THAT(CreateEngine({"s3://bucket/v.dlfs"}, {.kind = EngineKind::kMmap}),
+              StatusIs(StatusCode::kInvalidArgument, "engine mmap reads local files"));
+}
+
 // tmpfs may refuse O_DIRECT; either way the engine must work and say what it does.
 TEST_P(EngineTest, TmpfsFallsBackOrWorks) {
   if (!std::filesystem::exists("/dev/shm")) GTEST_SKIP() << "no /dev/shm";
@@ -237,7 +272,8 @@ TEST_P(EngineTest, CancelDropsOnlyQueuedReads) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, EngineTest,
-                         ::testing::Values(EngineKind::kUring, EngineKind::kPread),
+                         ::testing::Values(EngineKind::kUring, EngineKind::kPread,
+                                           EngineKind::kMmap),
                          [](const auto& info) { return std::string(EngineKindName(info.param)); });
 
 TEST(EngineFactoryTest, MissingFileAndNames) {

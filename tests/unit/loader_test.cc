@@ -1,6 +1,7 @@
 #include "dlfs/loader.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -559,8 +560,50 @@ TEST(LoaderOptionsTest, BadOptionsAreRefused) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(Loader::Create(v, {.sampler = {.batch_size = 0}}).status().code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(Loader::Create(v, {.io_threads = 0}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Loader::Create(v, {.io_threads = 65}).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(Loader::Create(nullptr, {}).status().code(), StatusCode::kInvalidArgument);
+}
+
+// io_threads 0: two I/O threads where io_uring reads through the page cache
+// and the process has two cores of its own, one where O_DIRECT reads or the
+// launcher says the node's cores are shared by more processes. Every sample
+// arrives whichever is chosen.
+TEST(LoaderOptionsTest, ChosenIoThreads) {
+  TempDir tmp;
+  auto v = MakeSmallVolume(tmp / "v.dlfs", 500, 700);
+  SampleOracle want(*v);
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof mask, &mask), 0);
+  const uint32_t cores = static_cast<uint32_t>(CPU_COUNT(&mask));
+  auto engines = [&](const LoaderOptions& o) -> uint32_t {
+    auto l = Loader::Create(v, o);
+    EXPECT_OK(l);
+    if (!l.ok()) return 0;
+    const EpochResult r = ReadEpoch(**l, want, 0);
+    EXPECT_OK(r.error);
+    EXPECT_EQ(r.order.size(), 500u);
+    return (*l)->source_stats().engines;
+  };
+  const LoaderOptions buffered{.sampler = {.batch_size = 64},
+                               .engine = {.kind = EngineKind::kUring, .direct_io = false}};
+  auto uring = Loader::Create(v, buffered);
+  if (!uring.ok()) GTEST_SKIP() << "no io_uring: " << uring.status().ToString();
+  uring->reset();
+  EXPECT_EQ(engines(buffered), cores >= 2 ? 2u : 1u);
+  LoaderOptions given = buffered;
+  given.io_threads = 3;
+  EXPECT_EQ(engines(given), 3u);
+  LoaderOptions pread = buffered;
+  pread.engine.kind = EngineKind::kPread;
+  EXPECT_EQ(engines(pread), 1u);
+  // Four processes of a torchrun job on this node share its cores.
+  const char* vars[][2] = {
+      {"RANK", "0"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "4"}};
+  for (auto& [name, value] : vars) ::setenv(name, value, 1);
+  const uint32_t shared = engines(buffered);
+  for (auto& [name, value] : vars) ::unsetenv(name);
+  EXPECT_EQ(shared, cores >= 8 ? 2u : 1u);
 }
 
 }  // namespace loader_test

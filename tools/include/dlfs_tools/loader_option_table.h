@@ -90,7 +90,9 @@ inline constexpr auto kLoaderOptions = std::tuple{
     LoaderOption<uint32_t>{.keyword = "io_threads",
                            .field = &At<&LoaderConfig::loader, &LoaderOptions::io_threads>,
                            .flag = "--io-threads",
-                           .help = "I/O threads (one ring each)"},
+                           .help = "I/O threads (one ring each); 0: two where reads go through "
+                                   "the page cache\nand the process has two cores to itself, "
+                                   "else one"},
     LoaderOption<EngineKind>{
         .keyword = "engine",
         .field = &At<&LoaderConfig::loader, &LoaderOptions::engine, &EngineOptions::kind>,
