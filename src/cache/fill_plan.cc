@@ -12,7 +12,13 @@ FillDecision DecideFill(const FillInputs& in) {
   d.cost_seconds = scan + fill * std::clamp(in.costs.slowed, 0.0, 1.0);
   d.cost_per_gb = (in.costs.scan + in.costs.fill) * 1e9;
   const double e = std::max(0.0, in.epochs_after);
-  d.fill_epochs = in.costs.wall > 0 && in.costs.pace > 0 ? in.costs.wall / in.costs.pace : 0;
+  // What is left to fill over what an epoch hands out: a fill decided
+  // again with a fifth of the volume left lasts a fifth as long (counted as
+  // the whole volume, a Fashion-MNIST fill 80 % done was stopped as
+  // "lasting 7 epochs" of 12).
+  const double share = in.epoch_bytes > 0 ? bytes / static_cast<double>(in.epoch_bytes) : 1.0;
+  d.fill_epochs =
+      in.costs.wall > 0 && in.costs.pace > 0 ? in.costs.wall / in.costs.pace * share : 0;
   const double f = d.fill_epochs;
   const double saved_epochs = f <= e ? e - f / 2 : e * e / (2 * f);
   d.saving_seconds = saved_epochs * in.costs.read * bytes;

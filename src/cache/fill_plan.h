@@ -17,8 +17,9 @@
 //
 // where saved_epochs is epochs_after less what the fill's own time takes of
 // them: the fill runs beside the epochs, so the cached share grows from none
-// to all over the F epochs it lasts (F = wall / pace, the fill's seconds per
-// byte over the reader's), and those epochs save half on average:
+// to all over the F epochs it lasts (F = wall / pace * cacheable /
+// epoch_bytes: the fill's seconds per byte over the reader's, times the
+// share of an epoch's bytes left to fill), and those epochs save half on average:
 // epochs_after - F/2 when F <= epochs_after, else epochs_after^2 / (2F).
 // On a node whose cores the readers keep busy, a Fashion-MNIST fill lasted
 // 2-3 epochs: counted as saving from the start, it filled 5-epoch jobs at a
@@ -51,7 +52,11 @@ struct FillCosts {
 struct FillInputs {
   uint64_t cacheable_bytes = 0;  // not cached yet, and fitting the budget
   double epochs_after = 0;       // epochs planned after the one being read
-  bool requested = false;        // fill whatever it costs
+  // The bytes the reader hands out per epoch: the fill of cacheable_bytes
+  // lasts wall / pace * cacheable_bytes / epoch_bytes epochs. 0: as many
+  // as cacheable_bytes (the whole volume, one reader).
+  uint64_t epoch_bytes = 0;
+  bool requested = false;  // fill whatever it costs
   // Why it was requested, for the reason: "budget given", or the reader's
   // own ("remote storage, small samples: filled first").
   const char* requested_as = "budget given";

@@ -130,8 +130,8 @@ class MmapBackend final : public Backend {
     // An unguarded mapping (map_guard's table full) could kill the process
     // on a shrunken file: read those with pread instead.
     if (!m.guarded) {
-      const ssize_t r = ::pread(targets_.fds[op.target], op.buffer, op.length,
-                                static_cast<off_t>(op.offset));
+      const ssize_t r =
+          ::pread(targets_.fds[op.target], op.buffer, op.length, static_cast<off_t>(op.offset));
       return r < 0 ? -int64_t{errno} : int64_t{r};
     }
     std::memcpy(op.buffer, m.base + op.offset, n);

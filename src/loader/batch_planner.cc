@@ -154,8 +154,7 @@ SampleSizes MeasureSampleSizes(const SampleDirectory& dir, const SampleSubset& s
 
 Result<std::unique_ptr<IoEngine>> CreateEngineForSamples(const Volume& volume,
                                                          const SampleSubset& subset,
-                                                         bool auto_direct_io,
-                                                         bool map_buffered,
+                                                         bool auto_direct_io, bool map_buffered,
                                                          EngineOptions* options,
                                                          std::string* note) {
   note->clear();
@@ -170,7 +169,8 @@ Result<std::unique_ptr<IoEngine>> CreateEngineForSamples(const Volume& volume,
   for (const TargetInfo& t : volume.info().target_details) {
     local = local && t.kind != TargetKind::kNbdExport && t.kind != TargetKind::kS3Object;
   }
-  if (map_buffered && local && options->kind == EngineKind::kAuto) options->kind = EngineKind::kMmap;
+  if (map_buffered && local && options->kind == EngineKind::kAuto)
+    options->kind = EngineKind::kMmap;
   engine.reset();
   DLFS_ASSIGN_OR_RETURN(engine, CreateEngine(volume.OpenTargetPaths(), *options));
   char text[160];

@@ -41,8 +41,9 @@ constexpr uint64_t kFillFirstMaxBytes = uint64_t{2} << 30;
 // -np 2 here) lost 5 % with two threads sharing it. O_DIRECT and remote
 // reads complete asynchronously, the device or server their limit: one.
 uint32_t AutoIoThreads(const IoEngine& engine, bool direct_io) {
-  const bool copies = engine.kind() == EngineKind::kMmap ||
-                      (engine.kind() == EngineKind::kUring && (!direct_io || engine.alignment() <= 1));
+  const bool copies =
+      engine.kind() == EngineKind::kMmap ||
+      (engine.kind() == EngineKind::kUring && (!direct_io || engine.alignment() <= 1));
   if (!copies) return 1;
   cpu_set_t mask;
   CPU_ZERO(&mask);
@@ -445,6 +446,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
               raw->handed_bytes_.load(std::memory_order_relaxed)};
         });
     fo.page_cached = page_cached;
+    fo.reader_threads = io_threads;
     // Over remote storage (an NBD export, an S3 object) every sample read is
     // a request with its round trip and the server's per-request work, while
     // the fill reads the volume in large ranges: Fashion-MNIST (784 B) from

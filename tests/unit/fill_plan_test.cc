@@ -105,6 +105,29 @@ TEST(FillPlanTest, TheEpochsTheFillLastsSaveHalf) {
   EXPECT_TRUE(DecideFill(in).fill) << DecideFill(in).reason;
 }
 
+// Decided again with part of the volume filled, the rest lasts its share of
+// the time the whole would: a fifth of an epoch's bytes, a fifth as long.
+TEST(FillPlanTest, TheRestOfAFillLastsItsShareOfTheWhole) {
+  FillInputs in{.cacheable_bytes = 11'000'000,
+                .epochs_after = 12,
+                .epoch_bytes = 55'000'000,
+                .costs = {.scan = 0.1 / kGB,
+                          .fill = 2.4 / kGB,
+                          .read = 0.25 / kGB,
+                          .slowed = 1,
+                          .wall = 35.0 / kGB,
+                          .pace = 5.0 / kGB}};
+  const auto rest = DecideFill(in);
+  EXPECT_NEAR(rest.fill_epochs, 7.0 / 5, 1e-9);
+  EXPECT_NEAR(rest.saving_seconds, (12 - 0.7) * 0.25 * 0.011, 1e-9);
+  EXPECT_TRUE(rest.fill) << rest.reason;  // 0.031 s saved for 0.0275 s
+  in.epoch_bytes = 0;  // counted as a whole volume's fill: 7 epochs, 0.023 s saved
+  EXPECT_NEAR(DecideFill(in).fill_epochs, 7, 1e-9);
+  EXPECT_FALSE(DecideFill(in).fill) << DecideFill(in).reason;
+  in.epoch_bytes = 27'500'000;  // two ranks, each handed half the volume per epoch
+  EXPECT_NEAR(DecideFill(in).fill_epochs, 2.8, 1e-9);
+}
+
 TEST(FillPlanTest, NothingToFillIsNeverAFill) {
   FillInputs in{.cacheable_bytes = 0, .epochs_after = 50, .requested = true, .costs = kSmallOnVm};
   EXPECT_FALSE(DecideFill(in).fill);
