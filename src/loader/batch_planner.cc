@@ -1,5 +1,9 @@
 #include "loader/batch_planner.h"
 
+#include <linux/magic.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -152,6 +156,35 @@ SampleSizes MeasureSampleSizes(const SampleDirectory& dir, const SampleSubset& s
   return s;
 }
 
+// Not in <linux/magic.h> (ZFS is not in the kernel's tree).
+constexpr uint64_t kZfsSuperMagic = 0x2fc12fc1;
+
+bool OnLocalDisks(const Volume& volume) {
+  const std::vector<TargetInfo>& targets = volume.info().target_details;
+  for (uint32_t t = 0; t < targets.size(); ++t) {
+    const int fd = volume.target_fd(t);
+    struct stat st {};
+    struct statfs fs {};
+    if (fd < 0 || ::fstat(fd, &st) != 0) return false;
+    if (S_ISBLK(st.st_mode)) continue;
+    if (::fstatfs(fd, &fs) != 0) return false;
+    switch (static_cast<uint64_t>(fs.f_type)) {
+      case EXT4_SUPER_MAGIC:  // also ext2 and ext3
+      case XFS_SUPER_MAGIC:
+      case BTRFS_SUPER_MAGIC:
+      case TMPFS_MAGIC:
+      case RAMFS_MAGIC:
+      case F2FS_SUPER_MAGIC:
+      case OVERLAYFS_SUPER_MAGIC:  // a container's root, over a local disk
+      case kZfsSuperMagic:
+        continue;
+      default:
+        return false;
+    }
+  }
+  return !targets.empty();
+}
+
 Result<std::unique_ptr<IoEngine>> CreateEngineForSamples(const Volume& volume,
                                                          const SampleSubset& subset,
                                                          bool auto_direct_io, bool map_buffered,
@@ -165,12 +198,9 @@ Result<std::unique_ptr<IoEngine>> CreateEngineForSamples(const Volume& volume,
       DirectReadAmplification(volume.directory(), subset, engine->alignment());
   if (amplification < kBufferedAbove) return engine;
   options->direct_io = false;
-  bool local = true;
-  for (const TargetInfo& t : volume.info().target_details) {
-    local = local && t.kind != TargetKind::kNbdExport && t.kind != TargetKind::kS3Object;
-  }
-  if (map_buffered && local && options->kind == EngineKind::kAuto)
+  if (map_buffered && options->kind == EngineKind::kAuto && OnLocalDisks(volume)) {
     options->kind = EngineKind::kMmap;
+  }
   engine.reset();
   DLFS_ASSIGN_OR_RETURN(engine, CreateEngine(volume.OpenTargetPaths(), *options));
   char text[160];

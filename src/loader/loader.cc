@@ -454,10 +454,11 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
     // fill alone read it in about a second. When the cache holds the whole
     // volume and its samples are small, the fill goes first and the reads
     // wait for it, taking nothing from it.
-    bool remote = false;
-    for (const TargetInfo& t : volume->info().target_details) {
-      remote = remote || t.kind == TargetKind::kNbdExport || t.kind == TargetKind::kS3Object;
-    }
+    // So on a network or FUSE file system (a parallel file system's
+    // client): Fashion-MNIST on an emulated one (4 ms per request) took
+    // 2.42 s over 5 epochs with the fill beside the reads, against 2.19 s
+    // with a budget given.
+    const bool remote = !loader_internal::OnLocalDisks(*volume);
     if (remote && sizes.mean < kFillFirstSampleBytes &&
         volume->info().data_bytes <= kFillFirstMaxBytes && co.budget >= volume->info().data_bytes &&
         !options.engine.faults.any()) {
