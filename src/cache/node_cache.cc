@@ -595,6 +595,10 @@ uint64_t NodeCache::fill_windows_done() const {
 
 bool NodeCache::empty() const { return header_->samples.load(std::memory_order_relaxed) == 0; }
 
+bool NodeCache::sparse() const {
+  return header_->samples.load(std::memory_order_relaxed) * 32 < volume_.size();
+}
+
 void NodeCache::CountMisses(uint64_t n) { misses_.fetch_add(n, std::memory_order_relaxed); }
 
 bool NodeCache::full() const {

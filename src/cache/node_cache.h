@@ -155,6 +155,12 @@ class NodeCache {
   // Holds no sample yet (on any process of the node): a reader skips its
   // lookups, and counts them as misses (CountMisses).
   bool empty() const;
+  // Holds under a 32nd of the volume's samples (a probe's windows, after a
+  // decision not to fill): a reader skips its lookups then too. Each costs
+  // a load from a table too large for the CPU's caches; over Fashion-MNIST's
+  // 0.022 s warm epochs through the page cache, lookups for 3 % of hits
+  // made every epoch 3-5 ms slower than with no cache at all.
+  bool sparse() const;
   void CountMisses(uint64_t n);
 
   // The sequential fill's share of the work (sequential_fill.h): the next

@@ -406,19 +406,16 @@ void SequentialFill::Run(State& s) {
       // here, so what the first epoch waits overstates what a cached one
       // saves as much. Where the fill competes with the readers for the
       // cores (several processes read the volume on this node, or this one
-      // has an I/O thread per core it may run on), that overstatement made
-      // 3-epoch jobs fill at a loss: the waits are measured in the second
-      // epoch, warm. (With two I/O threads on 2 cores, measured in the
-      // first, cold epoch, whose threads mostly waited for pages, a
-      // Fashion-MNIST fill counted none of its copying against the reader
-      // and filled 5-epoch jobs at a loss.)
+      // may run on one core only), that overstatement made 3-epoch jobs
+      // fill at a loss: the waits are measured in the second epoch, warm.
+      // Not for one process with an I/O thread per core: measured warm, a
+      // Fashion-MNIST fill over 20 epochs started an epoch later and the
+      // job took 1.12x what it took at 61c9c7d (5-epoch jobs, which then
+      // fill at a small loss, were faster than there either way).
       // One process with cores to spare fills at once, as the fill costs
       // it little and pays even for one epoch.
       uint64_t from = 0;
-      const bool warm =
-          s.options.page_cached &&
-          (cache.stats().sharers > 1 ||
-           AffinityCpus() <= static_cast<int>(std::max<uint32_t>(s.options.reader_threads, 1)));
+      const bool warm = s.options.page_cached && (cache.stats().sharers > 1 || AffinityCpus() <= 1);
       if (warm) {
         from = await_progress(epoch_bytes, std::numeric_limits<double>::infinity()).payload_bytes;
         if (stopped() || epochs_after() <= 0) return std::nullopt;

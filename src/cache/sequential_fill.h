@@ -70,9 +70,6 @@ class SequentialFill {
     // with readers for the cores, the caller's waits are measured in its
     // second epoch (what a cached epoch saves is what a warm one waits).
     bool page_cached = false;
-    // The reader's I/O threads: with as many as the cores it may run on,
-    // its warm epochs keep every core busy, as several readers would.
-    uint32_t reader_threads = 1;
     bool requested = false;  // an explicit budget: fill regardless
     // Why requested, for the report (FillInputs::requested_as).
     const char* requested_as = "budget given";

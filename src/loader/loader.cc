@@ -446,7 +446,6 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<Volume> volume,
               raw->handed_bytes_.load(std::memory_order_relaxed)};
         });
     fo.page_cached = page_cached;
-    fo.reader_threads = io_threads;
     // Over remote storage (an NBD export, an S3 object) every sample read is
     // a request with its round trip and the server's per-request work, while
     // the fill reads the volume in large ranges: Fashion-MNIST (784 B) from

@@ -100,8 +100,10 @@ void Loader::Impl::Run(Worker& w) {
         if (cache_) {
           // Samples the node cache holds are not read.
           b->cached.resize(count);
-          if (cache_->empty()) {
-            // Nothing to find (a node that decided not to fill): no lookups.
+          if (cache_->sparse()) {
+            // Nothing (or too little) to find: a node that decided not to
+            // fill, or a fill just begun. No lookups; the few samples held
+            // are read as the others are.
             b->misses.assign(b->indices.begin(), b->indices.end());
             cache_->CountMisses(count);
           } else {

@@ -329,6 +329,24 @@ TEST_F(NodeCacheTest, ReservedBytesCountWholeBlocksOnce) {
   EXPECT_EQ(c->stats().reserved_bytes, one.reserved_bytes);  // the same block
 }
 
+// Readers skip their lookups while the cache holds under a 32nd of the
+// volume's samples (a probe's windows): empty, then sparse, then worth it.
+TEST_F(NodeCacheTest, UnderA32ndOfTheSamplesIsSparse) {
+  std::string note;
+  auto c = cache_internal::NodeCache::Open(*vol_, {.budget = uint64_t{1} << 30}, &note);
+  ASSERT_TRUE(c) << note;
+  EXPECT_TRUE(c->empty());
+  EXPECT_TRUE(c->sparse());
+  const uint64_t worth = (vol_->size() + 31) / 32;
+  for (uint64_t i = 0; i < worth; ++i) {
+    EXPECT_TRUE(c->sparse()) << i;
+    ASSERT_OK_AND_ASSIGN(auto bytes, vol_->ReadStored(i));
+    ASSERT_TRUE(c->Admit(i, bytes));
+    EXPECT_FALSE(c->empty());
+  }
+  EXPECT_FALSE(c->sparse());
+}
+
 TEST_F(NodeCacheTest, OneProcessMeasuresTheFillsCostsForTheNode) {
   std::string note;
   auto a = cache_internal::NodeCache::Open(*vol_, {.budget = uint64_t{1} << 30}, &note);
