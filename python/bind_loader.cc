@@ -59,12 +59,14 @@ io_uring (or a pread pool where io_uring is unavailable).
   take more than an eighth of the memory this process may use (its cgroup's
   limit included), down to one batch. Where even that does not fit in three
   quarters of it, ValueError before reading: a smaller batch_size lowers it.
-- queue_depth, io_threads, engine ("auto", "uring", "pread"), direct_io:
-  the I/O engine; engine_description says what runs. direct_io None reads
-  with O_DIRECT unless the samples are much smaller than a block (where
-  O_DIRECT would read 2.5 times their bytes or more, as 784-byte
-  Fashion-MNIST images: then through the page cache); True or False forces
-  either.
+- queue_depth, io_threads, engine ("auto", "uring", "pread", "mmap"),
+  direct_io: the I/O engine; engine_description says what runs. direct_io
+  None reads with O_DIRECT unless the samples are much smaller than a block
+  (where O_DIRECT would read 2.5 times their bytes or more, as 784-byte
+  Fashion-MNIST images: then through the page cache, on a local disk as
+  copies out of a mapping of the volume); True or False forces either.
+  io_threads 0 (default): two where reads go through the page cache and
+  the process has two cores to itself, else one (one in DataLoader workers).
 - verify_checksums: check each sample's CRC32C; a mismatch raises
   CorruptVolumeError naming the sample and file. A sample from the node
   cache is checked the first time this process uses it, not every epoch.
