@@ -1,5 +1,6 @@
 """Images for the decode and image-preparation tests (test_decode.py,
-test_image_prep.py): photograph-like pixels and their encodings. Shared so
+test_image_prep.py, and the mixtures' in test_mixture.py and test_s3.py):
+photograph-like pixels, flat ones, and their encodings. Shared so
 that both test the same inputs' bytes (a fixture copied per file drifts),
 as tests/image_fixtures.h is for the C++ tests."""
 import io
@@ -55,3 +56,19 @@ def png_raw(rows, width, color_type, bit_depth):
     ihdr = struct.pack(">IIBBBBB", width, len(rows), bit_depth, color_type, 0, 0, 0)
     return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw))
             + chunk(b"IEND", b""))
+
+
+def flat_png(value):
+    """An 8x8 gray PNG of one value."""
+    import dlfs
+    return dlfs.encode_png(np.full((8, 8), value, np.uint8))
+
+
+def flat_png_volume(path, n, value):
+    """Writes a volume of `n` flat_png(value) samples (c/000.png, ...) at
+    `path`: a mixture's tests tell a sample's volume by its pixels."""
+    import dlfs
+    with dlfs.Writer(path) as w:
+        for i in range(n):
+            w.add(f"c/{i:03d}.png", flat_png(value))
+    return path

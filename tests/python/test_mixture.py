@@ -6,6 +6,7 @@ import json
 import math
 
 import pytest
+from image_fixtures import flat_png_volume
 
 dlfs = pytest.importorskip("dlfs", reason="Python module not built")
 
@@ -164,16 +165,11 @@ def test_loader_dataset_reads_a_mixture_across_workers_and_resumes(volumes):
 
 def test_image_loader_decodes_a_mixture(tmp_path):
     pytest.importorskip("torch")
-    import numpy as np
     import dlfs.torch as dt
 
     paths = []
     for name, n, value in (("x", 60, 10), ("y", 30, 200)):
-        path = tmp_path / f"{name}.dlfs"
-        with dlfs.Writer(path) as w:
-            for i in range(n):
-                w.add(f"c/{i:03d}.png", dlfs.encode_png(np.full((8, 8), value, np.uint8)))
-        paths.append(str(path))
+        paths.append(str(flat_png_volume(tmp_path / f"{name}.dlfs", n, value)))
     loader = dt.ImageLoader(paths, 16, size=8, weights=[2, 1], return_indices=True,
                             return_sources=True, decode_threads=1, cache_budget=0)
     loader.set_epoch(0)

@@ -10,6 +10,7 @@ import subprocess
 import time
 
 import pytest
+from image_fixtures import flat_png, flat_png_volume
 
 dlfs = pytest.importorskip("dlfs", reason="Python module not built")
 
@@ -247,14 +248,10 @@ def test_pack_and_writer_stream_to_s3(s3env, tmp_path, run):
 
 def test_image_loader_reads_a_mixture_of_s3_volumes(s3env, tmp_path, run):
     pytest.importorskip("torch")
-    import numpy as np
     import dlfs.torch as dt
     urls = []
     for name, n, value in (("x", 60, 10), ("y", 30, 200)):
-        path = tmp_path / f"{name}.dlfs"
-        with dlfs.Writer(path) as w:
-            for i in range(n):
-                w.add(f"c/{i:03d}.png", dlfs.encode_png(np.full((8, 8), value, np.uint8)))
+        path = flat_png_volume(tmp_path / f"{name}.dlfs", n, value)
         urls.append(_upload(s3env, path, f"images/{name}.dlfs"))
     # ImageLoader over a mixture of two S3 volumes, decoded.
     loader = dt.ImageLoader(urls, 16, size=8, weights=[2, 1], return_indices=True,
@@ -270,13 +267,9 @@ def test_image_loader_reads_a_mixture_of_s3_volumes(s3env, tmp_path, run):
 
 def test_the_fuse_view(s3env, tmp_path, run):
     # Mounted in the background, as users do (a forked daemon).
-    import numpy as np
     if shutil.which("fusermount3") is None or not os.path.exists("/dev/fuse"):
         pytest.skip("no FUSE here (fuse3, /dev/fuse)")
-    path = tmp_path / "y.dlfs"
-    with dlfs.Writer(path) as w:
-        for i in range(30):
-            w.add(f"c/{i:03d}.png", dlfs.encode_png(np.full((8, 8), 200, np.uint8)))
+    path = flat_png_volume(tmp_path / "y.dlfs", 30, 200)
     url = _upload(s3env, path, "images/fuse.dlfs")
     mnt = tmp_path / "mnt"
     mnt.mkdir()
@@ -286,7 +279,7 @@ def test_the_fuse_view(s3env, tmp_path, run):
     try:
         files = sorted((mnt / "c").iterdir())
         assert len(files) == 30
-        assert files[0].read_bytes() == dlfs.encode_png(np.full((8, 8), 200, np.uint8))
+        assert files[0].read_bytes() == flat_png(200)
     finally:
         subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
 
