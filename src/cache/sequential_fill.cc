@@ -15,6 +15,7 @@
 #include <system_error>
 #include <vector>
 
+#include "common/affinity.h"
 #include "common/clock.h"
 #include "dlfs/memory.h"
 #include "volume/scan.h"
@@ -52,13 +53,6 @@ CpuTicks ReadCpuTicks() {
   }
   std::fclose(f);
   return t;
-}
-
-// The CPUs this thread may run on.
-int AffinityCpus() {
-  cpu_set_t mask;
-  CPU_ZERO(&mask);
-  return ::sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : 0;
 }
 
 // The cores idle between two readings (0 when unknown).

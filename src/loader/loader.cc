@@ -3,7 +3,6 @@
 // checks them (here). How batches are numbered: loader_impl.h.
 #include "dlfs/loader.h"
 
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +11,7 @@
 #include <cstring>
 #include <system_error>
 
+#include "common/affinity.h"
 #include "common/clock.h"
 #include "common/file_util.h"
 #include "dlfs/launch.h"
@@ -38,19 +38,17 @@ constexpr uint64_t kFillFirstMaxBytes = uint64_t{2} << 30;
 // epoch was that thread's CPU (the caller waited 96 % of it); two made warm
 // epochs 1.45x and cold first epochs 1.3x faster on 2 cores. Two only where
 // this process has two cores to itself: ranks bound to a core each (mpirun
-// -np 2 here) lost 5 % with two threads sharing it. O_DIRECT and remote
+// -np 2 here) gained nothing measurable from two threads sharing it (-5 %
+// with io_uring's buffered reads, +5 % with the mapping: noise). O_DIRECT and remote
 // reads complete asynchronously, the device or server their limit: one.
 uint32_t AutoIoThreads(const IoEngine& engine, bool direct_io) {
   const bool copies =
       engine.kind() == EngineKind::kMmap ||
       (engine.kind() == EngineKind::kUring && (!direct_io || engine.alignment() <= 1));
   if (!copies) return 1;
-  cpu_set_t mask;
-  CPU_ZERO(&mask);
-  if (::sched_getaffinity(0, sizeof mask, &mask) != 0) return 1;
   int local = 1;
   if (Result<LaunchInfo> job = DetectLaunch(); job.ok()) local = std::max(job->local_world_size, 1);
-  return CPU_COUNT(&mask) / local >= 2 ? 2 : 1;
+  return AffinityCpus() / local >= 2 ? 2 : 1;
 }
 
 void AddSeconds(std::atomic<uint64_t>& ns, double seconds) {
