@@ -81,11 +81,14 @@ io_uring (or a pread pool where io_uring is unavailable).
   is filled by large sequential reads of the volume on a thread of its
   own, in storage order, until the budget is used. None: a quarter of what
   this job may use (MemAvailable and its memory cgroup's limit), filled
-  only where that pays: when what the loop waited for data per byte, over
-  the epochs still to come (epochs=; those the fill itself lasts count
-  half, as it runs beside them), beats what filling costs the loop
-  (reading and copying, unless a core stayed idle), all measured once per
-  node, so every rank of the node decides alike. A size (or $DLFS_CACHE_BUDGET) is a
+  only where that pays: when what the loop spent in the loader per byte
+  (waiting for data, checking it), over the epochs still to come (epochs=;
+  those the fill itself lasts count half, as it runs beside them), beats
+  what filling costs the loop (reading and copying, unless a core stayed
+  idle), all measured once per node, so every rank of the node decides
+  alike. Where the page cache will hold the volume, the first epoch decides
+  only when sure; else the second (warm) epoch does; the loop then waits
+  for a fill decided. A size (or $DLFS_CACHE_BUDGET) is a
   request for that cache: filled by the end of the first epoch whatever it
   costs. 0: off. A budget reduced to fit the limit, or a region that
   cannot be used, is said in a RuntimeWarning; stats()["cache_fill_plan"]

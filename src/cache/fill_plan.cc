@@ -17,8 +17,9 @@ FillDecision DecideFill(const FillInputs& in) {
   // the whole volume, a Fashion-MNIST fill 80 % done was stopped as
   // "lasting 7 epochs" of 12).
   const double share = in.epoch_bytes > 0 ? bytes / static_cast<double>(in.epoch_bytes) : 1.0;
-  d.fill_epochs =
-      in.costs.wall > 0 && in.costs.pace > 0 ? in.costs.wall / in.costs.pace * share : 0;
+  d.fill_epochs = in.costs.wall > 0 && in.costs.pace > 0
+                      ? in.costs.wall / in.costs.pace * share / std::max(1.0, in.fillers)
+                      : 0;
   const double f = d.fill_epochs;
   const double saved_epochs = f <= e ? e - f / 2 : e * e / (2 * f);
   d.saving_seconds = saved_epochs * in.costs.read * bytes;

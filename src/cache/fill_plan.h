@@ -18,8 +18,9 @@
 // where saved_epochs is epochs_after less what the fill's own time takes of
 // them: the fill runs beside the epochs, so the cached share grows from none
 // to all over the F epochs it lasts (F = wall / pace * cacheable /
-// epoch_bytes: the fill's seconds per byte over the reader's, times the
-// share of an epoch's bytes left to fill), and those epochs save half on average:
+// epoch_bytes / fillers: the fill's seconds per byte over the reader's, times
+// the share of an epoch's bytes left to fill, over the processes that fill
+// it side by side), and those epochs save half on average:
 // epochs_after - F/2 when F <= epochs_after, else epochs_after^2 / (2F).
 // On a node whose cores the readers keep busy, a Fashion-MNIST fill lasted
 // 2-3 epochs: counted as saving from the start, it filled 5-epoch jobs at a
@@ -38,7 +39,7 @@ namespace dlfs::cache_internal {
 struct FillCosts {
   double scan = 0;  // reading the volume in large sequential windows
   double fill = 0;  // copying into the cache, fresh memory included
-  double read = 0;  // what the caller waited per byte an epoch handed out
+  double read = 0;  // what the caller spent in the reader per byte an epoch handed out
   // The caller's lost share of the fill's time: 1 - the cores it may run
   // on that were idle while the reader ran, at least 0. 1 when not measured.
   double slowed = 1;
@@ -47,6 +48,10 @@ struct FillCosts {
   // hands out (pace). 0 when not measured: the fill counts as instant.
   double wall = 0;
   double pace = 0;
+  // Decided in a warm epoch: the fill is done at once while the readers
+  // wait (SequentialFill::ReadersWait), so all of its time is theirs
+  // (slowed 1) and it lasts no epoch (wall 0).
+  bool at_once = false;
 };
 
 struct FillInputs {
@@ -56,6 +61,9 @@ struct FillInputs {
   // lasts wall / pace * cacheable_bytes / epoch_bytes epochs. 0: as many
   // as cacheable_bytes (the whole volume, one reader).
   uint64_t epoch_bytes = 0;
+  // The node's processes that fill side by side, each at the measured
+  // pace (at most one per core): the fill lasts 1/fillers as long.
+  double fillers = 1;
   bool requested = false;  // fill whatever it costs
   // Why it was requested, for the reason: "budget given", or the reader's
   // own ("remote storage, small samples: filled first").
@@ -80,5 +88,13 @@ FillDecision DecideFill(const FillInputs& in);
 // will be read (LoaderOptions::planned_epochs 0): training runs tens of
 // epochs; a short run pays at most the fill it did not need.
 inline constexpr double kAssumedEpochsAfter = 10;
+
+// Where what the first epoch costs the reader overstates what a warm one
+// would (the page cache will hold the volume), a fill is decided in the
+// first epoch only if a fifth of the reader's CPU then would repay it: that
+// CPU was 2.7-3.8x what a cached epoch saved here (Fashion-MNIST, one to
+// four processes), and a third made 5-epoch jobs under mpirun fill at a
+// loss (SequentialFill::Options).
+inline constexpr double kSureMargin = 5;
 
 }  // namespace dlfs::cache_internal

@@ -23,8 +23,9 @@ namespace {
 
 constexpr char kMagic[8] = {'D', 'L', 'F', 'S', 'N', 'C', '0', '1'};
 // 2: the sequential fill's window claims; 3: its costs measured once per
-// node; 4: with the fill's duration (wall, pace)
-constexpr uint32_t kVersion = 4;
+// node; 4: with the fill's duration (wall, pace); 5: and whether it is done
+// at once (FillCosts::at_once)
+constexpr uint32_t kVersion = 5;
 constexpr uint64_t kHeaderBytes = 4096;
 constexpr uint64_t kAlign = 64;  // each sample starts on a cache line
 // Before each decoded sample (NodeCacheOptions::decoded): u32 CRC32C of its
@@ -88,6 +89,7 @@ struct NodeCache::Header {
   std::atomic<double> fill_cost_scan, fill_cost_fill, fill_cost_read, fill_cost_slowed;
   std::atomic<double> fill_cost_wall, fill_cost_pace;
   uint32_t decoded;  // 1: samples held decoded (0 in regions of earlier versions)
+  std::atomic<uint32_t> fill_cost_at_once;  // FillCosts::at_once
 };
 static_assert(sizeof(NodeCache::Header) <= kHeaderBytes);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
@@ -567,6 +569,7 @@ void NodeCache::PublishFillCosts(const FillCosts* costs) {
   header_->fill_cost_slowed.store(costs->slowed, std::memory_order_relaxed);
   header_->fill_cost_wall.store(costs->wall, std::memory_order_relaxed);
   header_->fill_cost_pace.store(costs->pace, std::memory_order_relaxed);
+  header_->fill_cost_at_once.store(costs->at_once ? 1 : 0, std::memory_order_relaxed);
   header_->fill_costs_pid.store(::getpid(), std::memory_order_relaxed);
   header_->fill_costs_state.store(kCostsPublished, std::memory_order_release);
 }
@@ -582,7 +585,8 @@ std::optional<FillCosts> NodeCache::fill_costs(int32_t* measured_by) const {
                    .read = header_->fill_cost_read.load(std::memory_order_relaxed),
                    .slowed = header_->fill_cost_slowed.load(std::memory_order_relaxed),
                    .wall = header_->fill_cost_wall.load(std::memory_order_relaxed),
-                   .pace = header_->fill_cost_pace.load(std::memory_order_relaxed)};
+                   .pace = header_->fill_cost_pace.load(std::memory_order_relaxed),
+                   .at_once = header_->fill_cost_at_once.load(std::memory_order_relaxed) != 0};
 }
 
 void NodeCache::FillWindowDone() { header_->fill_done.fetch_add(1, std::memory_order_release); }

@@ -46,11 +46,18 @@ namespace dlfs::cache_internal {
 
 class SequentialFill {
  public:
-  // What the reader has handed out so far: the seconds its caller waited
-  // for data and the sample bytes it got. Called on the fill's thread.
+  // What the reader has handed out so far: the seconds its caller spent in
+  // the reader (waiting for data, and checking bytes not read from the
+  // cache) and the sample bytes it got. Called on the fill's thread.
   struct ReaderProgress {
     double caller_wait_seconds = 0;
     uint64_t payload_bytes = 0;
+    // The reader's own CPU seconds (its I/O threads, and its checks on the
+    // caller's thread), which cached samples do not cost; 0: not known.
+    // Needed only while deciding().
+    // Unlike the caller's waits, it does not grow with the processes
+    // sharing the cores.
+    double reader_cpu_seconds = 0;
   };
   struct Options {
     double epochs_after = kAssumedEpochsAfter;  // epochs read after the current one
@@ -67,9 +74,19 @@ class SequentialFill {
     uint64_t settle_bytes = 0;
     uint64_t measure_bytes = 0;
     // The reader reads through the page cache: where the fill competes
-    // with readers for the cores, the caller's waits are measured in its
-    // second epoch (what a cached epoch saves is what a warm one waits).
+    // with readers for the cores, the first epoch's waits overstate what a
+    // cached epoch saves (what a warm one waits), and decide only when sure
+    // (sure_margin); else the second epoch is measured, and a fill decided
+    // then is done at once (readers_wait).
     bool page_cached = false;
+    // The epochs after the first read memory (the page warmer holds the
+    // volume): decided as where the fill competes for the cores, above.
+    bool later_epochs_warm = false;
+    // Where the first epoch's waits overstate a warm one's (page-cached
+    // reads on a busy node, or where the page warmer holds the volume), a
+    // fill is decided in the first epoch only if this fraction of them
+    // would repay it; else in the second (kSureMargin; tests set others).
+    double sure_margin = kSureMargin;
     bool requested = false;  // an explicit budget: fill regardless
     // Why requested, for the report (FillInputs::requested_as).
     const char* requested_as = "budget given";
@@ -110,6 +127,18 @@ class SequentialFill {
   // `stall_seconds` (a process that claimed a window died). For a requested
   // fill at the end of the first epoch.
   void WaitFilled(double stall_seconds = 2.0);
+  // When the reader should wait for the fill (WaitFilled), where the fill
+  // competes with it for the cores (sequential_fill.cc says what filling
+  // beside the epochs cost there): a fill decided in a warm epoch at once
+  // (kNow), one decided in the first epoch at its end (kAtEpochEnd), as a
+  // budget given is. One relaxed load, for every batch.
+  enum class ReadersWait { kNo, kNow, kAtEpochEnd };
+  ReadersWait readers_wait() const;
+  // Until the fill has decided (or ended): the reader's figures are still
+  // being measured (ReaderProgress::reader_cpu_seconds costs a system
+  // call per sample of a thread's CPU clock, 1.6 us here: the reader takes
+  // them only meanwhile). One relaxed load.
+  bool deciding() const;
   // Stops filling (a window being read is finished); WaitFilled returns.
   void Stop();
 
@@ -122,7 +151,7 @@ class SequentialFill {
     // Of those, the time the fill's thread waited for a core (the probe's
     // costs leave it out: the readers ran meanwhile).
     double scan_queued_seconds = 0, fill_queued_seconds = 0;
-    double cpu_seconds = 0;  // of the fill's thread
+    double cpu_seconds = 0;  // of the fill's threads
     bool decided = false;
     FillDecision decision;
     bool running = false;

@@ -186,6 +186,9 @@ class Loader::Impl {
   EpochOrders orders_{volume_->path(), volume_->size(), batches_, options_, sampler_};
 
   std::atomic<uint64_t> verify_ns_{0};
+  // CPU time of the I/O threads (their reads' copies, planning, hand-offs):
+  // with verify_ns_, the loader's CPU per byte for the node cache's plan.
+  std::atomic<uint64_t> io_cpu_ns_{0};
   std::atomic<uint64_t> next_wait_ns_{0};
   std::atomic<uint64_t> handed_bytes_{0};  // sample bytes Next() handed out
 

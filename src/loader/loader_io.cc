@@ -41,7 +41,17 @@ void Loader::Impl::Run(Worker& w) {
   // it (then the caller holds every other slab: waiting would never end).
   std::unique_ptr<InFlight> stalled;
   std::vector<uint64_t> done;  // jobs the driver finished
+  // This thread's CPU, for the fill's plan while it decides (a clock read
+  // is a system call: not for every batch of the run).
+  const bool sample_cpu = fill_ && fill_->deciding();
+  double cpu_seen = sample_cpu ? ThreadCpuSeconds() : 0;
   while (true) {
+    if (sample_cpu && fill_->deciding()) {
+      const double cpu = ThreadCpuSeconds();
+      io_cpu_ns_.fetch_add(static_cast<uint64_t>((cpu - cpu_seen) * 1e9),
+                           std::memory_order_relaxed);
+      cpu_seen = cpu;
+    }
     bool start = false;
     uint64_t ticket = 0, gen = 0, epoch = 0;
     std::shared_ptr<const EpochOrder> part;

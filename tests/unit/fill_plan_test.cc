@@ -128,6 +128,29 @@ TEST(FillPlanTest, TheRestOfAFillLastsItsShareOfTheWhole) {
   EXPECT_NEAR(DecideFill(in).fill_epochs, 2.8, 1e-9);
 }
 
+// Two ranks of a node, each handed half the volume per epoch, both fill:
+// the node's fill lasts half what one of them alone would take.
+TEST(FillPlanTest, ProcessesFillingSideBySideShortenTheFill) {
+  FillInputs in{.cacheable_bytes = 55'000'000,
+                .epochs_after = 16,
+                .epoch_bytes = 27'500'000,
+                .costs = {.scan = 0.1 / kGB,
+                          .fill = 2.2 / kGB,
+                          .read = 0.35 / kGB,
+                          .slowed = 1,
+                          .wall = 10.0 / kGB,
+                          .pace = 1.0 / kGB}};
+  const auto alone = DecideFill(in);
+  EXPECT_NEAR(alone.fill_epochs, 20, 1e-9);  // outlasts the job: 16^2 / 40 epochs saved
+  EXPECT_FALSE(alone.fill) << alone.reason;  // 0.123 s saved for 0.127 s
+  in.fillers = 2;
+  const auto both = DecideFill(in);
+  EXPECT_NEAR(both.fill_epochs, 10, 1e-9);
+  EXPECT_NEAR(both.saving_seconds, (16 - 10.0 / 2) * 0.35 * 0.055, 1e-9);
+  EXPECT_TRUE(both.fill) << both.reason;                      // 0.212 s saved for 0.127 s
+  EXPECT_NEAR(both.cost_seconds, alone.cost_seconds, 1e-12);  // the same work, shared
+}
+
 TEST(FillPlanTest, NothingToFillIsNeverAFill) {
   FillInputs in{.cacheable_bytes = 0, .epochs_after = 50, .requested = true, .costs = kSmallOnVm};
   EXPECT_FALSE(DecideFill(in).fill);

@@ -94,8 +94,10 @@ TEST_F(SequentialFillTest, TheNodesProcessesShareTheWindows) {
 }
 
 // A caller that gets 1 MB each time it is asked and waits
-// `wait(bytes so far)` seconds for it.
-SequentialFill::Options Caller(std::function<double(uint64_t)> wait, double epochs_after) {
+// `wait(bytes so far)` seconds for it; with `busy`, those seconds are the
+// reader's CPU too, else its CPU is not known.
+SequentialFill::Options Caller(std::function<double(uint64_t)> wait, double epochs_after,
+                               bool busy = false) {
   auto got = std::make_shared<std::atomic<uint64_t>>(0);
   auto waited = std::make_shared<std::atomic<double>>(0);
   return {.epochs_after = epochs_after, .progress = [=] {
@@ -103,7 +105,8 @@ SequentialFill::Options Caller(std::function<double(uint64_t)> wait, double epoc
             const double total = waited->load() + wait(bytes);
             waited->store(total);
             return SequentialFill::ReaderProgress{.caller_wait_seconds = total,
-                                                  .payload_bytes = bytes};
+                                                  .payload_bytes = bytes,
+                                                  .reader_cpu_seconds = busy ? total : 0};
           }};
 }
 
@@ -235,10 +238,11 @@ TEST_F(SequentialFillTest, WaitsDuringTheProbeAreNotSavings) {
 // Through the page cache a first epoch reads the device and the later ones
 // memory: where the fill competes with the reader for the cores (here: the
 // fill's thread may run on one core only, as a rank bound to its core), a
-// cached epoch saves what a warm one waits, measured in the second epoch.
+// cached epoch saves what a warm one waits. Unless the first epoch is sure
+// (never, with this margin), that is measured in the second epoch.
 // This caller waits 1 s per MB in its first epoch (5 MB), then 0.1 s per MB
 // or nothing.
-TEST_F(SequentialFillTest, OnABusyNodeAPageCachedReaderIsMeasuredWarm) {
+TEST_F(SequentialFillTest, OnABusyNodeAnUnsureReaderIsMeasuredWarm) {
   for (const bool second_waits : {false, true}) {
     SCOPED_TRACE(second_waits ? "the second epoch waits" : "only the first epoch waits");
     auto cache = Cache();
@@ -250,6 +254,7 @@ TEST_F(SequentialFillTest, OnABusyNodeAPageCachedReaderIsMeasuredWarm) {
         10);
     o.epoch_bytes = 5'000'000;
     o.page_cached = true;
+    o.sure_margin = 1e12;
     const auto st = FillFor(cache, vol_, std::move(o), /*one_cpu=*/true);
     EXPECT_TRUE(st.decided);
     EXPECT_EQ(st.decision.fill, second_waits) << st.decision.reason;
@@ -257,6 +262,104 @@ TEST_F(SequentialFillTest, OnABusyNodeAPageCachedReaderIsMeasuredWarm) {
     // caller moves on each time it is asked).
     EXPECT_EQ(st.decision.reason.find("over 10 epochs"), std::string::npos) << st.decision.reason;
     cache.reset();  // the last handle removes the region: the next round starts afresh
+  }
+}
+
+// Where the page warmer holds the volume, the later epochs are warm for any
+// number of processes: the caller is measured in its second epoch, and a
+// fill decided then is done at once, the readers waiting for it
+// (readers_wait: now), counted as lasting no epoch and costing them all its
+// time.
+// This caller waits 1 s per MB in its first epoch (5 MB), then 0.1 s per
+// MB, or nothing: only then is it not filled.
+TEST_F(SequentialFillTest, AFillDecidedWarmIsDoneWhileTheReadersWait) {
+  for (const bool second_waits : {false, true}) {
+    SCOPED_TRACE(second_waits ? "the second epoch waits" : "only the first epoch waits");
+    auto cache = Cache();
+    ASSERT_TRUE(cache);
+    SequentialFill::Options o = Caller(
+        [second_waits](uint64_t bytes) {
+          return bytes <= 5'000'000 ? 1.0 : second_waits ? 0.1 : 0.0;
+        },
+        10);
+    o.epoch_bytes = 5'000'000;
+    o.page_cached = true;
+    o.later_epochs_warm = true;
+    o.sure_margin = 1e12;  // the first epoch never decides
+    SequentialFill fill(cache, vol_, std::move(o));
+    EXPECT_EQ(fill.readers_wait(), SequentialFill::ReadersWait::kNo);
+    fill.Start();
+    bool burst_seen = false;
+    while (fill.stats().running) {
+      burst_seen = burst_seen || fill.readers_wait() == SequentialFill::ReadersWait::kNow;
+    }
+    fill.WaitFilled();
+    const auto st = fill.stats();
+    EXPECT_EQ(fill.readers_wait(), SequentialFill::ReadersWait::kNo);  // over once the fill is
+    ASSERT_TRUE(st.decided);
+    EXPECT_EQ(st.decision.fill, second_waits) << st.decision.reason;
+    EXPECT_EQ(burst_seen, second_waits) << st.decision.reason;
+    EXPECT_EQ(st.decision.reason.find("over 10 epochs"), std::string::npos) << st.decision.reason;
+    EXPECT_EQ(st.decision.reason.find("lasting"), std::string::npos) << st.decision.reason;
+    EXPECT_NE(st.decision.reason.find("100 % of it taken from the reader"), std::string::npos)
+        << st.decision.reason;
+    if (second_waits) {
+      EXPECT_NE(st.decision.reason.find("the readers wait for it"), std::string::npos)
+          << st.decision.reason;
+      ExpectAllCached(*cache);
+    } else {
+      EXPECT_EQ(st.windows_filled, 2u);  // the probe's
+    }
+    cache.reset();  // the last handle removes the region: the next round starts afresh
+  }
+}
+
+// The first epoch decides where it is sure. This reader costs 1 s of CPU
+// per MB in every epoch: a fill that a fifth of that repays many times over
+// is decided at once and made beside the epochs; where the fill competes
+// with the reader for the cores (here: one core, as a rank bound to its
+// own), the first epoch's end waits for it. One that even all of it would
+// not repay (a reader that costs nothing) is not made, and the second
+// epoch is not awaited.
+TEST_F(SequentialFillTest, WhereTheFirstEpochIsSureItDecides) {
+  struct Case {
+    bool costs;     // the reader costs 1 s per MB, or nothing
+    bool one_core;  // the fill competes with it for its core
+  };
+  for (const Case c : {Case{true, false}, Case{true, true}, Case{false, false}}) {
+    SCOPED_TRACE(std::string(c.costs ? "a reader that costs" : "a reader that costs nothing") +
+                 (c.one_core ? ", one core" : ""));
+    auto cache = Cache();
+    ASSERT_TRUE(cache);
+    // Epochs of 500 MB: this caller (1 MB per call) stays in its first.
+    SequentialFill::Options o =
+        Caller([c](uint64_t) { return c.costs ? 1.0 : 0.0; }, 10, /*busy=*/true);
+    o.epoch_bytes = 500'000'000;
+    o.page_cached = true;
+    o.later_epochs_warm = true;
+    cpu_set_t all;
+    ASSERT_EQ(::sched_getaffinity(0, sizeof all, &all), 0);
+    const cpu_set_t one = FirstCpu();
+    if (c.one_core) ASSERT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
+    SequentialFill fill(cache, vol_, std::move(o));  // its thread takes this one's mask
+    ASSERT_EQ(::sched_setaffinity(0, sizeof all, &all), 0);
+    fill.Start();
+    bool now_seen = false, at_end_seen = false;
+    while (fill.stats().running) {
+      const SequentialFill::ReadersWait w = fill.readers_wait();
+      now_seen = now_seen || w == SequentialFill::ReadersWait::kNow;
+      at_end_seen = at_end_seen || w == SequentialFill::ReadersWait::kAtEpochEnd;
+    }
+    fill.WaitFilled();
+    const auto st = fill.stats();
+    ASSERT_TRUE(st.decided);
+    EXPECT_EQ(st.decision.fill, c.costs) << st.decision.reason;
+    EXPECT_FALSE(now_seen) << st.decision.reason;
+    EXPECT_EQ(at_end_seen, c.costs && c.one_core) << st.decision.reason;
+    EXPECT_NE(st.decision.reason.find("over 10 epochs"), std::string::npos) << st.decision.reason;
+    EXPECT_EQ(st.decision.reason.find("the readers wait"), std::string::npos) << st.decision.reason;
+    if (c.costs) ExpectAllCached(*cache);
+    cache.reset();
   }
 }
 
