@@ -430,6 +430,13 @@ void SequentialFill::Run(State& s) {
       bool ok = false;  // the caller got bytes within the deadlines
     };
     constexpr uint64_t kMiB = uint64_t{1} << 20;
+    // The processes that run on this one's cores, itself included: the
+    // node's processes sharing the cache where this one may run on every
+    // core (alike, as ranks are), else (bound to some) itself.
+    auto processes_here = [&]() -> double {
+      const bool shared_cores = AffinityCpus() >= ::sysconf(_SC_NPROCESSORS_ONLN);
+      return shared_cores ? std::max<uint32_t>(1, cache.stats().sharers) : 1;
+    };
     auto steady = [&](uint64_t from, uint64_t span, double share) {
       Steady m;
       const uint64_t settle = std::max(kMiB, s.options.settle_bytes);
@@ -460,9 +467,7 @@ void SequentialFill::Run(State& s) {
       m.idle = IdleCores(ta, tb);
       if (b_time - a_time < kTickedSpan && b_time > a_time) {
         const int cpus = std::max(1, AffinityCpus());
-        const bool shared_cores = cpus >= ::sysconf(_SC_NPROCESSORS_ONLN);
-        const double busy = (b_cpu - a_cpu) / (b_time - a_time) *
-                            (shared_cores ? std::max<uint32_t>(1, cache.stats().sharers) : 1);
+        const double busy = (b_cpu - a_cpu) / (b_time - a_time) * processes_here();
         m.idle = std::max(0.0, cpus - busy);
       }
       return m;
@@ -475,11 +480,10 @@ void SequentialFill::Run(State& s) {
     // first epoch reads the volume ahead into the page cache: a
     // Fashion-MNIST fill decided over 2 epochs stopped after 29 MB, 1.2x
     // the cache off's time.
+    // c/k where k processes share c < k cores, else 1.
     auto oversubscribed = [&] {
-      const double cpus = std::max(1, AffinityCpus());
-      const double sharers = std::max<uint32_t>(1, cache.stats().sharers);
-      const bool shared_cores = cpus >= ::sysconf(_SC_NPROCESSORS_ONLN);
-      return shared_cores && sharers > cpus ? cpus / sharers : 1.0;
+      const double cpus = std::max(1, AffinityCpus()), k = processes_here();
+      return k > cpus ? cpus / k : 1.0;
     };
     auto one_epoch_left = [&] {
       if (!s.options.page_cached || epochs_after() > 1) return false;
@@ -573,9 +577,9 @@ void SequentialFill::Run(State& s) {
         return c;
       }
       // With more processes than cores, each one's CPU in the first epoch
-      // grows too (each maps and faults the volume; Fashion-MNIST, 4 ranks
-      // on 2 cores: 0.07-0.25 s per epoch's bytes, 0.03-0.13 with 2
-      // ranks), so the margin grows as they do.
+      // grows too (each maps and faults the volume: 4 ranks on 2 cores
+      // filled 5-epoch Fashion-MNIST jobs at a loss with a fifth), so the
+      // margin grows as they do.
       const double margin = s.options.sure_margin / oversubscribed();
       in.costs.read = first.cpu / margin;
       if (first.cpu > 0 && DecideFill(in).fill) {

@@ -136,8 +136,8 @@ class SequentialFill {
   ReadersWait readers_wait() const;
   // Until the fill has decided (or ended): the reader's figures are still
   // being measured (ReaderProgress::reader_cpu_seconds costs a system
-  // call per sample of a thread's CPU clock, 1.6 us here: the reader takes
-  // them only meanwhile). One relaxed load.
+  // call per sample of a thread's CPU clock, not a vDSO read: the reader
+  // takes them only meanwhile). One relaxed load.
   bool deciding() const;
   // Stops filling (a window being read is finished); WaitFilled returns.
   void Stop();

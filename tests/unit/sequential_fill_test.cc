@@ -110,6 +110,21 @@ SequentialFill::Options Caller(std::function<double(uint64_t)> wait, double epoc
           }};
 }
 
+// A page-cached reader of 5 MB epochs whose caller waits 1 s per MB in its
+// first epoch, then 0.1 s per MB (`second_waits`) or nothing; 10 epochs
+// after the first. The first epoch never decides (an unreachable margin).
+SequentialFill::Options WarmSecondEpoch(bool second_waits) {
+  SequentialFill::Options o = Caller(
+      [second_waits](uint64_t bytes) {
+        return bytes <= 5'000'000 ? 1.0 : second_waits ? 0.1 : 0.0;
+      },
+      10);
+  o.epoch_bytes = 5'000'000;
+  o.page_cached = true;
+  o.sure_margin = 1e12;
+  return o;
+}
+
 // The first CPU this thread may run on, alone.
 cpu_set_t FirstCpu() {
   cpu_set_t all, one;
@@ -247,14 +262,7 @@ TEST_F(SequentialFillTest, OnABusyNodeAnUnsureReaderIsMeasuredWarm) {
     SCOPED_TRACE(second_waits ? "the second epoch waits" : "only the first epoch waits");
     auto cache = Cache();
     ASSERT_TRUE(cache);
-    SequentialFill::Options o = Caller(
-        [second_waits](uint64_t bytes) {
-          return bytes <= 5'000'000 ? 1.0 : second_waits ? 0.1 : 0.0;
-        },
-        10);
-    o.epoch_bytes = 5'000'000;
-    o.page_cached = true;
-    o.sure_margin = 1e12;
+    SequentialFill::Options o = WarmSecondEpoch(second_waits);
     const auto st = FillFor(cache, vol_, std::move(o), /*one_cpu=*/true);
     EXPECT_TRUE(st.decided);
     EXPECT_EQ(st.decision.fill, second_waits) << st.decision.reason;
@@ -277,15 +285,8 @@ TEST_F(SequentialFillTest, AFillDecidedWarmIsDoneWhileTheReadersWait) {
     SCOPED_TRACE(second_waits ? "the second epoch waits" : "only the first epoch waits");
     auto cache = Cache();
     ASSERT_TRUE(cache);
-    SequentialFill::Options o = Caller(
-        [second_waits](uint64_t bytes) {
-          return bytes <= 5'000'000 ? 1.0 : second_waits ? 0.1 : 0.0;
-        },
-        10);
-    o.epoch_bytes = 5'000'000;
-    o.page_cached = true;
+    SequentialFill::Options o = WarmSecondEpoch(second_waits);
     o.later_epochs_warm = true;
-    o.sure_margin = 1e12;  // the first epoch never decides
     SequentialFill fill(cache, vol_, std::move(o));
     EXPECT_EQ(fill.readers_wait(), SequentialFill::ReadersWait::kNo);
     fill.Start();
@@ -340,7 +341,9 @@ TEST_F(SequentialFillTest, WhereTheFirstEpochIsSureItDecides) {
     cpu_set_t all;
     ASSERT_EQ(::sched_getaffinity(0, sizeof all, &all), 0);
     const cpu_set_t one = FirstCpu();
-    if (c.one_core) ASSERT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
+    if (c.one_core) {
+      ASSERT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
+    }
     SequentialFill fill(cache, vol_, std::move(o));  // its thread takes this one's mask
     ASSERT_EQ(::sched_setaffinity(0, sizeof all, &all), 0);
     fill.Start();
