@@ -4,10 +4,12 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -58,6 +60,33 @@ NodeCache::Words LazyZeroWords(uint64_t words) {
 namespace {
 
 std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+// Writes `bytes` bytes, the pieces' in order, to `fd` at `offset`, through
+// short writes and interruptions; false on an error (ENOSPC: /dev/shm full).
+bool WriteAll(int fd, std::vector<iovec>& pieces, uint64_t offset, uint64_t bytes) {
+  size_t first = 0;
+  while (bytes > 0 && first < pieces.size()) {
+    const int count = static_cast<int>(std::min<size_t>(pieces.size() - first, IOV_MAX));
+    const ssize_t n = ::pwritev(fd, pieces.data() + first, count, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    offset += static_cast<uint64_t>(n);
+    bytes -= std::min<uint64_t>(bytes, static_cast<uint64_t>(n));
+    // Past the pieces written whole; the one cut short starts further on.
+    for (auto left = static_cast<size_t>(n); left > 0 && first < pieces.size();) {
+      iovec& p = pieces[first];
+      if (left >= p.iov_len) {
+        left -= p.iov_len;
+        ++first;
+      } else {
+        p.iov_base = static_cast<std::byte*>(p.iov_base) + left;
+        p.iov_len -= left;
+        left = 0;
+      }
+    }
+  }
+  return bytes == 0;
+}
 
 }  // namespace
 
@@ -419,7 +448,7 @@ void NodeCache::MapForReading(uint64_t offset, uint64_t length) {
 #endif
 }
 
-bool NodeCache::Reserve(uint64_t offset, uint64_t length) {
+bool NodeCache::Reserve(uint64_t offset, uint64_t length, bool map_writable) {
   if (fd_ < 0 || length == 0) return true;  // private memory is reserved on touch
   for (uint64_t b = offset / kBlock; b <= (offset + length - 1) / kBlock; ++b) {
     if (b / 64 >= block_words_) return false;  // the header changed since we attached
@@ -435,7 +464,9 @@ bool NodeCache::Reserve(uint64_t offset, uint64_t length) {
     // Map the block's pages into the writable mapping in one call: faulting
     // them in one by one as samples are copied cost more than the copies
     // (docs/benchmarks.md, "The cluster cache"). Best effort (Linux >= 5.14).
-    ::madvise(base_ + from, to - from, MADV_POPULATE_WRITE);
+    if (map_writable) ::madvise(base_ + from, to - from, MADV_POPULATE_WRITE);
+#else
+    (void)map_writable;
 #endif
     word.fetch_or(bit, std::memory_order_relaxed);
     reserved_bytes_.fetch_add(to - from, std::memory_order_relaxed);
@@ -523,6 +554,111 @@ bool NodeCache::Admit(uint64_t index, std::span<const std::byte> bytes) {
   // This process put them there: no need to check them again on first use.
   checked_[index / 64].fetch_or(uint64_t{1} << (index % 64), std::memory_order_relaxed);
   return true;
+}
+
+size_t NodeCache::AdmitMany(std::span<const Offer> offers) {
+  if (fd_ < 0) {  // private memory: no descriptor to write through
+    size_t added = 0;
+    for (const Offer& o : offers) added += Admit(o.index, o.bytes) ? 1 : 0;
+    return added;
+  }
+  const double t0 = Now();
+  // The samples taken (each claimed: kFilling), where they go relative to
+  // the run's start, and their bytes (decoded ones in `decoded`).
+  struct Taken {
+    uint64_t index, at;
+    std::span<const std::byte> bytes;
+  };
+  thread_local std::vector<Taken> taken;
+  thread_local std::vector<std::vector<std::byte>> decoded;
+  taken.clear();
+  size_t decoded_used = 0;
+  uint64_t run = 0;
+  for (const Offer& o : offers) {
+    if (full()) break;
+    if (!ReserveEntry(o.index)) {
+      stopped_.store(true, std::memory_order_relaxed);
+      break;
+    }
+    uint64_t expected = kEmpty;
+    if (!entries_[o.index].compare_exchange_strong(expected, kFilling, std::memory_order_acq_rel)) {
+      continue;  // cached, or another process is filling it
+    }
+    // Checked (and decoded) before taking room, as in Admit.
+    const Result<SampleInfo> located = volume_.directory().Locate(o.index);
+    std::span<const std::byte> bytes = o.bytes;
+    bool ok = located.ok() && bytes.size() == located->length &&
+              crc32c::Value(bytes.data(), bytes.size()) == located->crc32c;
+    if (ok && decoded_) {
+      if (decoded_used == decoded.size()) decoded.emplace_back();
+      std::vector<std::byte>& held = decoded[decoded_used];
+      ok = DecodeSample(o.index, bytes, &held);
+      if (ok) {
+        bytes = held;
+        ++decoded_used;
+      }
+    }
+    if (!ok) {
+      entries_[o.index].store(kEmpty, std::memory_order_release);
+      continue;
+    }
+    taken.push_back({o.index, run, bytes});
+    run += AlignUp(bytes.size(), kAlign);
+  }
+  if (taken.empty()) return 0;
+
+  // One run of the data area for all of them; those past its end are not
+  // cached (the cache is full).
+  const uint64_t offset = header_->cursor.fetch_add(run, std::memory_order_relaxed);
+  size_t kept = taken.size();
+  if (offset + run > header_->capacity) {
+    header_->full.store(1, std::memory_order_relaxed);
+    const uint64_t room = offset < header_->capacity ? header_->capacity - offset : 0;
+    while (kept > 0 && taken[kept - 1].at + taken[kept - 1].bytes.size() > room) --kept;
+  }
+  const uint64_t length = kept > 0 ? taken[kept - 1].at + taken[kept - 1].bytes.size() : 0;
+  bool ok = kept > 0 && Reserve(offset, length, /*map_writable=*/false);
+  // The samples and the zeros between them (each starts on a cache line),
+  // IOV_MAX pieces per call.
+  static constexpr std::byte kZeros[kAlign] = {};
+  thread_local std::vector<iovec> pieces;
+  for (size_t k = 0; ok && k < kept;) {
+    pieces.clear();
+    const uint64_t from = taken[k].at;
+    for (; k < kept && pieces.size() + 2 <= IOV_MAX; ++k) {
+      const Taken& t = taken[k];
+      pieces.push_back({const_cast<std::byte*>(t.bytes.data()), t.bytes.size()});
+      const uint64_t end = k + 1 < kept ? taken[k + 1].at : t.at + t.bytes.size();
+      if (end > t.at + t.bytes.size()) {
+        pieces.push_back({const_cast<std::byte*>(kZeros), end - t.at - t.bytes.size()});
+      }
+    }
+    const uint64_t to = k < kept ? taken[k].at : length;
+    ok = WriteAll(fd_, pieces, data_offset_ + offset + from, to - from);
+  }
+  if (!ok) {
+    // /dev/shm (or the cgroup) has no memory left: keep what is cached.
+    stopped_.store(true, std::memory_order_relaxed);
+    kept = 0;
+  }
+  for (size_t k = kept; k < taken.size(); ++k) {
+    entries_[taken[k].index].store(kEmpty, std::memory_order_release);
+  }
+  uint64_t bytes = 0;
+  for (size_t k = 0; k < kept; ++k) {
+    const Taken& t = taken[k];
+    entries_[t.index].store(offset + t.at + kReadyBase, std::memory_order_release);
+    // This process put them there: no need to check them again on first use.
+    checked_[t.index / 64].fetch_or(uint64_t{1} << (t.index % 64), std::memory_order_relaxed);
+    bytes += t.bytes.size();
+  }
+  if (kept > 0) {
+    header_->used.fetch_add(bytes, std::memory_order_relaxed);
+    header_->samples.fetch_add(kept, std::memory_order_relaxed);
+    filled_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+    fill_ns_.fetch_add(static_cast<uint64_t>((Now() - t0) * 1e9), std::memory_order_relaxed);
+  }
+  return kept;
 }
 
 std::optional<uint64_t> NodeCache::ClaimFillWindow(uint64_t windows) {

@@ -148,6 +148,19 @@ class NodeCache {
   // no process has it yet. The caller must not change `bytes` during the
   // call. True when the sample is now in the cache (added by this call).
   bool Admit(uint64_t index, std::span<const std::byte> bytes);
+  // A sample offered to AdmitMany: its stored bytes, as for Admit.
+  struct Offer {
+    uint64_t index;
+    std::span<const std::byte> bytes;
+  };
+  // Admit for each of `offers` (a fill window's samples), with the samples
+  // accepted placed side by side and written into a shared region by the
+  // kernel (pwritev), not copied through this process's mapping: the first
+  // write to each page of a mapping takes a fault even once the page is
+  // allocated and mapped (MADV_POPULATE_WRITE), which on a VM whose host
+  // shadows the page tables made each fill 3-5x slower (docs/benchmarks.md,
+  // "Small samples and the node cache"). Returns how many were added.
+  size_t AdmitMany(std::span<const Offer> offers);
   // Holds samples decoded (NodeCacheOptions::decoded, and it applied).
   bool decoded() const { return decoded_; }
   // No more samples fit (or filling stopped: no memory left in /dev/shm).
@@ -196,7 +209,11 @@ class NodeCache {
 
  private:
   explicit NodeCache(const Volume& volume) : volume_(volume) {}
-  bool Reserve(uint64_t offset, uint64_t length);
+  // Allocates the data area's blocks holding [offset, offset + length)
+  // (shared regions; once per process and block), and maps them into the
+  // read-write mapping where `map_writable` (they will be copied into
+  // through it). False when /dev/shm has no room for them.
+  bool Reserve(uint64_t offset, uint64_t length, bool map_writable = true);
   // Allocates the block of entries holding `index`'s (shared regions; once
   // per process and block). False when /dev/shm has no room for it.
   bool ReserveEntry(uint64_t index);

@@ -80,7 +80,8 @@ class SequentialFill {
     // then is done at once (readers_wait).
     bool page_cached = false;
     // The epochs after the first read memory (the page warmer holds the
-    // volume): decided as where the fill competes for the cores, above.
+    // volume): decided as where the fill competes for the cores, above, and
+    // the fill leaves the pages it read in the page cache.
     bool later_epochs_warm = false;
     // Where the first epoch's waits overstate a warm one's (page-cached
     // reads on a busy node, or where the page warmer holds the volume), a

@@ -44,7 +44,9 @@ class VolumeScan {
   uint64_t window_offset(size_t w) const;
 
   // What Read hands each sample: its stored bytes, or the error reading
-  // them (IOError naming the sample); `bytes` lives until visit returns.
+  // them (IOError naming the sample). `bytes` lies in Read's *buffer, valid
+  // until it changes, when the window's read succeeded; a sample read on its
+  // own (below) lives only until visit returns.
   using Visit =
       std::function<void(uint64_t index, std::span<const std::byte> bytes, const Status& read)>;
   // Reads window `w` through `driver` in one read into *buffer and visits

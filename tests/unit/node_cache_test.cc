@@ -329,6 +329,57 @@ TEST_F(NodeCacheTest, ReservedBytesCountWholeBlocksOnce) {
   EXPECT_EQ(c->stats().reserved_bytes, one.reserved_bytes);  // the same block
 }
 
+// A fill window's samples admitted together: each accepted one is found,
+// by another handle on the region too, with the device's bytes; damaged
+// bytes and samples already held take no room; what does not fit the
+// budget is left out, the samples before it kept.
+TEST_F(NodeCacheTest, AdmitManyKeepsTheSamplesThatCheckAndFit) {
+  std::string note;
+  auto a = cache_internal::NodeCache::Open(*vol_, {.budget = uint64_t{1} << 30}, &note);
+  auto b = cache_internal::NodeCache::Open(*vol_, {.budget = uint64_t{1} << 30}, &note);
+  ASSERT_TRUE(a && b) << note;
+  std::vector<std::vector<std::byte>> stored;
+  for (uint64_t i = 0; i < vol_->size(); ++i) {
+    ASSERT_OK_AND_ASSIGN(auto bytes, vol_->ReadStored(i));
+    stored.push_back(std::move(bytes));
+  }
+  ASSERT_TRUE(a->Admit(10, stored[10]));
+  std::vector<std::byte> damaged = stored[5];
+  damaged[damaged.size() / 2] ^= std::byte{1};
+  std::vector<NodeCache::Offer> offers;
+  for (uint64_t i = 0; i < 300; ++i) offers.push_back({i, i == 5 ? damaged : stored[i]});
+  EXPECT_EQ(a->AdmitMany(offers), 298u);  // not 5 (damaged), not 10 (held)
+  uint64_t used = 0;
+  for (uint64_t i = 0; i < vol_->size(); ++i) {
+    const auto found = b->Find(i);
+    ASSERT_EQ(found.has_value(), i < 300 && i != 5) << i;
+    if (!found) continue;
+    used += found->size();
+    EXPECT_TRUE(std::equal(found->begin(), found->end(), stored[i].begin(), stored[i].end())) << i;
+  }
+  EXPECT_EQ(a->stats().used, used);
+  EXPECT_EQ(a->stats().samples, 299u);
+
+  // A budget of ~100 KB: a prefix of the offers fits.
+  fs::remove_all(shm_ / "shm");
+  fs::create_directories(shm_ / "shm");
+  auto small = cache_internal::NodeCache::Open(*vol_, {.budget = 100 << 10}, &note);
+  ASSERT_TRUE(small) << note;
+  offers.clear();
+  for (uint64_t i = 0; i < vol_->size(); ++i) offers.push_back({i, stored[i]});
+  const size_t kept = small->AdmitMany(offers);
+  EXPECT_GT(kept, 0u);
+  EXPECT_LT(kept, vol_->size());
+  EXPECT_TRUE(small->full());
+  for (uint64_t i = 0; i < vol_->size(); ++i) {
+    const auto found = small->Find(i);
+    ASSERT_EQ(found.has_value(), i < kept) << i;
+    if (found)
+      EXPECT_TRUE(std::equal(found->begin(), found->end(), stored[i].begin(), stored[i].end()));
+  }
+  EXPECT_EQ(small->AdmitMany(offers), 0u);
+}
+
 // Readers skip their lookups while the cache holds under a 32nd of the
 // volume's samples (a probe's windows): empty, then sparse, then worth it.
 TEST_F(NodeCacheTest, UnderA32ndOfTheSamplesIsSparse) {

@@ -8,9 +8,12 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <thread>
@@ -162,22 +165,40 @@ SequentialFill::Stats FillFor(std::shared_ptr<NodeCache> cache, std::shared_ptr<
 
 // Time the fill's thread spends waiting for a core is not what filling
 // costs (the readers ran meanwhile): counted apart, and left out of the
-// probe's costs. Here a thread spinning on the fill's only core makes it
-// wait: a quarter to half of its time when the machine is otherwise idle,
-// less where other load runs (a thread that sleeps gets the core first on
-// waking), but never none: its copying outlasts a time slice.
+// probe's costs. Here a thread on the fill's only core spins 2 ms at a
+// time, resting 0.5 ms between, and the fill's thread runs only when it
+// rests (SCHED_IDLE, taken from the thread that makes it): it waits for
+// the core, but not for ever. (At the same priority, a fill of a few
+// milliseconds that sleeps on its reads got the core on waking, and was
+// sometimes never queued at all.)
 TEST_F(SequentialFillTest, WaitsForACoreAreCountedApart) {
   if (!fs::exists("/proc/thread-self/schedstat")) GTEST_SKIP() << "no /proc/thread-self/schedstat";
+  auto cache = Cache();
+  ASSERT_TRUE(cache);
   std::atomic<bool> stop{false};
   std::thread spinner([&] {
     const cpu_set_t one = FirstCpu();
     EXPECT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
     while (!stop.load(std::memory_order_relaxed)) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
     }
   });
-  const auto st = FillFor(Cache(), vol_, {.epochs_after = 0, .requested = true}, /*one_cpu=*/true);
+  SequentialFill::Stats st;
+  bool idle_policy = false;
+  std::thread maker([&] {
+    const sched_param idle{};
+    idle_policy = ::sched_setscheduler(0, SCHED_IDLE, &idle) == 0;  // this thread's
+    if (idle_policy) {
+      st = FillFor(cache, vol_, {.epochs_after = 0, .requested = true}, /*one_cpu=*/true);
+    }
+  });
+  maker.join();
   stop = true;
   spinner.join();
+  if (!idle_policy) GTEST_SKIP() << "SCHED_IDLE not allowed here";
   EXPECT_GT(st.windows_filled, 2u);
   const double wall = st.scan_seconds + st.fill_seconds;
   const double queued = st.scan_queued_seconds + st.fill_queued_seconds;
