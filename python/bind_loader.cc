@@ -80,22 +80,24 @@ io_uring (or a pread pool where io_uring is unavailable).
   are served from memory (same order, same checks, read-only views). It
   is filled by large sequential reads of the volume on a thread of its
   own, in storage order, until the budget is used. None: a quarter of what
-  this job may use (MemAvailable and its memory cgroup's limit), filled
-  only where that pays: when what the loop spent in the loader per byte
-  (waiting for data, checking it), over the epochs still to come (epochs=;
-  those the fill itself lasts count half, as it runs beside them), beats
-  what filling costs the loop (reading and copying, unless a core stayed
-  idle), all measured once per node, so every rank of the node decides
-  alike. Where the page cache will hold the volume, the first epoch decides
-  only when sure; else the second (warm) epoch does; the loop then waits
-  for a fill decided. A size (or $DLFS_CACHE_BUDGET) is a
+  this job may use (MemAvailable and its memory cgroup's limit); a volume
+  it holds whole is held from the first epoch when two or more epochs
+  follow (epochs=), and not filled otherwise; up to 2 GiB it is filled
+  before the first read, larger beside the first epoch, whose end waits
+  for the rest. One it holds in part is filled only where that pays:
+  when what the loop spent in the loader per byte (waiting for data,
+  checking it), over the epochs still to come (those the fill itself
+  lasts count half, as it runs beside them), beats what filling costs the
+  loop (reading and copying, unless a core stayed idle), all measured once
+  per node, so every rank of the node decides alike. A size (or
+  $DLFS_CACHE_BUDGET) is a
   request for that cache: filled by the end of the first epoch whatever it
   costs. 0: off. A budget reduced to fit the limit, or a region that
   cannot be used, is said in a RuntimeWarning; stats()["cache_fill_plan"]
   says what was decided and why.
 - epochs: the epochs this job will read (0: not said; the loader then
-  assumes 11: a training run's tens of epochs). Decides, with the costs
-  measured, whether filling the node cache pays.
+  assumes 11: a training run's tens of epochs). Decides whether the node
+  cache holds the volume (with the costs measured, where it holds a part).
 - cache_shared: False keeps the cache to this loader (no /dev/shm region).
 - fields: a list of field names (format v2, e.g. ["jpg", "cls"]): each
   batch holds those fields of every sample, in that order (batch.fields,

@@ -44,4 +44,19 @@ FillDecision DecideFill(const FillInputs& in) {
   return d;
 }
 
+HoldWhole DecideHoldWhole(double epochs_after) {
+  HoldWhole h;
+  h.hold = epochs_after >= kHoldEpochsAfter;
+  if (h.hold) return h;
+  char text[128];
+  if (epochs_after < 1) {
+    std::snprintf(text, sizeof text, "no fill: no epoch after this one");
+  } else {
+    std::snprintf(text, sizeof text, "no fill: %.3g epoch after this one (held from %.3g)",
+                  epochs_after, kHoldEpochsAfter);
+  }
+  h.reason = text;
+  return h;
+}
+
 }  // namespace dlfs::cache_internal

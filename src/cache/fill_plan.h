@@ -84,6 +84,26 @@ struct FillDecision {
 
 FillDecision DecideFill(const FillInputs& in);
 
+// The loader's rule where its node cache holds the whole volume and no
+// budget was given: the volume is held from the first epoch (filled as for
+// a budget given: before the first read, or beside the first epoch for a
+// volume over 2 GiB, Loader::Create) when at least kHoldEpochsAfter epochs
+// follow it, else not filled. Costs measured decide only for a cache too
+// small for the volume. `reason` says why not, for reports.
+// (docs/benchmarks.md, "Small samples and the node cache": held from the
+// first epoch, Fashion-MNIST and a 1.6 GB volume of 100 KB samples took
+// 0.7-0.9x the cache off's time over 3 epochs, one process or mpirun
+// -np 2 / 4, and much less beyond; over 2 epochs the 1.6 GB volume took
+// 1.05x.)
+struct HoldWhole {
+  bool hold = false;
+  std::string reason;
+};
+inline constexpr double kHoldEpochsAfter = 2;
+HoldWhole DecideHoldWhole(double epochs_after);
+// FillInputs::requested_as of a volume held whole by that rule.
+inline constexpr char kHeldWhole[] = "the volume fits the cache: held from the first epoch";
+
 // The epochs a loader assumes are still to come when nobody said how many
 // will be read (LoaderOptions::planned_epochs 0): training runs tens of
 // epochs; a short run pays at most the fill it did not need.

@@ -129,6 +129,7 @@ namespace {
 
 struct Layout {
   uint64_t data_offset, capacity, file_bytes;
+  bool holds_all;  // every sample fits
 };
 
 // The bytes of sample i's fields decoded.
@@ -169,6 +170,7 @@ Layout LayoutFor(const Volume& volume, uint64_t budget, bool* decoded) {
   l.data_offset = AlignUp(kHeaderBytes + 8 * dir.size(), 4096);
   l.capacity = AlignUp(std::min(all, budget), 4096);
   l.file_bytes = l.data_offset + l.capacity;
+  l.holds_all = all <= budget;
   return l;
 }
 
@@ -205,6 +207,7 @@ std::shared_ptr<NodeCache> NodeCache::Open(const Volume& volume, const NodeCache
   if (layout.capacity == 0) return nullptr;
   std::shared_ptr<NodeCache> c(new NodeCache(volume));
   c->decoded_ = decoded;
+  c->holds_all_ = layout.holds_all;
   const uint64_t n = volume.size();
   c->checked_ = LazyZeroWords((n + 63) / 64);
   c->entries_reserved_ = LazyZeroWords((n * 8 / kBlock + 64) / 64);
@@ -318,6 +321,8 @@ std::shared_ptr<NodeCache> NodeCache::Open(const Volume& volume, const NodeCache
   }
   c->path_ = path;
   c->fd_ = c->region_.fd();
+  // A region made with a smaller budget may not hold them all.
+  c->holds_all_ = c->holds_all_ && c->header_->capacity >= layout.capacity;
   // The region's capacity, not this process's budget: a region made with a
   // larger budget is attached as it is.
   c->SizeBlockMaps();

@@ -163,6 +163,8 @@ class NodeCache {
   size_t AdmitMany(std::span<const Offer> offers);
   // Holds samples decoded (NodeCacheOptions::decoded, and it applied).
   bool decoded() const { return decoded_; }
+  // Its capacity holds every sample of the volume (as decoded() says).
+  bool holds_all() const { return holds_all_; }
   // No more samples fit (or filling stopped: no memory left in /dev/shm).
   bool full() const;
   // Holds no sample yet (on any process of the node): a reader skips its
@@ -231,6 +233,7 @@ class NodeCache {
 
   const Volume& volume_;
   bool decoded_ = false;
+  bool holds_all_ = false;
   const pid_t pid_ = ::getpid();  // the process that opened it
   std::string path_;
   shm::Region region_;  // the node's region; not valid for a private cache

@@ -106,6 +106,7 @@ struct SequentialFill::State {
   bool finished = false;  // the thread has nothing more to do
   std::atomic<ReadersWait> readers_wait{ReadersWait::kNo};
   std::atomic<bool> deciding{true};  // deciding()
+  std::string declined;              // DecideHoldWhole's reason not to fill
   Stats stats;
   std::thread thread;
 };
@@ -135,6 +136,14 @@ SequentialFill::SequentialFill(std::shared_ptr<NodeCache> cache,
   s.cache = std::move(cache);
   s.volume = std::move(volume);
   s.options = std::move(options);
+  if (!s.options.requested && s.options.hold_when_it_fits && s.cache->holds_all()) {
+    const HoldWhole h = DecideHoldWhole(s.options.epochs_after);
+    s.options.requested = h.hold;
+    if (h.hold) s.options.requested_as = kHeldWhole;
+    s.declined = h.reason;
+  }
+  // Nothing to measure of the reader (its CPU clock: deciding()).
+  if (s.options.requested || !s.declined.empty()) s.deciding.store(false);
   s.stats.running = true;
   try {
     s.thread = std::thread([&s] { Run(s); });
@@ -157,6 +166,8 @@ SequentialFill::~SequentialFill() {
   state_->cv.notify_all();
   if (state_->thread.joinable()) state_->thread.join();
 }
+
+bool SequentialFill::requested() const { return state_->options.requested; }
 
 bool SequentialFill::deciding() const { return state_->deciding.load(std::memory_order_relaxed); }
 
@@ -224,6 +235,14 @@ void SequentialFill::Run(State& s) {
     if (s.stop || f.eio_every || f.short_every || f.eagain_every || f.delay_us) {
       s.finished = true;
       s.stats.running = false;
+      return;
+    }
+    if (!s.declined.empty()) {
+      s.stats.decided = true;
+      s.stats.decision.reason = s.declined;
+      s.finished = true;
+      s.stats.running = false;
+      s.deciding.store(false, std::memory_order_relaxed);
       return;
     }
   }

@@ -89,6 +89,11 @@ class SequentialFill {
     // would repay it; else in the second (kSureMargin; tests set others).
     double sure_margin = kSureMargin;
     bool requested = false;  // an explicit budget: fill regardless
+    // The loader's rule (DecideHoldWhole): where the cache holds the whole
+    // volume, it is held from the first epoch (as if requested, with
+    // kHeldWhole) or not filled at all, by the epochs that follow, not by
+    // measured costs, which decide only a cache too small for the volume.
+    bool hold_when_it_fits = false;
     // Why requested, for the report (FillInputs::requested_as).
     const char* requested_as = "budget given";
     std::function<ReaderProgress()> progress;
@@ -123,6 +128,10 @@ class SequentialFill {
 
   // The reader has begun: filling (or measuring whether to) may start.
   void Start();
+  // Filled whatever it costs (Options::requested, or the volume held whole
+  // by Options::hold_when_it_fits): the reader waits for it at the end of
+  // its first epoch (WaitFilled).
+  bool requested() const;
   // Blocks until no window is left to claim and every window claimed on
   // the node is done, or the fill stopped, or nothing moved for
   // `stall_seconds` (a process that claimed a window died). For a requested

@@ -157,5 +157,18 @@ TEST(FillPlanTest, NothingToFillIsNeverAFill) {
   EXPECT_NE(DecideFill(in).reason.find("nothing to fill"), std::string::npos);
 }
 
+// Where the cache holds the whole volume, the loader's rule: held from the
+// first epoch when two or more epochs follow it; else not, saying why.
+TEST(FillPlanTest, AVolumeThatFitsIsHeldWhenTwoEpochsFollow) {
+  using cache_internal::DecideHoldWhole;
+  EXPECT_FALSE(DecideHoldWhole(0).hold);
+  EXPECT_EQ(DecideHoldWhole(0).reason, "no fill: no epoch after this one");
+  EXPECT_FALSE(DecideHoldWhole(1).hold);
+  EXPECT_EQ(DecideHoldWhole(1).reason, "no fill: 1 epoch after this one (held from 2)");
+  EXPECT_TRUE(DecideHoldWhole(2).hold);
+  EXPECT_TRUE(DecideHoldWhole(2).reason.empty());
+  EXPECT_TRUE(DecideHoldWhole(cache_internal::kAssumedEpochsAfter).hold);  // epochs not said
+}
+
 }  // namespace fill_plan_test
 }  // namespace dlfs

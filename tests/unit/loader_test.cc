@@ -426,14 +426,20 @@ TEST_P(LoaderTest, StatsSayWhereTheTimeWent) {
   const SourceStats before = loader->source_stats();
   ASSERT_OK(ReadEpoch(*loader, *want_, 0).error);
   const SourceStats d = loader->source_stats() - before;
-  EXPECT_GT(d.io.requests, 0u);
-  // Every byte read at least once: from the device, or (filled by the
-  // cache's sequential reads meanwhile) from the cache.
+  // Every byte read at least once: from the device, or from the cache
+  // (a budget that holds the volume: filled by sequential reads before the
+  // loader's first, which it then never makes).
   EXPECT_GE(d.io.bytes + d.cache_hit_bytes, vol_->info().data_bytes);
-  EXPECT_GT(d.io.wall_seconds, 0);
-  EXPECT_GT(d.io.mean_in_flight(), 0);
+  if (tier()) {
+    EXPECT_EQ(d.io.requests, 0u);
+    EXPECT_GE(d.cache_hit_bytes, vol_->info().data_bytes);
+  } else {
+    EXPECT_GT(d.io.requests, 0u);
+    EXPECT_GT(d.io.wall_seconds, 0);
+    EXPECT_GT(d.io.mean_in_flight(), 0);
+    EXPECT_GT(d.verify_seconds, 0);
+  }
   EXPECT_LE(d.ring_empty_seconds(), d.io.wall_seconds);
-  EXPECT_GT(d.verify_seconds, 0);
   EXPECT_EQ(d.engines, 1u);
   if (tier()) {
     EXPECT_GE(d.cache_bytes, vol_->info().data_bytes);

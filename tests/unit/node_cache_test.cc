@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "cache/fill_plan.h"
 #include "dlfs/loader.h"
 #include "synthetic_volume.h"
 #include "testutil.h"
@@ -129,6 +130,31 @@ TEST_F(NodeCacheTest, FullCacheServesTheDeviceBytesWithoutReading) {
   EXPECT_TRUE(s.cache_shared);
   l.reset();
   EXPECT_TRUE(ShmFiles().empty());  // the last user removed the region
+}
+
+// The defaults: a volume the cache holds whole is held from the first
+// epoch when two or more follow (as for a budget given: full by its end),
+// and not filled with one; the plan says which.
+TEST_F(NodeCacheTest, ByDefaultAVolumeThatFitsIsHeldFromTheFirstEpoch) {
+  for (const uint32_t epochs : {3u, 2u}) {
+    LoaderOptions o;
+    o.sampler.batch_size = 32;
+    o.planned_epochs = epochs;
+    auto l = Loader::Create(vol_, o);
+    ASSERT_OK(l);
+    Epoch(**l, 0);
+    const SourceStats s = (*l)->source_stats();
+    if (epochs == 3) {
+      EXPECT_EQ(s.cache_used_bytes, vol_->info().data_bytes);
+      EXPECT_NE(s.cache_fill_plan.find(cache_internal::kHeldWhole), std::string::npos)
+          << s.cache_fill_plan;
+      EXPECT_EQ(Epoch(**l, 1).io.requests, 0u);  // all from the cache
+    } else {
+      EXPECT_EQ(s.cache_used_bytes, 0u);
+      EXPECT_NE(s.cache_fill_plan.find("no fill: 1 epoch after this one"), std::string::npos)
+          << s.cache_fill_plan;
+    }
+  }
 }
 
 TEST_F(NodeCacheTest, SecondLoaderReadsNothingFromTheDevice) {
@@ -365,6 +391,8 @@ TEST_F(NodeCacheTest, AdmitManyKeepsTheSamplesThatCheckAndFit) {
   fs::create_directories(shm_ / "shm");
   auto small = cache_internal::NodeCache::Open(*vol_, {.budget = 100 << 10}, &note);
   ASSERT_TRUE(small) << note;
+  EXPECT_TRUE(a->holds_all());
+  EXPECT_FALSE(small->holds_all());
   offers.clear();
   for (uint64_t i = 0; i < vol_->size(); ++i) offers.push_back({i, stored[i]});
   const size_t kept = small->AdmitMany(offers);

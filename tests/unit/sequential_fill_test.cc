@@ -561,5 +561,47 @@ TEST_F(SequentialFillTest, DestroyedBeforeTheReaderStopsCleanly) {
   EXPECT_EQ(cache->stats().samples, 0u);
 }
 
+// The loader's rule (hold_when_it_fits): a cache that holds the whole
+// volume is filled at once, as for a budget given, when two epochs or more
+// follow; with one, nothing is read; a cache too small for the volume is
+// decided on measured costs (this caller never waits: no fill after the
+// probe).
+TEST_F(SequentialFillTest, AVolumeThatFitsIsHeldByTheEpochsThatFollow) {
+  auto cache = Cache();
+  ASSERT_TRUE(cache && cache->holds_all());
+  {
+    SequentialFill fill(cache, vol_, {.epochs_after = 2, .hold_when_it_fits = true});
+    EXPECT_TRUE(fill.requested());  // started at once: no Start() needed
+    fill.WaitFilled();
+    const auto st = fill.stats();
+    EXPECT_TRUE(st.decision.fill);
+    EXPECT_NE(st.decision.reason.find(cache_internal::kHeldWhole), std::string::npos)
+        << st.decision.reason;
+    ExpectAllCached(*cache);
+  }
+
+  fs::remove_all(fs::path(shm_.path()) / "shm");
+  fs::create_directories(fs::path(shm_.path()) / "shm");
+  cache = Cache();
+  ASSERT_TRUE(cache);
+  auto one = FillFor(cache, vol_, {.epochs_after = 1, .hold_when_it_fits = true});
+  EXPECT_TRUE(one.decided);
+  EXPECT_FALSE(one.decision.fill);
+  EXPECT_NE(one.decision.reason.find("no fill: 1 epoch after this one"), std::string::npos)
+      << one.decision.reason;
+  EXPECT_EQ(one.windows_filled, 0u);
+  EXPECT_EQ(cache->stats().samples, 0u);
+
+  fs::remove_all(fs::path(shm_.path()) / "shm");
+  fs::create_directories(fs::path(shm_.path()) / "shm");
+  std::string note;
+  auto small = NodeCache::Open(*vol_, {.budget = vol_->info().data_bytes / 2}, &note);
+  ASSERT_TRUE(small) << note;
+  EXPECT_FALSE(small->holds_all());
+  SequentialFill::Options o = Caller([](uint64_t) { return 0.0; }, 100);
+  o.hold_when_it_fits = true;
+  ExpectNoFillAfterTheProbe(FillFor(small, vol_, std::move(o)));
+}
+
 }  // namespace sequential_fill_test
 }  // namespace dlfs

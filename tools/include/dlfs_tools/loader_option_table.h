@@ -126,10 +126,12 @@ inline constexpr auto kLoaderOptions = std::tuple{
         .flag = "--cache-budget",
         .help = "Node cache: samples in memory shared by the node's processes, up to this many\n"
                 "bytes, filled by large sequential reads of the volume. auto: a quarter of what\n"
-                "the job may use (MemAvailable and its memory cgroup's limit), filled only where\n"
-                "the saving over the --epochs still to come beats the measured cost of filling;\n"
+                "the job may use (MemAvailable and its memory cgroup's limit): a volume it holds\n"
+                "whole is held from the first epoch when 2 or more --epochs follow it, else not\n"
+                "filled; one it holds in part is filled where the measured saving beats the cost;\n"
                 "a size (or $DLFS_CACHE_BUDGET): filled by the end of the first epoch whatever\n"
-                "it costs; 0: off. Suffixes K, M, G, T",
+                "it costs; 0: off. A volume held whole of at most 2 GiB is filled before the\n"
+                "first read. Suffixes K, M, G, T",
         .parse = &ParseByteBudget,
         .default_text = "auto",
         .python_object = true},  // bytes, a size as the flag takes it, or None
