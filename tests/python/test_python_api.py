@@ -273,7 +273,9 @@ def test_loader_node_cache_serves_the_same_bytes(many, budget):
         assert read > 0
     s = loader.stats()
     assert s["cache_bytes"] > 0 if budget != 0 else s["buffer_pool_bytes"] > 0
-    assert s["mean_reads_in_flight"] > 0
+    # A budget that holds the volume is filled before the loader's first
+    # read, which it then never makes.
+    assert s["mean_reads_in_flight"] > 0 if budget == 0 else s["io_bytes"] == 0
 
 
 def test_pack_reports_removed_temporaries(tree, tmp_path):
