@@ -92,7 +92,7 @@ FillDecision DecideFill(const FillInputs& in);
 // small for the volume. `reason` says why not, for reports.
 // (docs/benchmarks.md, "Small samples and the node cache": held from the
 // first epoch, Fashion-MNIST and a 1.6 GB volume of 100 KB samples took
-// 0.7-0.9x the cache off's time over 3 epochs, one process or mpirun
+// 0.7-0.95x the cache off's time over 3 epochs, one process or mpirun
 // -np 2 / 4, and much less beyond; over 2 epochs the 1.6 GB volume took
 // 1.05x.)
 struct HoldWhole {
