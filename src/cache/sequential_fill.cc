@@ -318,9 +318,10 @@ void SequentialFill::Run(State& s) {
                       // once it is read; a sample read on its own (its
                       // window's read failed) lies in the scan's memory,
                       // valid only now.
+                      const auto at = reinterpret_cast<uintptr_t>(bytes.data());
+                      const auto from = reinterpret_cast<uintptr_t>(buffer.data());
                       const bool in_window =
-                          bytes.data() >= buffer.data() &&
-                          bytes.data() + bytes.size() <= buffer.data() + buffer.size();
+                          at >= from && at + bytes.size() <= from + buffer.size();
                       if (in_window) {
                         offers.push_back({index, bytes});
                       } else {

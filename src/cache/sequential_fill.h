@@ -9,7 +9,10 @@
 // soon as its window is in, so an epoch being read gains from the fill
 // while it runs.
 //
-// Whether to fill is decided by DecideFill (fill_plan.h) from costs
+// For a loader whose cache holds the whole volume, whether to fill is the
+// rule of DecideHoldWhole (fill_plan.h): by the epochs that follow, nothing
+// measured (Options::hold_when_it_fits). Otherwise it is decided by
+// DecideFill (fill_plan.h) from costs
 // measured once per node (NodeCache::ClaimFillMeasurement), so the ranks of
 // a job agree: the first process to start measures what its caller waits
 // per byte in steady state (what each later epoch would save per cached
