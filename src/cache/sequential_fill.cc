@@ -199,8 +199,13 @@ void SequentialFill::WaitFilled(double stall_seconds) {
   std::unique_lock lock(s.mu);
   while (!s.stop) {
     const uint64_t windows = s.stats.windows, done = s.cache->fill_windows_done();
-    // Done here and on the node: no window left, every claimed one in.
-    if (s.finished && (s.stats.windows == 0 || done >= windows || !s.stats.decision.fill)) return;
+    // Done here and on the node: no window left, every claimed one in. Or
+    // stopped short (memory, or a full region): the windows left are not
+    // coming, and the readers read those samples themselves.
+    if (s.finished && (s.stats.windows == 0 || done >= windows || !s.stats.decision.fill ||
+                       s.stats.memory_short || s.cache->full())) {
+      return;
+    }
     if (done != seen) {
       seen = done;
       moved = Now();

@@ -504,6 +504,27 @@ TEST_F(SequentialFillTest, NoFillWhileMemoryIsShort) {
   EXPECT_EQ(cache->stats().samples, 0u);
 }
 
+// Memory short in the middle of a fill: it stops, and whoever waits for it
+// (a reader filling first, or at its first epoch's end) is let go at once,
+// not after the wait for a process that died (2 s).
+TEST_F(SequentialFillTest, AFillStoppedShortLetsItsReadersGo) {
+  auto cache = Cache();
+  ASSERT_TRUE(cache);
+  int asked = 0;
+  SequentialFill fill(cache, vol_, {.epochs_after = 10, .requested = true, .memory_short = [&] {
+                                      return ++asked > 3;  // three windows, then short
+                                    }});
+  const auto start = std::chrono::steady_clock::now();
+  fill.WaitFilled(/*stall_seconds=*/30);
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto st = fill.stats();
+  EXPECT_TRUE(st.memory_short);
+  EXPECT_GT(st.windows_filled, 0u);
+  EXPECT_LT(st.windows_filled, st.windows);
+  EXPECT_LT(waited, 10.0);  // not the 30 s of a stalled node
+}
+
 // The fill's thread exists from construction but asks and reads nothing
 // until Start(). "Nothing" is bounded by an event, not a time: a requested
 // fill of another volume, made after it, fills that whole volume meanwhile
