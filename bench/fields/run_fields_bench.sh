@@ -22,8 +22,8 @@
 #         shuffled epoch, cache budget 0: every sample read from the device
 #         (O_DIRECT) and decoded;
 #   warm  eight shuffled epochs with a node cache of 1 GB (--cache-budget 1G,
-#         filled by the first epoch's end; the default budget fills only
-#         where the loader predicts it pays); the median samples/s of
+#         filled before the first read; a budget given, so the figure
+#         does not depend on the defaults' rule); the median samples/s of
 #         epochs 3-8: data in memory, the cost left is the loader (the
 #         node cache holds zstd fields decoded when they all fit, as here:
 #         decompressed once, by the fill). Not epoch 2: it still hands out the batches epoch 1
