@@ -55,11 +55,15 @@
 // node: every process reading the volume there (ranks, DataLoader workers,
 // other jobs of the user) attaches to the same region in /dev/shm and reads
 // a cached sample from it instead of the device — zero-copy, same order,
-// same checks (see src/cache/node_cache.h). It is filled from the epoch's own
-// reads by a thread at the lowest priority, so filling never makes an epoch wait;
-// where CPU or memory is slow it spreads over epochs. When the samples exceed
-// cache_budget the first that fit stay cached (for epochs that each read
-// every sample once that is as many hits as any eviction policy can get).
+// same checks (see src/cache/node_cache.h). It is filled by large sequential
+// reads of the volume on a thread of its own. With the default budget, a
+// volume it holds whole is held from the first epoch when two or more
+// epochs follow it (planned_epochs), and not filled otherwise; up to 2 GiB
+// it is filled before the first read. A budget that holds part of the
+// volume is filled where the costs measured say it pays. When the samples
+// exceed cache_budget the first that fit stay cached (for epochs that each
+// read every sample once that is as many hits as any eviction policy can
+// get).
 // The default budget is a quarter of what this job may use: MemAvailable
 // and its memory cgroup's limit (dlfs/memory.h); 0 turns the cache off.
 // Samples served from the cache are read-only (Batch::owns_bytes() false).
@@ -172,11 +176,12 @@ struct LoaderOptions {
   // (false: a cache of this loader's own).
   bool cache_shared = true;
   // Epochs the caller will read (0: not said; the loader then assumes
-  // training's tens). With the epochs still to come and the costs it
-  // measures on this machine, the loader decides whether filling the node
-  // cache by large sequential reads pays (docs/architecture.md, "The node
-  // cache"). A budget given explicitly (cache_budget, $DLFS_CACHE_BUDGET)
-  // is filled regardless, by the end of the first epoch.
+  // training's tens). With the default budget they decide whether the node
+  // cache holds a volume it can hold whole (two or more after the first),
+  // and, with the costs measured on this machine, whether filling part of
+  // one pays (docs/architecture.md, "The node cache"). A budget given
+  // explicitly (cache_budget, $DLFS_CACHE_BUDGET) is filled regardless, by
+  // the end of the first epoch.
   uint32_t planned_epochs = 0;
   // With engine.direct_io: read through the page cache instead where
   // O_DIRECT would read kBufferedAbove times the samples' bytes or more

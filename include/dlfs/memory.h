@@ -49,7 +49,8 @@ uint64_t ResolveCacheBudget(uint64_t requested, const MemoryLimit& limit,
 // Whether `requested` (a LoaderOptions::cache_budget) is the user's request
 // for a cache of that size: a value other than kAutoCacheBudget, or
 // kAutoCacheBudget with a valid $DLFS_CACHE_BUDGET. A requested cache is
-// filled whatever it costs; the automatic one only where it pays.
+// filled whatever it costs; the automatic one by the loader's rule
+// (LoaderOptions::planned_epochs).
 bool CacheBudgetRequested(uint64_t requested);
 
 // ResolveCacheBudget(kAutoCacheBudget, ReadMemoryLimit()).
