@@ -506,37 +506,54 @@ bool NodeCache::DecodeSample(uint64_t index, std::span<const std::byte> stored,
   return true;
 }
 
-bool NodeCache::Admit(uint64_t index, std::span<const std::byte> bytes) {
-  if (full()) return false;
+std::optional<std::span<const std::byte>> NodeCache::Claim(uint64_t index,
+                                                           std::span<const std::byte> bytes,
+                                                           std::vector<std::byte>* held) {
   if (!ReserveEntry(index)) {
     stopped_.store(true, std::memory_order_relaxed);
-    return false;
+    return std::nullopt;
   }
   uint64_t expected = kEmpty;
   if (!entries_[index].compare_exchange_strong(expected, kFilling, std::memory_order_acq_rel)) {
-    return false;  // cached, or another process is filling it
+    return std::nullopt;  // cached, or another process is filling it
   }
-  const double t0 = Now();
   const Result<SampleInfo> located = volume_.directory().Locate(index);
   // Only bytes that match the directory become visible to anyone. Checked
   // before taking room: a refused sample (damaged on storage, offered every
   // epoch) must not use up the data area, which is never reclaimed.
-  if (!located.ok() || bytes.size() != located->length ||
-      crc32c::Value(bytes.data(), bytes.size()) != located->crc32c) {
+  bool ok = located.ok() && bytes.size() == located->length &&
+            crc32c::Value(bytes.data(), bytes.size()) == located->crc32c;
+  // Decoded here, before taking room: a field that does not decode (a
+  // volume written wrong) leaves the sample uncached, and readers decode
+  // it themselves and report it.
+  if (ok && decoded_) ok = DecodeSample(index, bytes, held);
+  if (!ok) {
     entries_[index].store(kEmpty, std::memory_order_release);
-    return false;
+    return std::nullopt;
   }
-  if (decoded_) {
-    // Decoded here, before taking room: a field that does not decode (a
-    // volume written wrong) leaves the sample uncached, and readers decode
-    // it themselves and report it.
-    thread_local std::vector<std::byte> held;
-    if (!DecodeSample(index, bytes, &held)) {
-      entries_[index].store(kEmpty, std::memory_order_release);
-      return false;
-    }
-    bytes = held;
-  }
+  return decoded_ ? std::span<const std::byte>(*held) : bytes;
+}
+
+void NodeCache::Publish(uint64_t index, uint64_t offset) {
+  entries_[index].store(offset + kReadyBase, std::memory_order_release);
+  // This process put them there: no need to check them again on first use.
+  checked_[index / 64].fetch_or(uint64_t{1} << (index % 64), std::memory_order_relaxed);
+}
+
+void NodeCache::CountFilled(uint64_t bytes, uint64_t samples, double since) {
+  header_->used.fetch_add(bytes, std::memory_order_relaxed);
+  header_->samples.fetch_add(samples, std::memory_order_relaxed);
+  filled_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  fill_ns_.fetch_add(static_cast<uint64_t>((Now() - since) * 1e9), std::memory_order_relaxed);
+}
+
+bool NodeCache::Admit(uint64_t index, std::span<const std::byte> offered) {
+  if (full()) return false;
+  const double t0 = Now();
+  thread_local std::vector<std::byte> held;
+  const std::optional<std::span<const std::byte>> claimed = Claim(index, offered, &held);
+  if (!claimed) return false;
+  const std::span<const std::byte> bytes = *claimed;
   const uint64_t need = AlignUp(bytes.size(), kAlign);
   const uint64_t offset = header_->cursor.fetch_add(need, std::memory_order_relaxed);
   bool ok = offset + need <= header_->capacity;
@@ -546,18 +563,13 @@ bool NodeCache::Admit(uint64_t index, std::span<const std::byte> bytes) {
     stopped_.store(true, std::memory_order_relaxed);
     ok = false;
   }
-  if (ok) std::memcpy(base_ + data_offset_ + offset, bytes.data(), bytes.size());
   if (!ok) {
     entries_[index].store(kEmpty, std::memory_order_release);
     return false;
   }
-  entries_[index].store(offset + kReadyBase, std::memory_order_release);
-  header_->used.fetch_add(bytes.size(), std::memory_order_relaxed);
-  header_->samples.fetch_add(1, std::memory_order_relaxed);
-  filled_bytes_.fetch_add(bytes.size(), std::memory_order_relaxed);
-  fill_ns_.fetch_add(static_cast<uint64_t>((Now() - t0) * 1e9), std::memory_order_relaxed);
-  // This process put them there: no need to check them again on first use.
-  checked_[index / 64].fetch_or(uint64_t{1} << (index % 64), std::memory_order_relaxed);
+  std::memcpy(base_ + data_offset_ + offset, bytes.data(), bytes.size());
+  Publish(index, offset);
+  CountFilled(bytes.size(), 1, t0);
   return true;
 }
 
@@ -569,7 +581,8 @@ size_t NodeCache::AdmitMany(std::span<const Offer> offers) {
   }
   const double t0 = Now();
   // The samples taken (each claimed: kFilling), where they go relative to
-  // the run's start, and their bytes (decoded ones in `decoded`).
+  // the run's start, and their bytes (decoded ones in `decoded`, one
+  // buffer each, reused by the next window).
   struct Taken {
     uint64_t index, at;
     std::span<const std::byte> bytes;
@@ -581,34 +594,13 @@ size_t NodeCache::AdmitMany(std::span<const Offer> offers) {
   uint64_t run = 0;
   for (const Offer& o : offers) {
     if (full()) break;
-    if (!ReserveEntry(o.index)) {
-      stopped_.store(true, std::memory_order_relaxed);
-      break;
-    }
-    uint64_t expected = kEmpty;
-    if (!entries_[o.index].compare_exchange_strong(expected, kFilling, std::memory_order_acq_rel)) {
-      continue;  // cached, or another process is filling it
-    }
-    // Checked (and decoded) before taking room, as in Admit.
-    const Result<SampleInfo> located = volume_.directory().Locate(o.index);
-    std::span<const std::byte> bytes = o.bytes;
-    bool ok = located.ok() && bytes.size() == located->length &&
-              crc32c::Value(bytes.data(), bytes.size()) == located->crc32c;
-    if (ok && decoded_) {
-      if (decoded_used == decoded.size()) decoded.emplace_back();
-      std::vector<std::byte>& held = decoded[decoded_used];
-      ok = DecodeSample(o.index, bytes, &held);
-      if (ok) {
-        bytes = held;
-        ++decoded_used;
-      }
-    }
-    if (!ok) {
-      entries_[o.index].store(kEmpty, std::memory_order_release);
-      continue;
-    }
-    taken.push_back({o.index, run, bytes});
-    run += AlignUp(bytes.size(), kAlign);
+    if (decoded_used == decoded.size()) decoded.emplace_back();
+    const std::optional<std::span<const std::byte>> bytes =
+        Claim(o.index, o.bytes, &decoded[decoded_used]);
+    if (!bytes) continue;
+    if (decoded_) ++decoded_used;  // its bytes live there until the write
+    taken.push_back({o.index, run, *bytes});
+    run += AlignUp(bytes->size(), kAlign);
   }
   if (taken.empty()) return 0;
 
@@ -651,18 +643,10 @@ size_t NodeCache::AdmitMany(std::span<const Offer> offers) {
   }
   uint64_t bytes = 0;
   for (size_t k = 0; k < kept; ++k) {
-    const Taken& t = taken[k];
-    entries_[t.index].store(offset + t.at + kReadyBase, std::memory_order_release);
-    // This process put them there: no need to check them again on first use.
-    checked_[t.index / 64].fetch_or(uint64_t{1} << (t.index % 64), std::memory_order_relaxed);
-    bytes += t.bytes.size();
+    Publish(taken[k].index, offset + taken[k].at);
+    bytes += taken[k].bytes.size();
   }
-  if (kept > 0) {
-    header_->used.fetch_add(bytes, std::memory_order_relaxed);
-    header_->samples.fetch_add(kept, std::memory_order_relaxed);
-    filled_bytes_.fetch_add(bytes, std::memory_order_relaxed);
-    fill_ns_.fetch_add(static_cast<uint64_t>((Now() - t0) * 1e9), std::memory_order_relaxed);
-  }
+  if (kept > 0) CountFilled(bytes, kept, t0);
   return kept;
 }
 

@@ -222,6 +222,18 @@ class NodeCache {
   // Maps the data area's blocks holding [offset, offset + length) into the
   // read-only mapping, once per process and block.
   void MapForReading(uint64_t offset, uint64_t length);
+  // Admit's and AdmitMany's first step: claims sample `index` (being
+  // filled) and checks `bytes` against the directory, decoding them into
+  // *held where the cache holds samples decoded. The bytes to store, or
+  // nullopt: cached or being filled elsewhere; refused (the claim
+  // released); or no room for its entry (filling stops).
+  std::optional<std::span<const std::byte>> Claim(uint64_t index, std::span<const std::byte> bytes,
+                                                  std::vector<std::byte>* held);
+  // Makes claimed sample `index`, written at `offset` of the data area,
+  // visible, and checked for this process (it wrote the bytes it checked).
+  void Publish(uint64_t index, uint64_t offset);
+  // Counts samples filled by this process, since `since` (Now()).
+  void CountFilled(uint64_t bytes, uint64_t samples, double since);
   // Sizes reserved_ and mapped_ for the attached region's capacity.
   void SizeBlockMaps();
   void Detach();
